@@ -1,0 +1,186 @@
+//! The archive (SPEC §5): the envelope that keeps a message whole, its key, and the writer.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::attributes::MessageAttributes;
+use crate::reason::ArchiveReason;
+use crate::store::{ObjectStore, PutOutcome, StoreError};
+
+/// Where archive entries live in the bucket.
+pub const ARCHIVE_PREFIX: &str = "archive/";
+
+/// The message exactly as it was received.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OriginalMessage {
+    /// The SQS message id of the archived copy.
+    pub message_id: String,
+    /// The body, byte for byte.
+    pub body: String,
+    /// All message attributes (scalar values).
+    pub message_attributes: MessageAttributes,
+    /// The system attributes (`SentTimestamp`, `ApproximateReceiveCount`, `MessageGroupId`, …).
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// Why, when and by whom a message was archived.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveMetadata {
+    /// URL of the queue the message was taken from.
+    pub source_queue: String,
+    /// The reason code (`REDRIVE_CAP`, …).
+    pub reason: String,
+    /// `consumer`, `redriver` or the operator tool.
+    pub archived_by: String,
+    /// RFC 3339 UTC time of archiving.
+    pub archived_at: String,
+    /// `x-redrive-count` when readable.
+    pub redrive_count: Option<u32>,
+    /// `ApproximateReceiveCount` when known.
+    pub receive_count: Option<u32>,
+    /// Epoch millis of the producer's send when known.
+    pub first_sent_at: Option<u64>,
+    /// The last error seen for this message, if any.
+    pub last_error: Option<String>,
+}
+
+/// One archive entry: `{"originalMessage": …, "metadata": …}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveEnvelope {
+    /// The message.
+    pub original_message: OriginalMessage,
+    /// Why it is here.
+    pub metadata: ArchiveMetadata,
+}
+
+/// `archive/{reason}/{yyyy}/{mm}/{dd}/{messageId}.json`. Characters outside `[A-Za-z0-9._-]`
+/// in the message id are replaced so an id can never reach outside its folder.
+pub fn archive_key(reason: ArchiveReason, at: DateTime<Utc>, message_id: &str) -> String {
+    let safe: String = message_id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+        .collect();
+    let safe = if safe.is_empty() || safe.chars().all(|c| c == '.') { "_".to_owned() } else { safe };
+    format!("{ARCHIVE_PREFIX}{}/{}/{safe}.json", reason.code(), at.format("%Y/%m/%d"))
+}
+
+/// RFC 3339 form used in envelopes.
+pub fn timestamp(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// Writes envelopes with a conditional put, so a retried archive never overwrites.
+#[derive(Debug, Clone)]
+pub struct Archiver<S> {
+    store: S,
+    archived_by: String,
+}
+
+impl<S: ObjectStore> Archiver<S> {
+    /// An archiver that signs its entries as `archived_by`.
+    pub fn new(store: S, archived_by: impl Into<String>) -> Self {
+        Self { store, archived_by: archived_by.into() }
+    }
+
+    /// Who entries are signed by.
+    pub fn archived_by(&self) -> &str {
+        &self.archived_by
+    }
+
+    /// Writes the envelope; returns its key. An entry already there counts as written.
+    pub async fn archive(
+        &self,
+        reason: ArchiveReason,
+        at: DateTime<Utc>,
+        message: OriginalMessage,
+        mut metadata: ArchiveMetadata,
+    ) -> Result<(String, PutOutcome), StoreError> {
+        metadata.reason = reason.code().to_owned();
+        metadata.archived_by.clone_from(&self.archived_by);
+        metadata.archived_at = timestamp(at);
+        let key = archive_key(reason, at, &message.message_id);
+        let envelope = ArchiveEnvelope { original_message: message, metadata };
+        let body = serde_json::to_vec(&envelope).map_err(|e| StoreError { code: None, message: e.to_string() })?;
+        let outcome = self.store.put_if_absent(&key, body).await?;
+        Ok((key, outcome))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attributes::AttributeValue;
+    use chrono::TimeZone;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Memory(Mutex<BTreeMap<String, Vec<u8>>>);
+
+    impl ObjectStore for &Memory {
+        async fn put_if_absent(&self, key: &str, body: Vec<u8>) -> Result<PutOutcome, StoreError> {
+            let mut map = self.0.lock().unwrap();
+            if map.contains_key(key) {
+                return Ok(PutOutcome::AlreadyExists);
+            }
+            map.insert(key.to_owned(), body);
+            Ok(PutOutcome::Created)
+        }
+    }
+
+    #[test]
+    fn key_layout() {
+        let at = Utc.with_ymd_and_hms(2026, 3, 7, 23, 59, 59).unwrap();
+        assert_eq!(
+            archive_key(ArchiveReason::RedriveCap, at, "059f36b4-87a3-44ab-83d2-661975830a7d"),
+            "archive/REDRIVE_CAP/2026/03/07/059f36b4-87a3-44ab-83d2-661975830a7d.json"
+        );
+        assert_eq!(archive_key(ArchiveReason::TtlExpired, at, "../../x"), "archive/TTL_EXPIRED/2026/03/07/.._.._x.json");
+        assert_eq!(archive_key(ArchiveReason::TtlExpired, at, ".."), "archive/TTL_EXPIRED/2026/03/07/_.json");
+        assert_eq!(archive_key(ArchiveReason::TtlExpired, at, ""), "archive/TTL_EXPIRED/2026/03/07/_.json");
+    }
+
+    #[tokio::test]
+    async fn envelope_is_complete_and_never_overwritten() {
+        let mem = Memory::default();
+        let archiver = Archiver::new(&mem, "consumer");
+        let at = Utc.with_ymd_and_hms(2026, 11, 21, 10, 0, 0).unwrap();
+        let message = OriginalMessage {
+            message_id: "m-1".into(),
+            body: "{\"orderId\":\"o-1\"}".into(),
+            message_attributes: MessageAttributes::from([("x-redrive-count".into(), AttributeValue::number(3))]),
+            attributes: BTreeMap::from([("ApproximateReceiveCount".into(), "2".into())]),
+        };
+        let meta = ArchiveMetadata {
+            source_queue: "http://q/orders".into(),
+            reason: String::new(),
+            archived_by: String::new(),
+            archived_at: String::new(),
+            redrive_count: Some(3),
+            receive_count: Some(2),
+            first_sent_at: Some(1),
+            last_error: None,
+        };
+        let (key, outcome) = archiver.archive(ArchiveReason::RedriveCap, at, message.clone(), meta.clone()).await.unwrap();
+        assert_eq!(outcome, PutOutcome::Created);
+        let stored: serde_json::Value = serde_json::from_slice(&mem.0.lock().unwrap()[&key]).unwrap();
+        assert_eq!(stored["originalMessage"]["body"], "{\"orderId\":\"o-1\"}");
+        assert_eq!(stored["originalMessage"]["messageAttributes"]["x-redrive-count"]["stringValue"], "3");
+        assert_eq!(stored["metadata"]["reason"], "REDRIVE_CAP");
+        assert_eq!(stored["metadata"]["archivedBy"], "consumer");
+        assert_eq!(stored["metadata"]["archivedAt"], "2026-11-21T10:00:00.000Z");
+        for field in ["sourceQueue", "redriveCount", "receiveCount", "firstSentAt", "lastError"] {
+            assert!(stored["metadata"].get(field).is_some(), "{field}");
+        }
+        let mut changed = message;
+        changed.body = "other".into();
+        let (_, again) = archiver.archive(ArchiveReason::RedriveCap, at, changed, meta).await.unwrap();
+        assert_eq!(again, PutOutcome::AlreadyExists);
+        let stored: ArchiveEnvelope = serde_json::from_slice(&mem.0.lock().unwrap()[&key]).unwrap();
+        assert_eq!(stored.original_message.body, "{\"orderId\":\"o-1\"}");
+    }
+}

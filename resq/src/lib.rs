@@ -1,0 +1,17 @@
+//! resq: the shared pieces of the consumer and the redriver.
+//!
+//! The message attribute contract, the archive envelope and its S3 writer, full-jitter
+//! backoff, typed configuration, telemetry and CloudWatch EMF metrics. Decisions here are
+//! plain functions over values; AWS calls sit behind the small [`store::ObjectStore`] port.
+#![deny(clippy::all)]
+#![warn(missing_docs)]
+
+pub mod archive;
+pub mod attributes;
+pub mod backoff;
+pub mod config;
+pub mod metrics;
+pub mod reason;
+pub mod sqs_event;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,70 @@
+//! Reason codes: one name for one thing across code, archive keys, metrics and docs.
+
+use std::fmt;
+
+/// Why a message was archived to S3 instead of being queued again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ArchiveReason {
+    /// `x-redrive-count` reached `MAX_REDRIVE_ATTEMPTS`.
+    RedriveCap,
+    /// `x-redrive-count` could not be read as a non-negative number.
+    InvalidRedriveCount,
+    /// Older than `ARCHIVE_AFTER_SECONDS`, measured from the producer's send.
+    TtlExpired,
+    /// A copy would carry more than the 10 message attributes SQS allows.
+    AttributeLimit,
+    /// A permanent failure archived by the redriver (`PERMANENT_ACTION=archive`).
+    PermanentFailure,
+}
+
+impl ArchiveReason {
+    /// Every reason, in a stable order (for metrics and reports).
+    pub const ALL: [ArchiveReason; 5] = [
+        ArchiveReason::RedriveCap,
+        ArchiveReason::InvalidRedriveCount,
+        ArchiveReason::TtlExpired,
+        ArchiveReason::AttributeLimit,
+        ArchiveReason::PermanentFailure,
+    ];
+
+    /// The machine code used in archive keys, envelopes, logs and metric dimensions.
+    pub fn code(self) -> &'static str {
+        match self {
+            ArchiveReason::RedriveCap => "REDRIVE_CAP",
+            ArchiveReason::InvalidRedriveCount => "INVALID_REDRIVE_COUNT",
+            ArchiveReason::TtlExpired => "TTL_EXPIRED",
+            ArchiveReason::AttributeLimit => "ATTRIBUTE_LIMIT",
+            ArchiveReason::PermanentFailure => "PERMANENT_FAILURE",
+        }
+    }
+
+    /// Parses a code as written by [`ArchiveReason::code`].
+    pub fn from_code(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.code() == code)
+    }
+}
+
+impl fmt::Display for ArchiveReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// `x-failure-reason` for a body that is not JSON.
+pub const MALFORMED_JSON: &str = "MALFORMED_JSON";
+/// `x-failure-reason` for JSON that is not a valid order.
+pub const VALIDATION_FAILED: &str = "VALIDATION_FAILED";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip() {
+        for r in ArchiveReason::ALL {
+            assert_eq!(ArchiveReason::from_code(r.code()), Some(r));
+            assert_eq!(r.to_string(), r.code());
+        }
+        assert_eq!(ArchiveReason::from_code("NOPE"), None);
+    }
+}

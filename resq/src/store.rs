@@ -1,0 +1,83 @@
+//! The object-store port (write once, never overwrite) and its S3 adapter.
+
+use std::future::Future;
+
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_s3::primitives::ByteStream;
+
+/// What a conditional put found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// The object was written.
+    Created,
+    /// An object already had that key; it was left as it was.
+    AlreadyExists,
+}
+
+/// A write that did not happen. Always worth retrying from resq's point of view: the
+/// caller reports the message failed rather than dropping it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct StoreError {
+    /// The service's error code when there was one (`NoSuchBucket`, `AccessDenied`, …).
+    pub code: Option<String>,
+    /// The full error chain, for logs and archive metadata.
+    pub message: String,
+}
+
+/// Writes objects that must never be overwritten (archive entries, order records).
+pub trait ObjectStore: Send + Sync {
+    /// Writes `body` at `key` unless an object is already there (`If-None-Match: *`).
+    fn put_if_absent(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+    ) -> impl Future<Output = Result<PutOutcome, StoreError>> + Send;
+}
+
+/// [`ObjectStore`] on an S3 bucket.
+#[derive(Debug, Clone)]
+pub struct S3Store {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+impl S3Store {
+    /// An adapter writing into `bucket`.
+    pub fn new(client: aws_sdk_s3::Client, bucket: impl Into<String>) -> Self {
+        Self { client, bucket: bucket.into() }
+    }
+
+    /// The bucket written to.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+}
+
+impl ObjectStore for S3Store {
+    async fn put_if_absent(&self, key: &str, body: Vec<u8>) -> Result<PutOutcome, StoreError> {
+        let result = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type("application/json")
+            .if_none_match("*")
+            .body(ByteStream::from(body))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(PutOutcome::Created),
+            Err(err) => {
+                let status = err.raw_response().map(|r| r.status().as_u16());
+                if status == Some(412) || err.code() == Some("PreconditionFailed") {
+                    return Ok(PutOutcome::AlreadyExists);
+                }
+                Err(StoreError {
+                    code: err.code().map(str::to_owned).or_else(|| status.map(|s| format!("HTTP{s}"))),
+                    message: format!("s3://{}/{key}: {}", self.bucket, DisplayErrorContext(&err)),
+                })
+            }
+        }
+    }
+}
