@@ -1,1 +1,14 @@
-pub fn x(){}
+//! The resq consumer: an SQS-triggered Lambda that processes orders, reports only the failed
+//! records, backs failures off, fast-tracks permanent failures to the DLQ and archives
+//! messages past the redrive cap (SPEC §3).
+#![deny(clippy::all)]
+#![warn(missing_docs)]
+
+pub mod decision;
+pub mod engine;
+pub mod handler;
+pub mod memory;
+pub mod order;
+pub mod queues;
+
+pub use engine::Consumer;

@@ -63,10 +63,24 @@ pub struct ArchiveEnvelope {
 pub fn archive_key(reason: ArchiveReason, at: DateTime<Utc>, message_id: &str) -> String {
     let safe: String = message_id
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
-    let safe = if safe.is_empty() || safe.chars().all(|c| c == '.') { "_".to_owned() } else { safe };
-    format!("{ARCHIVE_PREFIX}{}/{}/{safe}.json", reason.code(), at.format("%Y/%m/%d"))
+    let safe = if safe.is_empty() || safe.chars().all(|c| c == '.') {
+        "_".to_owned()
+    } else {
+        safe
+    };
+    format!(
+        "{ARCHIVE_PREFIX}{}/{}/{safe}.json",
+        reason.code(),
+        at.format("%Y/%m/%d")
+    )
 }
 
 /// RFC 3339 form used in envelopes.
@@ -84,7 +98,10 @@ pub struct Archiver<S> {
 impl<S: ObjectStore> Archiver<S> {
     /// An archiver that signs its entries as `archived_by`.
     pub fn new(store: S, archived_by: impl Into<String>) -> Self {
-        Self { store, archived_by: archived_by.into() }
+        Self {
+            store,
+            archived_by: archived_by.into(),
+        }
     }
 
     /// Who entries are signed by.
@@ -104,8 +121,14 @@ impl<S: ObjectStore> Archiver<S> {
         metadata.archived_by.clone_from(&self.archived_by);
         metadata.archived_at = timestamp(at);
         let key = archive_key(reason, at, &message.message_id);
-        let envelope = ArchiveEnvelope { original_message: message, metadata };
-        let body = serde_json::to_vec(&envelope).map_err(|e| StoreError { code: None, message: e.to_string() })?;
+        let envelope = ArchiveEnvelope {
+            original_message: message,
+            metadata,
+        };
+        let body = serde_json::to_vec(&envelope).map_err(|e| StoreError {
+            code: None,
+            message: e.to_string(),
+        })?;
         let outcome = self.store.put_if_absent(&key, body).await?;
         Ok((key, outcome))
     }
@@ -116,43 +139,44 @@ mod tests {
     use super::*;
     use crate::attributes::AttributeValue;
     use chrono::TimeZone;
-    use std::sync::Mutex;
-
-    #[derive(Default)]
-    struct Memory(Mutex<BTreeMap<String, Vec<u8>>>);
-
-    impl ObjectStore for &Memory {
-        async fn put_if_absent(&self, key: &str, body: Vec<u8>) -> Result<PutOutcome, StoreError> {
-            let mut map = self.0.lock().unwrap();
-            if map.contains_key(key) {
-                return Ok(PutOutcome::AlreadyExists);
-            }
-            map.insert(key.to_owned(), body);
-            Ok(PutOutcome::Created)
-        }
-    }
 
     #[test]
     fn key_layout() {
         let at = Utc.with_ymd_and_hms(2026, 3, 7, 23, 59, 59).unwrap();
         assert_eq!(
-            archive_key(ArchiveReason::RedriveCap, at, "059f36b4-87a3-44ab-83d2-661975830a7d"),
+            archive_key(
+                ArchiveReason::RedriveCap,
+                at,
+                "059f36b4-87a3-44ab-83d2-661975830a7d"
+            ),
             "archive/REDRIVE_CAP/2026/03/07/059f36b4-87a3-44ab-83d2-661975830a7d.json"
         );
-        assert_eq!(archive_key(ArchiveReason::TtlExpired, at, "../../x"), "archive/TTL_EXPIRED/2026/03/07/.._.._x.json");
-        assert_eq!(archive_key(ArchiveReason::TtlExpired, at, ".."), "archive/TTL_EXPIRED/2026/03/07/_.json");
-        assert_eq!(archive_key(ArchiveReason::TtlExpired, at, ""), "archive/TTL_EXPIRED/2026/03/07/_.json");
+        assert_eq!(
+            archive_key(ArchiveReason::TtlExpired, at, "../../x"),
+            "archive/TTL_EXPIRED/2026/03/07/.._.._x.json"
+        );
+        assert_eq!(
+            archive_key(ArchiveReason::TtlExpired, at, ".."),
+            "archive/TTL_EXPIRED/2026/03/07/_.json"
+        );
+        assert_eq!(
+            archive_key(ArchiveReason::TtlExpired, at, ""),
+            "archive/TTL_EXPIRED/2026/03/07/_.json"
+        );
     }
 
     #[tokio::test]
     async fn envelope_is_complete_and_never_overwritten() {
-        let mem = Memory::default();
+        let mem = crate::store::MemoryStore::default();
         let archiver = Archiver::new(&mem, "consumer");
         let at = Utc.with_ymd_and_hms(2026, 11, 21, 10, 0, 0).unwrap();
         let message = OriginalMessage {
             message_id: "m-1".into(),
             body: "{\"orderId\":\"o-1\"}".into(),
-            message_attributes: MessageAttributes::from([("x-redrive-count".into(), AttributeValue::number(3))]),
+            message_attributes: MessageAttributes::from([(
+                "x-redrive-count".into(),
+                AttributeValue::number(3),
+            )]),
             attributes: BTreeMap::from([("ApproximateReceiveCount".into(), "2".into())]),
         };
         let meta = ArchiveMetadata {
@@ -165,22 +189,37 @@ mod tests {
             first_sent_at: Some(1),
             last_error: None,
         };
-        let (key, outcome) = archiver.archive(ArchiveReason::RedriveCap, at, message.clone(), meta.clone()).await.unwrap();
+        let (key, outcome) = archiver
+            .archive(ArchiveReason::RedriveCap, at, message.clone(), meta.clone())
+            .await
+            .unwrap();
         assert_eq!(outcome, PutOutcome::Created);
-        let stored: serde_json::Value = serde_json::from_slice(&mem.0.lock().unwrap()[&key]).unwrap();
+        let stored: serde_json::Value = serde_json::from_slice(&mem.objects()[&key]).unwrap();
         assert_eq!(stored["originalMessage"]["body"], "{\"orderId\":\"o-1\"}");
-        assert_eq!(stored["originalMessage"]["messageAttributes"]["x-redrive-count"]["stringValue"], "3");
+        assert_eq!(
+            stored["originalMessage"]["messageAttributes"]["x-redrive-count"]["stringValue"],
+            "3"
+        );
         assert_eq!(stored["metadata"]["reason"], "REDRIVE_CAP");
         assert_eq!(stored["metadata"]["archivedBy"], "consumer");
         assert_eq!(stored["metadata"]["archivedAt"], "2026-11-21T10:00:00.000Z");
-        for field in ["sourceQueue", "redriveCount", "receiveCount", "firstSentAt", "lastError"] {
+        for field in [
+            "sourceQueue",
+            "redriveCount",
+            "receiveCount",
+            "firstSentAt",
+            "lastError",
+        ] {
             assert!(stored["metadata"].get(field).is_some(), "{field}");
         }
         let mut changed = message;
         changed.body = "other".into();
-        let (_, again) = archiver.archive(ArchiveReason::RedriveCap, at, changed, meta).await.unwrap();
+        let (_, again) = archiver
+            .archive(ArchiveReason::RedriveCap, at, changed, meta)
+            .await
+            .unwrap();
         assert_eq!(again, PutOutcome::AlreadyExists);
-        let stored: ArchiveEnvelope = serde_json::from_slice(&mem.0.lock().unwrap()[&key]).unwrap();
+        let stored: ArchiveEnvelope = serde_json::from_slice(&mem.objects()[&key]).unwrap();
         assert_eq!(stored.original_message.body, "{\"orderId\":\"o-1\"}");
     }
 }

@@ -45,12 +45,20 @@ pub type MessageAttributes = BTreeMap<String, AttributeValue>;
 impl AttributeValue {
     /// A `String` attribute.
     pub fn string(value: impl Into<String>) -> Self {
-        Self { data_type: "String".into(), string_value: Some(value.into()), binary_value: None }
+        Self {
+            data_type: "String".into(),
+            string_value: Some(value.into()),
+            binary_value: None,
+        }
     }
 
     /// A `Number` attribute.
     pub fn number(value: u64) -> Self {
-        Self { data_type: "Number".into(), string_value: Some(value.to_string()), binary_value: None }
+        Self {
+            data_type: "Number".into(),
+            string_value: Some(value.to_string()),
+            binary_value: None,
+        }
     }
 
     /// From the Lambda SQS event form; `None` when it carries no scalar value (list-only).
@@ -58,8 +66,11 @@ impl AttributeValue {
         let data_type = attr.data_type.clone().filter(|t| !t.is_empty())?;
         let string_value = attr.string_value.clone();
         let binary_value = attr.binary_value.as_ref().map(|b| b.0.clone());
-        (string_value.is_some() || binary_value.is_some())
-            .then_some(Self { data_type, string_value, binary_value })
+        (string_value.is_some() || binary_value.is_some()).then_some(Self {
+            data_type,
+            string_value,
+            binary_value,
+        })
     }
 
     /// From the SDK form (as returned by `ReceiveMessage`); `None` when it has no scalar value.
@@ -130,11 +141,18 @@ pub fn parse_count_value(raw: &str) -> RedriveCount {
         return RedriveCount::Invalid;
     }
     if s.bytes().all(|b| b.is_ascii_digit()) {
-        return RedriveCount::Count(s.parse::<u64>().map_or(u32::MAX, |n| n.min(u32::MAX as u64) as u32));
+        return RedriveCount::Count(
+            s.parse::<u64>()
+                .map_or(u32::MAX, |n| n.min(u32::MAX as u64) as u32),
+        );
     }
     match s.parse::<f64>() {
         Ok(f) if f.is_finite() && f >= 0.0 && f.fract() == 0.0 => {
-            RedriveCount::Count(if f >= u32::MAX as f64 { u32::MAX } else { f as u32 })
+            RedriveCount::Count(if f >= u32::MAX as f64 {
+                u32::MAX
+            } else {
+                f as u32
+            })
         }
         _ => RedriveCount::Invalid,
     }
@@ -198,7 +216,8 @@ mod base64_opt {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
         let s: Option<String> = Option::deserialize(d)?;
-        s.map(|s| STANDARD.decode(s).map_err(serde::de::Error::custom)).transpose()
+        s.map(|s| STANDARD.decode(s).map_err(serde::de::Error::custom))
+            .transpose()
     }
 }
 
@@ -220,7 +239,10 @@ mod tests {
 
     #[test]
     fn absent_count_is_zero() {
-        assert_eq!(parse_redrive_count(&MessageAttributes::new()), RedriveCount::Count(0));
+        assert_eq!(
+            parse_redrive_count(&MessageAttributes::new()),
+            RedriveCount::Count(0)
+        );
     }
 
     #[test]
@@ -230,51 +252,89 @@ mod tests {
         assert_eq!(count_str(" 3"), RedriveCount::Count(3));
         assert_eq!(count_str("3.0"), RedriveCount::Count(3));
         assert_eq!(count_str("3e0"), RedriveCount::Count(3));
-        assert_eq!(count_str("99999999999999999999999"), RedriveCount::Count(u32::MAX));
+        assert_eq!(
+            count_str("99999999999999999999999"),
+            RedriveCount::Count(u32::MAX)
+        );
         assert_eq!(count_str("1e30"), RedriveCount::Count(u32::MAX));
     }
 
     #[test]
     fn unreadable_counts_are_invalid() {
-        for s in ["-1", "-0", "abc", "", "  ", "1.5", "1e309", "NaN", "inf", "0x3", "3 apples"] {
+        for s in [
+            "-1", "-0", "abc", "", "  ", "1.5", "1e309", "NaN", "inf", "0x3", "3 apples",
+        ] {
             assert_eq!(count_str(s), RedriveCount::Invalid, "value {s:?}");
         }
-        let binary = AttributeValue { data_type: "Binary".into(), string_value: None, binary_value: Some(vec![3]) };
-        assert_eq!(parse_redrive_count(&with_count(binary)), RedriveCount::Invalid);
+        let binary = AttributeValue {
+            data_type: "Binary".into(),
+            string_value: None,
+            binary_value: Some(vec![3]),
+        };
+        assert_eq!(
+            parse_redrive_count(&with_count(binary)),
+            RedriveCount::Invalid
+        );
     }
 
     #[test]
     fn cap_rule() {
         assert_eq!(cap_check(RedriveCount::Count(0), 3), None);
         assert_eq!(cap_check(RedriveCount::Count(2), 3), None);
-        assert_eq!(cap_check(RedriveCount::Count(3), 3), Some(ArchiveReason::RedriveCap));
-        assert_eq!(cap_check(RedriveCount::Count(u32::MAX), 3), Some(ArchiveReason::RedriveCap));
-        assert_eq!(cap_check(RedriveCount::Invalid, 3), Some(ArchiveReason::InvalidRedriveCount));
+        assert_eq!(
+            cap_check(RedriveCount::Count(3), 3),
+            Some(ArchiveReason::RedriveCap)
+        );
+        assert_eq!(
+            cap_check(RedriveCount::Count(u32::MAX), 3),
+            Some(ArchiveReason::RedriveCap)
+        );
+        assert_eq!(
+            cap_check(RedriveCount::Invalid, 3),
+            Some(ArchiveReason::InvalidRedriveCount)
+        );
     }
 
     #[test]
     fn first_sent_at_prefers_the_carried_attribute() {
-        let attrs = MessageAttributes::from([(X_FIRST_SENT_AT.to_owned(), AttributeValue::number(1000))]);
+        let attrs =
+            MessageAttributes::from([(X_FIRST_SENT_AT.to_owned(), AttributeValue::number(1000))]);
         assert_eq!(first_sent_at(&attrs, Some("5000")), Some(1000));
-        assert_eq!(first_sent_at(&MessageAttributes::new(), Some("5000")), Some(5000));
-        let junk = MessageAttributes::from([(X_FIRST_SENT_AT.to_owned(), AttributeValue::string("soon"))]);
+        assert_eq!(
+            first_sent_at(&MessageAttributes::new(), Some("5000")),
+            Some(5000)
+        );
+        let junk =
+            MessageAttributes::from([(X_FIRST_SENT_AT.to_owned(), AttributeValue::string("soon"))]);
         assert_eq!(first_sent_at(&junk, Some("5000")), Some(5000));
         assert_eq!(first_sent_at(&MessageAttributes::new(), None), None);
     }
 
     #[test]
     fn copy_replaces_and_enforces_the_limit() {
-        let mut original: MessageAttributes =
-            (0..8).map(|i| (format!("a{i}"), AttributeValue::string("v"))).collect();
+        let mut original: MessageAttributes = (0..8)
+            .map(|i| (format!("a{i}"), AttributeValue::string("v")))
+            .collect();
         original.insert(X_FAILURE_REASON.into(), AttributeValue::string("OLD"));
-        let copy = copy_attributes(&original, [(X_FAILURE_REASON, AttributeValue::string("NEW"))]).unwrap();
+        let copy = copy_attributes(
+            &original,
+            [(X_FAILURE_REASON, AttributeValue::string("NEW"))],
+        )
+        .unwrap();
         assert_eq!(copy.len(), 9);
         assert_eq!(copy[X_FAILURE_REASON].string_value.as_deref(), Some("NEW"));
-        let copy = copy_attributes(&original, [(X_FAILURE_CLASS, AttributeValue::string("permanent"))]).unwrap();
+        let copy = copy_attributes(
+            &original,
+            [(X_FAILURE_CLASS, AttributeValue::string("permanent"))],
+        )
+        .unwrap();
         assert_eq!(copy.len(), 10);
         let err = copy_attributes(
             &original,
-            [(X_FAILURE_CLASS, AttributeValue::string("permanent")), (X_FIRST_SENT_AT, AttributeValue::number(1))],
+            [
+                (X_FAILURE_CLASS, AttributeValue::string("permanent")),
+                (X_FIRST_SENT_AT, AttributeValue::number(1)),
+            ],
         )
         .unwrap_err();
         assert_eq!(err.count, 11);
@@ -296,9 +356,16 @@ mod tests {
 
     #[test]
     fn attribute_json_form() {
-        let v = AttributeValue { data_type: "Binary".into(), string_value: None, binary_value: Some(vec![1, 2, 3]) };
+        let v = AttributeValue {
+            data_type: "Binary".into(),
+            string_value: None,
+            binary_value: Some(vec![1, 2, 3]),
+        };
         let json = serde_json::to_value(&v).unwrap();
-        assert_eq!(json, serde_json::json!({"dataType": "Binary", "binaryValue": "AQID"}));
+        assert_eq!(
+            json,
+            serde_json::json!({"dataType": "Binary", "binaryValue": "AQID"})
+        );
         assert_eq!(serde_json::from_value::<AttributeValue>(json).unwrap(), v);
     }
 }

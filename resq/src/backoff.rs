@@ -18,7 +18,10 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self { base: Duration::from_secs(2), cap: Duration::from_secs(300) }
+        Self {
+            base: Duration::from_secs(2),
+            cap: Duration::from_secs(300),
+        }
     }
 }
 
@@ -58,7 +61,10 @@ mod tests {
 
     #[test]
     fn never_past_twelve_hours() {
-        let b = Backoff { base: Duration::from_secs(3600), cap: Duration::from_secs(100_000) };
+        let b = Backoff {
+            base: Duration::from_secs(3600),
+            cap: Duration::from_secs(100_000),
+        };
         assert_eq!(b.ceiling(1), Duration::from_secs(3600));
         assert_eq!(b.ceiling(40), MAX_VISIBILITY_TIMEOUT);
         let mut rng = StdRng::seed_from_u64(7);
@@ -80,7 +86,10 @@ mod tests {
 
     #[test]
     fn zero_base_means_immediate_retry() {
-        let b = Backoff { base: Duration::ZERO, cap: Duration::from_secs(300) };
+        let b = Backoff {
+            base: Duration::ZERO,
+            cap: Duration::from_secs(300),
+        };
         let mut rng = StdRng::seed_from_u64(1);
         assert_eq!(b.delay_seconds(5, &mut rng), 0);
     }

@@ -67,7 +67,9 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
 
     /// A required, non-empty variable.
     pub fn required(&self, var: &'static str, hint: &'static str) -> Result<String, ConfigError> {
-        self.get(var).map(|v| v.trim().to_owned()).ok_or(ConfigError::Missing { var, hint })
+        self.get(var)
+            .map(|v| v.trim().to_owned())
+            .ok_or(ConfigError::Missing { var, hint })
     }
 
     /// An optional number within `range`, or `default` when unset.
@@ -80,7 +82,9 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
     where
         T: FromStr + PartialOrd + std::fmt::Display + Copy,
     {
-        let Some(raw) = self.get(var) else { return Ok(default) };
+        let Some(raw) = self.get(var) else {
+            return Ok(default);
+        };
         match raw.trim().parse::<T>() {
             Ok(v) if range.contains(&v) => Ok(v),
             _ => Err(ConfigError::Invalid {
@@ -97,12 +101,20 @@ pub fn process_env() -> Vars<impl Fn(&str) -> Option<String>> {
     Vars(|k: &str| std::env::var(k).ok())
 }
 
-fn queue_url(vars: &Vars<impl Fn(&str) -> Option<String>>, var: &'static str, hint: &'static str) -> Result<String, ConfigError> {
+fn queue_url(
+    vars: &Vars<impl Fn(&str) -> Option<String>>,
+    var: &'static str,
+    hint: &'static str,
+) -> Result<String, ConfigError> {
     let url = vars.required(var, hint)?;
     if url.starts_with("https://") || url.starts_with("http://") {
         Ok(url)
     } else {
-        Err(ConfigError::Invalid { var, value: url, expected: "a queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)".into() })
+        Err(ConfigError::Invalid {
+            var,
+            value: url,
+            expected: "a queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)".into(),
+        })
     }
 }
 
@@ -110,12 +122,27 @@ impl CommonConfig {
     /// Parses the shared variables.
     pub fn from_vars(vars: &Vars<impl Fn(&str) -> Option<String>>) -> Result<Self, ConfigError> {
         Ok(Self {
-            main_queue_url: queue_url(vars, "MAIN_QUEUE_URL", "resq needs the URL of the orders queue")?,
-            dlq_url: queue_url(vars, "DLQ_URL", "resq needs the URL of the orders queue's dead-letter queue")?,
-            archive_bucket: vars.required("ARCHIVE_BUCKET", "resq needs the S3 bucket that holds the archive and the order records")?,
+            main_queue_url: queue_url(
+                vars,
+                "MAIN_QUEUE_URL",
+                "resq needs the URL of the orders queue",
+            )?,
+            dlq_url: queue_url(
+                vars,
+                "DLQ_URL",
+                "resq needs the URL of the orders queue's dead-letter queue",
+            )?,
+            archive_bucket: vars.required(
+                "ARCHIVE_BUCKET",
+                "resq needs the S3 bucket that holds the archive and the order records",
+            )?,
             // 0 would archive every message on first sight.
             max_redrive_attempts: vars.number("MAX_REDRIVE_ATTEMPTS", 3, 1..=1000)?,
-            deadline_margin: Duration::from_millis(vars.number("DEADLINE_MARGIN_MS", 1000, 0..=900_000)?),
+            deadline_margin: Duration::from_millis(vars.number(
+                "DEADLINE_MARGIN_MS",
+                1000,
+                0..=900_000,
+            )?),
         })
     }
 }
@@ -141,7 +168,10 @@ impl ConsumerConfig {
         Ok(Self {
             common: CommonConfig::from_vars(vars)?,
             concurrency: vars.number("CONSUMER_CONCURRENCY", 10, 1..=1000)?,
-            backoff: Backoff { base: Duration::from_secs(base), cap: Duration::from_secs(cap) },
+            backoff: Backoff {
+                base: Duration::from_secs(base),
+                cap: Duration::from_secs(cap),
+            },
         })
     }
 }
@@ -152,12 +182,18 @@ mod tests {
     use std::collections::HashMap;
 
     fn vars(pairs: &[(&str, &str)]) -> Vars<impl Fn(&str) -> Option<String>> {
-        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Vars(move |k: &str| map.get(k).cloned())
     }
 
     const REQUIRED: [(&str, &str); 3] = [
-        ("MAIN_QUEUE_URL", "http://127.0.0.1:5000/123456789012/orders"),
+        (
+            "MAIN_QUEUE_URL",
+            "http://127.0.0.1:5000/123456789012/orders",
+        ),
         ("DLQ_URL", "http://127.0.0.1:5000/123456789012/orders-dlq"),
         ("ARCHIVE_BUCKET", "resq-archive"),
     ];
@@ -175,7 +211,13 @@ mod tests {
     #[test]
     fn overrides() {
         let mut v = REQUIRED.to_vec();
-        v.extend([("MAX_REDRIVE_ATTEMPTS", "5"), ("CONSUMER_CONCURRENCY", " 4 "), ("BACKOFF_BASE_SECONDS", "1"), ("BACKOFF_MAX_SECONDS", "60"), ("DEADLINE_MARGIN_MS", "250")]);
+        v.extend([
+            ("MAX_REDRIVE_ATTEMPTS", "5"),
+            ("CONSUMER_CONCURRENCY", " 4 "),
+            ("BACKOFF_BASE_SECONDS", "1"),
+            ("BACKOFF_MAX_SECONDS", "60"),
+            ("DEADLINE_MARGIN_MS", "250"),
+        ]);
         let c = ConsumerConfig::from_vars(&vars(&v)).unwrap();
         assert_eq!((c.common.max_redrive_attempts, c.concurrency), (5, 4));
         assert_eq!(c.backoff.cap, Duration::from_secs(60));
@@ -188,11 +230,17 @@ mod tests {
             let mut v = REQUIRED.to_vec();
             v.remove(i);
             let err = ConsumerConfig::from_vars(&vars(&v)).unwrap_err();
-            assert!(matches!(err, ConfigError::Missing { var, .. } if var == *name), "{err}");
+            assert!(
+                matches!(err, ConfigError::Missing { var, .. } if var == *name),
+                "{err}"
+            );
             assert!(err.to_string().starts_with(&format!("{name} is not set; ")));
             // empty counts as unset
             v.insert(i, (name, "  "));
-            assert!(matches!(ConsumerConfig::from_vars(&vars(&v)), Err(ConfigError::Missing { .. })));
+            assert!(matches!(
+                ConsumerConfig::from_vars(&vars(&v)),
+                Err(ConfigError::Missing { .. })
+            ));
         }
     }
 
@@ -213,7 +261,10 @@ mod tests {
             v.retain(|(k, _)| *k != var);
             v.push((var, value));
             let err = ConsumerConfig::from_vars(&vars(&v)).unwrap_err();
-            assert!(matches!(&err, ConfigError::Invalid { var: got, .. } if *got == var), "{var}={value}: {err}");
+            assert!(
+                matches!(&err, ConfigError::Invalid { var: got, .. } if *got == var),
+                "{var}={value}: {err}"
+            );
             assert!(err.to_string().starts_with(var), "{err}");
         }
     }

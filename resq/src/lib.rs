@@ -8,6 +8,7 @@
 
 pub mod archive;
 pub mod attributes;
+pub mod aws;
 pub mod backoff;
 pub mod config;
 pub mod metrics;

@@ -78,8 +78,15 @@ impl Metrics {
         for (name, value) in &self.counts {
             root.insert((*name).into(), json!(value));
         }
-        let defs: Vec<Value> = self.counts.keys().map(|n| json!({"Name": n, "Unit": "Count"})).collect();
-        root.insert("_aws".into(), aws_block(timestamp_ms, &[DIMENSION_FUNCTION], defs));
+        let defs: Vec<Value> = self
+            .counts
+            .keys()
+            .map(|n| json!({"Name": n, "Unit": "Count"}))
+            .collect();
+        root.insert(
+            "_aws".into(),
+            aws_block(timestamp_ms, &[DIMENSION_FUNCTION], defs),
+        );
         docs.push(Value::Object(root));
         for (reason, value) in &self.archived {
             docs.push(json!({
@@ -135,9 +142,23 @@ mod tests {
         }
         let by_reason: Vec<(String, u64)> = docs[1..]
             .iter()
-            .map(|d| (d["Reason"].as_str().unwrap().to_owned(), d["Archived"].as_u64().unwrap()))
+            .map(|d| {
+                (
+                    d["Reason"].as_str().unwrap().to_owned(),
+                    d["Archived"].as_u64().unwrap(),
+                )
+            })
             .collect();
-        assert_eq!(by_reason, vec![("REDRIVE_CAP".into(), 2), ("INVALID_REDRIVE_COUNT".into(), 1)]);
-        assert_eq!(docs[1]["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["FunctionName", "Reason"]]));
+        assert_eq!(
+            by_reason,
+            vec![
+                ("REDRIVE_CAP".into(), 2),
+                ("INVALID_REDRIVE_COUNT".into(), 1)
+            ]
+        );
+        assert_eq!(
+            docs[1]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["FunctionName", "Reason"]])
+        );
     }
 }

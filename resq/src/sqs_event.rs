@@ -16,7 +16,11 @@ pub fn queue_arn(queue_url: &str, region: &str) -> Option<String> {
 pub fn lambda_record(message: &Message, queue_arn: &str, region: &str) -> Value {
     let attributes: Map<String, Value> = message
         .attributes()
-        .map(|a| a.iter().map(|(k, v)| (k.as_str().to_owned(), json!(v))).collect())
+        .map(|a| {
+            a.iter()
+                .map(|(k, v)| (k.as_str().to_owned(), json!(v)))
+                .collect()
+        })
         .unwrap_or_default();
     let message_attributes: Map<String, Value> = message
         .message_attributes()
@@ -30,7 +34,10 @@ pub fn lambda_record(message: &Message, queue_arn: &str, region: &str) -> Value 
                     }
                     if let Some(b) = v.binary_value() {
                         use base64::Engine;
-                        a.insert("binaryValue".into(), json!(base64::engine::general_purpose::STANDARD.encode(b.as_ref())));
+                        a.insert(
+                            "binaryValue".into(),
+                            json!(base64::engine::general_purpose::STANDARD.encode(b.as_ref())),
+                        );
                     }
                     a.insert("stringListValues".into(), json!(v.string_list_values()));
                     let lists: Vec<String> = v
@@ -78,10 +85,17 @@ mod tests {
     #[test]
     fn arn_from_url() {
         assert_eq!(
-            queue_arn("https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo", "eu-west-1").as_deref(),
+            queue_arn(
+                "https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo",
+                "eu-west-1"
+            )
+            .as_deref(),
             Some("arn:aws:sqs:eu-west-1:123456789012:orders.fifo")
         );
-        assert_eq!(queue_arn("http://127.0.0.1:5000/123456789012/q/", "us-east-1").as_deref(), Some("arn:aws:sqs:us-east-1:123456789012:q"));
+        assert_eq!(
+            queue_arn("http://127.0.0.1:5000/123456789012/q/", "us-east-1").as_deref(),
+            Some("arn:aws:sqs:us-east-1:123456789012:q")
+        );
         assert_eq!(queue_arn("orders", "us-east-1"), None);
     }
 
@@ -94,18 +108,43 @@ mod tests {
             .md5_of_body("md5")
             .attributes(MessageSystemAttributeName::ApproximateReceiveCount, "2")
             .attributes(MessageSystemAttributeName::MessageGroupId, "g1")
-            .message_attributes("n", MessageAttributeValue::builder().data_type("Number").string_value("1").build().unwrap())
-            .message_attributes("b", MessageAttributeValue::builder().data_type("Binary").binary_value(aws_sdk_sqs::primitives::Blob::new(vec![1, 2, 3])).build().unwrap())
+            .message_attributes(
+                "n",
+                MessageAttributeValue::builder()
+                    .data_type("Number")
+                    .string_value("1")
+                    .build()
+                    .unwrap(),
+            )
+            .message_attributes(
+                "b",
+                MessageAttributeValue::builder()
+                    .data_type("Binary")
+                    .binary_value(aws_sdk_sqs::primitives::Blob::new(vec![1, 2, 3]))
+                    .build()
+                    .unwrap(),
+            )
             .build();
         let event = lambda_event(&[m], "arn:aws:sqs:us-east-1:1:q.fifo", "us-east-1");
         let r = &event["Records"][0];
         assert_eq!(r["attributes"]["ApproximateReceiveCount"], "2");
         assert_eq!(r["attributes"]["MessageGroupId"], "g1");
-        assert_eq!(r["messageAttributes"]["n"], json!({"stringValue": "1", "stringListValues": [], "binaryListValues": [], "dataType": "Number"}));
+        assert_eq!(
+            r["messageAttributes"]["n"],
+            json!({"stringValue": "1", "stringListValues": [], "binaryListValues": [], "dataType": "Number"})
+        );
         assert_eq!(r["messageAttributes"]["b"]["binaryValue"], "AQID");
         assert_eq!(r["eventSourceARN"], "arn:aws:sqs:us-east-1:1:q.fifo");
-        let parsed: aws_lambda_events::event::sqs::SqsEvent = serde_json::from_value(event).unwrap();
+        let parsed: aws_lambda_events::event::sqs::SqsEvent =
+            serde_json::from_value(event).unwrap();
         assert_eq!(parsed.records[0].message_id.as_deref(), Some("id-1"));
-        assert_eq!(parsed.records[0].message_attributes["b"].binary_value.as_ref().unwrap().0, vec![1, 2, 3]);
+        assert_eq!(
+            parsed.records[0].message_attributes["b"]
+                .binary_value
+                .as_ref()
+                .unwrap()
+                .0,
+            vec![1, 2, 3]
+        );
     }
 }

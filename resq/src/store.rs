@@ -45,7 +45,10 @@ pub struct S3Store {
 impl S3Store {
     /// An adapter writing into `bucket`.
     pub fn new(client: aws_sdk_s3::Client, bucket: impl Into<String>) -> Self {
-        Self { client, bucket: bucket.into() }
+        Self {
+            client,
+            bucket: bucket.into(),
+        }
     }
 
     /// The bucket written to.
@@ -74,10 +77,88 @@ impl ObjectStore for S3Store {
                     return Ok(PutOutcome::AlreadyExists);
                 }
                 Err(StoreError {
-                    code: err.code().map(str::to_owned).or_else(|| status.map(|s| format!("HTTP{s}"))),
+                    code: err
+                        .code()
+                        .map(str::to_owned)
+                        .or_else(|| status.map(|s| format!("HTTP{s}"))),
                     message: format!("s3://{}/{key}: {}", self.bucket, DisplayErrorContext(&err)),
                 })
             }
         }
+    }
+}
+
+/// An in-memory [`ObjectStore`] for tests and benchmarks; can be told to fail.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    objects: std::sync::Mutex<std::collections::BTreeMap<String, Vec<u8>>>,
+    failing: std::sync::atomic::AtomicBool,
+    puts: std::sync::atomic::AtomicU64,
+}
+
+impl MemoryStore {
+    /// Makes every following put fail (`true`) or succeed again (`false`).
+    pub fn set_failing(&self, failing: bool) {
+        self.failing
+            .store(failing, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A copy of the stored objects.
+    pub fn objects(&self) -> std::collections::BTreeMap<String, Vec<u8>> {
+        self.objects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Keys stored under `prefix`.
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        self.objects()
+            .into_keys()
+            .filter(|k| k.starts_with(prefix))
+            .collect()
+    }
+
+    /// Put attempts so far (written, found existing or failed).
+    pub fn puts(&self) -> u64 {
+        self.puts.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl ObjectStore for MemoryStore {
+    async fn put_if_absent(&self, key: &str, body: Vec<u8>) -> Result<PutOutcome, StoreError> {
+        self.puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError {
+                code: Some("InternalError".into()),
+                message: format!("{key}: injected failure"),
+            });
+        }
+        let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
+        if objects.contains_key(key) {
+            return Ok(PutOutcome::AlreadyExists);
+        }
+        objects.insert(key.to_owned(), body);
+        Ok(PutOutcome::Created)
+    }
+}
+
+impl<T: ObjectStore> ObjectStore for std::sync::Arc<T> {
+    fn put_if_absent(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+    ) -> impl Future<Output = Result<PutOutcome, StoreError>> + Send {
+        (**self).put_if_absent(key, body)
+    }
+}
+
+impl<T: ObjectStore> ObjectStore for &T {
+    fn put_if_absent(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+    ) -> impl Future<Output = Result<PutOutcome, StoreError>> + Send {
+        (**self).put_if_absent(key, body)
     }
 }

@@ -57,7 +57,9 @@ impl LogSettings {
 pub fn init_tracing() {
     let settings = LogSettings::from_env();
     let filter = EnvFilter::try_new(&settings.filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
     let _ = match settings.format {
         // Lambda stamps each line itself; the span fields carry messageId / orderId.
         LogFormat::Json => builder
