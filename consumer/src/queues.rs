@@ -158,3 +158,154 @@ impl QueuePort for SqsQueues {
         failed
     }
 }
+
+/// Faults the local emulator cannot produce (partial batch failures, throttling), through
+/// aws-smithy-mocks.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_sqs::Client;
+    use aws_sdk_sqs::operation::change_message_visibility_batch::ChangeMessageVisibilityBatchOutput;
+    use aws_sdk_sqs::operation::send_message::SendMessageError;
+    use aws_sdk_sqs::types::error::RequestThrottled;
+    use aws_sdk_sqs::types::{BatchResultErrorEntry, ChangeMessageVisibilityBatchResultEntry};
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use resq::attributes::AttributeValue;
+
+    fn throttled() -> RequestThrottled {
+        let meta = aws_sdk_sqs::error::ErrorMetadata::builder()
+            .code("RequestThrottled")
+            .message("Rate exceeded")
+            .build();
+        RequestThrottled::builder()
+            .message("Rate exceeded")
+            .meta(meta)
+            .build()
+    }
+
+    fn change(i: usize) -> VisibilityChange {
+        VisibilityChange {
+            message_id: format!("m{i}"),
+            receipt_handle: format!("rh{i}"),
+            timeout_seconds: 5,
+        }
+    }
+
+    #[tokio::test]
+    async fn partial_visibility_batch_failure_is_reported_per_entry() {
+        // GIVEN SQS accepts entries 0 and 2 of each batch but not entry 1
+        let rule = mock!(Client::change_message_visibility_batch)
+            .match_requests(|r| r.queue_url() == Some("main"))
+            .then_compute_output(|req| {
+                let mut out = ChangeMessageVisibilityBatchOutput::builder();
+                for e in req.entries() {
+                    if e.id() == "1" {
+                        out = out.failed(
+                            BatchResultErrorEntry::builder()
+                                .id("1")
+                                .sender_fault(true)
+                                .code("ReceiptHandleIsInvalid")
+                                .message("expired")
+                                .build()
+                                .unwrap(),
+                        );
+                    } else {
+                        out = out.successful(
+                            ChangeMessageVisibilityBatchResultEntry::builder()
+                                .id(e.id())
+                                .build()
+                                .unwrap(),
+                        );
+                    }
+                }
+                out.build().unwrap()
+            });
+        let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&rule]);
+        let queues = SqsQueues::new(client, "main", "dlq");
+        // WHEN 12 changes are made (two batches: 10 + 2)
+        let failed = queues
+            .change_visibility((0..12).map(change).collect())
+            .await;
+        // THEN each batch's entry 1 is reported, with the reason
+        assert_eq!(rule.num_calls(), 2);
+        let ids: Vec<_> = failed.iter().map(|(c, _)| c.message_id.as_str()).collect();
+        assert_eq!(ids, vec!["m1", "m11"]);
+        assert!(failed[0].1.starts_with("ReceiptHandleIsInvalid"));
+    }
+
+    #[tokio::test]
+    async fn a_failed_visibility_call_reports_every_entry() {
+        let rule = mock!(Client::change_message_visibility_batch)
+            .sequence()
+            .http_status(500, None)
+            .repeatedly()
+            .build();
+        let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&rule]);
+        let failed = SqsQueues::new(client, "main", "dlq")
+            .change_visibility((0..3).map(change).collect())
+            .await;
+        assert_eq!(failed.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn throttled_dlq_send_is_an_error_not_a_drop() {
+        let rule = mock!(Client::send_message)
+            .then_error(|| SendMessageError::RequestThrottled(throttled()));
+        let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&rule]);
+        let message = OutgoingMessage {
+            body: "{".into(),
+            attributes: MessageAttributes::from([(
+                "x-failure-class".into(),
+                AttributeValue::string("permanent"),
+            )]),
+            group_id: None,
+            deduplication_id: None,
+        };
+        let err = SqsQueues::new(client, "main", "dlq")
+            .send_to_dlq(message)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code.as_deref(), Some("RequestThrottled"));
+        assert!(rule.num_calls() >= 1);
+    }
+
+    #[tokio::test]
+    async fn the_engine_keeps_records_whose_dlq_send_is_throttled() {
+        use crate::engine::Consumer;
+        use resq::store::MemoryStore;
+        let send = mock!(Client::send_message)
+            .then_error(|| SendMessageError::RequestThrottled(throttled()));
+        let visibility = mock!(Client::change_message_visibility_batch).then_output(|| {
+            ChangeMessageVisibilityBatchOutput::builder()
+                .set_successful(Some(vec![]))
+                .set_failed(Some(vec![]))
+                .build()
+                .unwrap()
+        });
+        let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&send, &visibility]);
+        let store = MemoryStore::default();
+        let config =
+            resq::config::ConsumerConfig::from_vars(&resq::config::Vars(|k: &str| match k {
+                "MAIN_QUEUE_URL" => Some("http://127.0.0.1/1/main".into()),
+                "DLQ_URL" => Some("http://127.0.0.1/1/dlq".into()),
+                "ARCHIVE_BUCKET" => Some("b".into()),
+                _ => None,
+            }))
+            .unwrap();
+        let consumer = Consumer::new(
+            crate::handler::RecordOrder::new(&store),
+            SqsQueues::new(client, "main", "dlq"),
+            &store,
+            config,
+        );
+        let event = serde_json::json!({"Records": [{
+            "messageId": "m1", "receiptHandle": "rh1", "body": "{broken", "attributes": {"ApproximateReceiveCount": "1"},
+            "messageAttributes": {}, "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:1:main"
+        }]});
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let response = consumer.handle_event(event, deadline).await.unwrap();
+        assert_eq!(response.batch_item_failures.len(), 1);
+        assert_eq!(response.batch_item_failures[0].item_identifier, "m1");
+        assert_eq!(visibility.num_calls(), 1, "the kept record is backed off");
+    }
+}

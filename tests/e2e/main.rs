@@ -1,1 +1,7 @@
+//! End-to-end tests against a real SQS/S3 API: a moto server each test starts on 127.0.0.1.
+//! Messages are sent and received for real; the Lambda event is built from what was received,
+//! exactly as Lambda's SQS poller builds it.
 
+mod consumer;
+mod helpers;
+mod workspace;

@@ -1,1 +1,352 @@
+//! Helpers for resq's end-to-end tests: a moto server started on 127.0.0.1 (a free port) and
+//! stopped afterwards, SDK clients pointed at it, and the queues and bucket of a resq stack.
+#![deny(clippy::all)]
+#![warn(missing_docs)]
 
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
+
+/// Region used against the emulator.
+pub const REGION: &str = "us-east-1";
+
+/// A moto server child process; killed when dropped (also when a test panics).
+pub struct MotoServer {
+    child: Child,
+    /// `http://127.0.0.1:{port}`.
+    pub endpoint: String,
+}
+
+/// Where the moto server binary is: `MOTO_SERVER`, else the workspace's `.venv`.
+pub fn moto_binary() -> PathBuf {
+    std::env::var_os("MOTO_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/moto_server")
+        })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port on 127.0.0.1")
+}
+
+fn http_ok(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(
+        b"GET /moto-api/data.json HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    )
+    .is_err()
+    {
+        return false;
+    }
+    let mut buf = [0u8; 12];
+    s.read_exact(&mut buf).is_ok() && buf.starts_with(b"HTTP/1.1 200")
+}
+
+impl MotoServer {
+    /// Starts moto on 127.0.0.1 and waits until it answers.
+    pub fn start() -> Self {
+        let binary = moto_binary();
+        assert!(
+            binary.exists(),
+            "moto server not found at {}; run `make setup` (or `make test`, which installs it) or set MOTO_SERVER",
+            binary.display()
+        );
+        for _attempt in 0..5 {
+            let port = free_port();
+            let mut cmd = Command::new(&binary);
+            cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            // SAFETY: prctl is async-signal-safe; it makes the kernel kill moto if the test
+            // process dies without running destructors (SIGKILL, abort).
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+            let mut child = cmd
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(60) {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break; // exited: most likely the port was taken meanwhile; try another
+                }
+                if http_ok(port) {
+                    return Self {
+                        child,
+                        endpoint: format!("http://127.0.0.1:{port}"),
+                    };
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("moto server did not come up on 127.0.0.1");
+    }
+
+    /// The SDK configuration for this server (region us-east-1, dummy credentials).
+    pub async fn sdk_config(&self) -> aws_config::SdkConfig {
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(&self.endpoint)
+            .region(aws_config::Region::new(REGION))
+            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                "testing", "testing", None, None, "resq-e2e",
+            ))
+            .load()
+            .await
+    }
+}
+
+impl Drop for MotoServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A queue of the stack.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    /// Its URL.
+    pub url: String,
+    /// Its ARN.
+    pub arn: String,
+}
+
+/// The emulator plus a resq stack on it: main queue, DLQ, archive bucket.
+pub struct Stack {
+    /// The server (stopped on drop).
+    pub moto: MotoServer,
+    /// SQS client.
+    pub sqs: aws_sdk_sqs::Client,
+    /// S3 client.
+    pub s3: aws_sdk_s3::Client,
+    /// The orders queue.
+    pub main: Queue,
+    /// Its dead-letter queue.
+    pub dlq: Queue,
+    /// The archive bucket.
+    pub bucket: String,
+}
+
+/// Options for [`Stack::start`].
+#[derive(Debug, Clone, Copy)]
+pub struct StackOptions {
+    /// FIFO queues (`orders.fifo`, `orders-dlq.fifo`).
+    pub fifo: bool,
+    /// The main queue's `maxReceiveCount`.
+    pub max_receive_count: u32,
+    /// The main queue's visibility timeout in seconds.
+    pub visibility_timeout: u32,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        Self {
+            fifo: false,
+            max_receive_count: 5,
+            visibility_timeout: 120,
+        }
+    }
+}
+
+impl Stack {
+    /// Starts moto and creates the stack.
+    pub async fn start(options: StackOptions) -> Self {
+        let moto = MotoServer::start();
+        let config = moto.sdk_config().await;
+        let sqs = aws_sdk_sqs::Client::new(&config);
+        let s3 = resq::aws::s3_client(&config);
+        let suffix = if options.fifo { ".fifo" } else { "" };
+        let dlq = create_queue(
+            &sqs,
+            &format!("orders-dlq{suffix}"),
+            options.fifo,
+            HashMap::new(),
+        )
+        .await;
+        let redrive = serde_json::json!({"deadLetterTargetArn": dlq.arn, "maxReceiveCount": options.max_receive_count.to_string()});
+        let main = create_queue(
+            &sqs,
+            &format!("orders{suffix}"),
+            options.fifo,
+            HashMap::from([
+                (QueueAttributeName::RedrivePolicy, redrive.to_string()),
+                (
+                    QueueAttributeName::VisibilityTimeout,
+                    options.visibility_timeout.to_string(),
+                ),
+            ]),
+        )
+        .await;
+        let bucket = "resq-archive".to_owned();
+        s3.create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .expect("create bucket");
+        Self {
+            moto,
+            sqs,
+            s3,
+            main,
+            dlq,
+            bucket,
+        }
+    }
+
+    /// The environment a function of this stack gets (SPEC §8 names).
+    pub fn env(&self) -> HashMap<String, String> {
+        HashMap::from([
+            ("MAIN_QUEUE_URL".into(), self.main.url.clone()),
+            ("DLQ_URL".into(), self.dlq.url.clone()),
+            ("ARCHIVE_BUCKET".into(), self.bucket.clone()),
+        ])
+    }
+
+    /// Receives up to `max` messages (≤ 10) with every attribute, as Lambda's poller does.
+    pub async fn receive(&self, queue: &Queue, max: i32) -> Vec<Message> {
+        self.sqs
+            .receive_message()
+            .queue_url(&queue.url)
+            .max_number_of_messages(max)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .wait_time_seconds(0)
+            .send()
+            .await
+            .expect("receive")
+            .messages
+            .unwrap_or_default()
+    }
+
+    /// Receives until `count` messages arrived or nothing more comes.
+    pub async fn receive_n(&self, queue: &Queue, count: usize) -> Vec<Message> {
+        let mut all = Vec::new();
+        let mut empty = 0;
+        while all.len() < count && empty < 3 {
+            let got = self
+                .receive(queue, (count - all.len()).min(10) as i32)
+                .await;
+            if got.is_empty() {
+                empty += 1;
+            }
+            all.extend(got);
+        }
+        all
+    }
+
+    /// Deletes messages (what Lambda does with the records not reported failed).
+    pub async fn delete(&self, queue: &Queue, messages: &[&Message]) {
+        for m in messages {
+            self.sqs
+                .delete_message()
+                .queue_url(&queue.url)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .expect("delete");
+        }
+    }
+
+    /// `ApproximateNumberOfMessages` + `…NotVisible` of a queue.
+    pub async fn depth(&self, queue: &Queue) -> (u64, u64) {
+        let out = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&queue.url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .expect("queue attributes");
+        let get = |n: QueueAttributeName| {
+            out.attributes()
+                .and_then(|a| a.get(&n))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        (
+            get(QueueAttributeName::ApproximateNumberOfMessages),
+            get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        )
+    }
+
+    /// Keys in the bucket under `prefix`.
+    pub async fn keys(&self, prefix: &str) -> Vec<String> {
+        let out = self
+            .s3
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .send()
+            .await
+            .expect("list objects");
+        out.contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect()
+    }
+
+    /// An object's body as JSON.
+    pub async fn json_object(&self, key: &str) -> serde_json::Value {
+        let out = self
+            .s3
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .expect("get object");
+        let bytes = out.body.collect().await.expect("read object").into_bytes();
+        serde_json::from_slice(&bytes).expect("object is JSON")
+    }
+}
+
+async fn create_queue(
+    sqs: &aws_sdk_sqs::Client,
+    name: &str,
+    fifo: bool,
+    mut attributes: HashMap<QueueAttributeName, String>,
+) -> Queue {
+    if fifo {
+        attributes.insert(QueueAttributeName::FifoQueue, "true".into());
+    }
+    let url = sqs
+        .create_queue()
+        .queue_name(name)
+        .set_attributes(Some(attributes))
+        .send()
+        .await
+        .expect("create queue")
+        .queue_url
+        .expect("queue url");
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("queue arn")
+        .attributes
+        .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
+        .expect("queue arn");
+    Queue { url, arn }
+}

@@ -1,0 +1,161 @@
+//! What the tests share: the consumer wired to the stack, and Lambda's side of an invocation.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::sqs::SqsBatchResponse;
+use aws_sdk_sqs::types::{Message, MessageAttributeValue};
+use consumer::Consumer;
+use consumer::handler::{HandlerError, OrderHandler, RecordMeta, RecordOrder};
+use consumer::order::Order;
+use consumer::queues::SqsQueues;
+use resq::config::{ConsumerConfig, Vars};
+use resq::store::S3Store;
+use resq_e2e::{Queue, REGION, Stack};
+
+/// The reference handler, except that orders whose id starts with `transient-` fail
+/// transiently (as a flaky downstream would).
+pub struct FlakyDownstream<H>(pub H);
+
+impl<H: OrderHandler> OrderHandler for FlakyDownstream<H> {
+    async fn handle(&self, order: &Order, meta: &RecordMeta<'_>) -> Result<(), HandlerError> {
+        if order.order_id.as_str().starts_with("transient-") {
+            return Err(HandlerError::transient(
+                "DOWNSTREAM_UNAVAILABLE",
+                "503 from the payment service",
+            ));
+        }
+        self.0.handle(order, meta).await
+    }
+}
+
+/// The consumer as `main.rs` wires it, configured from the stack's environment plus `extra`.
+pub type StackConsumer = Consumer<FlakyDownstream<RecordOrder<S3Store>>, SqsQueues, S3Store>;
+
+pub fn consumer(stack: &Stack, extra: &[(&str, &str)]) -> StackConsumer {
+    let mut env = stack.env();
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let config =
+        ConsumerConfig::from_vars(&Vars(move |k: &str| env.get(k).cloned())).expect("config");
+    let store = S3Store::new(stack.s3.clone(), &config.common.archive_bucket);
+    let queues = SqsQueues::new(
+        stack.sqs.clone(),
+        &config.common.main_queue_url,
+        &config.common.dlq_url,
+    );
+    Consumer::new(
+        FlakyDownstream(RecordOrder::new(store.clone())),
+        queues,
+        store,
+        config,
+    )
+}
+
+/// Backoff of zero: a backed-off message is visible again at once, which proves the
+/// visibility change reached SQS (the queue's own timeout is 120 s).
+pub const NO_BACKOFF: [(&str, &str); 2] =
+    [("BACKOFF_BASE_SECONDS", "0"), ("BACKOFF_MAX_SECONDS", "0")];
+
+/// One invocation as Lambda does it: event from the received messages, call, then delete the
+/// records not reported in `batchItemFailures`.
+pub async fn invoke(
+    stack: &Stack,
+    consumer: &StackConsumer,
+    queue: &Queue,
+    messages: &[Message],
+) -> SqsBatchResponse {
+    let event = resq::sqs_event::lambda_event(messages, &queue.arn, REGION);
+    let response = consumer
+        .handle_event(event, Instant::now() + Duration::from_secs(30))
+        .await
+        .expect("an SQS event is never an error");
+    let failed: Vec<&str> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    let done: Vec<&Message> = messages
+        .iter()
+        .filter(|m| !failed.contains(&m.message_id().unwrap_or_default()))
+        .collect();
+    stack.delete(queue, &done).await;
+    response
+}
+
+pub fn failed_ids(r: &SqsBatchResponse) -> Vec<String> {
+    r.batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
+}
+
+pub fn order_body(id: &str) -> String {
+    serde_json::json!({"orderId": id, "userId": "u-1", "items": [{"productId": "p-1", "quantity": 2}]}).to_string()
+}
+
+pub fn string_attr(v: &str) -> MessageAttributeValue {
+    MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(v)
+        .build()
+        .expect("attribute")
+}
+
+pub fn number_attr(v: &str) -> MessageAttributeValue {
+    MessageAttributeValue::builder()
+        .data_type("Number")
+        .string_value(v)
+        .build()
+        .expect("attribute")
+}
+
+/// Sends one message; returns its id.
+pub async fn send(
+    stack: &Stack,
+    queue: &Queue,
+    body: &str,
+    attrs: &[(&str, MessageAttributeValue)],
+    group: Option<&str>,
+) -> String {
+    let attrs: HashMap<String, MessageAttributeValue> = attrs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let mut req = stack
+        .sqs
+        .send_message()
+        .queue_url(&queue.url)
+        .message_body(body)
+        .set_message_attributes(Some(attrs));
+    if let Some(g) = group {
+        req = req
+            .message_group_id(g)
+            .message_deduplication_id(format!("{g}-{}", uuid_like(body)));
+    }
+    req.send()
+        .await
+        .expect("send")
+        .message_id
+        .expect("message id")
+}
+
+fn uuid_like(s: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.hash(&mut h);
+    format!("{:x}", h.finish())
+}
+
+/// A message's string attribute.
+pub fn attr<'a>(m: &'a Message, name: &str) -> Option<&'a str> {
+    m.message_attributes()
+        .and_then(|a| a.get(name))
+        .and_then(|v| v.string_value())
+}
+
+/// A message's system attribute.
+pub fn sys_attr(m: &Message, name: aws_sdk_sqs::types::MessageSystemAttributeName) -> Option<&str> {
+    m.attributes()
+        .and_then(|a| a.get(&name))
+        .map(String::as_str)
+}
