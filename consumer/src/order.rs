@@ -133,21 +133,7 @@ fn validate(document: Value) -> Result<Order, Rejection> {
             None
         }
     };
-    let user_id = match obj.get("userId") {
-        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
-        Some(Value::String(_)) => {
-            problems.push("userId must not be empty".into());
-            None
-        }
-        Some(other) => {
-            problems.push(format!("userId must be a string, got {}", kind(other)));
-            None
-        }
-        None => {
-            problems.push("userId is missing".into());
-            None
-        }
-    };
+    let user_id = non_empty_string(obj, "userId", &mut problems);
     let mut items = Vec::new();
     match obj.get("items") {
         Some(Value::Array(list)) if list.is_empty() => {
@@ -183,21 +169,7 @@ fn item_of(item: &Value) -> Result<OrderItem, Vec<String>> {
         return Err(vec![format!("item must be an object, got {}", kind(item))]);
     };
     let mut problems = Vec::new();
-    let product_id = match obj.get("productId") {
-        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
-        Some(Value::String(_)) => {
-            problems.push("productId must not be empty".to_owned());
-            None
-        }
-        Some(other) => {
-            problems.push(format!("productId must be a string, got {}", kind(other)));
-            None
-        }
-        None => {
-            problems.push("productId is missing".to_owned());
-            None
-        }
-    };
+    let product_id = non_empty_string(obj, "productId", &mut problems);
     let quantity = match obj.get("quantity") {
         Some(Value::Number(n)) => match n.as_u64() {
             Some(q) if q >= 1 => Some(q),
@@ -225,6 +197,21 @@ fn item_of(item: &Value) -> Result<OrderItem, Vec<String>> {
         }),
         _ => Err(problems),
     }
+}
+
+/// A required, non-blank string field; records the problem otherwise.
+fn non_empty_string(
+    obj: &serde_json::Map<String, Value>,
+    field: &str,
+    problems: &mut Vec<String>,
+) -> Option<String> {
+    match obj.get(field) {
+        Some(Value::String(s)) if !s.trim().is_empty() => return Some(s.clone()),
+        Some(Value::String(_)) => problems.push(format!("{field} must not be empty")),
+        Some(other) => problems.push(format!("{field} must be a string, got {}", kind(other))),
+        None => problems.push(format!("{field} is missing")),
+    }
+    None
 }
 
 fn kind(v: &Value) -> &'static str {
