@@ -190,11 +190,6 @@ pub fn cutoffs(deadline: Instant, margin: Duration) -> (Instant, Instant) {
     (sub(margin), sub(margin / 2))
 }
 
-/// `Instant` of a Lambda deadline given as epoch millis.
-pub fn deadline_instant(deadline_epoch_ms: u64, now_epoch_ms: u64, now: Instant) -> Instant {
-    now + Duration::from_millis(deadline_epoch_ms.saturating_sub(now_epoch_ms))
-}
-
 /// The batch response: every failed record's id, in event order, once.
 pub fn batch_response(records: &[Record], outcomes: &[Outcome]) -> SqsBatchResponse {
     let mut response = SqsBatchResponse::default();
@@ -457,11 +452,6 @@ mod tests {
         // a margin larger than the time left: nothing may start
         let (start_by, _) = cutoffs(now + Duration::from_millis(500), Duration::from_secs(2));
         assert!(start_by <= Instant::now());
-        assert_eq!(
-            deadline_instant(10_000, 4_000, now),
-            now + Duration::from_secs(6)
-        );
-        assert_eq!(deadline_instant(1_000, 4_000, now), now);
     }
 
     #[test]

@@ -1,9 +1,6 @@
 //! The consumer Lambda: wiring only.
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
-
 use consumer::Consumer;
-use consumer::decision::deadline_instant;
 use consumer::handler::RecordOrder;
 use consumer::queues::SqsQueues;
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
@@ -23,10 +20,7 @@ async fn main() -> Result<(), Error> {
     let consumer = Consumer::new(RecordOrder::new(store.clone()), queues, store, config);
     let consumer = &consumer;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let deadline = deadline_instant(event.context.deadline, now_ms, Instant::now());
+        let deadline = resq::lambda::deadline_instant(event.context.deadline);
         consumer
             .handle_event(event.payload, deadline)
             .await

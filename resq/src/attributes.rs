@@ -23,6 +23,24 @@ pub const FAILURE_CLASS_PERMANENT: &str = "permanent";
 /// SQS accepts at most this many message attributes per message.
 pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
 
+/// SQS's largest message: body plus attributes, 1 MiB. Also the largest batch.
+pub const MAX_MESSAGE_BYTES: usize = 1_048_576;
+
+/// The size SQS counts for a message: the body plus, per attribute, its name, data type and
+/// value bytes.
+pub fn message_size(body: &str, attrs: &MessageAttributes) -> usize {
+    body.len()
+        + attrs
+            .iter()
+            .map(|(name, v)| {
+                name.len()
+                    + v.data_type.len()
+                    + v.string_value.as_ref().map_or(0, String::len)
+                    + v.binary_value.as_ref().map_or(0, Vec::len)
+            })
+            .sum::<usize>()
+}
+
 /// One message attribute, independent of the SDK and the Lambda event types.
 ///
 /// Only scalar values: SQS does not support list values, so they are dropped when copying.
@@ -352,6 +370,22 @@ mod tests {
         assert_eq!(kept.len(), 2);
         assert_eq!(kept["bin"].binary_value.as_deref(), Some(&[1u8, 2, 3][..]));
         assert_eq!(dropped, vec!["list".to_owned()]);
+    }
+
+    #[test]
+    fn size_counts_body_names_types_and_values() {
+        let attrs = MessageAttributes::from([
+            ("ab".to_owned(), AttributeValue::string("xyz")),
+            (
+                "n".to_owned(),
+                AttributeValue {
+                    data_type: "Binary".into(),
+                    string_value: None,
+                    binary_value: Some(vec![0; 4]),
+                },
+            ),
+        ]);
+        assert_eq!(message_size("12345", &attrs), 5 + (2 + 6 + 3) + (1 + 6 + 4));
     }
 
     #[test]

@@ -57,11 +57,105 @@ pub struct ConsumerConfig {
     pub backoff: Backoff,
 }
 
+/// What the redriver does with permanent failures (`PERMANENT_ACTION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermanentAction {
+    /// Leave them in the DLQ for a human (default).
+    Keep,
+    /// Archive them to S3 (`PERMANENT_FAILURE`) and delete them from the DLQ.
+    Archive,
+}
+
+/// The redriver's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedriverConfig {
+    /// Shared settings.
+    pub common: CommonConfig,
+    /// `REDRIVE_RATE_PER_SECOND`: token-bucket rate of replays.
+    pub rate_per_second: f64,
+    /// `MAX_MESSAGES_PER_RUN`: messages received per invocation at most.
+    pub max_messages_per_run: u32,
+    /// `ARCHIVE_AFTER_SECONDS`: TTL from the producer's send.
+    pub archive_after: Duration,
+    /// `PERMANENT_ACTION`.
+    pub permanent_action: PermanentAction,
+    /// `PAUSE_ON_ALARMS`: alarm names that stop replay while in `ALARM`.
+    pub pause_on_alarms: Vec<String>,
+}
+
+/// Highest accepted `REDRIVE_RATE_PER_SECOND` (SQS's own move task tops out at 500/s).
+pub const MAX_RATE_PER_SECOND: f64 = 3000.0;
+
+impl RedriverConfig {
+    /// Parses the redriver's variables from the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(&process_env())
+    }
+
+    /// Parses the redriver's variables from any lookup.
+    pub fn from_vars(vars: &Vars<impl Fn(&str) -> Option<String>>) -> Result<Self, ConfigError> {
+        let rate = match vars.get("REDRIVE_RATE_PER_SECOND") {
+            None => 10.0,
+            Some(raw) => match raw.trim().parse::<f64>() {
+                Ok(r) if r.is_finite() && r > 0.0 && r <= MAX_RATE_PER_SECOND => r,
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        var: "REDRIVE_RATE_PER_SECOND",
+                        value: raw,
+                        expected: format!(
+                            "a number of messages per second above 0 and at most {MAX_RATE_PER_SECOND}"
+                        ),
+                    });
+                }
+            },
+        };
+        let permanent_action = match vars
+            .get("PERMANENT_ACTION")
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("keep") => PermanentAction::Keep,
+            Some("archive") => PermanentAction::Archive,
+            Some(_) => {
+                return Err(ConfigError::Invalid {
+                    var: "PERMANENT_ACTION",
+                    value: vars.get("PERMANENT_ACTION").unwrap_or_default(),
+                    expected: "keep or archive".into(),
+                });
+            }
+        };
+        let pause_on_alarms = vars
+            .get("PAUSE_ON_ALARMS")
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Self {
+            common: CommonConfig::from_vars(vars)?,
+            rate_per_second: rate,
+            max_messages_per_run: vars.number("MAX_MESSAGES_PER_RUN", 1000, 1..=1_000_000)?,
+            // at least a minute: a shorter TTL would archive messages before they could be replayed
+            archive_after: Duration::from_secs(vars.number(
+                "ARCHIVE_AFTER_SECONDS",
+                86_400,
+                60..=1_209_600,
+            )?),
+            permanent_action,
+            pause_on_alarms,
+        })
+    }
+}
+
 /// Reads variables by name; the process environment or, in tests, a map.
 pub struct Vars<F: Fn(&str) -> Option<String>>(pub F);
 
 impl<F: Fn(&str) -> Option<String>> Vars<F> {
-    fn get(&self, var: &str) -> Option<String> {
+    /// A variable's value; empty counts as unset.
+    pub fn get(&self, var: &str) -> Option<String> {
         (self.0)(var).filter(|v| !v.trim().is_empty())
     }
 
@@ -241,6 +335,54 @@ mod tests {
                 ConsumerConfig::from_vars(&vars(&v)),
                 Err(ConfigError::Missing { .. })
             ));
+        }
+    }
+
+    #[test]
+    fn redriver_defaults_and_overrides() {
+        let c = RedriverConfig::from_vars(&vars(&REQUIRED)).unwrap();
+        assert_eq!(c.rate_per_second, 10.0);
+        assert_eq!(c.max_messages_per_run, 1000);
+        assert_eq!(c.archive_after, Duration::from_secs(86_400));
+        assert_eq!(c.permanent_action, PermanentAction::Keep);
+        assert!(c.pause_on_alarms.is_empty());
+        let mut v = REQUIRED.to_vec();
+        v.extend([
+            ("REDRIVE_RATE_PER_SECOND", "2.5"),
+            ("MAX_MESSAGES_PER_RUN", "50"),
+            ("ARCHIVE_AFTER_SECONDS", "3600"),
+            ("PERMANENT_ACTION", "Archive"),
+            ("PAUSE_ON_ALARMS", " replays-failing , ,dlq-depth"),
+        ]);
+        let c = RedriverConfig::from_vars(&vars(&v)).unwrap();
+        assert_eq!(c.rate_per_second, 2.5);
+        assert_eq!(c.max_messages_per_run, 50);
+        assert_eq!(c.archive_after, Duration::from_secs(3600));
+        assert_eq!(c.permanent_action, PermanentAction::Archive);
+        assert_eq!(
+            c.pause_on_alarms,
+            vec!["replays-failing".to_owned(), "dlq-depth".to_owned()]
+        );
+    }
+
+    #[test]
+    fn redriver_invalid_values_name_the_variable() {
+        for (var, value) in [
+            ("REDRIVE_RATE_PER_SECOND", "0"),
+            ("REDRIVE_RATE_PER_SECOND", "-3"),
+            ("REDRIVE_RATE_PER_SECOND", "NaN"),
+            ("REDRIVE_RATE_PER_SECOND", "1e9"),
+            ("MAX_MESSAGES_PER_RUN", "0"),
+            ("ARCHIVE_AFTER_SECONDS", "10"),
+            ("PERMANENT_ACTION", "delete"),
+        ] {
+            let mut v = REQUIRED.to_vec();
+            v.push((var, value));
+            let err = RedriverConfig::from_vars(&vars(&v)).unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::Invalid { var: got, .. } if *got == var),
+                "{var}={value}: {err}"
+            );
         }
     }
 

@@ -15,16 +15,19 @@ pub enum ArchiveReason {
     AttributeLimit,
     /// A permanent failure archived by the redriver (`PERMANENT_ACTION=archive`).
     PermanentFailure,
+    /// A copy would exceed SQS's maximum message size (body plus attributes).
+    SizeLimit,
 }
 
 impl ArchiveReason {
     /// Every reason, in a stable order (for metrics and reports).
-    pub const ALL: [ArchiveReason; 5] = [
+    pub const ALL: [ArchiveReason; 6] = [
         ArchiveReason::RedriveCap,
         ArchiveReason::InvalidRedriveCount,
         ArchiveReason::TtlExpired,
         ArchiveReason::AttributeLimit,
         ArchiveReason::PermanentFailure,
+        ArchiveReason::SizeLimit,
     ];
 
     /// The machine code used in archive keys, envelopes, logs and metric dimensions.
@@ -35,6 +38,7 @@ impl ArchiveReason {
             ArchiveReason::TtlExpired => "TTL_EXPIRED",
             ArchiveReason::AttributeLimit => "ATTRIBUTE_LIMIT",
             ArchiveReason::PermanentFailure => "PERMANENT_FAILURE",
+            ArchiveReason::SizeLimit => "SIZE_LIMIT",
         }
     }
 

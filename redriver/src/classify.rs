@@ -1,0 +1,431 @@
+//! Pure decisions of the redriver: what happens to each DLQ message, the copy that goes back
+//! to the main queue, and how copies are packed into `SendMessageBatch` calls.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::time::Duration;
+
+use resq::attributes::{
+    self, AttributeValue, FAILURE_CLASS_PERMANENT, MAX_MESSAGE_BYTES, MessageAttributes,
+    RedriveCount, X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT, X_REDRIVE_COUNT,
+};
+use resq::config::PermanentAction;
+use resq::reason::ArchiveReason;
+
+/// SQS takes at most 10 entries per batch call.
+pub const MAX_BATCH: usize = 10;
+
+/// A message received from the DLQ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DlqMessage {
+    /// Its id in the DLQ.
+    pub message_id: String,
+    /// The receipt handle of this receive.
+    pub receipt_handle: String,
+    /// The body.
+    pub body: String,
+    /// System attributes (`SentTimestamp`, `MessageGroupId`, …).
+    pub attributes: BTreeMap<String, String>,
+    /// Message attributes with scalar values.
+    pub message_attributes: MessageAttributes,
+    /// List-only attributes that cannot be copied.
+    pub dropped_attributes: Vec<String>,
+}
+
+impl DlqMessage {
+    /// `x-redrive-count` as read.
+    pub fn redrive_count(&self) -> RedriveCount {
+        attributes::parse_redrive_count(&self.message_attributes)
+    }
+
+    /// Epoch millis of the producer's send.
+    pub fn first_sent_at(&self) -> Option<u64> {
+        attributes::first_sent_at(
+            &self.message_attributes,
+            self.attributes.get("SentTimestamp").map(String::as_str),
+        )
+    }
+
+    /// `x-failure-reason`, if any.
+    pub fn failure_reason(&self) -> Option<&str> {
+        self.message_attributes
+            .get(X_FAILURE_REASON)
+            .and_then(|v| v.string_value.as_deref())
+    }
+
+    /// Marked `x-failure-class=permanent` by the consumer.
+    pub fn is_permanent(&self) -> bool {
+        self.message_attributes
+            .get(X_FAILURE_CLASS)
+            .and_then(|v| v.string_value.as_deref())
+            == Some(FAILURE_CLASS_PERMANENT)
+    }
+
+    /// A replay that failed again (`x-redrive-count` ≥ 1).
+    pub fn is_returned(&self) -> bool {
+        !matches!(self.redrive_count(), RedriveCount::Count(0))
+    }
+}
+
+/// Why a message stays in the DLQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// A permanent failure, kept for a human (`PERMANENT_ACTION=keep`).
+    Permanent,
+    /// Outside this run's selection (`reason`, `olderThanSeconds`).
+    NotSelected,
+}
+
+/// What happens to one DLQ message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Copy back to the main queue, then delete from the DLQ.
+    Redrive,
+    /// Write to the archive, then delete from the DLQ.
+    Archive(ArchiveReason),
+    /// Leave in the DLQ.
+    Keep(Keep),
+}
+
+/// The rules of one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rules {
+    /// `MAX_REDRIVE_ATTEMPTS`.
+    pub max_redrive_attempts: u32,
+    /// `ARCHIVE_AFTER_SECONDS`.
+    pub archive_after: Duration,
+    /// `PERMANENT_ACTION`.
+    pub permanent_action: PermanentAction,
+    /// Selection by `x-failure-reason`.
+    pub reason: Option<String>,
+    /// Selection by age.
+    pub older_than: Option<Duration>,
+}
+
+/// Classifies one message at `now_ms` (epoch millis). Selection comes first: a selective run
+/// touches nothing outside it. Then TTL, the redrive cap, permanent failures, and replay.
+/// A permanent failure picked explicitly by `reason` is replayed: that is how a fixed bug's
+/// victims come back.
+pub fn classify(m: &DlqMessage, rules: &Rules, now_ms: u64) -> Decision {
+    let age = m
+        .first_sent_at()
+        .map(|sent| Duration::from_millis(now_ms.saturating_sub(sent)));
+    if let Some(reason) = &rules.reason
+        && m.failure_reason() != Some(reason.as_str())
+    {
+        return Decision::Keep(Keep::NotSelected);
+    }
+    if let Some(min_age) = rules.older_than
+        && age.is_none_or(|a| a < min_age)
+    {
+        return Decision::Keep(Keep::NotSelected);
+    }
+    if age.is_some_and(|a| a > rules.archive_after) {
+        return Decision::Archive(ArchiveReason::TtlExpired);
+    }
+    if let Some(reason) = attributes::cap_check(m.redrive_count(), rules.max_redrive_attempts) {
+        return Decision::Archive(reason);
+    }
+    if m.is_permanent() && rules.reason.is_none() {
+        return match rules.permanent_action {
+            PermanentAction::Keep => Decision::Keep(Keep::Permanent),
+            PermanentAction::Archive => Decision::Archive(ArchiveReason::PermanentFailure),
+        };
+    }
+    Decision::Redrive
+}
+
+/// A copy for the main queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedriveCopy {
+    /// The body, unchanged.
+    pub body: String,
+    /// Original attributes without the failure marks, `x-redrive-count` + 1,
+    /// `x-first-sent-at` carried.
+    pub attributes: MessageAttributes,
+    /// FIFO: the original group.
+    pub group_id: Option<String>,
+    /// FIFO: derived from the DLQ message id and the new count, so a retried send of the
+    /// same DLQ message is deduplicated by SQS.
+    pub deduplication_id: Option<String>,
+    /// The size SQS counts.
+    pub size: usize,
+}
+
+/// Builds the copy, or says why it cannot be sent (then it is archived instead).
+pub fn redrive_copy(m: &DlqMessage, main_is_fifo: bool) -> Result<RedriveCopy, ArchiveReason> {
+    let next = match m.redrive_count() {
+        RedriveCount::Count(n) => u64::from(n) + 1,
+        RedriveCount::Invalid => return Err(ArchiveReason::InvalidRedriveCount),
+    };
+    let mut original = m.message_attributes.clone();
+    // A replay is a fresh attempt: a stale "permanent" mark would get it skipped next time.
+    original.remove(X_FAILURE_CLASS);
+    original.remove(X_FAILURE_REASON);
+    let mut set = vec![(X_REDRIVE_COUNT, AttributeValue::number(next))];
+    if let Some(sent) = m.first_sent_at() {
+        set.push((X_FIRST_SENT_AT, AttributeValue::number(sent)));
+    }
+    let attributes =
+        attributes::copy_attributes(&original, set).map_err(|_| ArchiveReason::AttributeLimit)?;
+    let size = attributes::message_size(&m.body, &attributes);
+    if size > MAX_MESSAGE_BYTES {
+        return Err(ArchiveReason::SizeLimit);
+    }
+    let (group_id, deduplication_id) = if main_is_fifo {
+        let group = m
+            .attributes
+            .get("MessageGroupId")
+            .cloned()
+            .unwrap_or_else(|| "resq".to_owned());
+        (
+            Some(group),
+            Some(
+                format!("redrive-{next}-{}", m.message_id)
+                    .chars()
+                    .take(128)
+                    .collect(),
+            ),
+        )
+    } else {
+        (None, None)
+    };
+    Ok(RedriveCopy {
+        body: m.body.clone(),
+        attributes,
+        group_id,
+        deduplication_id,
+        size,
+    })
+}
+
+/// Splits copies (by size, in order) into batches of at most 10 entries and 1 MiB.
+pub fn pack(sizes: &[usize]) -> Vec<Range<usize>> {
+    let mut batches = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, &size) in sizes.iter().enumerate() {
+        if i > start && (i - start == MAX_BATCH || bytes + size > MAX_MESSAGE_BYTES) {
+            batches.push(start..i);
+            start = i;
+            bytes = 0;
+        }
+        bytes += size;
+    }
+    if start < sizes.len() {
+        batches.push(start..sizes.len());
+    }
+    batches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_800_000_000_000;
+    const HOUR: u64 = 3_600_000;
+
+    fn rules() -> Rules {
+        Rules {
+            max_redrive_attempts: 3,
+            archive_after: Duration::from_secs(86_400),
+            permanent_action: PermanentAction::Keep,
+            reason: None,
+            older_than: None,
+        }
+    }
+
+    fn msg(attrs: &[(&str, AttributeValue)], sent_ms: u64) -> DlqMessage {
+        DlqMessage {
+            message_id: "d-1".into(),
+            receipt_handle: "rh".into(),
+            body: "{\"orderId\":\"o-1\"}".into(),
+            attributes: BTreeMap::from([
+                ("SentTimestamp".into(), sent_ms.to_string()),
+                ("MessageGroupId".into(), "g".into()),
+            ]),
+            message_attributes: attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            dropped_attributes: vec![],
+        }
+    }
+
+    fn count(s: &str) -> (&'static str, AttributeValue) {
+        (
+            X_REDRIVE_COUNT,
+            AttributeValue {
+                data_type: "Number".into(),
+                string_value: Some(s.into()),
+                binary_value: None,
+            },
+        )
+    }
+
+    fn permanent(reason: &str) -> [(&'static str, AttributeValue); 2] {
+        [
+            (X_FAILURE_CLASS, AttributeValue::string("permanent")),
+            (X_FAILURE_REASON, AttributeValue::string(reason)),
+        ]
+    }
+
+    #[test]
+    fn each_rule() {
+        let r = rules();
+        assert_eq!(classify(&msg(&[], NOW - HOUR), &r, NOW), Decision::Redrive);
+        assert_eq!(
+            classify(&msg(&[count("2")], NOW - HOUR), &r, NOW),
+            Decision::Redrive
+        );
+        assert_eq!(
+            classify(&msg(&[], NOW - 25 * HOUR), &r, NOW),
+            Decision::Archive(ArchiveReason::TtlExpired)
+        );
+        assert_eq!(
+            classify(&msg(&[count("3")], NOW), &r, NOW),
+            Decision::Archive(ArchiveReason::RedriveCap)
+        );
+        assert_eq!(
+            classify(&msg(&[count("x")], NOW), &r, NOW),
+            Decision::Archive(ArchiveReason::InvalidRedriveCount)
+        );
+        assert_eq!(
+            classify(&msg(&permanent("MALFORMED_JSON"), NOW), &r, NOW),
+            Decision::Keep(Keep::Permanent)
+        );
+        let archive = Rules {
+            permanent_action: PermanentAction::Archive,
+            ..rules()
+        };
+        assert_eq!(
+            classify(&msg(&permanent("MALFORMED_JSON"), NOW), &archive, NOW),
+            Decision::Archive(ArchiveReason::PermanentFailure)
+        );
+    }
+
+    #[test]
+    fn ttl_counts_from_the_producers_send() {
+        // a fresh copy (SentTimestamp now) of an order first sent 2 days ago
+        let carried = msg(
+            &[(X_FIRST_SENT_AT, AttributeValue::number(NOW - 48 * HOUR))],
+            NOW,
+        );
+        assert_eq!(
+            classify(&carried, &rules(), NOW),
+            Decision::Archive(ArchiveReason::TtlExpired)
+        );
+        // TTL wins over the cap, the cap over permanence
+        let both = msg(&[count("9"), permanent("X")[0].clone()], NOW - 30 * HOUR);
+        assert_eq!(
+            classify(&both, &rules(), NOW),
+            Decision::Archive(ArchiveReason::TtlExpired)
+        );
+        let capped_permanent = msg(&[count("9"), permanent("X")[0].clone()], NOW);
+        assert_eq!(
+            classify(&capped_permanent, &rules(), NOW),
+            Decision::Archive(ArchiveReason::RedriveCap)
+        );
+    }
+
+    #[test]
+    fn selection_touches_nothing_outside_it() {
+        let by_reason = Rules {
+            reason: Some("VALIDATION_FAILED".into()),
+            ..rules()
+        };
+        assert_eq!(
+            classify(&msg(&permanent("VALIDATION_FAILED"), NOW), &by_reason, NOW),
+            Decision::Redrive
+        );
+        assert_eq!(
+            classify(&msg(&permanent("MALFORMED_JSON"), NOW), &by_reason, NOW),
+            Decision::Keep(Keep::NotSelected)
+        );
+        assert_eq!(
+            classify(&msg(&[], NOW - 30 * HOUR), &by_reason, NOW),
+            Decision::Keep(Keep::NotSelected)
+        );
+        let by_age = Rules {
+            older_than: Some(Duration::from_secs(600)),
+            ..rules()
+        };
+        assert_eq!(
+            classify(&msg(&[], NOW - 60_000), &by_age, NOW),
+            Decision::Keep(Keep::NotSelected)
+        );
+        assert_eq!(
+            classify(&msg(&[], NOW - HOUR), &by_age, NOW),
+            Decision::Redrive
+        );
+        let mut no_time = msg(&[], NOW);
+        no_time.attributes.clear();
+        assert_eq!(
+            classify(&no_time, &by_age, NOW),
+            Decision::Keep(Keep::NotSelected)
+        );
+        assert_eq!(
+            classify(&no_time, &rules(), NOW),
+            Decision::Redrive,
+            "unknown age is not expired"
+        );
+    }
+
+    #[test]
+    fn the_copy_counts_up_carries_the_send_time_and_drops_failure_marks() {
+        let mut attrs = permanent("VALIDATION_FAILED").to_vec();
+        attrs.push(count("1"));
+        attrs.push(("trace", AttributeValue::string("t")));
+        let m = msg(&attrs, NOW - HOUR);
+        let copy = redrive_copy(&m, false).unwrap();
+        assert_eq!(copy.body, m.body);
+        assert_eq!(copy.attributes[X_REDRIVE_COUNT], AttributeValue::number(2));
+        assert_eq!(
+            copy.attributes[X_FIRST_SENT_AT],
+            AttributeValue::number(NOW - HOUR)
+        );
+        assert_eq!(copy.attributes["trace"], AttributeValue::string("t"));
+        assert!(
+            !copy.attributes.contains_key(X_FAILURE_CLASS)
+                && !copy.attributes.contains_key(X_FAILURE_REASON)
+        );
+        assert_eq!((copy.group_id, copy.deduplication_id), (None, None));
+        assert_eq!(
+            copy.size,
+            resq::attributes::message_size(&m.body, &copy.attributes)
+        );
+
+        let fifo = redrive_copy(&m, true).unwrap();
+        assert_eq!(fifo.group_id.as_deref(), Some("g"));
+        assert_eq!(fifo.deduplication_id.as_deref(), Some("redrive-2-d-1"));
+    }
+
+    #[test]
+    fn copies_that_cannot_be_sent() {
+        let ten: Vec<(String, AttributeValue)> = (0..10)
+            .map(|i| (format!("a{i}"), AttributeValue::string("v")))
+            .collect();
+        let mut m = msg(&[], NOW);
+        m.message_attributes = ten.into_iter().collect();
+        assert_eq!(redrive_copy(&m, false), Err(ArchiveReason::AttributeLimit));
+        let mut big = msg(&[], NOW);
+        big.body = "x".repeat(MAX_MESSAGE_BYTES - 20);
+        assert_eq!(redrive_copy(&big, false), Err(ArchiveReason::SizeLimit));
+        big.body = "x".repeat(MAX_MESSAGE_BYTES - 100);
+        assert!(redrive_copy(&big, false).unwrap().size <= MAX_MESSAGE_BYTES);
+    }
+
+    #[test]
+    fn packing_respects_count_and_bytes() {
+        assert_eq!(pack(&[]), Vec::<Range<usize>>::new());
+        assert_eq!(pack(&[10; 23]), vec![0..10, 10..20, 20..23]);
+        let half = MAX_MESSAGE_BYTES / 2;
+        assert_eq!(pack(&[half, half, 1, half]), vec![0..2, 2..4]);
+        assert_eq!(
+            pack(&[MAX_MESSAGE_BYTES, 5, MAX_MESSAGE_BYTES]),
+            vec![0..1, 1..2, 2..3]
+        );
+        for batch in pack(&[700_000, 400_000, 300_000, 300_000, 300_000, 200]) {
+            assert!(batch.len() <= MAX_BATCH);
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! The redriver's ports (queues, alarms) and their AWS adapters.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use aws_sdk_cloudwatch::types::{AlarmType, StateValue};
+use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, Message,
+    MessageSystemAttributeName, SendMessageBatchRequestEntry,
+};
+use resq::attributes::AttributeValue;
+
+use crate::classify::{DlqMessage, MAX_BATCH, RedriveCopy};
+
+/// A call that did not go through.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct PortError {
+    /// The service's error code when there was one.
+    pub code: Option<String>,
+    /// The full error chain.
+    pub message: String,
+}
+
+fn port_error<E: ProvideErrorMetadata + std::error::Error + 'static>(err: E) -> PortError {
+    PortError {
+        code: err.code().map(str::to_owned),
+        message: DisplayErrorContext(&err).to_string(),
+    }
+}
+
+/// A received message to delete or release: (message id, receipt handle).
+pub type Receipt = (String, String);
+
+/// What the redriver needs from SQS.
+pub trait RedriveQueues: Send + Sync {
+    /// Receives up to `max` (≤ 10) DLQ messages with every attribute, hidden for `visibility`
+    /// seconds.
+    fn receive(
+        &self,
+        max: i32,
+        visibility: i32,
+        wait_seconds: i32,
+    ) -> impl Future<Output = Result<Vec<DlqMessage>, PortError>> + Send;
+
+    /// Sends up to 10 copies to the main queue in one call; per entry `None` when SQS reported
+    /// it `Successful`, else why not. `Err` when the call itself failed (nothing was sent).
+    fn send_batch(
+        &self,
+        copies: &[&RedriveCopy],
+    ) -> impl Future<Output = Result<Vec<Option<String>>, PortError>> + Send;
+
+    /// Deletes from the DLQ; returns the receipts that could not be deleted, with why.
+    fn delete(&self, receipts: Vec<Receipt>)
+    -> impl Future<Output = Vec<(Receipt, String)>> + Send;
+
+    /// Makes messages visible again at once (best effort; otherwise they return after their
+    /// visibility timeout).
+    fn release(&self, receipts: Vec<Receipt>) -> impl Future<Output = ()> + Send;
+}
+
+/// Alarm states for the circuit breaker.
+pub trait Alarms: Send + Sync {
+    /// The names among `names` currently in `ALARM`. `Err` when they cannot be read or one
+    /// does not exist (the breaker then stays open: nothing is replayed blind).
+    fn in_alarm(
+        &self,
+        names: &[String],
+    ) -> impl Future<Output = Result<Vec<String>, PortError>> + Send;
+}
+
+/// [`RedriveQueues`] on real SQS.
+#[derive(Debug, Clone)]
+pub struct SqsRedriveQueues {
+    client: aws_sdk_sqs::Client,
+    main_queue_url: String,
+    dlq_url: String,
+}
+
+impl SqsRedriveQueues {
+    /// The adapter between the DLQ and the main queue.
+    pub fn new(
+        client: aws_sdk_sqs::Client,
+        main_queue_url: impl Into<String>,
+        dlq_url: impl Into<String>,
+    ) -> Self {
+        Self {
+            client,
+            main_queue_url: main_queue_url.into(),
+            dlq_url: dlq_url.into(),
+        }
+    }
+}
+
+/// Reads an SDK message into the redriver's form.
+pub fn dlq_message(m: Message) -> DlqMessage {
+    let mut message_attributes = resq::attributes::MessageAttributes::new();
+    let mut dropped_attributes = Vec::new();
+    for (name, v) in m.message_attributes.unwrap_or_default() {
+        match AttributeValue::from_sdk(&v) {
+            Some(a) => {
+                message_attributes.insert(name, a);
+            }
+            None => dropped_attributes.push(name),
+        }
+    }
+    DlqMessage {
+        message_id: m.message_id.unwrap_or_default(),
+        receipt_handle: m.receipt_handle.unwrap_or_default(),
+        body: m.body.unwrap_or_default(),
+        attributes: m
+            .attributes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k.as_str().to_owned(), v))
+            .collect(),
+        message_attributes,
+        dropped_attributes,
+    }
+}
+
+impl RedriveQueues for SqsRedriveQueues {
+    async fn receive(
+        &self,
+        max: i32,
+        visibility: i32,
+        wait_seconds: i32,
+    ) -> Result<Vec<DlqMessage>, PortError> {
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.dlq_url)
+            .max_number_of_messages(max.clamp(1, MAX_BATCH as i32))
+            .visibility_timeout(visibility)
+            .wait_time_seconds(wait_seconds)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .map_err(port_error)?;
+        Ok(out
+            .messages
+            .unwrap_or_default()
+            .into_iter()
+            .map(dlq_message)
+            .collect())
+    }
+
+    async fn send_batch(&self, copies: &[&RedriveCopy]) -> Result<Vec<Option<String>>, PortError> {
+        let mut entries = Vec::with_capacity(copies.len());
+        for (i, c) in copies.iter().enumerate() {
+            let mut attributes = HashMap::with_capacity(c.attributes.len());
+            for (name, value) in &c.attributes {
+                let v = value.to_sdk().map_err(|e| PortError {
+                    code: None,
+                    message: format!("attribute {name}: {e}"),
+                })?;
+                attributes.insert(name.clone(), v);
+            }
+            let entry = SendMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .message_body(&c.body)
+                .set_message_attributes(Some(attributes))
+                .set_message_group_id(c.group_id.clone())
+                .set_message_deduplication_id(c.deduplication_id.clone())
+                .build()
+                .map_err(|e| PortError {
+                    code: None,
+                    message: e.to_string(),
+                })?;
+            entries.push(entry);
+        }
+        let out = self
+            .client
+            .send_message_batch()
+            .queue_url(&self.main_queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(port_error)?;
+        // Anything SQS did not list as Successful counts as not sent.
+        let mut results = vec![Some("not reported by SendMessageBatch".to_owned()); copies.len()];
+        for ok in out.successful() {
+            if let Some(slot) = ok
+                .id()
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| results.get_mut(i))
+            {
+                *slot = None;
+            }
+        }
+        for failed in out.failed() {
+            if let Some(slot) = failed
+                .id()
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| results.get_mut(i))
+            {
+                *slot = Some(format!(
+                    "{}: {}",
+                    failed.code(),
+                    failed.message().unwrap_or("")
+                ));
+            }
+        }
+        Ok(results)
+    }
+
+    async fn delete(&self, receipts: Vec<Receipt>) -> Vec<(Receipt, String)> {
+        let mut failed = Vec::new();
+        for chunk in receipts.chunks(MAX_BATCH) {
+            let entries: Vec<_> = chunk
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (_, rh))| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(rh)
+                        .build()
+                        .ok()
+                })
+                .collect();
+            match self
+                .client
+                .delete_message_batch()
+                .queue_url(&self.dlq_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+            {
+                Ok(out) => {
+                    let mut deleted = vec![false; chunk.len()];
+                    for ok in out.successful() {
+                        if let Some(d) = ok
+                            .id()
+                            .parse::<usize>()
+                            .ok()
+                            .and_then(|i| deleted.get_mut(i))
+                        {
+                            *d = true;
+                        }
+                    }
+                    for (i, r) in chunk.iter().enumerate() {
+                        if !deleted[i] {
+                            let why = out
+                                .failed()
+                                .iter()
+                                .find(|f| f.id() == i.to_string())
+                                .map_or("not reported by DeleteMessageBatch".to_owned(), |f| {
+                                    format!("{}: {}", f.code(), f.message().unwrap_or(""))
+                                });
+                            failed.push((r.clone(), why));
+                        }
+                    }
+                }
+                Err(e) => {
+                    let why = port_error(e).message;
+                    failed.extend(chunk.iter().map(|r| (r.clone(), why.clone())));
+                }
+            }
+        }
+        failed
+    }
+
+    async fn release(&self, receipts: Vec<Receipt>) {
+        for chunk in receipts.chunks(MAX_BATCH) {
+            let entries: Vec<_> = chunk
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (_, rh))| {
+                    ChangeMessageVisibilityBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(rh)
+                        .visibility_timeout(0)
+                        .build()
+                        .ok()
+                })
+                .collect();
+            if let Err(e) = self
+                .client
+                .change_message_visibility_batch()
+                .queue_url(&self.dlq_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+            {
+                tracing::warn!(error_details = %port_error(e), "could not release DLQ messages; they return after their visibility timeout");
+            }
+        }
+    }
+}
+
+/// [`Alarms`] on CloudWatch.
+#[derive(Debug, Clone)]
+pub struct CloudWatchAlarms {
+    client: aws_sdk_cloudwatch::Client,
+}
+
+impl CloudWatchAlarms {
+    /// The adapter.
+    pub fn new(client: aws_sdk_cloudwatch::Client) -> Self {
+        Self { client }
+    }
+}
+
+impl Alarms for CloudWatchAlarms {
+    async fn in_alarm(&self, names: &[String]) -> Result<Vec<String>, PortError> {
+        let out = self
+            .client
+            .describe_alarms()
+            .set_alarm_names(Some(names.to_vec()))
+            .alarm_types(AlarmType::MetricAlarm)
+            .alarm_types(AlarmType::CompositeAlarm)
+            .send()
+            .await
+            .map_err(|e| PortError {
+                code: e.code().map(str::to_owned),
+                message: DisplayErrorContext(&e).to_string(),
+            })?;
+        let mut found: HashMap<String, bool> = HashMap::new();
+        for a in out.metric_alarms() {
+            found.insert(
+                a.alarm_name().unwrap_or_default().to_owned(),
+                a.state_value() == Some(&StateValue::Alarm),
+            );
+        }
+        for a in out.composite_alarms() {
+            found.insert(
+                a.alarm_name().unwrap_or_default().to_owned(),
+                a.state_value() == Some(&StateValue::Alarm),
+            );
+        }
+        if let Some(missing) = names.iter().find(|n| !found.contains_key(*n)) {
+            return Err(PortError {
+                code: Some("AlarmNotFound".into()),
+                message: format!("alarm {missing:?} named in PAUSE_ON_ALARMS does not exist"),
+            });
+        }
+        Ok(names
+            .iter()
+            .filter(|n| found.get(*n) == Some(&true))
+            .cloned()
+            .collect())
+    }
+}
