@@ -427,3 +427,278 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         }
     }
 }
+
+/// Faults the local emulator cannot produce, through aws-smithy-mocks: partial
+/// `SendMessageBatch` and `DeleteMessageBatch` failures, a failed send call, archive failures.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::{PortError, SqsRedriveQueues};
+    use aws_sdk_sqs::Client;
+    use aws_sdk_sqs::operation::change_message_visibility_batch::ChangeMessageVisibilityBatchOutput;
+    use aws_sdk_sqs::operation::delete_message_batch::DeleteMessageBatchOutput;
+    use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
+    use aws_sdk_sqs::operation::send_message_batch::SendMessageBatchOutput;
+    use aws_sdk_sqs::types::{
+        BatchResultErrorEntry, ChangeMessageVisibilityBatchResultEntry,
+        DeleteMessageBatchResultEntry, Message, MessageAttributeValue, SendMessageBatchResultEntry,
+    };
+    use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
+    use resq::config::Vars;
+    use resq::store::MemoryStore;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    struct NoAlarms(Result<Vec<String>, PortError>);
+
+    impl Alarms for NoAlarms {
+        async fn in_alarm(&self, _: &[String]) -> Result<Vec<String>, PortError> {
+            self.0.clone()
+        }
+    }
+
+    fn config(extra: &[(&str, &str)]) -> RedriverConfig {
+        let extra: Vec<(String, String)> = extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        RedriverConfig::from_vars(&Vars(move |k: &str| match k {
+            "MAIN_QUEUE_URL" => Some("http://127.0.0.1/1/orders".into()),
+            "DLQ_URL" => Some("http://127.0.0.1/1/orders-dlq".into()),
+            "ARCHIVE_BUCKET" => Some("b".into()),
+            _ => extra.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()),
+        }))
+        .unwrap()
+    }
+
+    fn message(i: usize, redrive_count: Option<&str>) -> Message {
+        let mut m = Message::builder()
+            .message_id(format!("m{i}"))
+            .receipt_handle(format!("rh{i}"))
+            .body(format!("{{\"orderId\":\"o-{i}\"}}"));
+        if let Some(c) = redrive_count {
+            m = m.message_attributes(
+                "x-redrive-count",
+                MessageAttributeValue::builder()
+                    .data_type("Number")
+                    .string_value(c)
+                    .build()
+                    .unwrap(),
+            );
+        }
+        m.build()
+    }
+
+    /// Receives `messages` once, then nothing; records deletes and releases.
+    struct Sqs {
+        rules: Vec<Rule>,
+        deleted: Arc<Mutex<Vec<String>>>,
+        released: Arc<Mutex<Vec<String>>>,
+    }
+
+    fn sqs(messages: Vec<Message>, send: Rule, failing_delete_ids: &'static [&'static str]) -> Sqs {
+        let receive = mock!(Client::receive_message)
+            .sequence()
+            .output(move || {
+                ReceiveMessageOutput::builder()
+                    .set_messages(Some(messages.clone()))
+                    .build()
+            })
+            .output(|| ReceiveMessageOutput::builder().build())
+            .repeatedly()
+            .build();
+        let deleted = Arc::new(Mutex::new(Vec::new()));
+        let d = deleted.clone();
+        let delete = mock!(Client::delete_message_batch).then_compute_output(move |req| {
+            let mut out = DeleteMessageBatchOutput::builder()
+                .set_successful(Some(vec![]))
+                .set_failed(Some(vec![]));
+            for e in req.entries() {
+                if failing_delete_ids.contains(&e.id()) {
+                    out = out.failed(
+                        BatchResultErrorEntry::builder()
+                            .id(e.id())
+                            .sender_fault(false)
+                            .code("InternalError")
+                            .build()
+                            .unwrap(),
+                    );
+                } else {
+                    d.lock().unwrap().push(e.receipt_handle().to_owned());
+                    out = out.successful(
+                        DeleteMessageBatchResultEntry::builder()
+                            .id(e.id())
+                            .build()
+                            .unwrap(),
+                    );
+                }
+            }
+            out.build().unwrap()
+        });
+        let released = Arc::new(Mutex::new(Vec::new()));
+        let r = released.clone();
+        let release =
+            mock!(Client::change_message_visibility_batch).then_compute_output(move |req| {
+                let mut out =
+                    ChangeMessageVisibilityBatchOutput::builder().set_failed(Some(vec![]));
+                for e in req.entries() {
+                    r.lock().unwrap().push(e.receipt_handle().to_owned());
+                    out = out.successful(
+                        ChangeMessageVisibilityBatchResultEntry::builder()
+                            .id(e.id())
+                            .build()
+                            .unwrap(),
+                    );
+                }
+                out.build().unwrap()
+            });
+        Sqs {
+            rules: vec![receive, send, delete, release],
+            deleted,
+            released,
+        }
+    }
+
+    fn send_failing(ids: &'static [&'static str]) -> Rule {
+        mock!(Client::send_message_batch).then_compute_output(move |req| {
+            let mut out = SendMessageBatchOutput::builder()
+                .set_successful(Some(vec![]))
+                .set_failed(Some(vec![]));
+            for e in req.entries() {
+                if ids.contains(&e.id()) {
+                    out = out.failed(
+                        BatchResultErrorEntry::builder()
+                            .id(e.id())
+                            .sender_fault(false)
+                            .code("InternalError")
+                            .build()
+                            .unwrap(),
+                    );
+                } else {
+                    out = out.successful(
+                        SendMessageBatchResultEntry::builder()
+                            .id(e.id())
+                            .message_id("new")
+                            .md5_of_message_body("x")
+                            .build()
+                            .unwrap(),
+                    );
+                }
+            }
+            out.build().unwrap()
+        })
+    }
+
+    async fn run(
+        sqs: &Sqs,
+        store: &MemoryStore,
+        alarms: NoAlarms,
+        extra: &[(&str, &str)],
+    ) -> Summary {
+        let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, &sqs.rules);
+        let queues = SqsRedriveQueues::new(
+            client,
+            "http://127.0.0.1/1/orders",
+            "http://127.0.0.1/1/orders-dlq",
+        );
+        let cfg = config(extra);
+        let request = RunRequest::defaults(&cfg);
+        let redriver = Redriver::new(queues, store, alarms, cfg).with_receive_wait(0);
+        redriver
+            .run(
+                &RunRequest {
+                    rate_per_second: 1000.0,
+                    ..request
+                },
+                Instant::now() + Duration::from_secs(30),
+            )
+            .await
+    }
+
+    fn sorted(v: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+        let mut v = v.lock().unwrap().clone();
+        v.sort();
+        v
+    }
+
+    #[tokio::test]
+    async fn only_successful_sends_are_deleted() {
+        // GIVEN SendMessageBatch reports entry 1 failed
+        let sqs = sqs(
+            (0..3).map(|i| message(i, None)).collect(),
+            send_failing(&["1"]),
+            &[],
+        );
+        let summary = run(&sqs, &MemoryStore::default(), NoAlarms(Ok(vec![])), &[]).await;
+        // THEN only entries 0 and 2 leave the DLQ; entry 1 stays, released for a later run
+        assert_eq!((summary.redriven, summary.failed), (2, 1));
+        assert_eq!(sorted(&sqs.deleted), vec!["rh0", "rh2"]);
+        assert_eq!(sorted(&sqs.released), vec!["rh1"]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_send_call_deletes_nothing() {
+        let send = mock!(Client::send_message_batch)
+            .sequence()
+            .http_status(500, None)
+            .repeatedly()
+            .build();
+        let sqs = sqs((0..3).map(|i| message(i, None)).collect(), send, &[]);
+        let summary = run(&sqs, &MemoryStore::default(), NoAlarms(Ok(vec![])), &[]).await;
+        assert_eq!((summary.redriven, summary.failed), (0, 3));
+        assert!(sqs.deleted.lock().unwrap().is_empty());
+        assert_eq!(sorted(&sqs.released), vec!["rh0", "rh1", "rh2"]);
+    }
+
+    #[tokio::test]
+    async fn a_partial_delete_failure_is_reported_and_loses_nothing() {
+        let sqs = sqs(
+            (0..3).map(|i| message(i, None)).collect(),
+            send_failing(&[]),
+            &["0"],
+        );
+        let summary = run(&sqs, &MemoryStore::default(), NoAlarms(Ok(vec![])), &[]).await;
+        // all three reached the main queue; one stays in the DLQ too (seen again later)
+        assert_eq!(
+            (summary.redriven, summary.delete_failed, summary.failed),
+            (3, 1, 0)
+        );
+        assert_eq!(sorted(&sqs.deleted), vec!["rh1", "rh2"]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_archive_write_keeps_the_message() {
+        let store = MemoryStore::default();
+        store.set_failing(true);
+        let sqs = sqs(
+            vec![message(0, Some("3")), message(1, None)],
+            send_failing(&[]),
+            &[],
+        );
+        let summary = run(&sqs, &store, NoAlarms(Ok(vec![])), &[]).await;
+        assert_eq!((summary.redriven, summary.failed), (1, 1));
+        assert!(summary.archived.is_empty());
+        assert_eq!(sorted(&sqs.deleted), vec!["rh1"]);
+        assert_eq!(sorted(&sqs.released), vec!["rh0"]);
+    }
+
+    #[tokio::test]
+    async fn unreadable_alarm_states_pause_the_run() {
+        let sqs = sqs(vec![message(0, None)], send_failing(&[]), &[]);
+        let err = PortError {
+            code: Some("AccessDenied".into()),
+            message: "not allowed".into(),
+        };
+        let summary = run(
+            &sqs,
+            &MemoryStore::default(),
+            NoAlarms(Err(err)),
+            &[("PAUSE_ON_ALARMS", "a")],
+        )
+        .await;
+        assert!(summary.paused);
+        assert_eq!(summary.stopped_by, StopReason::Paused);
+        assert!(summary.pause_reason.unwrap().contains("not allowed"));
+        assert_eq!(summary.received, 0);
+    }
+}

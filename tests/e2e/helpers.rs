@@ -159,3 +159,66 @@ pub fn sys_attr(m: &Message, name: aws_sdk_sqs::types::MessageSystemAttributeNam
         .and_then(|a| a.get(&name))
         .map(String::as_str)
 }
+
+/// The redriver as `main.rs` wires it, configured from the stack's environment plus `extra`.
+pub type StackRedriver = redriver::Redriver<
+    redriver::ports::SqsRedriveQueues,
+    S3Store,
+    redriver::ports::CloudWatchAlarms,
+>;
+
+pub fn redriver_config(stack: &Stack, extra: &[(&str, &str)]) -> resq::config::RedriverConfig {
+    let mut env = stack.env();
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    resq::config::RedriverConfig::from_vars(&Vars(move |k: &str| env.get(k).cloned()))
+        .expect("config")
+}
+
+pub fn redriver(stack: &Stack, extra: &[(&str, &str)]) -> StackRedriver {
+    let config = redriver_config(stack, extra);
+    let queues = redriver::ports::SqsRedriveQueues::new(
+        stack.sqs.clone(),
+        &config.common.main_queue_url,
+        &config.common.dlq_url,
+    );
+    let store = S3Store::new(stack.s3.clone(), &config.common.archive_bucket);
+    let alarms = redriver::ports::CloudWatchAlarms::new(stack.cloudwatch.clone());
+    redriver::Redriver::new(queues, store, alarms, config).with_receive_wait(0)
+}
+
+/// One redriver invocation with `payload` (a manual payload, or `{}` for the schedule).
+pub async fn redrive(
+    stack: &Stack,
+    r: &StackRedriver,
+    payload: serde_json::Value,
+    extra: &[(&str, &str)],
+) -> redriver::Summary {
+    let request =
+        redriver::request::RunRequest::from_event(payload, &redriver_config(stack, extra))
+            .expect("request");
+    r.run(&request, Instant::now() + Duration::from_secs(60))
+        .await
+}
+
+/// Now, in epoch millis.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// All messages of a queue (received, then released so they stay).
+pub async fn drain_view(stack: &Stack, queue: &Queue) -> Vec<Message> {
+    let all = stack.receive_n(queue, 1000).await;
+    for m in &all {
+        let _ = stack
+            .sqs
+            .change_message_visibility()
+            .queue_url(&queue.url)
+            .receipt_handle(m.receipt_handle().unwrap_or_default())
+            .visibility_timeout(0)
+            .send()
+            .await;
+    }
+    all
+}

@@ -4,4 +4,5 @@
 
 mod consumer;
 mod helpers;
+mod redriver;
 mod workspace;

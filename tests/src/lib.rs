@@ -138,6 +138,8 @@ pub struct Stack {
     pub sqs: aws_sdk_sqs::Client,
     /// S3 client.
     pub s3: aws_sdk_s3::Client,
+    /// CloudWatch client (alarms).
+    pub cloudwatch: aws_sdk_cloudwatch::Client,
     /// The orders queue.
     pub main: Queue,
     /// Its dead-letter queue.
@@ -174,6 +176,7 @@ impl Stack {
         let config = moto.sdk_config().await;
         let sqs = aws_sdk_sqs::Client::new(&config);
         let s3 = resq::aws::s3_client(&config);
+        let cloudwatch = aws_sdk_cloudwatch::Client::new(&config);
         let suffix = if options.fifo { ".fifo" } else { "" };
         let dlq = create_queue(
             &sqs,
@@ -206,6 +209,7 @@ impl Stack {
             moto,
             sqs,
             s3,
+            cloudwatch,
             main,
             dlq,
             bucket,
