@@ -1,15 +1,9 @@
 //! The queue port of the consumer (send a copy to the DLQ, change visibility) and its SQS
 //! adapter.
 
-use std::collections::HashMap;
 use std::future::Future;
 
-use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata};
-use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
 use resq::attributes::MessageAttributes;
-
-/// SQS takes at most 10 entries per batch call.
-pub const MAX_BATCH: usize = 10;
 
 /// A copy to send to the DLQ.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,14 +30,7 @@ pub struct VisibilityChange {
 }
 
 /// A call that did not go through.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct QueueError {
-    /// The service's error code when there was one.
-    pub code: Option<String>,
-    /// The full error chain.
-    pub message: String,
-}
+pub type QueueError = resq::sqs::AwsError;
 
 /// What the consumer needs from SQS.
 pub trait QueuePort: Send + Sync {
@@ -83,23 +70,9 @@ impl SqsQueues {
     }
 }
 
-fn queue_error<E: ProvideErrorMetadata + std::error::Error + 'static>(err: E) -> QueueError {
-    QueueError {
-        code: err.code().map(str::to_owned),
-        message: DisplayErrorContext(&err).to_string(),
-    }
-}
-
 impl QueuePort for SqsQueues {
     async fn send_to_dlq(&self, message: OutgoingMessage) -> Result<(), QueueError> {
-        let mut attributes = HashMap::with_capacity(message.attributes.len());
-        for (name, value) in &message.attributes {
-            let v = value.to_sdk().map_err(|e| QueueError {
-                code: None,
-                message: format!("attribute {name}: {e}"),
-            })?;
-            attributes.insert(name.clone(), v);
-        }
+        let attributes = resq::sqs::sdk_attributes(&message.attributes)?;
         self.client
             .send_message()
             .queue_url(&self.dlq_url)
@@ -110,52 +83,22 @@ impl QueuePort for SqsQueues {
             .send()
             .await
             .map(|_| ())
-            .map_err(queue_error)
+            .map_err(QueueError::from_sdk)
     }
 
     async fn change_visibility(
         &self,
         changes: Vec<VisibilityChange>,
     ) -> Vec<(VisibilityChange, String)> {
-        let mut failed = Vec::new();
-        for chunk in changes.chunks(MAX_BATCH) {
-            let entries: Vec<_> = chunk
-                .iter()
-                .enumerate()
-                .filter_map(|(i, c)| {
-                    ChangeMessageVisibilityBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(&c.receipt_handle)
-                        .visibility_timeout(c.timeout_seconds)
-                        .build()
-                        .ok()
-                })
-                .collect();
-            let result = self
-                .client
-                .change_message_visibility_batch()
-                .queue_url(&self.main_queue_url)
-                .set_entries(Some(entries))
-                .send()
-                .await;
-            match result {
-                Ok(out) => {
-                    for f in out.failed() {
-                        if let Some(c) = f.id().parse::<usize>().ok().and_then(|i| chunk.get(i)) {
-                            failed.push((
-                                c.clone(),
-                                format!("{}: {}", f.code(), f.message().unwrap_or("")),
-                            ));
-                        }
-                    }
-                }
-                Err(err) => {
-                    let why = queue_error(err).message;
-                    failed.extend(chunk.iter().map(|c| (c.clone(), why.clone())));
-                }
-            }
-        }
-        failed
+        let entries: Vec<(&str, i32)> = changes
+            .iter()
+            .map(|c| (c.receipt_handle.as_str(), c.timeout_seconds))
+            .collect();
+        resq::sqs::change_visibility(&self.client, &self.main_queue_url, &entries)
+            .await
+            .into_iter()
+            .filter_map(|(i, why)| changes.get(i).map(|c| (c.clone(), why)))
+            .collect()
     }
 }
 

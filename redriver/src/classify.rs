@@ -12,8 +12,7 @@ use resq::attributes::{
 use resq::config::PermanentAction;
 use resq::reason::ArchiveReason;
 
-/// SQS takes at most 10 entries per batch call.
-pub const MAX_BATCH: usize = 10;
+pub use resq::sqs::MAX_BATCH;
 
 /// A message received from the DLQ.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,31 +4,13 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use aws_sdk_cloudwatch::types::{AlarmType, StateValue};
-use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata};
-use aws_sdk_sqs::types::{
-    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, Message,
-    MessageSystemAttributeName, SendMessageBatchRequestEntry,
-};
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, SendMessageBatchRequestEntry};
 use resq::attributes::AttributeValue;
 
 use crate::classify::{DlqMessage, MAX_BATCH, RedriveCopy};
 
 /// A call that did not go through.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct PortError {
-    /// The service's error code when there was one.
-    pub code: Option<String>,
-    /// The full error chain.
-    pub message: String,
-}
-
-fn port_error<E: ProvideErrorMetadata + std::error::Error + 'static>(err: E) -> PortError {
-    PortError {
-        code: err.code().map(str::to_owned),
-        message: DisplayErrorContext(&err).to_string(),
-    }
-}
+pub type PortError = resq::sqs::AwsError;
 
 /// A received message to delete or release: (message id, receipt handle).
 pub type Receipt = (String, String);
@@ -138,7 +120,7 @@ impl RedriveQueues for SqsRedriveQueues {
             .message_attribute_names("All")
             .send()
             .await
-            .map_err(port_error)?;
+            .map_err(PortError::from_sdk)?;
         Ok(out
             .messages
             .unwrap_or_default()
@@ -150,25 +132,14 @@ impl RedriveQueues for SqsRedriveQueues {
     async fn send_batch(&self, copies: &[&RedriveCopy]) -> Result<Vec<Option<String>>, PortError> {
         let mut entries = Vec::with_capacity(copies.len());
         for (i, c) in copies.iter().enumerate() {
-            let mut attributes = HashMap::with_capacity(c.attributes.len());
-            for (name, value) in &c.attributes {
-                let v = value.to_sdk().map_err(|e| PortError {
-                    code: None,
-                    message: format!("attribute {name}: {e}"),
-                })?;
-                attributes.insert(name.clone(), v);
-            }
             let entry = SendMessageBatchRequestEntry::builder()
                 .id(i.to_string())
                 .message_body(&c.body)
-                .set_message_attributes(Some(attributes))
+                .set_message_attributes(Some(resq::sqs::sdk_attributes(&c.attributes)?))
                 .set_message_group_id(c.group_id.clone())
                 .set_message_deduplication_id(c.deduplication_id.clone())
                 .build()
-                .map_err(|e| PortError {
-                    code: None,
-                    message: e.to_string(),
-                })?;
+                .map_err(|e| PortError::local(e.to_string()))?;
             entries.push(entry);
         }
         let out = self
@@ -178,7 +149,7 @@ impl RedriveQueues for SqsRedriveQueues {
             .set_entries(Some(entries))
             .send()
             .await
-            .map_err(port_error)?;
+            .map_err(PortError::from_sdk)?;
         // Anything SQS did not list as Successful counts as not sent.
         let mut results = vec![Some("not reported by SendMessageBatch".to_owned()); copies.len()];
         for ok in out.successful() {
@@ -209,85 +180,19 @@ impl RedriveQueues for SqsRedriveQueues {
     }
 
     async fn delete(&self, receipts: Vec<Receipt>) -> Vec<(Receipt, String)> {
-        let mut failed = Vec::new();
-        for chunk in receipts.chunks(MAX_BATCH) {
-            let entries: Vec<_> = chunk
-                .iter()
-                .enumerate()
-                .filter_map(|(i, (_, rh))| {
-                    DeleteMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(rh)
-                        .build()
-                        .ok()
-                })
-                .collect();
-            match self
-                .client
-                .delete_message_batch()
-                .queue_url(&self.dlq_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-            {
-                Ok(out) => {
-                    let mut deleted = vec![false; chunk.len()];
-                    for ok in out.successful() {
-                        if let Some(d) = ok
-                            .id()
-                            .parse::<usize>()
-                            .ok()
-                            .and_then(|i| deleted.get_mut(i))
-                        {
-                            *d = true;
-                        }
-                    }
-                    for (i, r) in chunk.iter().enumerate() {
-                        if !deleted[i] {
-                            let why = out
-                                .failed()
-                                .iter()
-                                .find(|f| f.id() == i.to_string())
-                                .map_or("not reported by DeleteMessageBatch".to_owned(), |f| {
-                                    format!("{}: {}", f.code(), f.message().unwrap_or(""))
-                                });
-                            failed.push((r.clone(), why));
-                        }
-                    }
-                }
-                Err(e) => {
-                    let why = port_error(e).message;
-                    failed.extend(chunk.iter().map(|r| (r.clone(), why.clone())));
-                }
-            }
-        }
-        failed
+        let handles: Vec<&str> = receipts.iter().map(|(_, rh)| rh.as_str()).collect();
+        resq::sqs::delete(&self.client, &self.dlq_url, &handles)
+            .await
+            .into_iter()
+            .filter_map(|(i, why)| receipts.get(i).map(|r| (r.clone(), why)))
+            .collect()
     }
 
     async fn release(&self, receipts: Vec<Receipt>) {
-        for chunk in receipts.chunks(MAX_BATCH) {
-            let entries: Vec<_> = chunk
-                .iter()
-                .enumerate()
-                .filter_map(|(i, (_, rh))| {
-                    ChangeMessageVisibilityBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(rh)
-                        .visibility_timeout(0)
-                        .build()
-                        .ok()
-                })
-                .collect();
-            if let Err(e) = self
-                .client
-                .change_message_visibility_batch()
-                .queue_url(&self.dlq_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-            {
-                tracing::warn!(error_details = %port_error(e), "could not release DLQ messages; they return after their visibility timeout");
-            }
+        let entries: Vec<(&str, i32)> = receipts.iter().map(|(_, rh)| (rh.as_str(), 0)).collect();
+        let failed = resq::sqs::change_visibility(&self.client, &self.dlq_url, &entries).await;
+        if let Some((_, why)) = failed.first() {
+            tracing::warn!(count = failed.len(), error_details = %why, "could not release DLQ messages; they return after their visibility timeout");
         }
     }
 }
@@ -315,10 +220,7 @@ impl Alarms for CloudWatchAlarms {
             .alarm_types(AlarmType::CompositeAlarm)
             .send()
             .await
-            .map_err(|e| PortError {
-                code: e.code().map(str::to_owned),
-                message: DisplayErrorContext(&e).to_string(),
-            })?;
+            .map_err(PortError::from_sdk)?;
         let mut found: HashMap<String, bool> = HashMap::new();
         for a in out.metric_alarms() {
             found.insert(

@@ -14,6 +14,7 @@ pub mod config;
 pub mod lambda;
 pub mod metrics;
 pub mod reason;
+pub mod sqs;
 pub mod sqs_event;
 pub mod store;
 pub mod telemetry;
