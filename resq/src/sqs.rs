@@ -2,6 +2,8 @@
 //! changes and deletes with per-entry results, and one error type for a call that failed.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::ops::Range;
 
 use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_sqs::types::{
@@ -85,6 +87,30 @@ fn unconfirmed(
         .collect()
 }
 
+/// Runs one batch call per chunk of 10 positions; `call` returns the ids SQS reported
+/// `Successful` and its `Failed` entries. Returns the positions not confirmed, with why.
+async fn in_batches<F, Fut>(len: usize, name: &str, mut call: F) -> Vec<(usize, String)>
+where
+    F: FnMut(Range<usize>) -> Fut,
+    Fut: Future<Output = Result<(Vec<String>, Vec<BatchResultErrorEntry>), AwsError>>,
+{
+    let mut failed = Vec::new();
+    for start in (0..len).step_by(MAX_BATCH) {
+        let range = start..(start + MAX_BATCH).min(len);
+        let lost = match call(range.clone()).await {
+            Ok((successful, errors)) => {
+                unconfirmed(range.len(), successful.into_iter(), &errors, name)
+            }
+            Err(e) => range
+                .clone()
+                .map(|i| (i - start, e.message.clone()))
+                .collect(),
+        };
+        failed.extend(lost.into_iter().map(|(i, why)| (start + i, why)));
+    }
+    failed
+}
+
 /// Sets visibility timeouts, 10 per call. Returns the positions in `changes` that did not
 /// change, with why.
 pub async fn change_visibility(
@@ -92,41 +118,36 @@ pub async fn change_visibility(
     queue_url: &str,
     changes: &[(&str, i32)],
 ) -> Vec<(usize, String)> {
-    let mut failed = Vec::new();
-    for (n, chunk) in changes.chunks(MAX_BATCH).enumerate() {
-        let entries = chunk
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (receipt, timeout))| {
-                ChangeMessageVisibilityBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(*receipt)
-                    .visibility_timeout(*timeout)
-                    .build()
-                    .ok()
-            })
-            .collect();
-        let result = client
-            .change_message_visibility_batch()
-            .queue_url(queue_url)
-            .set_entries(Some(entries))
-            .send()
-            .await;
-        let lost = match result {
-            Ok(out) => unconfirmed(
-                chunk.len(),
-                out.successful().iter().map(|s| s.id().to_owned()),
-                out.failed(),
-                "ChangeMessageVisibilityBatch",
-            ),
-            Err(e) => {
-                let why = AwsError::from_sdk(e).message;
-                (0..chunk.len()).map(|i| (i, why.clone())).collect()
-            }
-        };
-        failed.extend(lost.into_iter().map(|(i, why)| (n * MAX_BATCH + i, why)));
-    }
-    failed
+    in_batches(
+        changes.len(),
+        "ChangeMessageVisibilityBatch",
+        |range| async move {
+            let entries = changes[range]
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (receipt, timeout))| {
+                    ChangeMessageVisibilityBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(*receipt)
+                        .visibility_timeout(*timeout)
+                        .build()
+                        .ok()
+                })
+                .collect();
+            let out = client
+                .change_message_visibility_batch()
+                .queue_url(queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(AwsError::from_sdk)?;
+            Ok((
+                out.successful().iter().map(|s| s.id().to_owned()).collect(),
+                out.failed().to_vec(),
+            ))
+        },
+    )
+    .await
 }
 
 /// Deletes messages, 10 per call. Returns the positions in `receipts` not deleted, with why.
@@ -135,9 +156,8 @@ pub async fn delete(
     queue_url: &str,
     receipts: &[&str],
 ) -> Vec<(usize, String)> {
-    let mut failed = Vec::new();
-    for (n, chunk) in receipts.chunks(MAX_BATCH).enumerate() {
-        let entries = chunk
+    in_batches(receipts.len(), "DeleteMessageBatch", |range| async move {
+        let entries = receipts[range]
             .iter()
             .enumerate()
             .filter_map(|(i, receipt)| {
@@ -148,25 +168,17 @@ pub async fn delete(
                     .ok()
             })
             .collect();
-        let result = client
+        let out = client
             .delete_message_batch()
             .queue_url(queue_url)
             .set_entries(Some(entries))
             .send()
-            .await;
-        let lost = match result {
-            Ok(out) => unconfirmed(
-                chunk.len(),
-                out.successful().iter().map(|s| s.id().to_owned()),
-                out.failed(),
-                "DeleteMessageBatch",
-            ),
-            Err(e) => {
-                let why = AwsError::from_sdk(e).message;
-                (0..chunk.len()).map(|i| (i, why.clone())).collect()
-            }
-        };
-        failed.extend(lost.into_iter().map(|(i, why)| (n * MAX_BATCH + i, why)));
-    }
-    failed
+            .await
+            .map_err(AwsError::from_sdk)?;
+        Ok((
+            out.successful().iter().map(|s| s.id().to_owned()).collect(),
+            out.failed().to_vec(),
+        ))
+    })
+    .await
 }
