@@ -595,6 +595,25 @@ mod tests {
         alarms: NoAlarms,
         extra: &[(&str, &str)],
     ) -> Summary {
+        run_with(
+            sqs,
+            store,
+            alarms,
+            extra,
+            1000.0,
+            Instant::now() + Duration::from_secs(30),
+        )
+        .await
+    }
+
+    async fn run_with(
+        sqs: &Sqs,
+        store: &MemoryStore,
+        alarms: NoAlarms,
+        extra: &[(&str, &str)],
+        rate: f64,
+        deadline: Instant,
+    ) -> Summary {
         let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, &sqs.rules);
         let queues = SqsRedriveQueues::new(
             client,
@@ -602,17 +621,12 @@ mod tests {
             "http://127.0.0.1/1/orders-dlq",
         );
         let cfg = config(extra);
-        let request = RunRequest::defaults(&cfg);
+        let request = RunRequest {
+            rate_per_second: rate,
+            ..RunRequest::defaults(&cfg)
+        };
         let redriver = Redriver::new(queues, store, alarms, cfg).with_receive_wait(0);
-        redriver
-            .run(
-                &RunRequest {
-                    rate_per_second: 1000.0,
-                    ..request
-                },
-                Instant::now() + Duration::from_secs(30),
-            )
-            .await
+        redriver.run(&request, deadline).await
     }
 
     fn sorted(v: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
@@ -680,6 +694,55 @@ mod tests {
         assert!(summary.archived.is_empty());
         assert_eq!(sorted(&sqs.deleted), vec!["rh1"]);
         assert_eq!(sorted(&sqs.released), vec!["rh0"]);
+    }
+
+    #[tokio::test]
+    async fn nothing_starts_inside_the_deadline_margin() {
+        let sqs = sqs(vec![message(0, None)], send_failing(&[]), &[]);
+        let summary = run_with(
+            &sqs,
+            &MemoryStore::default(),
+            NoAlarms(Ok(vec![])),
+            &[],
+            10.0,
+            Instant::now(),
+        )
+        .await;
+        assert_eq!(
+            (summary.received, summary.stopped_by),
+            (0, StopReason::Deadline)
+        );
+    }
+
+    #[tokio::test]
+    async fn replays_waiting_for_tokens_past_the_margin_are_released_not_sent() {
+        // 1 token per second; the margin (1 s) is reached 0.5 s in: one replay fits
+        let sqs = sqs(
+            (0..3).map(|i| message(i, None)).collect(),
+            send_failing(&[]),
+            &[],
+        );
+        let deadline = Instant::now() + Duration::from_millis(1500);
+        let summary = run_with(
+            &sqs,
+            &MemoryStore::default(),
+            NoAlarms(Ok(vec![])),
+            &[],
+            1.0,
+            deadline,
+        )
+        .await;
+        assert_eq!(
+            (summary.received, summary.redriven, summary.failed),
+            (3, 1, 0)
+        );
+        assert_eq!(summary.stopped_by, StopReason::Deadline);
+        assert_eq!(sorted(&sqs.deleted), vec!["rh0"]);
+        assert_eq!(sorted(&sqs.released), vec!["rh1", "rh2"]);
+        assert!(
+            Instant::now() < deadline,
+            "the run ends before the deadline"
+        );
     }
 
     #[tokio::test]
