@@ -1,4 +1,6 @@
 //! The consumer Lambda: wiring only.
+// The handler future nests the SDK clients' futures deeply; the release build needs the room.
+#![recursion_limit = "256"]
 
 use consumer::Consumer;
 use consumer::handler::RecordOrder;

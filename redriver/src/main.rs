@@ -1,4 +1,6 @@
 //! The redriver Lambda: wiring only.
+// The handler future nests the SDK clients' futures deeply; the release build needs the room.
+#![recursion_limit = "256"]
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use redriver::Redriver;

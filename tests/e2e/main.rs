@@ -5,4 +5,5 @@
 mod consumer;
 mod helpers;
 mod redriver;
+mod template;
 mod workspace;

@@ -114,6 +114,29 @@ impl MotoServer {
     }
 }
 
+impl MotoServer {
+    /// A plain `GET` of moto's REST API, as JSON (for responses the SDK cannot parse because
+    /// moto deviates from AWS).
+    pub fn get_json(&self, path: &str) -> serde_json::Value {
+        let port: u16 = self
+            .endpoint
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port");
+        let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to moto");
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: AWS4-HMAC-SHA256 Credential=testing/20260101/{REGION}/lambda/aws4_request, SignedHeaders=host, Signature=0\r\nConnection: close\r\n\r\n"
+        );
+        s.write_all(request.as_bytes()).expect("send");
+        let mut response = String::new();
+        s.read_to_string(&mut response).expect("read");
+        let (head, body) = response.split_once("\r\n\r\n").expect("http response");
+        assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+    }
+}
+
 impl Drop for MotoServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -353,4 +376,36 @@ async fn create_queue(
         .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
         .expect("queue arn");
     Queue { url, arn }
+}
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The tool venv's Python (`RESQ_PYTHON`, else the workspace's `.venv`).
+pub fn tools_python() -> PathBuf {
+    std::env::var_os("RESQ_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(".venv/bin/python"))
+}
+
+/// `infra/template.yaml` translated to CloudFormation JSON by `infra/translate.py`, with
+/// function code at `s3://{artifact_bucket}/{LogicalId}.zip`.
+pub fn translated_template(artifact_bucket: &str) -> serde_json::Value {
+    let root = workspace_root();
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let out = std::env::temp_dir().join(format!("resq-template-{}-{n}.json", std::process::id()));
+    let status = Command::new(tools_python())
+        .arg(root.join("infra/translate.py"))
+        .arg(root.join("infra/template.yaml"))
+        .arg(&out)
+        .arg(artifact_bucket)
+        .status()
+        .expect("run infra/translate.py with the tool venv's python (make setup)");
+    assert!(status.success(), "infra/translate.py failed");
+    let text = std::fs::read_to_string(&out).expect("translated template");
+    let _ = std::fs::remove_file(&out);
+    serde_json::from_str(&text).expect("translated template is JSON")
 }

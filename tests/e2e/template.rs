@@ -1,0 +1,604 @@
+//! The SAM template: its translation checked resource by resource (alarms and the dashboard,
+//! which the emulator does not create), then deployed into moto's CloudFormation and used.
+
+use std::collections::{BTreeSet, HashMap};
+
+use aws_sdk_cloudformation::types::{Capability, Parameter};
+use resq_e2e::{MotoServer, REGION, translated_template};
+use serde_json::{Value, json};
+
+fn resources_of<'a>(t: &'a Value, kind: &str) -> Vec<(&'a String, &'a Value)> {
+    t["Resources"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["Type"] == kind)
+        .collect()
+}
+
+/// A property that may be a literal or a `Ref` to a parameter: its default.
+fn resolve<'a>(t: &'a Value, v: &'a Value) -> &'a Value {
+    match v.get("Ref").and_then(Value::as_str) {
+        Some(p) if t["Parameters"].get(p).is_some() => &t["Parameters"][p]["Default"],
+        _ => v,
+    }
+}
+
+fn number(v: &Value) -> f64 {
+    v.as_f64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
+    let t = translated_template("resq-artifacts");
+    let alarms: HashMap<String, &Value> = resources_of(&t, "AWS::CloudWatch::Alarm")
+        .into_iter()
+        .map(|(_, a)| {
+            let name = a["Properties"]["AlarmName"]["Fn::Sub"]
+                .as_str()
+                .unwrap()
+                .replace("${AWS::StackName}-", "");
+            (name, &a["Properties"])
+        })
+        .collect();
+    // name → (namespace, metric, threshold, period, evaluation periods)
+    let expected: [(&str, &str, &str, f64, f64, f64); 8] = [
+        (
+            "dlq-depth",
+            "AWS/SQS",
+            "ApproximateNumberOfMessagesVisible",
+            50.0,
+            60.0,
+            2.0,
+        ),
+        (
+            "dlq-oldest-age",
+            "AWS/SQS",
+            "ApproximateAgeOfOldestMessage",
+            3600.0,
+            300.0,
+            1.0,
+        ),
+        (
+            "orders-oldest-age",
+            "AWS/SQS",
+            "ApproximateAgeOfOldestMessage",
+            900.0,
+            60.0,
+            5.0,
+        ),
+        (
+            "replays-failing",
+            "resq",
+            "RedriveReturned",
+            10.0,
+            300.0,
+            1.0,
+        ),
+        ("consumer-errors", "AWS/Lambda", "Errors", 0.0, 60.0, 1.0),
+        (
+            "consumer-throttles",
+            "AWS/Lambda",
+            "Throttles",
+            0.0,
+            60.0,
+            1.0,
+        ),
+        ("redriver-errors", "AWS/Lambda", "Errors", 0.0, 300.0, 1.0),
+        (
+            "redriver-throttles",
+            "AWS/Lambda",
+            "Throttles",
+            0.0,
+            300.0,
+            1.0,
+        ),
+    ];
+    assert_eq!(
+        alarms.len(),
+        expected.len() + 1,
+        "the eight above plus poison-archived: {:?}",
+        alarms.keys()
+    );
+    let topic = json!([{"Ref": "AlertTopic"}]);
+    for (name, namespace, metric, threshold, period, evaluations) in expected {
+        let a = alarms
+            .get(name)
+            .unwrap_or_else(|| panic!("alarm {name} missing"));
+        assert_eq!(a["Namespace"], namespace, "{name}");
+        assert_eq!(a["MetricName"], metric, "{name}");
+        assert_eq!(number(resolve(&t, &a["Threshold"])), threshold, "{name}");
+        assert_eq!(number(&a["Period"]), period, "{name}");
+        assert_eq!(number(&a["EvaluationPeriods"]), evaluations, "{name}");
+        assert_eq!(a["ComparisonOperator"], "GreaterThanThreshold", "{name}");
+        assert_eq!(a["AlarmActions"], topic, "{name}");
+        assert_eq!(a["OKActions"], topic, "{name}");
+        assert_eq!(a["TreatMissingData"], "notBreaching", "{name}");
+    }
+    // poison archived: the sum of both functions' Archived metric, any at all
+    let poison = alarms["poison-archived"];
+    assert_eq!(number(&poison["Threshold"]), 0.0);
+    assert_eq!(
+        (&poison["AlarmActions"], &poison["OKActions"]),
+        (&topic, &topic)
+    );
+    let metrics = poison["Metrics"].as_array().unwrap();
+    let archived: Vec<&Value> = metrics
+        .iter()
+        .filter(|m| m["MetricStat"]["Metric"]["MetricName"] == "Archived")
+        .collect();
+    assert_eq!(archived.len(), 2);
+    assert!(
+        archived
+            .iter()
+            .all(|m| m["MetricStat"]["Metric"]["Namespace"] == "resq"
+                && m["MetricStat"]["Stat"] == "Sum")
+    );
+    assert!(metrics.iter().any(|m| {
+        m["ReturnData"] == true
+            && m["Expression"]
+                .as_str()
+                .is_some_and(|e| e.contains("consumer") && e.contains("redriver"))
+    }));
+    // the dimension values name the functions the template creates
+    let consumer_name = &t["Resources"]["ConsumerFunction"]["Properties"]["FunctionName"];
+    assert_eq!(
+        archived[0]["MetricStat"]["Metric"]["Dimensions"][0]["Value"],
+        *consumer_name
+    );
+    // the breaker: the redriver pauses on exactly the replays-failing alarm
+    let env = &t["Resources"]["RedriverFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(
+        env["PAUSE_ON_ALARMS"],
+        alarms["replays-failing"]["AlarmName"]
+    );
+}
+
+#[test]
+fn the_dashboard_shows_depths_ages_outcomes_and_errors() {
+    let t = translated_template("resq-artifacts");
+    let dashboards = resources_of(&t, "AWS::CloudWatch::Dashboard");
+    assert_eq!(dashboards.len(), 1);
+    let sub = &dashboards[0].1["Properties"]["DashboardBody"]["Fn::Sub"];
+    let body: Value = serde_json::from_str(sub[0].as_str().unwrap())
+        .expect("dashboard body is JSON before substitution");
+    let metrics: BTreeSet<String> = body["widgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| w["properties"]["metrics"].as_array().unwrap().iter())
+        .map(|m| format!("{}/{}", m[0].as_str().unwrap(), m[1].as_str().unwrap()))
+        .collect();
+    for m in [
+        "AWS/SQS/ApproximateNumberOfMessagesVisible",
+        "AWS/SQS/ApproximateAgeOfOldestMessage",
+        "resq/Processed",
+        "resq/Retried",
+        "resq/DeadLettered",
+        "resq/Archived",
+        "resq/Redriven",
+        "resq/RedriveReturned",
+        "AWS/Lambda/Errors",
+        "AWS/Lambda/Throttles",
+    ] {
+        assert!(metrics.contains(m), "{m} not on the dashboard");
+    }
+    let vars = sub[1].as_object().unwrap();
+    assert_eq!(vars["Consumer"], json!({"Ref": "ConsumerFunction"}));
+    assert_eq!(
+        vars["Dlq"],
+        json!({"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]})
+    );
+}
+
+#[test]
+fn iam_is_written_out_and_scoped() {
+    let t = translated_template("resq-artifacts");
+    let roles = resources_of(&t, "AWS::IAM::Role");
+    assert_eq!(
+        roles.len(),
+        2,
+        "one role per function, no SAM-generated ones"
+    );
+    for (name, role) in roles {
+        assert!(
+            role["Properties"]
+                .get("ManagedPolicyArns")
+                .is_none_or(|m| m.as_array().is_some_and(Vec::is_empty)),
+            "{name}"
+        );
+        for policy in role["Properties"]["Policies"].as_array().unwrap() {
+            for st in policy["PolicyDocument"]["Statement"].as_array().unwrap() {
+                assert_eq!(st["Effect"], "Allow");
+                let actions: Vec<&str> = match &st["Action"] {
+                    Value::String(a) => vec![a.as_str()],
+                    Value::Array(a) => a.iter().map(|a| a.as_str().unwrap()).collect(),
+                    other => panic!("{other}"),
+                };
+                assert!(
+                    actions.iter().all(|a| !a.contains('*')),
+                    "{name}: wildcard action in {st}"
+                );
+                let resources: Vec<&Value> = match &st["Resource"] {
+                    Value::Array(r) => r.iter().collect(),
+                    r => vec![r],
+                };
+                for r in resources {
+                    assert_ne!(r, "*", "{name}: wildcard resource in {st}");
+                    assert!(
+                        r.is_object(),
+                        "{name}: resources reference this stack's resources: {r}"
+                    );
+                }
+            }
+        }
+    }
+    let consumer = &t["Resources"]["ConsumerFunction"]["Properties"]["Role"];
+    assert_eq!(*consumer, json!({"Fn::GetAtt": ["ConsumerRole", "Arn"]}));
+}
+
+#[test]
+fn functions_are_rust_on_arm64_with_json_logs_and_the_spec_environment() {
+    let t = translated_template("resq-artifacts");
+    let spec: BTreeSet<&str> = [
+        "MAIN_QUEUE_URL",
+        "DLQ_URL",
+        "ARCHIVE_BUCKET",
+        "MAX_REDRIVE_ATTEMPTS",
+        "CONSUMER_CONCURRENCY",
+        "BACKOFF_BASE_SECONDS",
+        "BACKOFF_MAX_SECONDS",
+        "DEADLINE_MARGIN_MS",
+        "REDRIVE_RATE_PER_SECOND",
+        "MAX_MESSAGES_PER_RUN",
+        "ARCHIVE_AFTER_SECONDS",
+        "PERMANENT_ACTION",
+        "PAUSE_ON_ALARMS",
+    ]
+    .into();
+    for (name, binary) in [
+        ("ConsumerFunction", "consumer"),
+        ("RedriverFunction", "redriver"),
+    ] {
+        let f = &t["Resources"][name];
+        let p = &f["Properties"];
+        assert_eq!(p["Runtime"], "provided.al2023");
+        assert_eq!(p["Architectures"], json!(["arm64"]));
+        assert_eq!(p["Handler"], "bootstrap");
+        assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda");
+        assert_eq!(f["Metadata"]["BuildProperties"]["Binary"], binary);
+        assert_eq!(p["LoggingConfig"]["LogFormat"], "JSON");
+        let env: BTreeSet<&str> = p["Environment"]["Variables"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert!(
+            env.is_subset(&spec),
+            "{name}: {:?} not in SPEC §8",
+            env.difference(&spec).collect::<Vec<_>>()
+        );
+        for required in [
+            "MAIN_QUEUE_URL",
+            "DLQ_URL",
+            "ARCHIVE_BUCKET",
+            "MAX_REDRIVE_ATTEMPTS",
+        ] {
+            assert!(env.contains(required), "{name} lacks {required}");
+        }
+    }
+    let redriver = &t["Resources"]["RedriverFunction"]["Properties"];
+    assert_eq!(
+        redriver["ReservedConcurrentExecutions"], 1,
+        "at most one redriver run at a time"
+    );
+    let invoke = resources_of(&t, "AWS::Lambda::EventInvokeConfig");
+    assert_eq!(
+        invoke[0].1["Properties"]["DestinationConfig"]["OnFailure"]["Destination"],
+        json!({"Fn::GetAtt": ["RedriverFailureQueue", "Arn"]})
+    );
+    let esm = resources_of(&t, "AWS::Lambda::EventSourceMapping");
+    assert_eq!(esm.len(), 1);
+    let esm = &esm[0].1["Properties"];
+    assert_eq!(
+        esm["FunctionResponseTypes"],
+        json!(["ReportBatchItemFailures"])
+    );
+    assert_eq!(
+        esm["EventSourceArn"],
+        json!({"Fn::GetAtt": ["OrdersQueue", "Arn"]})
+    );
+    assert!(esm["ScalingConfig"]["MaximumConcurrency"].is_object());
+    assert!(esm["MaximumBatchingWindowInSeconds"].is_object());
+}
+
+#[test]
+fn queue_settings_follow_the_rules() {
+    let t = translated_template("resq-artifacts");
+    // visibility ≥ 6 × the consumer timeout, for every allowed timeout
+    let map = &t["Mappings"]["ConsumerTimeouts"];
+    for allowed in t["Parameters"]["ConsumerTimeout"]["AllowedValues"]
+        .as_array()
+        .unwrap()
+    {
+        let row = &map[allowed.as_str().unwrap()];
+        let timeout = number(&row["Timeout"]);
+        assert_eq!(timeout, number(allowed));
+        let visibility = number(&row["Visibility"]);
+        assert!(
+            visibility >= 6.0 * timeout,
+            "timeout {timeout}: visibility {visibility}"
+        );
+        assert!(visibility <= 43_200.0);
+    }
+    let orders = &t["Resources"]["OrdersQueue"]["Properties"];
+    let dlq = &t["Resources"]["DeadLetterQueue"]["Properties"];
+    assert_eq!(number(&dlq["MessageRetentionPeriod"]), 1_209_600.0);
+    assert!(
+        number(&t["Parameters"]["OrdersRetentionSeconds"]["MaxValue"]) < 1_209_600.0,
+        "the DLQ must outlive the orders queue"
+    );
+    assert_eq!(
+        number(resolve(&t, &orders["RedrivePolicy"]["maxReceiveCount"])),
+        5.0
+    );
+    assert_eq!(
+        orders["RedrivePolicy"]["deadLetterTargetArn"],
+        json!({"Fn::GetAtt": ["DeadLetterQueue", "Arn"]})
+    );
+    for q in [orders, dlq] {
+        assert_eq!(q["KmsMasterKeyId"], "alias/aws/sqs");
+        assert_eq!(number(&q["MaximumMessageSize"]), 1_048_576.0);
+    }
+    assert_eq!(dlq["RedriveAllowPolicy"]["redrivePermission"], "byQueue");
+    let bucket = &t["Resources"]["ArchiveBucket"]["Properties"];
+    assert_eq!(bucket["VersioningConfiguration"]["Status"], "Enabled");
+    assert!(
+        bucket["PublicAccessBlockConfiguration"]
+            .as_object()
+            .unwrap()
+            .values()
+            .all(|v| *v == true)
+    );
+    let policy =
+        &t["Resources"]["ArchiveBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"][0];
+    assert_eq!(
+        (
+            policy["Effect"].as_str(),
+            policy["Condition"]["Bool"]["aws:SecureTransport"].as_str()
+        ),
+        (Some("Deny"), Some("false"))
+    );
+}
+
+/// Deploys the translated template into moto's CloudFormation. moto skips what it cannot
+/// create (alarms, the dashboard, topic and bucket policies, the invoke config); those are
+/// checked on the translation above.
+#[tokio::test]
+async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order() {
+    let moto = MotoServer::start();
+    let config = moto.sdk_config().await;
+    let s3 = resq::aws::s3_client(&config);
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let artifacts = "resq-artifacts";
+    s3.create_bucket().bucket(artifacts).send().await.unwrap();
+    for f in ["ConsumerFunction", "RedriverFunction"] {
+        // moto stores the code; it never runs it
+        s3.put_object()
+            .bucket(artifacts)
+            .key(format!("{f}.zip"))
+            .body(b"placeholder".to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    let template = translated_template(artifacts);
+
+    // GIVEN the stack, created as `sam deploy` would (with a non-default parameter)
+    let cfn = aws_sdk_cloudformation::Client::new(&config);
+    cfn.create_stack()
+        .stack_name("resq-test")
+        .template_body(template.to_string())
+        .capabilities(Capability::CapabilityIam)
+        .parameters(
+            Parameter::builder()
+                .parameter_key("MaxReceiveCount")
+                .parameter_value("4")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("create stack");
+    let stack = cfn
+        .describe_stacks()
+        .stack_name("resq-test")
+        .send()
+        .await
+        .unwrap()
+        .stacks
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        stack.stack_status().map(|s| s.as_str()),
+        Some("CREATE_COMPLETE"),
+        "{:?}",
+        stack.stack_status_reason()
+    );
+    let outputs: HashMap<String, String> = stack
+        .outputs()
+        .iter()
+        .map(|o| {
+            (
+                o.output_key().unwrap_or_default().to_owned(),
+                o.output_value().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+
+    // THEN the queues exist with the redrive policy …
+    let attrs = sqs
+        .get_queue_attributes()
+        .queue_url(&outputs["OrdersQueueUrl"])
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    use aws_sdk_sqs::types::QueueAttributeName as Q;
+    let redrive: Value = serde_json::from_str(&attrs[&Q::RedrivePolicy]).unwrap();
+    assert_eq!(number(&redrive["maxReceiveCount"]), 4.0);
+    assert!(
+        redrive["deadLetterTargetArn"]
+            .as_str()
+            .unwrap()
+            .ends_with("resq-test-orders-dlq")
+    );
+    assert_eq!(attrs[&Q::VisibilityTimeout], "180");
+    let dlq_attrs = sqs
+        .get_queue_attributes()
+        .queue_url(&outputs["DeadLetterQueueUrl"])
+        .attribute_names(Q::All)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    assert_eq!(dlq_attrs[&Q::MessageRetentionPeriod], "1209600");
+
+    // … the bucket (its versioning, policy and lifecycle are checked on the translation: moto's
+    // CloudFormation does not apply them) …
+    s3.head_bucket()
+        .bucket(&outputs["ArchiveBucketName"])
+        .send()
+        .await
+        .expect("archive bucket");
+
+    // … both functions, wired to the stack's resources …
+    let lambda = aws_sdk_lambda::Client::new(&config);
+    // (read raw: moto's CloudFormation leaves numbers unquoted in the environment, which the
+    // SDK rightly refuses; the architecture it ignores is checked on the translation)
+    for (output, timeout, other_env) in [
+        ("ConsumerFunctionName", 30, "CONSUMER_CONCURRENCY"),
+        ("RedriverFunctionName", 300, "REDRIVE_RATE_PER_SECOND"),
+    ] {
+        let f = moto.get_json(&format!(
+            "/2015-03-31/functions/{}/configuration",
+            outputs[output]
+        ));
+        assert_eq!(f["Runtime"], "provided.al2023");
+        assert_eq!(f["Handler"], "bootstrap");
+        assert_eq!(number(&f["Timeout"]), f64::from(timeout));
+        let env = &f["Environment"]["Variables"];
+        assert_eq!(env["MAIN_QUEUE_URL"], outputs["OrdersQueueUrl"].as_str());
+        assert_eq!(env["DLQ_URL"], outputs["DeadLetterQueueUrl"].as_str());
+        assert_eq!(env["ARCHIVE_BUCKET"], outputs["ArchiveBucketName"].as_str());
+        assert!(env.get(other_env).is_some(), "{output}: {other_env}");
+    }
+
+    // … the event source mapping reporting batch item failures …
+    let mappings = lambda
+        .list_event_source_mappings()
+        .function_name(&outputs["ConsumerFunctionName"])
+        .send()
+        .await
+        .unwrap();
+    let esm = &mappings.event_source_mappings()[0];
+    assert_eq!(
+        esm.event_source_arn(),
+        Some(outputs["OrdersQueueArn"].as_str())
+    );
+    assert_eq!(
+        esm.function_response_types()
+            .iter()
+            .map(|t| t.as_str())
+            .collect::<Vec<_>>(),
+        vec!["ReportBatchItemFailures"]
+    );
+    assert_eq!(esm.batch_size(), Some(10));
+
+    // … and the redriver's schedule.
+    let events = aws_sdk_eventbridge::Client::new(&config);
+    let rules = events.list_rules().send().await.unwrap();
+    let rule = rules
+        .rules()
+        .iter()
+        .find(|r| r.schedule_expression() == Some("rate(5 minutes)"))
+        .expect("schedule rule");
+    let targets = events
+        .list_targets_by_rule()
+        .rule(rule.name().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        targets.targets()[0]
+            .arn()
+            .ends_with(&format!(":function:{}", outputs["RedriverFunctionName"]))
+    );
+
+    // WHEN an order is sent to the stack's queue and the consumer, configured from the stack's
+    // outputs, gets it
+    let order = json!({"orderId": "o-stack-1", "userId": "u", "items": [{"productId": "p", "quantity": 1}]}).to_string();
+    sqs.send_message()
+        .queue_url(&outputs["OrdersQueueUrl"])
+        .message_body(&order)
+        .send()
+        .await
+        .unwrap();
+    let env: HashMap<&str, String> = HashMap::from([
+        ("MAIN_QUEUE_URL", outputs["OrdersQueueUrl"].clone()),
+        ("DLQ_URL", outputs["DeadLetterQueueUrl"].clone()),
+        ("ARCHIVE_BUCKET", outputs["ArchiveBucketName"].clone()),
+    ]);
+    let cfg = resq::config::ConsumerConfig::from_vars(&resq::config::Vars(move |k: &str| {
+        env.get(k).cloned()
+    }))
+    .unwrap();
+    let store = resq::store::S3Store::new(s3.clone(), &cfg.common.archive_bucket);
+    let queues = consumer::queues::SqsQueues::new(
+        sqs.clone(),
+        &cfg.common.main_queue_url,
+        &cfg.common.dlq_url,
+    );
+    let consumer = consumer::Consumer::new(
+        consumer::handler::RecordOrder::new(store.clone()),
+        queues,
+        store,
+        cfg,
+    );
+    let received = sqs
+        .receive_message()
+        .queue_url(&outputs["OrdersQueueUrl"])
+        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap();
+    let event = resq::sqs_event::lambda_event(&received, &outputs["OrdersQueueArn"], REGION);
+    let response = consumer
+        .handle_event(
+            event,
+            std::time::Instant::now() + std::time::Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+
+    // THEN it is recorded in the stack's bucket
+    assert!(response.batch_item_failures.is_empty());
+    let record = s3
+        .get_object()
+        .bucket(&outputs["ArchiveBucketName"])
+        .key("orders/o-stack-1.json")
+        .send()
+        .await
+        .expect("order recorded");
+    let record: Value =
+        serde_json::from_slice(&record.body.collect().await.unwrap().into_bytes()).unwrap();
+    assert_eq!(record["order"]["orderId"], "o-stack-1");
+}
