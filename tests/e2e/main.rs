@@ -2,6 +2,7 @@
 //! Messages are sent and received for real; the Lambda event is built from what was received,
 //! exactly as Lambda's SQS poller builds it.
 
+mod cli;
 mod consumer;
 mod helpers;
 mod redriver;

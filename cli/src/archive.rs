@@ -1,0 +1,116 @@
+//! `resq archive ls | show | restore`.
+
+use resq::archive::{ARCHIVE_PREFIX, ArchiveEnvelope};
+use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON, X_REDRIVE_COUNT};
+
+use crate::CliError;
+use crate::context::Context;
+
+/// Archive keys under `archive/{reason}/{date…}`, oldest first.
+pub async fn list(
+    ctx: &Context,
+    reason: Option<&str>,
+    date: Option<&str>,
+) -> Result<Vec<String>, CliError> {
+    let mut prefix = ARCHIVE_PREFIX.to_owned();
+    if let Some(r) = reason {
+        prefix.push_str(r);
+        prefix.push('/');
+        if let Some(d) = date {
+            prefix.push_str(&d.replace('-', "/"));
+        }
+    }
+    let mut keys = Vec::new();
+    let mut token = None;
+    loop {
+        let out = ctx
+            .s3
+            .list_objects_v2()
+            .bucket(&ctx.bucket)
+            .prefix(&prefix)
+            .set_continuation_token(token)
+            .send()
+            .await
+            .map_err(|e| CliError::aws(format!("listing s3://{}/{prefix}", ctx.bucket), e))?;
+        keys.extend(
+            out.contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_owned)),
+        );
+        match out.next_continuation_token() {
+            Some(t) => token = Some(t.to_owned()),
+            None => break,
+        }
+    }
+    if reason.is_none()
+        && let Some(d) = date
+    {
+        let needle = format!("/{}/", d.replace('-', "/"));
+        keys.retain(|k| k.contains(&needle));
+    }
+    Ok(keys)
+}
+
+/// One archive entry.
+pub async fn show(ctx: &Context, key: &str) -> Result<ArchiveEnvelope, CliError> {
+    let out = ctx
+        .s3
+        .get_object()
+        .bucket(&ctx.bucket)
+        .key(key)
+        .send()
+        .await
+        .map_err(|e| CliError::aws(format!("reading s3://{}/{key}", ctx.bucket), e))?;
+    let bytes = out
+        .body
+        .collect()
+        .await
+        .map_err(|e| CliError::Usage(format!("reading s3://{}/{key}: {e}", ctx.bucket)))?
+        .into_bytes();
+    serde_json::from_slice(&bytes).map_err(|e| {
+        CliError::Usage(format!(
+            "s3://{}/{key} is not an archive entry: {e}",
+            ctx.bucket
+        ))
+    })
+}
+
+/// Sends an archived message back to the orders queue for a fresh start: body and attributes
+/// as archived, without `x-redrive-count` and the failure marks (`x-first-sent-at` stays). The
+/// entry stays in the archive as the record of what happened. Returns the new message id.
+pub async fn restore(ctx: &Context, key: &str, dry_run: bool) -> Result<Option<String>, CliError> {
+    let envelope = show(ctx, key).await?;
+    let mut attrs = envelope.original_message.message_attributes.clone();
+    for name in [X_REDRIVE_COUNT, X_FAILURE_CLASS, X_FAILURE_REASON] {
+        attrs.remove(name);
+    }
+    if dry_run {
+        return Ok(None);
+    }
+    let sdk_attrs = resq::sqs::sdk_attributes(&attrs).map_err(|source| CliError::Aws {
+        what: format!("restoring {key}"),
+        source,
+    })?;
+    let mut send = ctx
+        .sqs
+        .send_message()
+        .queue_url(&ctx.main_queue_url)
+        .message_body(&envelope.original_message.body)
+        .set_message_attributes(Some(sdk_attrs).filter(|a| !a.is_empty()));
+    if ctx.main_queue_url.ends_with(".fifo") {
+        let group = envelope
+            .original_message
+            .attributes
+            .get("MessageGroupId")
+            .cloned()
+            .unwrap_or_else(|| "resq".into());
+        send = send
+            .message_group_id(group)
+            .message_deduplication_id(format!("restore-{}", envelope.original_message.message_id));
+    }
+    let out = send
+        .send()
+        .await
+        .map_err(|e| CliError::aws(format!("restoring {key} to {}", ctx.main_queue_url), e))?;
+    Ok(out.message_id)
+}

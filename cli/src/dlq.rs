@@ -1,0 +1,138 @@
+//! `resq dlq peek` and `resq dlq replay`.
+
+use std::time::{Duration, Instant};
+
+use redriver::classify::DlqMessage;
+use redriver::ports::{CloudWatchAlarms, RedriveQueues, SqsRedriveQueues};
+use redriver::request::RunRequest;
+use redriver::{Redriver, Summary};
+use resq::config::{CommonConfig, PermanentAction, RedriverConfig};
+
+use crate::CliError;
+use crate::context::Context;
+
+/// A peek filter.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Filter {
+    /// Only this `x-failure-reason`.
+    pub reason: Option<String>,
+    /// Only messages at least this old (from the producer's send).
+    pub older_than: Option<Duration>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+/// One DLQ message as shown.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Peeked {
+    /// DLQ message id.
+    pub message_id: String,
+    /// `x-failure-reason`, if any.
+    pub reason: Option<String>,
+    /// `x-failure-class`, if any.
+    pub failure_class: Option<String>,
+    /// `x-redrive-count` as sent.
+    pub redrive_count: Option<String>,
+    /// Age in seconds from the producer's send.
+    pub age_seconds: Option<u64>,
+    /// The body (cut at 200 characters).
+    pub body: String,
+}
+
+fn peeked(m: &DlqMessage, now_ms: u64) -> Peeked {
+    let attr = |n: &str| {
+        m.message_attributes
+            .get(n)
+            .and_then(|v| v.string_value.clone())
+    };
+    let mut body: String = m.body.chars().take(200).collect();
+    if body.len() < m.body.len() {
+        body.push('…');
+    }
+    Peeked {
+        message_id: m.message_id.clone(),
+        reason: attr(resq::attributes::X_FAILURE_REASON),
+        failure_class: attr(resq::attributes::X_FAILURE_CLASS),
+        redrive_count: attr(resq::attributes::X_REDRIVE_COUNT),
+        age_seconds: m.first_sent_at().map(|t| now_ms.saturating_sub(t) / 1000),
+        body,
+    }
+}
+
+/// Lists DLQ messages without removing any: each is received, shown, and made visible again.
+pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliError> {
+    let queues = SqsRedriveQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, &ctx.dlq_url);
+    let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    let mut shown = Vec::new();
+    let mut seen = Vec::new();
+    // hidden while peeking, so each is seen once; released at the end
+    loop {
+        let batch = queues
+            .receive(10, 60, 0)
+            .await
+            .map_err(|source| CliError::Aws {
+                what: format!("receiving from {}", ctx.dlq_url),
+                source,
+            })?;
+        if batch.is_empty() {
+            break;
+        }
+        for m in batch {
+            let p = peeked(&m, now_ms);
+            let selected = filter
+                .reason
+                .as_ref()
+                .is_none_or(|r| p.reason.as_ref() == Some(r))
+                && filter
+                    .older_than
+                    .is_none_or(|min| p.age_seconds.is_some_and(|a| a >= min.as_secs()));
+            if selected && shown.len() < filter.limit {
+                shown.push(p);
+            }
+            seen.push((m.message_id, m.receipt_handle));
+        }
+        if shown.len() >= filter.limit {
+            break;
+        }
+    }
+    queues.release(seen).await;
+    Ok(shown)
+}
+
+/// Replays the DLQ through the redriver engine (same rules, rate limit and summary as the
+/// scheduled function).
+pub async fn replay(
+    ctx: &Context,
+    request: RunRequest,
+    cap: u32,
+    permanent_action: PermanentAction,
+) -> Summary {
+    let config = RedriverConfig {
+        common: CommonConfig {
+            main_queue_url: ctx.main_queue_url.clone(),
+            dlq_url: ctx.dlq_url.clone(),
+            archive_bucket: ctx.bucket.clone(),
+            max_redrive_attempts: cap,
+            deadline_margin: Duration::from_secs(1),
+        },
+        rate_per_second: request.rate_per_second,
+        max_messages_per_run: request.max_messages,
+        archive_after: Duration::from_secs(86_400),
+        permanent_action,
+        pause_on_alarms: Vec::new(),
+    };
+    let queues = SqsRedriveQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, &ctx.dlq_url);
+    let store = resq::store::S3Store::new(ctx.s3.clone(), &ctx.bucket);
+    let redriver = Redriver::new(
+        queues,
+        store,
+        CloudWatchAlarms::new(ctx.cloudwatch.clone()),
+        config,
+    )
+    .with_receive_wait(0);
+    // an operator's run has no Lambda deadline; an hour bounds it
+    redriver
+        .run(&request, Instant::now() + Duration::from_secs(3600))
+        .await
+}

@@ -1,0 +1,330 @@
+//! `resq`: the operator tool. Wiring only: parse, build the context, run, print.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use resq::config::PermanentAction;
+use resq_cli::context::{Context, Endpoint};
+use resq_cli::{CliError, archive, dlq, orders, status};
+
+/// Keep SQS order pipelines flowing: inspect and operate a resq stack (AWS or a local emulator).
+#[derive(Parser, Debug)]
+#[command(name = "resq", version)]
+struct Cli {
+    /// A local emulator's endpoint (e.g. http://127.0.0.1:5000); AWS when absent.
+    #[arg(long, global = true, env = "AWS_ENDPOINT_URL")]
+    endpoint_url: Option<String>,
+    /// AWS region.
+    #[arg(long, global = true, env = "AWS_REGION")]
+    region: Option<String>,
+    /// The orders queue URL (stack output OrdersQueueUrl).
+    #[arg(long, global = true, env = "MAIN_QUEUE_URL")]
+    queue_url: Option<String>,
+    /// The DLQ URL (stack output DeadLetterQueueUrl).
+    #[arg(long, global = true, env = "DLQ_URL")]
+    dlq_url: Option<String>,
+    /// The archive bucket (stack output ArchiveBucketName).
+    #[arg(long, global = true, env = "ARCHIVE_BUCKET")]
+    bucket: Option<String>,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Send orders to the orders queue, from a file or generated.
+    Send(SendArgs),
+    /// Queue depths, oldest message ages and alarm states.
+    Status {
+        /// Alarms whose names start with this (the stack name).
+        #[arg(long, default_value = "resq-")]
+        alarm_prefix: String,
+    },
+    /// Inspect and replay the dead-letter queue.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+    /// List, show and restore archived messages.
+    #[command(subcommand)]
+    Archive(ArchiveCommand),
+}
+
+#[derive(Args, Debug)]
+struct SendArgs {
+    /// Orders from a file: a JSON array, or one document per line.
+    #[arg(long, conflicts_with = "count")]
+    file: Option<PathBuf>,
+    /// Generate this many orders.
+    #[arg(long)]
+    count: Option<usize>,
+    /// Percentage of generated orders that are not JSON.
+    #[arg(long, default_value_t = 0.0, value_parser = percent)]
+    malformed_pct: f64,
+    /// Percentage of generated orders that are invalid.
+    #[arg(long, default_value_t = 0.0, value_parser = percent)]
+    invalid_pct: f64,
+    /// Prefix of generated order ids.
+    #[arg(long, default_value = "ORD-")]
+    prefix: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum DlqCommand {
+    /// Show DLQ messages without removing them.
+    Peek {
+        /// Only this x-failure-reason (MALFORMED_JSON, VALIDATION_FAILED, …).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Only messages at least this many seconds old.
+        #[arg(long)]
+        older_than: Option<u64>,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Replay DLQ messages into the orders queue through the redriver's rules.
+    Replay {
+        /// Classify and report; change nothing. Run this first.
+        #[arg(long)]
+        dry_run: bool,
+        /// Only this x-failure-reason (replays permanent failures of that reason after a fix).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Only messages at least this many seconds old.
+        #[arg(long)]
+        older_than: Option<u64>,
+        /// Handle at most this many messages.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+        max: u32,
+        /// Replays per second.
+        #[arg(long, default_value_t = 10.0, value_parser = rate)]
+        rate: f64,
+        /// The redrive cap (MAX_REDRIVE_ATTEMPTS).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        cap: u32,
+        /// Archive permanent failures instead of keeping them.
+        #[arg(long)]
+        archive_permanent: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ArchiveCommand {
+    /// List archive keys.
+    Ls {
+        /// Only this reason (REDRIVE_CAP, TTL_EXPIRED, …).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Only this day (YYYY-MM-DD).
+        #[arg(long)]
+        date: Option<String>,
+    },
+    /// Print one archive entry.
+    Show {
+        /// Its key.
+        key: String,
+    },
+    /// Send archived messages back to the orders queue (redrive count reset).
+    Restore {
+        /// Their keys.
+        #[arg(required = true)]
+        keys: Vec<String>,
+        /// Check the entries; send nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+fn percent(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?} is not a percentage from 0 to 100")),
+    }
+}
+
+fn rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= resq::config::MAX_RATE_PER_SECOND => Ok(r),
+        _ => Err(format!(
+            "{s:?} is not a rate above 0 and at most {}",
+            resq::config::MAX_RATE_PER_SECOND
+        )),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("resq: {e}");
+            if e.to_string().contains("dispatch failure") {
+                eprintln!(
+                    "resq: the endpoint did not answer; check --endpoint-url (is the emulator running?) or your network"
+                );
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), CliError> {
+    let endpoint = Endpoint {
+        endpoint_url: cli.endpoint_url.clone(),
+        region: cli.region.clone(),
+    };
+    let ctx = Context::new(&endpoint, cli.queue_url, cli.dlq_url, cli.bucket).await?;
+    let json = cli.json;
+    match cli.command {
+        Command::Send(args) => {
+            let batch = match (&args.file, args.count) {
+                (Some(path), _) => orders::from_file(path)?,
+                (None, Some(n)) => orders::generate(
+                    &args.prefix,
+                    n,
+                    args.malformed_pct,
+                    args.invalid_pct,
+                    &mut rand::rng(),
+                ),
+                (None, None) => {
+                    return Err(CliError::Usage(
+                        "send needs --file PATH or --count N".into(),
+                    ));
+                }
+            };
+            let report = status::send(&ctx, &batch, |_| Default::default()).await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"sent": report.sent, "failed": report.failed})
+                );
+            } else {
+                println!(
+                    "sent {} of {} orders to {}",
+                    report.sent,
+                    batch.len(),
+                    ctx.main_queue_url
+                );
+                for (id, why) in &report.failed {
+                    println!("  not sent: {id}: {why}");
+                }
+            }
+            if !report.failed.is_empty() {
+                return Err(CliError::Usage(format!(
+                    "{} orders were not accepted",
+                    report.failed.len()
+                )));
+            }
+        }
+        Command::Status { alarm_prefix } => {
+            let s = status::status(&ctx, &alarm_prefix).await?;
+            if json {
+                let queues: Vec<_> = s
+                    .queues
+                    .iter()
+                    .map(|q| serde_json::json!({"queue": q.label, "url": q.url, "waiting": q.visible, "inFlight": q.in_flight, "oldestAgeSeconds": q.oldest_age_seconds}))
+                    .collect();
+                let alarms: Vec<_> = s
+                    .alarms
+                    .iter()
+                    .map(|(n, st)| serde_json::json!({"name": n, "state": st}))
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::json!({"queues": queues, "alarms": alarms})
+                );
+            } else {
+                print!("{s}");
+            }
+        }
+        Command::Dlq(DlqCommand::Peek {
+            reason,
+            older_than,
+            limit,
+        }) => {
+            let filter = dlq::Filter {
+                reason,
+                older_than: older_than.map(Duration::from_secs),
+                limit,
+            };
+            let shown = dlq::peek(&ctx, &filter).await?;
+            if json {
+                println!("{}", serde_json::to_string(&shown).unwrap_or_default());
+            } else if shown.is_empty() {
+                println!("no DLQ messages match");
+            } else {
+                for p in shown {
+                    println!(
+                        "{}  reason={} class={} redrives={} age={}s\n  {}",
+                        p.message_id,
+                        p.reason.as_deref().unwrap_or("-"),
+                        p.failure_class.as_deref().unwrap_or("-"),
+                        p.redrive_count.as_deref().unwrap_or("0"),
+                        p.age_seconds.map_or("?".into(), |a| a.to_string()),
+                        p.body
+                    );
+                }
+            }
+        }
+        Command::Dlq(DlqCommand::Replay {
+            dry_run,
+            reason,
+            older_than,
+            max,
+            rate,
+            cap,
+            archive_permanent,
+        }) => {
+            let request = redriver::request::RunRequest {
+                dry_run,
+                max_messages: max,
+                rate_per_second: rate,
+                reason,
+                older_than: older_than.map(Duration::from_secs),
+            };
+            let action = if archive_permanent {
+                PermanentAction::Archive
+            } else {
+                PermanentAction::Keep
+            };
+            let summary = dlq::replay(&ctx, request, cap, action).await;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&summary).unwrap_or_default()
+            );
+            if dry_run && !json {
+                eprintln!("dry run: nothing was changed; run again without --dry-run to replay");
+            }
+        }
+        Command::Archive(ArchiveCommand::Ls { reason, date }) => {
+            let keys = archive::list(&ctx, reason.as_deref(), date.as_deref()).await?;
+            if json {
+                println!("{}", serde_json::to_string(&keys).unwrap_or_default());
+            } else {
+                keys.iter().for_each(|k| println!("{k}"));
+                eprintln!("{} entries", keys.len());
+            }
+        }
+        Command::Archive(ArchiveCommand::Show { key }) => {
+            let envelope = archive::show(&ctx, &key).await?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&envelope).unwrap_or_default()
+            );
+        }
+        Command::Archive(ArchiveCommand::Restore { keys, dry_run }) => {
+            for key in keys {
+                match archive::restore(&ctx, &key, dry_run).await? {
+                    Some(id) => println!("restored {key} as message {id}"),
+                    None => println!("would restore {key}"),
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! Orders to send: read from a file or generated.
+
+use rand::Rng;
+use serde_json::{Value, json};
+
+use crate::CliError;
+
+/// What a generated order is meant to do in the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// A valid order.
+    Valid,
+    /// Not JSON.
+    Malformed,
+    /// JSON, but not a valid order.
+    Invalid,
+}
+
+/// One message body with its intended kind and order id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// The order id (also for malformed bodies, where it cannot be parsed back).
+    pub order_id: String,
+    /// The body.
+    pub body: String,
+    /// Its kind.
+    pub kind: Kind,
+}
+
+/// Reads orders from a file: a JSON array of orders, or one JSON document per line. Lines
+/// that are not JSON are sent as they are (to exercise the DLQ on purpose).
+pub fn from_file(path: &std::path::Path) -> Result<Vec<Outgoing>, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
+    let docs: Vec<String> = match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Array(items)) => items.into_iter().map(|v| v.to_string()).collect(),
+        Ok(single) => vec![single.to_string()],
+        Err(_) => text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect(),
+    };
+    if docs.is_empty() {
+        return Err(CliError::Usage(format!(
+            "{} holds no orders",
+            path.display()
+        )));
+    }
+    Ok(docs
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| {
+            let parsed = serde_json::from_str::<Value>(&body).ok();
+            let order_id = parsed
+                .as_ref()
+                .and_then(|v| v["orderId"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| format!("line-{}", i + 1));
+            let kind = match parsed {
+                None => Kind::Malformed,
+                Some(v)
+                    if v["orderId"].is_string()
+                        && v["userId"].is_string()
+                        && v["items"].as_array().is_some_and(|a| !a.is_empty()) =>
+                {
+                    Kind::Valid
+                }
+                Some(_) => Kind::Invalid,
+            };
+            Outgoing {
+                order_id,
+                body,
+                kind,
+            }
+        })
+        .collect())
+}
+
+/// A valid order body.
+pub fn valid(order_id: &str, rng: &mut impl Rng) -> String {
+    let items: Vec<Value> = (0..rng.random_range(1..=3))
+        .map(|_| json!({"productId": format!("p-{}", rng.random_range(1..=500)), "quantity": rng.random_range(1..=5)}))
+        .collect();
+    json!({"orderId": order_id, "userId": format!("u-{}", rng.random_range(1..=1000)), "items": items, "currency": "EUR"}).to_string()
+}
+
+/// Generates `count` orders `{prefix}{n}`: `malformed_pct` % not JSON, `invalid_pct` % invalid,
+/// the rest valid.
+pub fn generate(
+    prefix: &str,
+    count: usize,
+    malformed_pct: f64,
+    invalid_pct: f64,
+    rng: &mut impl Rng,
+) -> Vec<Outgoing> {
+    (0..count)
+        .map(|n| {
+            let order_id = format!("{prefix}{n:06}");
+            let roll: f64 = rng.random_range(0.0..100.0);
+            if roll < malformed_pct {
+                Outgoing {
+                    body: format!("{{\"orderId\":\"{order_id}\",\"items\":[{{"),
+                    order_id,
+                    kind: Kind::Malformed,
+                }
+            } else if roll < malformed_pct + invalid_pct {
+                Outgoing {
+                    body: json!({"orderId": order_id, "userId": "u-1", "items": []}).to_string(),
+                    order_id,
+                    kind: Kind::Invalid,
+                }
+            } else {
+                Outgoing {
+                    body: valid(&order_id, rng),
+                    order_id,
+                    kind: Kind::Valid,
+                }
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    #[test]
+    fn generated_orders_match_their_kind() {
+        let orders = generate("o-", 400, 10.0, 10.0, &mut StdRng::seed_from_u64(3));
+        for o in &orders {
+            let verdict = consumer::order::parse_order(Some(&o.body));
+            match o.kind {
+                Kind::Valid => assert_eq!(verdict.unwrap().order_id.as_str(), o.order_id),
+                Kind::Malformed => assert_eq!(verdict.unwrap_err().code, "MALFORMED_JSON"),
+                Kind::Invalid => assert_eq!(verdict.unwrap_err().code, "VALIDATION_FAILED"),
+            }
+        }
+        let malformed = orders.iter().filter(|o| o.kind == Kind::Malformed).count();
+        assert!((20..=60).contains(&malformed), "{malformed}");
+    }
+
+    #[test]
+    fn files_of_arrays_or_lines() {
+        let dir = std::env::temp_dir().join(format!("resq-orders-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let array = dir.join("a.json");
+        std::fs::write(&array, r#"[{"orderId":"A","userId":"u","items":[{"productId":"p","quantity":1}]},{"orderId":"B"}]"#).unwrap();
+        let got = from_file(&array).unwrap();
+        assert_eq!(
+            got.iter()
+                .map(|o| (o.order_id.as_str(), o.kind))
+                .collect::<Vec<_>>(),
+            vec![("A", Kind::Valid), ("B", Kind::Invalid)]
+        );
+        let lines = dir.join("b.jsonl");
+        std::fs::write(&lines, "{\"orderId\":\"C\",\"userId\":\"u\",\"items\":[{\"productId\":\"p\",\"quantity\":1}]}\nnot json\n\n").unwrap();
+        let got = from_file(&lines).unwrap();
+        assert_eq!(
+            got.iter()
+                .map(|o| (o.order_id.as_str(), o.kind))
+                .collect::<Vec<_>>(),
+            vec![("C", Kind::Valid), ("line-2", Kind::Malformed)]
+        );
+        assert!(
+            from_file(&dir.join("missing.json"))
+                .unwrap_err()
+                .to_string()
+                .contains("cannot read")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,191 @@
+//! `resq send` and `resq status`.
+
+use std::collections::HashMap;
+
+use aws_sdk_cloudwatch::types::{Dimension, StateValue, Statistic};
+use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName, SendMessageBatchRequestEntry};
+
+use crate::CliError;
+use crate::context::Context;
+use crate::orders::Outgoing;
+
+/// What `send` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SendReport {
+    /// Messages SQS accepted.
+    pub sent: usize,
+    /// Order ids SQS did not accept, with why.
+    pub failed: Vec<(String, String)>,
+}
+
+/// Sends orders to the orders queue, 10 per call, each with the attributes `attrs(order)`.
+pub async fn send(
+    ctx: &Context,
+    orders: &[Outgoing],
+    attrs: impl Fn(&Outgoing) -> HashMap<String, MessageAttributeValue>,
+) -> Result<SendReport, CliError> {
+    let mut report = SendReport::default();
+    for chunk in orders.chunks(resq::sqs::MAX_BATCH) {
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(&o.body)
+                    .set_message_attributes(Some(attrs(o)).filter(|a| !a.is_empty()))
+                    .build()
+                    .map_err(|e| CliError::Usage(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = ctx
+            .sqs
+            .send_message_batch()
+            .queue_url(&ctx.main_queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| CliError::aws(format!("sending to {}", ctx.main_queue_url), e))?;
+        report.sent += out.successful().len();
+        for f in out.failed() {
+            if let Some(o) = f.id().parse::<usize>().ok().and_then(|i| chunk.get(i)) {
+                report.failed.push((
+                    o.order_id.clone(),
+                    format!("{}: {}", f.code(), f.message().unwrap_or("")),
+                ));
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// One queue's state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueState {
+    /// Which queue (`orders`, `dlq`).
+    pub label: &'static str,
+    /// Its URL.
+    pub url: String,
+    /// Messages waiting.
+    pub visible: u64,
+    /// Messages received and not yet deleted.
+    pub in_flight: u64,
+    /// Oldest message age from CloudWatch (seconds), when it has a data point.
+    pub oldest_age_seconds: Option<f64>,
+}
+
+/// Queues and alarms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    /// The orders queue and the DLQ.
+    pub queues: Vec<QueueState>,
+    /// Alarms whose name starts with the prefix, with their state.
+    pub alarms: Vec<(String, String)>,
+}
+
+/// Reads depths, oldest ages and alarm states.
+pub async fn status(ctx: &Context, alarm_prefix: &str) -> Result<Status, CliError> {
+    let mut queues = Vec::new();
+    for (label, url) in [("orders", &ctx.main_queue_url), ("dlq", &ctx.dlq_url)] {
+        let out = ctx
+            .sqs
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .map_err(|e| CliError::aws(format!("reading {url}"), e))?;
+        let get = |n: QueueAttributeName| {
+            out.attributes()
+                .and_then(|a| a.get(&n))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let name = url.rsplit('/').next().unwrap_or_default().to_owned();
+        let now =
+            aws_sdk_cloudwatch::primitives::DateTime::from_secs(chrono::Utc::now().timestamp());
+        let five_minutes_ago = aws_sdk_cloudwatch::primitives::DateTime::from_secs(
+            chrono::Utc::now().timestamp() - 300,
+        );
+        let age = ctx
+            .cloudwatch
+            .get_metric_statistics()
+            .namespace("AWS/SQS")
+            .metric_name("ApproximateAgeOfOldestMessage")
+            .dimensions(Dimension::builder().name("QueueName").value(name).build())
+            .start_time(five_minutes_ago)
+            .end_time(now)
+            .period(60)
+            .statistics(Statistic::Maximum)
+            .send()
+            .await
+            .ok()
+            .and_then(|o| {
+                o.datapoints()
+                    .iter()
+                    .filter_map(|d| d.maximum())
+                    .reduce(f64::max)
+            });
+        queues.push(QueueState {
+            label,
+            url: url.clone(),
+            visible: get(QueueAttributeName::ApproximateNumberOfMessages),
+            in_flight: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+            oldest_age_seconds: age,
+        });
+    }
+    let out = ctx
+        .cloudwatch
+        .describe_alarms()
+        .alarm_name_prefix(alarm_prefix)
+        .send()
+        .await
+        .map_err(|e| CliError::aws("reading alarms", e))?;
+    let alarms = out
+        .metric_alarms()
+        .iter()
+        .map(|a| {
+            let state = a.state_value().map_or("UNKNOWN", |s| match s {
+                StateValue::Alarm => "ALARM",
+                StateValue::Ok => "OK",
+                StateValue::InsufficientData => "INSUFFICIENT_DATA",
+                _ => "UNKNOWN",
+            });
+            (
+                a.alarm_name().unwrap_or_default().to_owned(),
+                state.to_owned(),
+            )
+        })
+        .collect();
+    Ok(Status { queues, alarms })
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "{:<8} {:>9} {:>10} {:>12}  url",
+            "queue", "waiting", "in flight", "oldest (s)"
+        )?;
+        for q in &self.queues {
+            let age = q
+                .oldest_age_seconds
+                .map_or("-".to_owned(), |a| format!("{a:.0}"));
+            writeln!(
+                f,
+                "{:<8} {:>9} {:>10} {:>12}  {}",
+                q.label, q.visible, q.in_flight, age, q.url
+            )?;
+        }
+        if self.alarms.is_empty() {
+            writeln!(f, "\nno alarms with that prefix")?;
+        } else {
+            writeln!(f, "\n{:<48} state", "alarm")?;
+            for (name, state) in &self.alarms {
+                writeln!(f, "{name:<48} {state}")?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,312 @@
+//! The operator tool's commands against moto.
+
+use std::time::Duration;
+
+use aws_sdk_cloudwatch::types::{ComparisonOperator, StateValue, Statistic};
+use resq::archive::{ArchiveMetadata, Archiver, OriginalMessage};
+use resq::attributes::{AttributeValue, MessageAttributes};
+use resq::reason::ArchiveReason;
+use resq_cli::context::{Context, Endpoint};
+use resq_cli::{archive, dlq, orders, status};
+use resq_e2e::{Stack, StackOptions};
+
+use crate::helpers::*;
+
+async fn context(stack: &Stack) -> Context {
+    let endpoint = Endpoint {
+        endpoint_url: Some(stack.moto.endpoint.clone()),
+        region: Some("us-east-1".into()),
+    };
+    Context::new(
+        &endpoint,
+        Some(stack.main.url.clone()),
+        Some(stack.dlq.url.clone()),
+        Some(stack.bucket.clone()),
+    )
+    .await
+    .expect("context")
+}
+
+#[tokio::test]
+async fn send_generated_and_from_a_file() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    let generated = orders::generate("G-", 25, 0.0, 0.0, &mut rand::rng());
+    let report = status::send(&ctx, &generated, |_| Default::default())
+        .await
+        .unwrap();
+    assert_eq!((report.sent, report.failed.len()), (25, 0));
+    let file = std::env::temp_dir().join(format!("resq-cli-orders-{}.jsonl", std::process::id()));
+    std::fs::write(&file, format!("{}\nnot json\n", order_body("F-1"))).unwrap();
+    let from_file = orders::from_file(&file).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(
+        status::send(&ctx, &from_file, |_| Default::default())
+            .await
+            .unwrap()
+            .sent,
+        2
+    );
+    assert_eq!(stack.depth(&stack.main).await, (27, 0));
+    let bodies: Vec<String> = stack
+        .receive_n(&stack.main, 27)
+        .await
+        .iter()
+        .map(|m| m.body().unwrap_or_default().to_owned())
+        .collect();
+    assert!(bodies.contains(&"not json".to_owned()));
+    assert!(bodies.contains(&order_body("F-1")));
+}
+
+#[tokio::test]
+async fn status_shows_depths_and_alarm_states() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    for i in 0..3 {
+        send(
+            &stack,
+            &stack.main,
+            &order_body(&format!("o-{i}")),
+            &[],
+            None,
+        )
+        .await;
+    }
+    send(&stack, &stack.dlq, "{", &[], None).await;
+    stack.receive(&stack.main, 1).await;
+    stack
+        .cloudwatch
+        .put_metric_alarm()
+        .alarm_name("resq-dlq-depth")
+        .namespace("AWS/SQS")
+        .metric_name("ApproximateNumberOfMessagesVisible")
+        .statistic(Statistic::Maximum)
+        .period(60)
+        .evaluation_periods(2)
+        .threshold(50.0)
+        .comparison_operator(ComparisonOperator::GreaterThanThreshold)
+        .send()
+        .await
+        .unwrap();
+    stack
+        .cloudwatch
+        .set_alarm_state()
+        .alarm_name("resq-dlq-depth")
+        .state_value(StateValue::Alarm)
+        .state_reason("test")
+        .send()
+        .await
+        .unwrap();
+    let s = status::status(&ctx, "resq-").await.unwrap();
+    let depths: Vec<(&str, u64, u64)> = s
+        .queues
+        .iter()
+        .map(|q| (q.label, q.visible, q.in_flight))
+        .collect();
+    assert_eq!(depths, vec![("orders", 2, 1), ("dlq", 1, 0)]);
+    assert_eq!(
+        s.alarms,
+        vec![("resq-dlq-depth".to_owned(), "ALARM".to_owned())]
+    );
+    let table = s.to_string();
+    assert!(
+        table.contains("resq-dlq-depth") && table.contains("ALARM"),
+        "{table}"
+    );
+}
+
+#[tokio::test]
+async fn dlq_peek_filters_and_leaves_everything_in_place() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    let permanent = |r: &str| {
+        vec![
+            ("x-failure-class", string_attr("permanent")),
+            ("x-failure-reason", string_attr(r)),
+        ]
+    };
+    send(
+        &stack,
+        &stack.dlq,
+        "{bad",
+        &permanent("MALFORMED_JSON"),
+        None,
+    )
+    .await;
+    send(
+        &stack,
+        &stack.dlq,
+        &order_body("o-2"),
+        &permanent("VALIDATION_FAILED"),
+        None,
+    )
+    .await;
+    send(&stack, &stack.dlq, &order_body("o-3"), &[], None).await;
+    let all = dlq::peek(
+        &ctx,
+        &dlq::Filter {
+            limit: 10,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(all.len(), 3);
+    let malformed = dlq::peek(
+        &ctx,
+        &dlq::Filter {
+            reason: Some("MALFORMED_JSON".into()),
+            limit: 10,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(malformed.len(), 1);
+    assert_eq!(malformed[0].body, "{bad");
+    assert_eq!(malformed[0].failure_class.as_deref(), Some("permanent"));
+    let old = dlq::peek(
+        &ctx,
+        &dlq::Filter {
+            older_than: Some(Duration::from_secs(3600)),
+            limit: 10,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(old.is_empty());
+    assert_eq!(
+        stack.depth(&stack.dlq).await,
+        (3, 0),
+        "peeking removes nothing and hides nothing"
+    );
+}
+
+#[tokio::test]
+async fn dlq_replay_dry_run_first_then_selectively() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    let permanent = |r: &str| {
+        vec![
+            ("x-failure-class", string_attr("permanent")),
+            ("x-failure-reason", string_attr(r)),
+        ]
+    };
+    send(
+        &stack,
+        &stack.dlq,
+        &order_body("o-fixed"),
+        &permanent("VALIDATION_FAILED"),
+        None,
+    )
+    .await;
+    send(
+        &stack,
+        &stack.dlq,
+        "{bad",
+        &permanent("MALFORMED_JSON"),
+        None,
+    )
+    .await;
+    let request = |dry_run| redriver::request::RunRequest {
+        dry_run,
+        max_messages: 100,
+        rate_per_second: 100.0,
+        reason: Some("VALIDATION_FAILED".into()),
+        older_than: None,
+    };
+    let dry = dlq::replay(&ctx, request(true), 3, resq::config::PermanentAction::Keep).await;
+    assert_eq!((dry.dry_run, dry.redriven, dry.skipped), (true, 1, 1));
+    assert_eq!(stack.depth(&stack.dlq).await, (2, 0));
+    assert_eq!(stack.depth(&stack.main).await, (0, 0));
+    let real = dlq::replay(&ctx, request(false), 3, resq::config::PermanentAction::Keep).await;
+    assert_eq!((real.redriven, real.skipped, real.failed), (1, 1, 0));
+    let main = stack.receive_n(&stack.main, 1).await;
+    assert_eq!(main[0].body(), Some(order_body("o-fixed").as_str()));
+    assert_eq!(stack.depth(&stack.dlq).await.0, 1);
+}
+
+#[tokio::test]
+async fn archive_ls_show_and_restore() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    let archiver = Archiver::new(
+        resq::store::S3Store::new(stack.s3.clone(), &stack.bucket),
+        "consumer",
+    );
+    let at = chrono::Utc::now();
+    for (i, reason) in [ArchiveReason::RedriveCap, ArchiveReason::TtlExpired]
+        .into_iter()
+        .enumerate()
+    {
+        let message = OriginalMessage {
+            message_id: format!("m-{i}"),
+            body: order_body(&format!("o-{i}")),
+            message_attributes: MessageAttributes::from([
+                ("x-redrive-count".to_owned(), AttributeValue::number(3)),
+                ("x-failure-reason".to_owned(), AttributeValue::string("X")),
+                ("trace-id".to_owned(), AttributeValue::string("t-9")),
+            ]),
+            attributes: Default::default(),
+        };
+        let meta = ArchiveMetadata {
+            source_queue: stack.main.url.clone(),
+            reason: String::new(),
+            archived_by: String::new(),
+            archived_at: String::new(),
+            redrive_count: Some(3),
+            receive_count: Some(1),
+            first_sent_at: None,
+            last_error: None,
+        };
+        archiver.archive(reason, at, message, meta).await.unwrap();
+    }
+    assert_eq!(archive::list(&ctx, None, None).await.unwrap().len(), 2);
+    let capped = archive::list(
+        &ctx,
+        Some("REDRIVE_CAP"),
+        Some(&at.format("%Y-%m-%d").to_string()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(capped.len(), 1);
+    assert!(
+        archive::list(&ctx, Some("REDRIVE_CAP"), Some("1999-01-01"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let envelope = archive::show(&ctx, &capped[0]).await.unwrap();
+    assert_eq!(envelope.metadata.reason, "REDRIVE_CAP");
+    assert!(archive::show(&ctx, "archive/nope.json").await.is_err());
+
+    assert_eq!(
+        archive::restore(&ctx, &capped[0], true).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        stack.depth(&stack.main).await,
+        (0, 0),
+        "a dry run sends nothing"
+    );
+    let id = archive::restore(&ctx, &capped[0], false)
+        .await
+        .unwrap()
+        .expect("message id");
+    let restored = stack.receive_n(&stack.main, 1).await;
+    assert_eq!(restored[0].message_id(), Some(id.as_str()));
+    assert_eq!(restored[0].body(), Some(order_body("o-0").as_str()));
+    assert_eq!(attr(&restored[0], "trace-id"), Some("t-9"));
+    assert_eq!(
+        attr(&restored[0], "x-redrive-count"),
+        None,
+        "a restore starts the count afresh"
+    );
+    assert_eq!(attr(&restored[0], "x-failure-reason"), None);
+    assert_eq!(
+        archive::list(&ctx, None, None).await.unwrap().len(),
+        2,
+        "the archive keeps its record"
+    );
+}
