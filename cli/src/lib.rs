@@ -6,6 +6,7 @@
 pub mod archive;
 pub mod context;
 pub mod dlq;
+pub mod emulator;
 pub mod orders;
 pub mod status;
 

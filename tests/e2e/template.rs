@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_cloudformation::types::{Capability, Parameter};
-use resq_e2e::{MotoServer, REGION, translated_template};
+use resq_e2e::{REGION, translated_template};
 use serde_json::{Value, json};
 
 fn resources_of<'a>(t: &'a Value, kind: &str) -> Vec<(&'a String, &'a Value)> {
@@ -379,7 +379,7 @@ fn queue_settings_follow_the_rules() {
 /// checked on the translation above.
 #[tokio::test]
 async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order() {
-    let moto = MotoServer::start();
+    let moto = resq_e2e::moto();
     let config = moto.sdk_config().await;
     let s3 = resq::aws::s3_client(&config);
     let sqs = aws_sdk_sqs::Client::new(&config);

@@ -4,23 +4,12 @@
 #![warn(missing_docs)]
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
 
-/// Region used against the emulator.
-pub const REGION: &str = "us-east-1";
-
-/// A moto server child process; killed when dropped (also when a test panics).
-pub struct MotoServer {
-    child: Child,
-    /// `http://127.0.0.1:{port}`.
-    pub endpoint: String,
-}
+pub use resq_cli::emulator::{MotoServer, REGION};
 
 /// Where the moto server binary is: `MOTO_SERVER`, else the workspace's `.venv`.
 pub fn moto_binary() -> PathBuf {
@@ -31,117 +20,10 @@ pub fn moto_binary() -> PathBuf {
         })
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port on 127.0.0.1")
-}
-
-fn http_ok(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(
-        b"GET /moto-api/data.json HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-    )
-    .is_err()
-    {
-        return false;
-    }
-    let mut buf = [0u8; 12];
-    s.read_exact(&mut buf).is_ok() && buf.starts_with(b"HTTP/1.1 200")
-}
-
-impl MotoServer {
-    /// Starts moto on 127.0.0.1 and waits until it answers.
-    pub fn start() -> Self {
-        let binary = moto_binary();
-        assert!(
-            binary.exists(),
-            "moto server not found at {}; run `make setup` (or `make test`, which installs it) or set MOTO_SERVER",
-            binary.display()
-        );
-        for _attempt in 0..5 {
-            let port = free_port();
-            let mut cmd = Command::new(&binary);
-            cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            // SAFETY: prctl is async-signal-safe; it makes the kernel kill moto if the test
-            // process dies without running destructors (SIGKILL, abort).
-            unsafe {
-                use std::os::unix::process::CommandExt;
-                cmd.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                    Ok(())
-                });
-            }
-            let mut child = cmd
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-            let started = Instant::now();
-            while started.elapsed() < Duration::from_secs(60) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break; // exited: most likely the port was taken meanwhile; try another
-                }
-                if http_ok(port) {
-                    return Self {
-                        child,
-                        endpoint: format!("http://127.0.0.1:{port}"),
-                    };
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!("moto server did not come up on 127.0.0.1");
-    }
-
-    /// The SDK configuration for this server (region us-east-1, dummy credentials).
-    pub async fn sdk_config(&self) -> aws_config::SdkConfig {
-        aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(&self.endpoint)
-            .region(aws_config::Region::new(REGION))
-            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                "testing", "testing", None, None, "resq-e2e",
-            ))
-            .load()
-            .await
-    }
-}
-
-impl MotoServer {
-    /// A plain `GET` of moto's REST API, as JSON (for responses the SDK cannot parse because
-    /// moto deviates from AWS).
-    pub fn get_json(&self, path: &str) -> serde_json::Value {
-        let port: u16 = self
-            .endpoint
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .expect("port");
-        let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to moto");
-        let request = format!(
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: AWS4-HMAC-SHA256 Credential=testing/20260101/{REGION}/lambda/aws4_request, SignedHeaders=host, Signature=0\r\nConnection: close\r\n\r\n"
-        );
-        s.write_all(request.as_bytes()).expect("send");
-        let mut response = String::new();
-        s.read_to_string(&mut response).expect("read");
-        let (head, body) = response.split_once("\r\n\r\n").expect("http response");
-        assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
-        serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
-    }
-}
-
-impl Drop for MotoServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts moto for one test (stopped when the handle drops).
+pub fn moto() -> MotoServer {
+    MotoServer::start(&moto_binary())
+        .unwrap_or_else(|e| panic!("{e}; set MOTO_SERVER to use another install"))
 }
 
 /// A queue of the stack.
@@ -195,7 +77,7 @@ impl Default for StackOptions {
 impl Stack {
     /// Starts moto and creates the stack.
     pub async fn start(options: StackOptions) -> Self {
-        let moto = MotoServer::start();
+        let moto = moto();
         let config = moto.sdk_config().await;
         let sqs = aws_sdk_sqs::Client::new(&config);
         let s3 = resq::aws::s3_client(&config);

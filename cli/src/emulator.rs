@@ -1,0 +1,135 @@
+//! A local AWS emulator (moto server) run as a child process on 127.0.0.1, on a free port.
+//! The process is killed when the handle is dropped, and by the kernel if this process dies.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::CliError;
+
+/// Region used against the emulator.
+pub const REGION: &str = "us-east-1";
+
+/// A moto server child process; killed when dropped (also on a panic that unwinds).
+pub struct MotoServer {
+    child: Child,
+    /// `http://127.0.0.1:{port}`.
+    pub endpoint: String,
+}
+
+fn free_port() -> Result<u16, CliError> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| CliError::Usage(format!("no free port on 127.0.0.1: {e}")))
+}
+
+fn http_ok(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(
+        b"GET /moto-api/data.json HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    )
+    .is_err()
+    {
+        return false;
+    }
+    let mut buf = [0u8; 12];
+    s.read_exact(&mut buf).is_ok() && buf.starts_with(b"HTTP/1.1 200")
+}
+
+impl MotoServer {
+    /// Starts `binary` (moto_server) on 127.0.0.1 and waits until it answers.
+    pub fn start(binary: &Path) -> Result<Self, CliError> {
+        if !binary.exists() {
+            return Err(CliError::Usage(format!(
+                "moto server not found at {}; run `make setup` (or `make test`, which installs it)",
+                binary.display()
+            )));
+        }
+        for _attempt in 0..5 {
+            let port = free_port()?;
+            let mut cmd = Command::new(binary);
+            cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            // SAFETY: prctl is async-signal-safe; it makes the kernel kill moto if this process
+            // dies without running destructors (SIGKILL, abort).
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+            let mut child = cmd
+                .spawn()
+                .map_err(|e| CliError::Usage(format!("cannot start {}: {e}", binary.display())))?;
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(60) {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break; // exited: most likely the port was taken meanwhile; try another
+                }
+                if http_ok(port) {
+                    return Ok(Self {
+                        child,
+                        endpoint: format!("http://127.0.0.1:{port}"),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        Err(CliError::Usage(
+            "moto server did not come up on 127.0.0.1".into(),
+        ))
+    }
+
+    /// The SDK configuration for this server (region us-east-1, dummy credentials).
+    pub async fn sdk_config(&self) -> aws_config::SdkConfig {
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(&self.endpoint)
+            .region(aws_config::Region::new(REGION))
+            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                "testing", "testing", None, None, "resq-e2e",
+            ))
+            .load()
+            .await
+    }
+}
+
+impl MotoServer {
+    /// A plain `GET` of moto's REST API, as JSON (for responses the SDK cannot parse because
+    /// moto deviates from AWS).
+    pub fn get_json(&self, path: &str) -> serde_json::Value {
+        let port: u16 = self
+            .endpoint
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port");
+        let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to moto");
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: AWS4-HMAC-SHA256 Credential=testing/20260101/{REGION}/lambda/aws4_request, SignedHeaders=host, Signature=0\r\nConnection: close\r\n\r\n"
+        );
+        s.write_all(request.as_bytes()).expect("send");
+        let mut response = String::new();
+        s.read_to_string(&mut response).expect("read");
+        let (head, body) = response.split_once("\r\n\r\n").expect("http response");
+        assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+    }
+}
+
+impl Drop for MotoServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
