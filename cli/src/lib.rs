@@ -5,8 +5,10 @@
 
 pub mod archive;
 pub mod context;
+pub mod demo;
 pub mod dlq;
 pub mod emulator;
+pub mod local;
 pub mod orders;
 pub mod status;
 

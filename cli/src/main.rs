@@ -51,6 +51,39 @@ enum Command {
     /// List, show and restore archived messages.
     #[command(subcommand)]
     Archive(ArchiveCommand),
+    /// Run the whole pipeline on a local emulator with faults, then audit every order.
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Orders to send.
+    #[arg(long, default_value_t = 1000)]
+    orders: usize,
+    /// Percentage that is not JSON.
+    #[arg(long, default_value_t = 3.0, value_parser = percent)]
+    malformed_pct: f64,
+    /// Percentage that is an invalid order.
+    #[arg(long, default_value_t = 2.0, value_parser = percent)]
+    invalid_pct: f64,
+    /// Percentage failing transiently 1–3 times, then succeeding.
+    #[arg(long, default_value_t = 8.0, value_parser = percent)]
+    flaky_pct: f64,
+    /// Percentage failing every time (archived after the redrive cap).
+    #[arg(long, default_value_t = 2.0, value_parser = percent)]
+    doomed_pct: f64,
+    /// The moto server binary.
+    #[arg(long, default_value = ".venv/bin/moto_server")]
+    moto_server: PathBuf,
+    /// The translated template.
+    #[arg(long, default_value = "target/infra/template.json")]
+    template: PathBuf,
+    /// Give up waiting for the pipeline to settle after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    max_seconds: u64,
+    /// Random seed.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
 }
 
 #[derive(Args, Debug)]
@@ -159,6 +192,14 @@ fn rate(s: &str) -> Result<f64, String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    // the functions' own warnings (failed records, retries) on stderr; RUST_LOG to see more
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -174,6 +215,9 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), CliError> {
+    if let Command::Demo(args) = &cli.command {
+        return demo(args).await;
+    }
     let endpoint = Endpoint {
         endpoint_url: cli.endpoint_url.clone(),
         region: cli.region.clone(),
@@ -317,6 +361,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 serde_json::to_string_pretty(&envelope).unwrap_or_default()
             );
         }
+        Command::Demo(_) => unreachable!("handled above"),
         Command::Archive(ArchiveCommand::Restore { keys, dry_run }) => {
             for key in keys {
                 match archive::restore(&ctx, &key, dry_run).await? {
@@ -327,4 +372,39 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+async fn demo(args: &DemoArgs) -> Result<(), CliError> {
+    let opts = resq_cli::demo::DemoOptions {
+        orders: args.orders,
+        malformed_pct: args.malformed_pct,
+        invalid_pct: args.invalid_pct,
+        flaky_pct: args.flaky_pct,
+        doomed_pct: args.doomed_pct,
+        moto_server: args.moto_server.clone(),
+        template: args.template.clone(),
+        max_duration: Duration::from_secs(args.max_seconds),
+        seed: args.seed,
+    };
+    // Ctrl-C drops the demo future: the emulator handle kills moto on the way out.
+    let audit = tokio::select! {
+        audit = resq_cli::demo::run(&opts) => audit?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("resq: interrupted; emulator stopped");
+            std::process::exit(130);
+        }
+    };
+    println!("\n{}", resq_cli::demo::table(&audit));
+    if !audit.lost.is_empty() {
+        println!("lost orders: {}", audit.lost.join(", "));
+    }
+    println!("{}", audit.summary_line());
+    if audit.lost.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Usage(format!(
+            "{} orders were lost",
+            audit.lost.len()
+        )))
+    }
 }

@@ -80,6 +80,7 @@ pub struct Redriver<Q, S, A> {
     config: RedriverConfig,
     receive_wait_seconds: i32,
     function_name: String,
+    emit_metrics: bool,
 }
 
 enum Work {
@@ -97,7 +98,14 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             config,
             receive_wait_seconds: 1,
             function_name: Metrics::function_name_from_env(ARCHIVED_BY),
+            emit_metrics: true,
         }
+    }
+
+    /// Whether runs print their EMF metric lines (on in Lambda; a local runner may turn it off).
+    pub fn with_metrics(mut self, emit: bool) -> Self {
+        self.emit_metrics = emit;
+        self
     }
 
     /// Sets the long-poll wait of `ReceiveMessage` (0 for a local emulator).
@@ -110,7 +118,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
     pub async fn run(&self, request: &RunRequest, deadline: Instant) -> Summary {
         let summary = self.execute(request, deadline).await;
         tracing::info!(summary = %serde_json::to_string(&summary).unwrap_or_default(), "redrive run done");
-        if !summary.dry_run {
+        if !summary.dry_run && self.emit_metrics {
             self.metrics(&summary).emit();
         }
         summary

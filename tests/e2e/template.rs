@@ -540,6 +540,11 @@ async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order
             .ends_with(&format!(":function:{}", outputs["RedriverFunctionName"]))
     );
 
+    // (the emulator would "run" the mapping itself, in Docker, which is not here)
+    resq_cli::local::disable_emulator_mappings(&config)
+        .await
+        .unwrap();
+
     // WHEN an order is sent to the stack's queue and the consumer, configured from the stack's
     // outputs, gets it
     let order = json!({"orderId": "o-stack-1", "userId": "u", "items": [{"productId": "p", "quantity": 1}]}).to_string();

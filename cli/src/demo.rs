@@ -1,0 +1,516 @@
+//! `resq demo`: the whole pipeline on the local emulator, faults included, then an audit of
+//! every order: nothing may be lost.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
+use consumer::handler::{HandlerError, OrderHandler, RecordMeta, RecordOrder};
+use consumer::order::Order;
+use rand::Rng;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use resq::config::{CommonConfig, ConsumerConfig, PermanentAction, RedriverConfig};
+use resq::store::S3Store;
+use tokio::sync::watch;
+
+use crate::CliError;
+use crate::context::Context;
+use crate::emulator::MotoServer;
+use crate::local::{Counters, Pipeline, PipelineSettings, deploy_stack};
+use crate::orders::{self, Kind, Outgoing};
+
+/// Every demo message carries its order id here, so the audit finds malformed ones too.
+pub const DEMO_ORDER_ATTRIBUTE: &str = "demo-order-id";
+
+/// What the demo does.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Orders to send.
+    pub orders: usize,
+    /// % not JSON.
+    pub malformed_pct: f64,
+    /// % invalid.
+    pub invalid_pct: f64,
+    /// % failing transiently 1–3 times, then succeeding.
+    pub flaky_pct: f64,
+    /// % failing every time (they end in the archive after the redrive cap).
+    pub doomed_pct: f64,
+    /// The moto server binary.
+    pub moto_server: PathBuf,
+    /// The translated template (`infra/translate.py` output).
+    pub template: PathBuf,
+    /// Stop waiting for the pipeline to settle after this long.
+    pub max_duration: Duration,
+    /// Random seed (the same seed gives the same orders).
+    pub seed: u64,
+}
+
+/// The intended fate of a demo order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Plan {
+    /// Valid, succeeds first time.
+    Valid,
+    /// Valid, fails transiently a few times first.
+    Flaky,
+    /// Valid, always fails transiently.
+    Doomed,
+    /// Not JSON.
+    Malformed,
+    /// Not a valid order.
+    Invalid,
+}
+
+/// The demo's handler: the reference handler behind injected transient failures (a flaky
+/// downstream). Production code has no such switch.
+pub struct DemoFaults<H> {
+    inner: H,
+    flaky: Mutex<HashMap<String, u32>>,
+    doomed: HashSet<String>,
+}
+
+impl<H: OrderHandler> OrderHandler for DemoFaults<H> {
+    async fn handle(&self, order: &Order, meta: &RecordMeta<'_>) -> Result<(), HandlerError> {
+        let id = order.order_id.as_str();
+        if self.doomed.contains(id) {
+            return Err(HandlerError::transient(
+                "DEMO_DOWNSTREAM_DOWN",
+                "the payment service rejects this order every time",
+            ));
+        }
+        let fail = {
+            let mut flaky = self.flaky.lock().unwrap_or_else(|e| e.into_inner());
+            match flaky.get_mut(id) {
+                Some(left) if *left > 0 => {
+                    *left -= 1;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if fail {
+            return Err(HandlerError::transient(
+                "DEMO_DOWNSTREAM_FLAKY",
+                "503 from the payment service",
+            ));
+        }
+        self.inner.handle(order, meta).await
+    }
+}
+
+/// Where each order ended, found by looking, not by arithmetic.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Audit {
+    /// Orders sent.
+    pub sent: usize,
+    /// With an order record (`orders/{id}.json`).
+    pub processed: usize,
+    /// In the DLQ.
+    pub dead_lettered: usize,
+    /// In the archive.
+    pub archived: usize,
+    /// Still in the orders queue or the DLQ.
+    pub in_queues: usize,
+    /// Found nowhere.
+    pub lost: Vec<String>,
+    /// Plan × where it ended → count.
+    pub table: BTreeMap<(Plan, &'static str), usize>,
+}
+
+impl Audit {
+    /// The demo's last line.
+    pub fn summary_line(&self) -> String {
+        format!(
+            "summary: sent={} processed={} dead_lettered={} archived={} in_queues={} lost={}",
+            self.sent,
+            self.processed,
+            self.dead_lettered,
+            self.archived,
+            self.in_queues,
+            self.lost.len()
+        )
+    }
+}
+
+fn plan_orders(opts: &DemoOptions, rng: &mut StdRng) -> Vec<(Outgoing, Plan, u32)> {
+    orders::generate(
+        "DEMO-",
+        opts.orders,
+        opts.malformed_pct,
+        opts.invalid_pct,
+        rng,
+    )
+    .into_iter()
+    .map(|o| {
+        let plan = match o.kind {
+            Kind::Malformed => Plan::Malformed,
+            Kind::Invalid => Plan::Invalid,
+            Kind::Valid => {
+                let roll: f64 = rng.random_range(0.0..100.0);
+                let scale = 100.0 / (100.0 - opts.malformed_pct - opts.invalid_pct).max(1.0);
+                if roll < opts.doomed_pct * scale {
+                    Plan::Doomed
+                } else if roll < (opts.doomed_pct + opts.flaky_pct) * scale {
+                    Plan::Flaky
+                } else {
+                    Plan::Valid
+                }
+            }
+        };
+        let failures = if plan == Plan::Flaky {
+            rng.random_range(1..=3)
+        } else {
+            0
+        };
+        (o, plan, failures)
+    })
+    .collect()
+}
+
+async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
+    let Ok(out) = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+    else {
+        return (0, 0);
+    };
+    let get = |n: QueueAttributeName| {
+        out.attributes()
+            .and_then(|a| a.get(&n))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (
+        get(QueueAttributeName::ApproximateNumberOfMessages),
+        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+    )
+}
+
+/// Runs the demo and returns its audit. The emulator stops when this returns (or is dropped
+/// on Ctrl-C).
+pub async fn run(opts: &DemoOptions) -> Result<Audit, CliError> {
+    let template = std::fs::read_to_string(&opts.template).map_err(|e| {
+        CliError::Usage(format!(
+            "cannot read the translated template {}: {e} (make demo translates it first)",
+            opts.template.display()
+        ))
+    })?;
+    let moto = MotoServer::start(&opts.moto_server)?;
+    println!("moto server on {}", moto.endpoint);
+    let config = moto.sdk_config().await;
+    // short timeouts so the demo settles in about two minutes
+    let outputs = deploy_stack(
+        &config,
+        &template,
+        "resq-demo",
+        &[
+            ("MaxReceiveCount", "2"),
+            ("ConsumerTimeout", "10"),
+            ("RedriverSchedule", "rate(1 minute)"),
+        ],
+    )
+    .await?;
+    println!(
+        "stack resq-demo created: {} → {}",
+        outputs.main_queue_url, outputs.dlq_url
+    );
+
+    let mut rng = StdRng::seed_from_u64(opts.seed);
+    let planned = plan_orders(opts, &mut rng);
+    let plans: HashMap<String, Plan> = planned
+        .iter()
+        .map(|(o, p, _)| (o.order_id.clone(), *p))
+        .collect();
+    let handler = DemoFaults {
+        inner: RecordOrder::new(S3Store::new(resq::aws::s3_client(&config), &outputs.bucket)),
+        flaky: Mutex::new(
+            planned
+                .iter()
+                .filter(|(_, p, _)| *p == Plan::Flaky)
+                .map(|(o, _, n)| (o.order_id.clone(), *n))
+                .collect(),
+        ),
+        doomed: planned
+            .iter()
+            .filter(|(_, p, _)| *p == Plan::Doomed)
+            .map(|(o, _, _)| o.order_id.clone())
+            .collect(),
+    };
+    let common = CommonConfig {
+        main_queue_url: outputs.main_queue_url.clone(),
+        dlq_url: outputs.dlq_url.clone(),
+        archive_bucket: outputs.bucket.clone(),
+        max_redrive_attempts: 3,
+        deadline_margin: Duration::from_millis(1000),
+    };
+    let consumer_config = ConsumerConfig {
+        common: common.clone(),
+        concurrency: 10,
+        backoff: resq::backoff::Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(2),
+        },
+    };
+    let redriver_config = RedriverConfig {
+        common,
+        rate_per_second: 200.0,
+        max_messages_per_run: 1000,
+        archive_after: Duration::from_secs(86_400),
+        permanent_action: PermanentAction::Keep,
+        pause_on_alarms: Vec::new(),
+    };
+    let settings = PipelineSettings {
+        batch_size: 10,
+        batching_window: Duration::from_millis(500),
+        pollers: 3,
+        consumer_timeout: Duration::from_secs(10),
+        redrive_every: Duration::from_secs(5),
+        redriver_timeout: Duration::from_secs(60),
+    };
+    let pipeline = Pipeline::new(
+        &config,
+        outputs.clone(),
+        handler,
+        consumer_config,
+        redriver_config,
+        settings,
+    );
+    let ctx = Context {
+        sqs: aws_sdk_sqs::Client::new(&config),
+        s3: resq::aws::s3_client(&config),
+        cloudwatch: aws_sdk_cloudwatch::Client::new(&config),
+        main_queue_url: outputs.main_queue_url.clone(),
+        dlq_url: outputs.dlq_url.clone(),
+        bucket: outputs.bucket.clone(),
+    };
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let driver = drive(
+        &ctx,
+        &planned,
+        &pipeline.counters,
+        opts.max_duration,
+        stop_tx,
+    );
+    let ((), sent) = tokio::join!(pipeline.run(stop_rx), driver);
+    let sent = sent?;
+    println!("pipeline stopped; auditing every order …");
+    let audit = audit(&ctx, &plans, sent).await?;
+    drop(moto);
+    Ok(audit)
+}
+
+/// Feeds the queue progressively (moto slows down with depth), shows progress, and stops the
+/// pipeline once it has settled.
+async fn drive(
+    ctx: &Context,
+    planned: &[(Outgoing, Plan, u32)],
+    counters: &Counters,
+    max: Duration,
+    stop: watch::Sender<bool>,
+) -> Result<usize, CliError> {
+    let started = Instant::now();
+    let mut next = 0;
+    // redriver runs counted when the orders queue went quiet; settled once a later run
+    // (started after that moment) found nothing to move
+    let mut quiet_since_runs: Option<u64> = None;
+    let mut last_print = Instant::now() - Duration::from_secs(10);
+    let attrs = |o: &Outgoing| {
+        HashMap::from([(
+            DEMO_ORDER_ATTRIBUTE.to_owned(),
+            MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(&o.order_id)
+                .build()
+                .expect("attribute"),
+        )])
+    };
+    let result = loop {
+        let (visible, in_flight) = depth(&ctx.sqs, &ctx.main_queue_url).await;
+        let (dlq_visible, dlq_in_flight) = depth(&ctx.sqs, &ctx.dlq_url).await;
+        if next < planned.len() && visible + in_flight < 150 {
+            let chunk: Vec<Outgoing> = planned[next..(next + 50).min(planned.len())]
+                .iter()
+                .map(|(o, _, _)| o.clone())
+                .collect();
+            match crate::status::send(ctx, &chunk, attrs).await {
+                Ok(report) if report.failed.is_empty() => next += chunk.len(),
+                Ok(report) => {
+                    break Err(CliError::Usage(format!(
+                        "the emulator refused {} orders",
+                        report.failed.len()
+                    )));
+                }
+                Err(e) => break Err(e),
+            }
+        }
+        if last_print.elapsed() >= Duration::from_secs(2) {
+            last_print = Instant::now();
+            println!(
+                "[{:>4}s] sent {}/{}  processed {}  retried {}  dead-lettered {}  in DLQ {}  redriven {}  archived {}  orders queue {}+{} in flight  redrive runs {}",
+                started.elapsed().as_secs(),
+                next,
+                planned.len(),
+                Counters::get(&counters.processed),
+                Counters::get(&counters.retried),
+                Counters::get(&counters.dead_lettered),
+                dlq_visible + dlq_in_flight,
+                Counters::get(&counters.redriven),
+                Counters::get(&counters.archived),
+                visible,
+                in_flight,
+                Counters::get(&counters.redrive_runs),
+            );
+        }
+        // settled: everything sent, the orders queue empty, and a redriver run that started
+        // after that found nothing to move (the DLQ holds only what waits for a human)
+        let quiet = next == planned.len() && visible + in_flight == 0 && dlq_in_flight == 0;
+        let runs = Counters::get(&counters.redrive_runs);
+        quiet_since_runs = if quiet {
+            Some(quiet_since_runs.unwrap_or(runs))
+        } else {
+            None
+        };
+        if quiet_since_runs.is_some_and(|at| runs >= at + 2)
+            && counters.last_run_moved.load(Ordering::Relaxed) == 0
+        {
+            break Ok(next);
+        }
+        if started.elapsed() > max {
+            println!(
+                "not settled after {}s; stopping and auditing what is there",
+                max.as_secs()
+            );
+            break Ok(next);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let _ = stop.send(true);
+    result
+}
+
+/// Looks for every sent order: order records, archive entries, both queues.
+async fn audit(
+    ctx: &Context,
+    plans: &HashMap<String, Plan>,
+    sent: usize,
+) -> Result<Audit, CliError> {
+    let mut found: HashMap<String, &'static str> = HashMap::new();
+    let mut token = None;
+    loop {
+        let out = ctx
+            .s3
+            .list_objects_v2()
+            .bucket(&ctx.bucket)
+            .prefix("orders/")
+            .set_continuation_token(token)
+            .send()
+            .await
+            .map_err(|e| CliError::aws("listing order records", e))?;
+        for k in out.contents().iter().filter_map(|o| o.key()) {
+            if let Some(id) = k
+                .strip_prefix("orders/")
+                .and_then(|k| k.strip_suffix(".json"))
+            {
+                found.insert(id.to_owned(), "processed");
+            }
+        }
+        match out.next_continuation_token() {
+            Some(t) => token = Some(t.to_owned()),
+            None => break,
+        }
+    }
+    for key in crate::archive::list(ctx, None, None).await? {
+        let envelope = crate::archive::show(ctx, &key).await?;
+        if let Some(id) = envelope
+            .original_message
+            .message_attributes
+            .get(DEMO_ORDER_ATTRIBUTE)
+            .and_then(|v| v.string_value.clone())
+        {
+            found.entry(id).or_insert("archived");
+        }
+    }
+    for (url, place) in [(&ctx.main_queue_url, "orders queue"), (&ctx.dlq_url, "DLQ")] {
+        loop {
+            let out = ctx
+                .sqs
+                .receive_message()
+                .queue_url(url)
+                .max_number_of_messages(10)
+                .visibility_timeout(600)
+                .message_attribute_names("All")
+                .send()
+                .await
+                .map_err(|e| CliError::aws("reading the queues", e))?;
+            let msgs = out.messages.unwrap_or_default();
+            if msgs.is_empty() {
+                break;
+            }
+            for m in msgs {
+                if let Some(id) = m
+                    .message_attributes()
+                    .and_then(|a| a.get(DEMO_ORDER_ATTRIBUTE))
+                    .and_then(|v| v.string_value())
+                {
+                    found.entry(id.to_owned()).or_insert(place);
+                }
+            }
+        }
+    }
+    let mut audit = Audit {
+        sent,
+        ..Default::default()
+    };
+    let mut sent_ids: Vec<(&String, &Plan)> = plans.iter().collect();
+    sent_ids.sort();
+    for (id, plan) in sent_ids.into_iter().take(sent) {
+        let place = found.get(id).copied().unwrap_or("LOST");
+        *audit.table.entry((*plan, place)).or_default() += 1;
+        match place {
+            "processed" => audit.processed += 1,
+            "archived" => audit.archived += 1,
+            "DLQ" => {
+                audit.dead_lettered += 1;
+                audit.in_queues += 1;
+            }
+            "orders queue" => audit.in_queues += 1,
+            _ => audit.lost.push(id.clone()),
+        }
+    }
+    Ok(audit)
+}
+
+/// The final table: where each kind of order ended.
+pub fn table(audit: &Audit) -> String {
+    let places = ["processed", "archived", "DLQ", "orders queue", "LOST"];
+    let mut out = format!("{:<10}", "order");
+    for p in places {
+        out.push_str(&format!(" {p:>13}"));
+    }
+    out.push('\n');
+    for plan in [
+        Plan::Valid,
+        Plan::Flaky,
+        Plan::Doomed,
+        Plan::Malformed,
+        Plan::Invalid,
+    ] {
+        out.push_str(&format!("{:<10}", format!("{plan:?}").to_lowercase()));
+        for p in places {
+            out.push_str(&format!(
+                " {:>13}",
+                audit.table.get(&(plan, p)).copied().unwrap_or(0)
+            ));
+        }
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,366 @@
+//! The local pipeline: the stack deployed into the emulator, and what AWS does around the two
+//! functions: Lambda's SQS event source mapping for the consumer (receive, build the event,
+//! invoke, delete what was not reported failed) and the EventBridge schedule for the redriver.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_sdk_cloudformation::types::{Capability, Parameter};
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
+use consumer::Consumer;
+use consumer::handler::OrderHandler;
+use consumer::queues::SqsQueues;
+use redriver::Redriver;
+use redriver::ports::{CloudWatchAlarms, SqsRedriveQueues};
+use redriver::request::RunRequest;
+use resq::config::{ConsumerConfig, RedriverConfig};
+use resq::metrics;
+use resq::store::S3Store;
+use tokio::sync::watch;
+
+use crate::CliError;
+use crate::emulator::REGION;
+
+/// Where the translated template expects the functions' code (placeholders in the emulator).
+pub const ARTIFACT_BUCKET: &str = "resq-artifacts";
+
+/// The stack outputs the pipeline needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackOutputs {
+    /// `OrdersQueueUrl`.
+    pub main_queue_url: String,
+    /// `OrdersQueueArn`.
+    pub main_queue_arn: String,
+    /// `DeadLetterQueueUrl`.
+    pub dlq_url: String,
+    /// `ArchiveBucketName`.
+    pub bucket: String,
+}
+
+/// Deploys the translated template (`infra/translate.py` output) into the emulator's
+/// CloudFormation with `parameters`, and returns its outputs.
+pub async fn deploy_stack(
+    config: &aws_config::SdkConfig,
+    template_json: &str,
+    stack_name: &str,
+    parameters: &[(&str, &str)],
+) -> Result<StackOutputs, CliError> {
+    let s3 = resq::aws::s3_client(config);
+    s3.create_bucket()
+        .bucket(ARTIFACT_BUCKET)
+        .send()
+        .await
+        .map_err(|e| CliError::aws("creating the artifact bucket", e))?;
+    for f in ["ConsumerFunction", "RedriverFunction"] {
+        // the emulator stores the code; the pipeline runs the functions in this process
+        s3.put_object()
+            .bucket(ARTIFACT_BUCKET)
+            .key(format!("{f}.zip"))
+            .body(b"placeholder".to_vec().into())
+            .send()
+            .await
+            .map_err(|e| CliError::aws("uploading placeholder code", e))?;
+    }
+    let cfn = aws_sdk_cloudformation::Client::new(config);
+    let params: Vec<Parameter> = parameters
+        .iter()
+        .map(|(k, v)| {
+            Parameter::builder()
+                .parameter_key(*k)
+                .parameter_value(*v)
+                .build()
+        })
+        .collect();
+    cfn.create_stack()
+        .stack_name(stack_name)
+        .template_body(template_json)
+        .capabilities(Capability::CapabilityIam)
+        .set_parameters(Some(params))
+        .send()
+        .await
+        .map_err(|e| CliError::aws(format!("creating stack {stack_name}"), e))?;
+    let stacks = cfn
+        .describe_stacks()
+        .stack_name(stack_name)
+        .send()
+        .await
+        .map_err(|e| CliError::aws("describing the stack", e))?;
+    let stack = stacks
+        .stacks()
+        .first()
+        .ok_or_else(|| CliError::Usage(format!("stack {stack_name} was not created")))?;
+    let status = stack
+        .stack_status()
+        .map(|s| s.as_str().to_owned())
+        .unwrap_or_default();
+    if status != "CREATE_COMPLETE" {
+        return Err(CliError::Usage(format!(
+            "stack {stack_name}: {status} {}",
+            stack.stack_status_reason().unwrap_or_default()
+        )));
+    }
+    disable_emulator_mappings(config).await?;
+    let outputs: HashMap<&str, &str> = stack
+        .outputs()
+        .iter()
+        .filter_map(|o| Some((o.output_key()?, o.output_value()?)))
+        .collect();
+    let get = |k: &str| {
+        outputs
+            .get(k)
+            .map(|v| (*v).to_owned())
+            .ok_or_else(|| CliError::Usage(format!("stack output {k} missing")))
+    };
+    Ok(StackOutputs {
+        main_queue_url: get("OrdersQueueUrl")?,
+        main_queue_arn: get("OrdersQueueArn")?,
+        dlq_url: get("DeadLetterQueueUrl")?,
+        bucket: get("ArchiveBucketName")?,
+    })
+}
+
+/// The emulator would run the stack's event source mapping itself (invoking the function in
+/// Docker, which is not here, and taking orders off the queue); disabled, the pipeline's
+/// pollers take its place.
+pub async fn disable_emulator_mappings(config: &aws_config::SdkConfig) -> Result<(), CliError> {
+    let lambda = aws_sdk_lambda::Client::new(config);
+    let mappings = lambda
+        .list_event_source_mappings()
+        .send()
+        .await
+        .map_err(|e| CliError::aws("listing event source mappings", e))?;
+    for m in mappings.event_source_mappings() {
+        if let Some(uuid) = m.uuid() {
+            lambda
+                .update_event_source_mapping()
+                .uuid(uuid)
+                .enabled(false)
+                .send()
+                .await
+                .map_err(|e| CliError::aws("disabling the emulator's event source mapping", e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Counts across the pipeline's invocations.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Consumer invocations.
+    pub invocations: AtomicU64,
+    /// Records processed.
+    pub processed: AtomicU64,
+    /// Records reported for retry.
+    pub retried: AtomicU64,
+    /// Records sent to the DLQ by the consumer.
+    pub dead_lettered: AtomicU64,
+    /// Messages archived by either function.
+    pub archived: AtomicU64,
+    /// Redriver runs.
+    pub redrive_runs: AtomicU64,
+    /// Messages replayed.
+    pub redriven: AtomicU64,
+    /// Messages the latest run replayed or archived (`u64::MAX` before the first run).
+    pub last_run_moved: AtomicU64,
+}
+
+impl Counters {
+    /// A counter's value.
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
+/// How the emulated event source mapping and schedule behave.
+#[derive(Debug, Clone)]
+pub struct PipelineSettings {
+    /// Records per consumer invocation (`BatchSize`).
+    pub batch_size: i32,
+    /// `MaximumBatchingWindowInSeconds`.
+    pub batching_window: Duration,
+    /// Concurrent consumer invocations (`ScalingConfig.MaximumConcurrency`).
+    pub pollers: usize,
+    /// The consumer's timeout (its invocation deadline).
+    pub consumer_timeout: Duration,
+    /// The redriver's schedule period.
+    pub redrive_every: Duration,
+    /// The redriver's timeout.
+    pub redriver_timeout: Duration,
+}
+
+/// The two functions, wired to the stack, run the way AWS runs them.
+pub struct Pipeline<H> {
+    sqs: aws_sdk_sqs::Client,
+    outputs: StackOutputs,
+    consumer: Consumer<H, SqsQueues, S3Store>,
+    redriver: Redriver<SqsRedriveQueues, S3Store, CloudWatchAlarms>,
+    redriver_config: RedriverConfig,
+    settings: PipelineSettings,
+    /// What happened so far.
+    pub counters: Arc<Counters>,
+}
+
+impl<H: OrderHandler> Pipeline<H> {
+    /// The pipeline over the stack, with `handler` as the consumer's order handler.
+    pub fn new(
+        config: &aws_config::SdkConfig,
+        outputs: StackOutputs,
+        handler: H,
+        consumer_config: ConsumerConfig,
+        redriver_config: RedriverConfig,
+        settings: PipelineSettings,
+    ) -> Self {
+        let sqs = aws_sdk_sqs::Client::new(config);
+        let s3 = resq::aws::s3_client(config);
+        let store = S3Store::new(s3, &outputs.bucket);
+        let consumer = Consumer::new(
+            handler,
+            SqsQueues::new(sqs.clone(), &outputs.main_queue_url, &outputs.dlq_url),
+            store.clone(),
+            consumer_config,
+        );
+        let redriver = Redriver::new(
+            SqsRedriveQueues::new(sqs.clone(), &outputs.main_queue_url, &outputs.dlq_url),
+            store,
+            CloudWatchAlarms::new(aws_sdk_cloudwatch::Client::new(config)),
+            redriver_config.clone(),
+        )
+        .with_receive_wait(0)
+        .with_metrics(false);
+        let counters = Arc::new(Counters {
+            last_run_moved: AtomicU64::new(u64::MAX),
+            ..Default::default()
+        });
+        Self {
+            sqs,
+            outputs,
+            consumer,
+            redriver,
+            redriver_config,
+            settings,
+            counters,
+        }
+    }
+
+    /// Runs pollers and the schedule until `stop` turns true.
+    pub async fn run(&self, stop: watch::Receiver<bool>) {
+        let pollers = (0..self.settings.pollers.max(1)).map(|_| self.poll(stop.clone()));
+        tokio::join!(
+            futures::future::join_all(pollers),
+            self.schedule(stop.clone())
+        );
+    }
+
+    async fn receive(&self, max: i32, wait: i32) -> Vec<Message> {
+        self.sqs
+            .receive_message()
+            .queue_url(&self.outputs.main_queue_url)
+            .max_number_of_messages(max.clamp(1, 10))
+            .wait_time_seconds(wait)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .map(|o| o.messages.unwrap_or_default())
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %resq::sqs::AwsError::from_sdk(e), "poller: receive failed");
+                Vec::new()
+            })
+    }
+
+    /// One event source mapping poller: receive, batch, invoke, delete the successes.
+    async fn poll(&self, stop: watch::Receiver<bool>) {
+        while !*stop.borrow() {
+            let mut batch = self.receive(self.settings.batch_size.min(10), 1).await;
+            if batch.is_empty() {
+                continue;
+            }
+            // the batching window: gather more until full or the window closes
+            let window_ends = Instant::now() + self.settings.batching_window;
+            while (batch.len() as i32) < self.settings.batch_size && Instant::now() < window_ends {
+                let more = self
+                    .receive(self.settings.batch_size - batch.len() as i32, 0)
+                    .await;
+                if more.is_empty() {
+                    tokio::time::sleep(
+                        Duration::from_millis(100)
+                            .min(window_ends.saturating_duration_since(Instant::now())),
+                    )
+                    .await;
+                }
+                batch.extend(more);
+            }
+            self.invoke(&batch).await;
+        }
+    }
+
+    async fn invoke(&self, batch: &[Message]) {
+        let event = resq::sqs_event::lambda_event(batch, &self.outputs.main_queue_arn, REGION);
+        let deadline = Instant::now() + self.settings.consumer_timeout;
+        let c = &self.counters;
+        c.invocations.fetch_add(1, Ordering::Relaxed);
+        let report = match self.consumer.process(event, deadline).await {
+            Ok(r) => r,
+            Err(e) => {
+                // a function error: Lambda retries the whole batch after the visibility timeout
+                tracing::error!(error = %e, "consumer invocation failed");
+                return;
+            }
+        };
+        c.processed
+            .fetch_add(report.metrics.get(metrics::PROCESSED), Ordering::Relaxed);
+        c.retried
+            .fetch_add(report.metrics.get(metrics::RETRIED), Ordering::Relaxed);
+        c.dead_lettered.fetch_add(
+            report.metrics.get(metrics::DEAD_LETTERED),
+            Ordering::Relaxed,
+        );
+        c.archived
+            .fetch_add(report.metrics.get(metrics::ARCHIVED), Ordering::Relaxed);
+        let failed: Vec<&str> = report
+            .response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        let done: Vec<&str> = batch
+            .iter()
+            .filter(|m| !failed.contains(&m.message_id().unwrap_or_default()))
+            .filter_map(|m| m.receipt_handle())
+            .collect();
+        for (_, why) in resq::sqs::delete(&self.sqs, &self.outputs.main_queue_url, &done).await {
+            tracing::warn!(error = %why, "event source mapping: delete failed; the record will be delivered again");
+        }
+    }
+
+    /// The EventBridge schedule: one redriver run per period, never two at once.
+    async fn schedule(&self, mut stop: watch::Receiver<bool>) {
+        let mut ticks = tokio::time::interval(self.settings.redrive_every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = stop.changed() => {}
+            }
+            if *stop.borrow() {
+                break;
+            }
+            let request = RunRequest::defaults(&self.redriver_config);
+            let summary = self
+                .redriver
+                .run(&request, Instant::now() + self.settings.redriver_timeout)
+                .await;
+            let c = &self.counters;
+            c.redrive_runs.fetch_add(1, Ordering::Relaxed);
+            c.redriven.fetch_add(summary.redriven, Ordering::Relaxed);
+            c.last_run_moved.store(
+                summary.redriven + summary.archived.values().sum::<u64>(),
+                Ordering::Relaxed,
+            );
+            c.archived
+                .fetch_add(summary.archived.values().sum(), Ordering::Relaxed);
+        }
+    }
+}
