@@ -4,6 +4,7 @@
 
 mod cli;
 mod consumer;
+mod fixtures;
 mod helpers;
 mod redriver;
 mod template;
