@@ -12,7 +12,11 @@ ARM_TARGET := aarch64-unknown-linux-gnu
 TRANSLATED := target/infra/template.json
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: setup test lint fmt build deploy arm-target clean
+LOCAL_ENV := target/local.env
+WATCH_PORT ?= 9010
+ORDERS ?= 1000
+
+.PHONY: setup test lint fmt build deploy arm-target clean translate demo local watch invoke-consumer invoke-redriver
 
 ## setup: create the tool venvs (moto server, cargo-lambda, aws-sam-cli, cfn-lint; checkov apart)
 setup: $(TOOLS) $(CHECKOV)
@@ -53,6 +57,31 @@ build: $(TOOLS) arm-target
 ## deploy: build with SAM and deploy the stack (first time: cd infra && sam build && sam deploy --guided)
 deploy: $(TOOLS) arm-target
 	cd infra && sam build && sam deploy
+
+translate: $(TOOLS)
+	$(VENV)/bin/python infra/translate.py infra/template.yaml $(TRANSLATED)
+
+## demo: the whole pipeline on a local emulator (1,000 orders, faults included), then an audit
+demo: $(TOOLS) translate
+	cargo build -q -p cli
+	./target/debug/resq demo --orders $(ORDERS) --moto-server $(VENV)/bin/moto_server --template $(TRANSLATED)
+
+## local: a local emulator with the stack, and target/local.env for `make watch` (until Ctrl-C)
+local: $(TOOLS) translate
+	cargo build -q -p cli
+	./target/debug/resq local --moto-server $(VENV)/bin/moto_server --template $(TRANSLATED) --env-file $(LOCAL_ENV)
+
+## watch: cargo lambda watch on 127.0.0.1, the functions pointed at the local stack (make local first)
+watch: $(TOOLS)
+	@test -f $(LOCAL_ENV) || { echo "no local stack: run 'make local' in another terminal first"; exit 1; }
+	cargo lambda watch --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT) --env-file $(LOCAL_ENV)
+
+## invoke-consumer / invoke-redriver: send the committed fixture events to `make watch`
+invoke-consumer: $(TOOLS)
+	cargo lambda invoke consumer --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT) --data-file events/sqs-batch.json
+
+invoke-redriver: $(TOOLS)
+	cargo lambda invoke redriver --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT) --data-file events/redrive-manual.json
 
 fmt:
 	cargo fmt --all

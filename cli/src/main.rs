@@ -53,6 +53,22 @@ enum Command {
     Archive(ArchiveCommand),
     /// Run the whole pipeline on a local emulator with faults, then audit every order.
     Demo(DemoArgs),
+    /// Start a local emulator with the stack and write an env file for `cargo lambda watch`;
+    /// runs until Ctrl-C.
+    Local(LocalArgs),
+}
+
+#[derive(Args, Debug)]
+struct LocalArgs {
+    /// The moto server binary.
+    #[arg(long, default_value = ".venv/bin/moto_server")]
+    moto_server: PathBuf,
+    /// The translated template.
+    #[arg(long, default_value = "target/infra/template.json")]
+    template: PathBuf,
+    /// Where to write the functions' environment.
+    #[arg(long, default_value = "target/local.env")]
+    env_file: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -218,6 +234,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     if let Command::Demo(args) = &cli.command {
         return demo(args).await;
     }
+    if let Command::Local(args) = &cli.command {
+        return local(args).await;
+    }
     let endpoint = Endpoint {
         endpoint_url: cli.endpoint_url.clone(),
         region: cli.region.clone(),
@@ -361,7 +380,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 serde_json::to_string_pretty(&envelope).unwrap_or_default()
             );
         }
-        Command::Demo(_) => unreachable!("handled above"),
+        Command::Demo(_) | Command::Local(_) => unreachable!("handled above"),
         Command::Archive(ArchiveCommand::Restore { keys, dry_run }) => {
             for key in keys {
                 match archive::restore(&ctx, &key, dry_run).await? {
@@ -407,4 +426,49 @@ async fn demo(args: &DemoArgs) -> Result<(), CliError> {
             audit.lost.len()
         )))
     }
+}
+
+async fn local(args: &LocalArgs) -> Result<(), CliError> {
+    let template = std::fs::read_to_string(&args.template).map_err(|e| {
+        CliError::Usage(format!(
+            "cannot read {}: {e} (make local translates it first)",
+            args.template.display()
+        ))
+    })?;
+    let moto = resq_cli::emulator::MotoServer::start(&args.moto_server)?;
+    let config = moto.sdk_config().await;
+    let outputs = resq_cli::local::deploy_stack(&config, &template, "resq-local", &[]).await?;
+    let env = format!(
+        "AWS_ENDPOINT_URL={endpoint}\nAWS_REGION=us-east-1\nAWS_DEFAULT_REGION=us-east-1\nAWS_ACCESS_KEY_ID=local\nAWS_SECRET_ACCESS_KEY=local\n\
+         MAIN_QUEUE_URL={main}\nDLQ_URL={dlq}\nARCHIVE_BUCKET={bucket}\nAWS_LAMBDA_LOG_FORMAT=Text\n",
+        endpoint = moto.endpoint,
+        main = outputs.main_queue_url,
+        dlq = outputs.dlq_url,
+        bucket = outputs.bucket,
+    );
+    if let Some(dir) = args.env_file.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::Usage(format!("{}: {e}", dir.display())))?;
+    }
+    std::fs::write(&args.env_file, env)
+        .map_err(|e| CliError::Usage(format!("{}: {e}", args.env_file.display())))?;
+    println!("local stack resq-local on {}", moto.endpoint);
+    println!(
+        "  MAIN_QUEUE_URL={}\n  DLQ_URL={}\n  ARCHIVE_BUCKET={}",
+        outputs.main_queue_url, outputs.dlq_url, outputs.bucket
+    );
+    println!(
+        "environment written to {}; in another terminal: make watch, then make invoke-consumer",
+        args.env_file.display()
+    );
+    println!(
+        "resq commands: export $(cat {}) and run e.g. resq status",
+        args.env_file.display()
+    );
+    println!("Ctrl-C stops the emulator");
+    let _ = tokio::signal::ctrl_c().await;
+    let _ = std::fs::remove_file(&args.env_file);
+    drop(moto);
+    println!("stopped");
+    Ok(())
 }
