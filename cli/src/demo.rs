@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
+use aws_sdk_sqs::types::MessageAttributeValue;
 use consumer::handler::{HandlerError, OrderHandler, RecordMeta, RecordOrder};
 use consumer::order::Order;
 use rand::Rng;
@@ -171,26 +171,7 @@ fn plan_orders(opts: &DemoOptions, rng: &mut StdRng) -> Vec<(Outgoing, Plan, u32
 }
 
 async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
-    let Ok(out) = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-    else {
-        return (0, 0);
-    };
-    let get = |n: QueueAttributeName| {
-        out.attributes()
-            .and_then(|a| a.get(&n))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (
-        get(QueueAttributeName::ApproximateNumberOfMessages),
-        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-    )
+    resq::sqs::depth(sqs, url).await.unwrap_or((0, 0))
 }
 
 /// Runs the demo and returns its audit. The emulator stops when this returns (or is dropped

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_cloudwatch::types::{Dimension, StateValue, Statistic};
-use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 
 use crate::CliError;
 use crate::context::Context;
@@ -87,21 +87,13 @@ pub struct Status {
 pub async fn status(ctx: &Context, alarm_prefix: &str) -> Result<Status, CliError> {
     let mut queues = Vec::new();
     for (label, url) in [("orders", &ctx.main_queue_url), ("dlq", &ctx.dlq_url)] {
-        let out = ctx
-            .sqs
-            .get_queue_attributes()
-            .queue_url(url)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-            .send()
-            .await
-            .map_err(|e| CliError::aws(format!("reading {url}"), e))?;
-        let get = |n: QueueAttributeName| {
-            out.attributes()
-                .and_then(|a| a.get(&n))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
+        let (visible, in_flight) =
+            resq::sqs::depth(&ctx.sqs, url)
+                .await
+                .map_err(|source| CliError::Aws {
+                    what: format!("reading {url}"),
+                    source,
+                })?;
         let name = url.rsplit('/').next().unwrap_or_default().to_owned();
         let now =
             aws_sdk_cloudwatch::primitives::DateTime::from_secs(chrono::Utc::now().timestamp());
@@ -130,8 +122,8 @@ pub async fn status(ctx: &Context, alarm_prefix: &str) -> Result<Status, CliErro
         queues.push(QueueState {
             label,
             url: url.clone(),
-            visible: get(QueueAttributeName::ApproximateNumberOfMessages),
-            in_flight: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+            visible,
+            in_flight,
             oldest_age_seconds: age,
         });
     }

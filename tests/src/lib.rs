@@ -177,25 +177,9 @@ impl Stack {
 
     /// `ApproximateNumberOfMessages` + `…NotVisible` of a queue.
     pub async fn depth(&self, queue: &Queue) -> (u64, u64) {
-        let out = self
-            .sqs
-            .get_queue_attributes()
-            .queue_url(&queue.url)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-            .send()
+        resq::sqs::depth(&self.sqs, &queue.url)
             .await
-            .expect("queue attributes");
-        let get = |n: QueueAttributeName| {
-            out.attributes()
-                .and_then(|a| a.get(&n))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
-        (
-            get(QueueAttributeName::ApproximateNumberOfMessages),
-            get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-        )
+            .expect("queue attributes")
     }
 
     /// Keys in the bucket under `prefix`.
