@@ -380,8 +380,9 @@ async fn drive(
     result
 }
 
-/// Looks for every sent order: order records, archive entries, both queues.
-async fn audit(
+/// Looks for every sent order: order records, archive entries, both queues. The first `sent`
+/// order ids of `plans`, in sorted order (the order they were sent in), count as sent.
+pub async fn audit(
     ctx: &Context,
     plans: &HashMap<String, Plan>,
     sent: usize,

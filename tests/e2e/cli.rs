@@ -310,3 +310,64 @@ async fn archive_ls_show_and_restore() {
         "the archive keeps its record"
     );
 }
+
+#[tokio::test]
+async fn the_demo_audit_finds_every_order_or_reports_it_lost() {
+    use resq::store::ObjectStore;
+    use resq_cli::demo::{DEMO_ORDER_ATTRIBUTE, Plan, audit};
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    let tag = |id: &str| vec![(DEMO_ORDER_ATTRIBUTE, string_attr(id))];
+    // A processed, B archived, C in the DLQ, D still in the orders queue, E nowhere
+    resq::store::S3Store::new(stack.s3.clone(), &stack.bucket)
+        .put_if_absent("orders/A.json", b"{}".to_vec())
+        .await
+        .unwrap();
+    let archiver = Archiver::new(
+        resq::store::S3Store::new(stack.s3.clone(), &stack.bucket),
+        "consumer",
+    );
+    let message = OriginalMessage {
+        message_id: "m-b".into(),
+        body: order_body("B"),
+        message_attributes: MessageAttributes::from([(
+            DEMO_ORDER_ATTRIBUTE.to_owned(),
+            AttributeValue::string("B"),
+        )]),
+        attributes: Default::default(),
+    };
+    let meta = ArchiveMetadata {
+        source_queue: stack.main.url.clone(),
+        reason: String::new(),
+        archived_by: String::new(),
+        archived_at: String::new(),
+        redrive_count: Some(3),
+        receive_count: None,
+        first_sent_at: None,
+        last_error: None,
+    };
+    archiver
+        .archive(ArchiveReason::RedriveCap, chrono::Utc::now(), message, meta)
+        .await
+        .unwrap();
+    send(&stack, &stack.dlq, "{bad", &tag("C"), None).await;
+    send(&stack, &stack.main, &order_body("D"), &tag("D"), None).await;
+    let plans = std::collections::HashMap::from([
+        ("A".to_owned(), Plan::Valid),
+        ("B".to_owned(), Plan::Doomed),
+        ("C".to_owned(), Plan::Malformed),
+        ("D".to_owned(), Plan::Valid),
+        ("E".to_owned(), Plan::Valid),
+    ]);
+    let a = audit(&ctx, &plans, 5).await.unwrap();
+    assert_eq!(
+        (a.processed, a.archived, a.dead_lettered, a.in_queues),
+        (1, 1, 1, 2)
+    );
+    assert_eq!(a.lost, vec!["E".to_owned()]);
+    assert_eq!(
+        a.summary_line(),
+        "summary: sent=5 processed=1 dead_lettered=1 archived=1 in_queues=2 lost=1"
+    );
+    assert_eq!(a.table[&(Plan::Valid, "LOST")], 1);
+}
