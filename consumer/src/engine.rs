@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use futures::{FutureExt, StreamExt, stream};
-use resq::archive::{ArchiveMetadata, Archiver, OriginalMessage};
+use resq::archive::{ArchiveFacts, Archiver, OriginalMessage};
 use resq::attributes::{self, RedriveCount};
 use resq::config::ConsumerConfig;
 use resq::metrics::{self, Metrics};
@@ -287,11 +287,8 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
             message_attributes: record.message_attributes.clone(),
             attributes: record.attributes.clone(),
         };
-        let metadata = ArchiveMetadata {
+        let facts = ArchiveFacts {
             source_queue: self.config.common.main_queue_url.clone(),
-            reason: String::new(),
-            archived_by: String::new(),
-            archived_at: String::new(),
             redrive_count: match record.redrive_count {
                 RedriveCount::Count(n) => Some(n),
                 RedriveCount::Invalid => None,
@@ -305,7 +302,7 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         };
         match self
             .archiver
-            .archive(reason, chrono::Utc::now(), message, metadata)
+            .archive(reason, chrono::Utc::now(), message, facts)
             .await
         {
             Ok((key, _)) => {

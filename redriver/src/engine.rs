@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use futures::future::join_all;
-use resq::archive::{ArchiveMetadata, Archiver, OriginalMessage};
+use resq::archive::{ArchiveFacts, Archiver, OriginalMessage};
 use resq::attributes::RedriveCount;
 use resq::config::RedriverConfig;
 use resq::metrics::{self, Metrics};
@@ -141,7 +141,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         m.add(metrics::REDRIVE_RETURNED, s.returned);
         for (reason, n) in &s.archived {
             if let Some(r) = ArchiveReason::from_code(reason) {
-                (0..*n).for_each(|_| m.add_archived(r));
+                m.add_archived_n(r, *n);
             }
         }
         m
@@ -268,16 +268,15 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             }
 
             let mut to_delete: Vec<Receipt> = Vec::new();
-            let (archives, redrives): (Vec<_>, Vec<_>) = work
-                .into_iter()
-                .partition(|w| matches!(w, Work::Archive(..)));
-
-            let archive_results = join_all(archives.into_iter().filter_map(|w| match w {
-                Work::Archive(m, reason, last) => Some(self.archive(m, reason, last)),
-                Work::Redrive(..) => None,
-            }))
-            .await;
-            for (m, reason, ok) in archive_results {
+            let mut archives = Vec::new();
+            let mut redrives: Vec<(DlqMessage, RedriveCopy)> = Vec::new();
+            for w in work {
+                match w {
+                    Work::Archive(m, reason, last) => archives.push(self.archive(m, reason, last)),
+                    Work::Redrive(m, c) => redrives.push((m, c)),
+                }
+            }
+            for (m, reason, ok) in join_all(archives).await {
                 if ok {
                     *s.archived.entry(reason.code().to_owned()).or_default() += 1;
                     to_delete.push((m.message_id, m.receipt_handle));
@@ -287,13 +286,6 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 }
             }
 
-            let redrives: Vec<(DlqMessage, RedriveCopy)> = redrives
-                .into_iter()
-                .filter_map(|w| match w {
-                    Work::Redrive(m, c) => Some((m, c)),
-                    Work::Archive(..) => None,
-                })
-                .collect();
             let sizes: Vec<usize> = redrives.iter().map(|(_, c)| c.size).collect();
             let mut out_of_time = false;
             for range in classify::pack(&sizes) {
@@ -397,11 +389,8 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         reason: ArchiveReason,
         last_error: Option<String>,
     ) -> (DlqMessage, ArchiveReason, bool) {
-        let metadata = ArchiveMetadata {
+        let facts = ArchiveFacts {
             source_queue: self.config.common.dlq_url.clone(),
-            reason: String::new(),
-            archived_by: String::new(),
-            archived_at: String::new(),
             redrive_count: match m.redrive_count() {
                 RedriveCount::Count(n) => Some(n),
                 RedriveCount::Invalid => None,
@@ -421,7 +410,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         };
         match self
             .archiver
-            .archive(reason, chrono::Utc::now(), original, metadata)
+            .archive(reason, chrono::Utc::now(), original, facts)
             .await
         {
             Ok((key, _)) => {

@@ -48,6 +48,22 @@ pub struct ArchiveMetadata {
     pub last_error: Option<String>,
 }
 
+/// What the caller knows about an archived message; [`Archiver::archive`] adds the reason,
+/// who archived it and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveFacts {
+    /// URL of the queue the message was taken from.
+    pub source_queue: String,
+    /// `x-redrive-count` when readable.
+    pub redrive_count: Option<u32>,
+    /// `ApproximateReceiveCount` when known.
+    pub receive_count: Option<u32>,
+    /// Epoch millis of the producer's send when known.
+    pub first_sent_at: Option<u64>,
+    /// The last error seen for this message, if any.
+    pub last_error: Option<String>,
+}
+
 /// One archive entry: `{"originalMessage": …, "metadata": …}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -115,11 +131,18 @@ impl<S: ObjectStore> Archiver<S> {
         reason: ArchiveReason,
         at: DateTime<Utc>,
         message: OriginalMessage,
-        mut metadata: ArchiveMetadata,
+        facts: ArchiveFacts,
     ) -> Result<(String, PutOutcome), StoreError> {
-        metadata.reason = reason.code().to_owned();
-        metadata.archived_by.clone_from(&self.archived_by);
-        metadata.archived_at = timestamp(at);
+        let metadata = ArchiveMetadata {
+            source_queue: facts.source_queue,
+            reason: reason.code().to_owned(),
+            archived_by: self.archived_by.clone(),
+            archived_at: timestamp(at),
+            redrive_count: facts.redrive_count,
+            receive_count: facts.receive_count,
+            first_sent_at: facts.first_sent_at,
+            last_error: facts.last_error,
+        };
         let key = archive_key(reason, at, &message.message_id);
         let envelope = ArchiveEnvelope {
             original_message: message,
@@ -179,11 +202,8 @@ mod tests {
             )]),
             attributes: BTreeMap::from([("ApproximateReceiveCount".into(), "2".into())]),
         };
-        let meta = ArchiveMetadata {
+        let meta = ArchiveFacts {
             source_queue: "http://q/orders".into(),
-            reason: String::new(),
-            archived_by: String::new(),
-            archived_at: String::new(),
             redrive_count: Some(3),
             receive_count: Some(2),
             first_sent_at: Some(1),

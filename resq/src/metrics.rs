@@ -61,8 +61,13 @@ impl Metrics {
 
     /// Adds one archived message: to `Archived` and to `Archived` by `Reason`.
     pub fn add_archived(&mut self, reason: ArchiveReason) {
-        self.add(ARCHIVED, 1);
-        *self.archived.entry(reason).or_default() += 1;
+        self.add_archived_n(reason, 1);
+    }
+
+    /// Adds `n` archived messages of one reason.
+    pub fn add_archived_n(&mut self, reason: ArchiveReason, n: u64) {
+        self.add(ARCHIVED, n);
+        *self.archived.entry(reason).or_default() += n;
     }
 
     /// The value of a count.

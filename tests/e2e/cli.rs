@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{ComparisonOperator, StateValue, Statistic};
-use resq::archive::{ArchiveMetadata, Archiver, OriginalMessage};
+use resq::archive::{ArchiveFacts, Archiver, OriginalMessage};
 use resq::attributes::{AttributeValue, MessageAttributes};
 use resq::reason::ArchiveReason;
 use resq_cli::context::{Context, Endpoint};
@@ -250,11 +250,8 @@ async fn archive_ls_show_and_restore() {
             ]),
             attributes: Default::default(),
         };
-        let meta = ArchiveMetadata {
+        let meta = ArchiveFacts {
             source_queue: stack.main.url.clone(),
-            reason: String::new(),
-            archived_by: String::new(),
-            archived_at: String::new(),
             redrive_count: Some(3),
             receive_count: Some(1),
             first_sent_at: None,
@@ -336,11 +333,8 @@ async fn the_demo_audit_finds_every_order_or_reports_it_lost() {
         )]),
         attributes: Default::default(),
     };
-    let meta = ArchiveMetadata {
+    let meta = ArchiveFacts {
         source_queue: stack.main.url.clone(),
-        reason: String::new(),
-        archived_by: String::new(),
-        archived_at: String::new(),
         redrive_count: Some(3),
         receive_count: None,
         first_sent_at: None,
