@@ -65,7 +65,8 @@ pub struct Summary {
     pub elapsed_ms: u64,
     /// The configured rate.
     pub rate_per_second: f64,
-    /// Replays per second from the first token to the last confirmed send.
+    /// Replays per second between sends: the messages confirmed after the first send, over the
+    /// time from the first send to the last.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub achieved_rate_per_second: Option<f64>,
     /// Why the run ended.
@@ -191,7 +192,8 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         let main_is_fifo = self.config.common.main_queue_url.ends_with(".fifo");
         let bucket = TokenBucket::new(request.rate_per_second);
         let mut to_release: Vec<Receipt> = Vec::new();
-        let mut first_token: Option<Instant> = None;
+        // (when, messages confirmed) of the first send, and when the last one was confirmed.
+        let mut first_send: Option<(Instant, u64)> = None;
         let mut last_send = None;
 
         loop {
@@ -300,7 +302,6 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                         out_of_time = true;
                         break;
                     }
-                    first_token.get_or_insert_with(Instant::now);
                     ready += 1;
                 }
                 let (sendable, unsent) = group.split_at(ready);
@@ -313,6 +314,8 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                     continue;
                 }
                 let copies: Vec<&RedriveCopy> = sendable.iter().map(|(_, c)| c).collect();
+                let sent_at = Instant::now();
+                let redriven_before = s.redriven;
                 match self.queues.send_batch(&copies).await {
                     Ok(results) => {
                         for ((m, _), result) in sendable.iter().zip(results) {
@@ -330,7 +333,8 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                                 }
                             }
                         }
-                        last_send = Some(Instant::now());
+                        first_send.get_or_insert((sent_at, s.redriven - redriven_before));
+                        last_send = Some(sent_at);
                     }
                     Err(e) => {
                         s.failed += sendable.len() as u64;
@@ -359,11 +363,11 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         if !to_release.is_empty() {
             self.queues.release(to_release).await;
         }
-        if let (Some(first), Some(last)) = (first_token, last_send) {
+        if let (Some((first, in_first)), Some(last)) = (first_send, last_send) {
             let secs = last.duration_since(first).as_secs_f64();
-            if secs > 0.0 && s.redriven > 1 {
-                // n messages are n-1 token intervals apart
-                s.achieved_rate_per_second = Some((s.redriven - 1) as f64 / secs);
+            if secs > 0.0 {
+                // What the first send carried was paid for before it; the rest after it.
+                s.achieved_rate_per_second = Some((s.redriven - in_first) as f64 / secs);
             }
         }
         s.elapsed_ms = started.elapsed().as_millis() as u64;
@@ -713,9 +717,10 @@ mod tests {
 
     #[tokio::test]
     async fn replays_waiting_for_tokens_past_the_margin_are_released_not_sent() {
-        // 1 token per second; the margin (1 s) is reached 0.5 s in: one replay fits
+        // 1 token per second and a full bucket (one batch) at the start; the margin (1 s) is
+        // reached 0.5 s in: the first batch goes, the next would wait past the margin
         let sqs = sqs(
-            (0..3).map(|i| message(i, None)).collect(),
+            (0..13).map(|i| message(i, None)).collect(),
             send_failing(&[]),
             &[],
         );
@@ -731,11 +736,13 @@ mod tests {
         .await;
         assert_eq!(
             (summary.received, summary.redriven, summary.failed),
-            (3, 1, 0)
+            (13, 10, 0)
         );
         assert_eq!(summary.stopped_by, StopReason::Deadline);
-        assert_eq!(sorted(&sqs.deleted), vec!["rh0"]);
-        assert_eq!(sorted(&sqs.released), vec!["rh1", "rh2"]);
+        let mut first_batch: Vec<String> = (0..10).map(|i| format!("rh{i}")).collect();
+        first_batch.sort();
+        assert_eq!(sorted(&sqs.deleted), first_batch);
+        assert_eq!(sorted(&sqs.released), vec!["rh10", "rh11", "rh12"]);
         assert!(
             Instant::now() < deadline,
             "the run ends before the deadline"

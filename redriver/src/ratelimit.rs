@@ -1,10 +1,13 @@
-//! The replay rate: a token bucket (GCRA, from `governor`) with a burst of one, so replays are
-//! spaced evenly and the achieved rate over a run stays at the setting.
+//! The replay rate: a token bucket (GCRA, from `governor`) holding at most one batch of tokens.
+//! Tokens keep accruing while a batch is being sent, deleted and the next one received, so the
+//! SQS round trips do not slow the run below the setting; over any window of `t` seconds at
+//! most `rate × t + 10` messages are replayed.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use resq::sqs::MAX_BATCH;
 
 /// One token per replayed message.
 pub struct TokenBucket {
@@ -12,13 +15,13 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
-    /// A bucket refilling at `rate_per_second` (> 0); the first token is there at once.
+    /// A bucket refilling at `rate_per_second` (> 0); it starts full (one batch).
     pub fn new(rate_per_second: f64) -> Self {
         let period = Duration::from_secs_f64(1.0 / rate_per_second.max(f64::MIN_POSITIVE))
             .max(Duration::from_nanos(1));
         let quota = Quota::with_period(period)
             .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
-            .allow_burst(NonZeroU32::MIN);
+            .allow_burst(NonZeroU32::new(MAX_BATCH as u32).unwrap_or(NonZeroU32::MIN));
         Self {
             limiter: RateLimiter::direct(quota),
         }
