@@ -64,6 +64,12 @@ pub fn parse_event(value: Value) -> Result<Vec<Record>, EventError> {
     }
     let event: SqsEvent =
         serde_json::from_value(value).map_err(|e| EventError::NotSqs(e.to_string()))?;
+    records_from(event)
+}
+
+/// The records of an SQS event the runtime has already deserialized (the functions' path: no
+/// intermediate JSON tree). `Err` for a record that is not from SQS or has no `messageId`.
+pub fn records_from(event: SqsEvent) -> Result<Vec<Record>, EventError> {
     event
         .records
         .into_iter()

@@ -4,7 +4,7 @@
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
-use aws_lambda_events::event::sqs::SqsBatchResponse;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use futures::{FutureExt, StreamExt, stream};
 use resq::archive::{ArchiveFacts, Archiver, OriginalMessage};
 use resq::attributes::{self, RedriveCount};
@@ -17,7 +17,7 @@ use tracing::{Instrument, field};
 
 use crate::decision::{self, EventError, Failure, Outcome, Record};
 use crate::handler::{HandlerError, OrderHandler, RecordMeta};
-use crate::order::parse_order;
+use crate::order::{Order, Rejection, parse_order};
 use crate::queues::QueuePort;
 
 /// Who archive entries are signed by.
@@ -67,13 +67,43 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         Ok(report.response)
     }
 
-    /// Processes one event and reports what happened, without emitting anything.
+    /// Handles one invocation whose event the runtime deserialized as SQS (what the Lambda
+    /// does); emits its metrics and returns the partial batch response.
+    pub async fn handle_sqs_event(
+        &self,
+        event: SqsEvent,
+        deadline: Instant,
+    ) -> Result<SqsBatchResponse, EventError> {
+        let report = self.process_sqs_event(event, deadline).await?;
+        report.metrics.emit();
+        Ok(report.response)
+    }
+
+    /// Processes one event given as JSON and reports what happened, without emitting anything.
     pub async fn process(
         &self,
         event: Value,
         deadline: Instant,
     ) -> Result<BatchReport, EventError> {
-        let records = decision::parse_event(event)?;
+        self.process_records(decision::parse_event(event)?, deadline)
+            .await
+    }
+
+    /// Processes one deserialized SQS event and reports what happened, without emitting anything.
+    pub async fn process_sqs_event(
+        &self,
+        event: SqsEvent,
+        deadline: Instant,
+    ) -> Result<BatchReport, EventError> {
+        self.process_records(decision::records_from(event)?, deadline)
+            .await
+    }
+
+    async fn process_records(
+        &self,
+        records: Vec<Record>,
+        deadline: Instant,
+    ) -> Result<BatchReport, EventError> {
         let lanes = decision::plan_lanes(&records, decision::is_fifo(&records));
         let (start_by, stop_by) = decision::cutoffs(deadline, self.config.common.deadline_margin);
 
@@ -171,15 +201,23 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
 
     /// One record, isolated: a panic or overrunning the deadline is that record's failure.
     async fn run_record(&self, record: &Record, stop_by: Instant) -> Outcome {
+        // The checks are pure: run them first so the record's span is created once, with the
+        // orderId already known (recording it later costs a second formatting of the fields).
+        let check = self.check(record);
+        let order_id = match &check {
+            Check::Order(order) => Some(order.order_id.as_str()),
+            Check::Rejected(rejection) => rejection.order_id.as_deref(),
+            Check::OverCap(_) => None,
+        };
         let span = tracing::info_span!(
             "record",
             messageId = %record.message_id,
-            orderId = field::Empty,
+            orderId = order_id,
             error_code = field::Empty,
             error_details = field::Empty,
         );
         let work =
-            AssertUnwindSafe(self.process_record(record).instrument(span.clone())).catch_unwind();
+            AssertUnwindSafe(self.carry_out(record, check).instrument(span.clone())).catch_unwind();
         let outcome = match tokio::time::timeout_at(stop_by.into(), work).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(panic)) => transient("HANDLER_PANIC", panic_message(&panic)),
@@ -190,7 +228,9 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         };
         let _enter = span.enter();
         match &outcome {
-            Outcome::Processed => tracing::info!("processed"),
+            // One line per success would dominate the log volume (and its cost) of a healthy
+            // queue; AWS_LAMBDA_LOG_LEVEL=DEBUG shows them.
+            Outcome::Processed => tracing::debug!("processed"),
             Outcome::Archived(reason) => tracing::warn!(reason = reason.code(), "archived"),
             Outcome::DeadLettered(reason) => {
                 tracing::warn!(reason = %reason, "sent to the DLQ as a permanent failure")
@@ -205,31 +245,33 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         outcome
     }
 
-    async fn process_record(&self, record: &Record) -> Outcome {
-        let span = tracing::Span::current();
-        if !record.dropped_attributes.is_empty() {
-            tracing::warn!(dropped = ?record.dropped_attributes, "list-valued message attributes are not supported by SQS and are not copied");
-        }
-        // 1. The redrive cap.
+    /// SPEC §3 steps 1 and 2: the redrive cap, then parsing and validation.
+    fn check(&self, record: &Record) -> Check {
         if let Some(reason) = attributes::cap_check(
             record.redrive_count,
             self.config.common.max_redrive_attempts,
         ) {
-            return self.archive(record, reason, None).await;
+            return Check::OverCap(reason);
         }
-        // 2. Parse and validate.
-        let order = match parse_order(record.body.as_deref()) {
-            Ok(order) => order,
-            Err(rejection) => {
-                if let Some(id) = &rejection.order_id {
-                    span.record("orderId", id.as_str());
-                }
+        match parse_order(record.body.as_deref()) {
+            Ok(order) => Check::Order(order),
+            Err(rejection) => Check::Rejected(rejection),
+        }
+    }
+
+    async fn carry_out(&self, record: &Record, check: Check) -> Outcome {
+        if !record.dropped_attributes.is_empty() {
+            tracing::warn!(dropped = ?record.dropped_attributes, "list-valued message attributes are not supported by SQS and are not copied");
+        }
+        let order = match check {
+            Check::OverCap(reason) => return self.archive(record, reason, None).await,
+            Check::Rejected(rejection) => {
                 return self
                     .dead_letter(record, rejection.code, &rejection.details)
                     .await;
             }
+            Check::Order(order) => order,
         };
-        span.record("orderId", order.order_id.as_str());
         // 3. The order handler.
         let meta = RecordMeta {
             message_id: &record.message_id,
@@ -316,6 +358,16 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
             ),
         }
     }
+}
+
+/// What the pure checks found for a record.
+enum Check {
+    /// Over the redrive cap: archive it.
+    OverCap(ArchiveReason),
+    /// Not an order: dead-letter it.
+    Rejected(Rejection),
+    /// A valid order: run the handler.
+    Order(Order),
 }
 
 fn transient(code: &str, details: impl Into<String>) -> Outcome {
@@ -475,6 +527,55 @@ mod tests {
         assert_eq!(report.metrics.get(metrics::RETRIED), 2);
         assert_eq!(report.metrics.get(metrics::DEAD_LETTERED), 3);
         assert_eq!(report.metrics.get(metrics::ARCHIVED), 2);
+    }
+
+    #[tokio::test]
+    async fn the_functions_typed_event_path_decides_as_the_json_path_does() {
+        // GIVEN the same mixed batch as JSON and as the runtime deserializes it (main.rs)
+        let event = json!({"Records": [
+            record("ok", &order("o-1"), None, None),
+            record("malformed", "{not json", None, None),
+            record("capped", &order("o-4"), Some("3"), None),
+            record("transient", &order("transient-6"), Some("1"), None),
+        ]});
+        let typed: SqsEvent = serde_json::from_value(event.clone()).unwrap();
+        let run = |typed: Option<SqsEvent>| {
+            let event = event.clone();
+            async move {
+                let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
+                let consumer =
+                    Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+                let report = match typed {
+                    Some(e) => consumer.process_sqs_event(e, later()).await.unwrap(),
+                    None => consumer.process(event, later()).await.unwrap(),
+                };
+                let failed: Vec<String> = failed_ids(&report.response)
+                    .into_iter()
+                    .map(|id| id.to_string())
+                    .collect();
+                (
+                    report.outcomes,
+                    failed,
+                    queues.sent().len(),
+                    store.keys("archive/").len(),
+                )
+            }
+        };
+        // WHEN both are processed THEN outcomes, response and side effects are the same
+        let (json_path, typed_path) = (run(None).await, run(Some(typed)).await);
+        assert_eq!(typed_path, json_path);
+        assert_eq!(typed_path.1, vec!["transient"]);
+        assert_eq!((typed_path.2, typed_path.3), (1, 1));
+    }
+
+    #[test]
+    fn a_payload_that_is_not_sqs_fails_the_runtimes_deserialization_by_name() {
+        // The function's runtime deserializes straight into SqsEvent; its error names the field
+        let err = serde_json::from_value::<SqsEvent>(json!({"source": "aws.events"})).unwrap_err();
+        assert!(err.to_string().contains("Records"), "{err}");
+        let err =
+            serde_json::from_value::<SqsEvent>(json!({"Records": [{"messageId": 7}]})).unwrap_err();
+        assert!(err.to_string().contains("invalid type"), "{err}");
     }
 
     #[tokio::test]
