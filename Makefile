@@ -3,8 +3,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 VENV_CHECKOV := .venv-checkov
+VENV_BENCH := .venv-bench
 TOOLS := $(VENV)/.installed
 CHECKOV := $(VENV_CHECKOV)/.installed
+BENCH_TOOLS := $(VENV_BENCH)/.installed
 export SAM_CLI_TELEMETRY := 0
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
@@ -16,7 +18,7 @@ LOCAL_ENV := target/local.env
 WATCH_PORT ?= 9010
 ORDERS ?= 1000
 
-.PHONY: setup test lint fmt build deploy arm-target clean translate demo local watch invoke-consumer invoke-redriver
+.PHONY: setup test lint fmt build deploy arm-target clean translate demo local watch invoke-consumer invoke-redriver bench
 
 ## setup: create the tool venvs (moto server, cargo-lambda, aws-sam-cli, cfn-lint; checkov apart)
 setup: $(TOOLS) $(CHECKOV)
@@ -29,6 +31,11 @@ $(TOOLS): requirements-dev.txt
 $(CHECKOV): requirements-checkov.txt
 	$(PYTHON) -m venv $(VENV_CHECKOV)
 	$(VENV_CHECKOV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+	touch $@
+
+$(BENCH_TOOLS): bench/requirements.txt
+	$(PYTHON) -m venv $(VENV_BENCH)
+	$(VENV_BENCH)/bin/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	touch $@
 
 ## test: unit tests and the end-to-end tests against a moto server the tests start themselves
@@ -57,6 +64,13 @@ build: $(TOOLS) arm-target
 ## deploy: build with SAM and deploy the stack (first time: cd infra && sam build && sam deploy --guided)
 deploy: $(TOOLS) arm-target
 	cd infra && sam build && sam deploy
+
+## bench: resq against Powertools (consumer) and a boto3 redriver, zip sizes, cold start;
+## prints a table and the `bench:` line, and updates bench/RESULTS.md
+bench: $(TOOLS) $(BENCH_TOOLS) arm-target
+	cargo lambda build --release --arm64 --output-format zip
+	cargo build --release -p consumer -p redriver -p resq-bench
+	./target/release/resq-bench run --versions "Alternatives: $$(grep -v '^#' bench/requirements.txt | tr '\n' ' ')"
 
 translate: $(TOOLS)
 	$(VENV)/bin/python infra/translate.py infra/template.yaml $(TRANSLATED)
@@ -88,4 +102,4 @@ fmt:
 
 clean:
 	cargo clean
-	rm -rf $(VENV) $(VENV_CHECKOV)
+	rm -rf $(VENV) $(VENV_CHECKOV) $(VENV_BENCH)

@@ -32,7 +32,7 @@ impl Endpoint {
     /// The SDK configuration. Against an emulator without credentials configured, dummy
     /// credentials are used (emulators do not check them).
     pub async fn sdk_config(&self) -> aws_config::SdkConfig {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        let mut loader = resq::aws::config_loader();
         if let Some(url) = &self.endpoint_url {
             loader = loader.endpoint_url(url);
             if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()

@@ -93,7 +93,7 @@ impl MotoServer {
 
     /// The SDK configuration for this server (region us-east-1, dummy credentials).
     pub async fn sdk_config(&self) -> aws_config::SdkConfig {
-        aws_config::defaults(aws_config::BehaviorVersion::latest())
+        resq::aws::config_loader()
             .endpoint_url(&self.endpoint)
             .region(aws_config::Region::new(REGION))
             .credentials_provider(aws_sdk_sqs::config::Credentials::new(

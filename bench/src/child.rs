@@ -1,0 +1,142 @@
+//! What the measured child processes run: resq's consumer engine on one event, and resq's
+//! redriver against an SQS endpoint. Each prints one JSON line for the orchestrator.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use consumer::Consumer;
+use consumer::handler::{HandlerError, OrderHandler, RecordMeta};
+use consumer::memory::MemoryQueues;
+use consumer::order::Order;
+use redriver::Redriver;
+use redriver::ports::{CloudWatchAlarms, SqsRedriveQueues};
+use redriver::request::RunRequest;
+use resq::config::{ConsumerConfig, RedriverConfig, Vars};
+use resq::store::MemoryStore;
+use serde_json::{Value, json};
+
+/// The benchmark's effect: an in-memory no-op, so the engine itself is what is measured.
+pub struct NoopEffect;
+
+impl OrderHandler for NoopEffect {
+    async fn handle(&self, _order: &Order, _meta: &RecordMeta<'_>) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+fn vars(pairs: Vec<(&'static str, String)>) -> Vars<impl Fn(&str) -> Option<String>> {
+    let map: HashMap<&'static str, String> = pairs.into_iter().collect();
+    Vars(move |k: &str| map.get(k).cloned())
+}
+
+/// Logs as the deployed function writes them (JSON, info), into a sink: their cost counts.
+fn quiet_json_logs() {
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_current_span(true)
+        .with_span_list(false)
+        .without_time()
+        .with_target(false)
+        .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+        .with_writer(std::io::sink)
+        .try_init();
+}
+
+/// One invocation of resq's consumer on the event in `path`: parse, process, serialize.
+/// `batch_seconds` is the engine alone (the event parsed, as the runtime hands it over);
+/// `seconds` the whole invocation.
+pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
+    if std::env::var_os("BENCH_NO_LOGS").is_none() {
+        quiet_json_logs();
+    }
+    let raw = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let config = ConsumerConfig::from_vars(&vars(vec![
+        (
+            "MAIN_QUEUE_URL",
+            "http://127.0.0.1:9/123456789012/resq-orders".into(),
+        ),
+        (
+            "DLQ_URL",
+            "http://127.0.0.1:9/123456789012/resq-orders-dlq".into(),
+        ),
+        ("ARCHIVE_BUCKET", "resq-bench".into()),
+    ]))
+    .map_err(|e| e.to_string())?;
+    let queues = MemoryQueues::default();
+    let engine = Consumer::new(NoopEffect, &queues, MemoryStore::default(), config);
+    let started = Instant::now();
+    // What lambda_runtime does with the payload before the handler runs.
+    let event: SqsEvent = serde_json::from_slice(&raw).map_err(|e| format!("event: {e}"))?;
+    drop(raw);
+    let batch_started = Instant::now();
+    let report = engine
+        .process_sqs_event(event, Instant::now() + Duration::from_secs(900))
+        .await
+        .map_err(|e| e.to_string())?;
+    let batch_seconds = batch_started.elapsed().as_secs_f64();
+    let response = serde_json::to_vec(&report.response).map_err(|e| e.to_string())?;
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(json!({
+        "impl": "resq",
+        "records": report.outcomes.len(),
+        "failures": report.response.batch_item_failures.len(),
+        "rejected": queues.sent().len(),
+        "response_bytes": response.len(),
+        "batch_seconds": batch_seconds,
+        "seconds": seconds,
+        "vm_hwm_kb": crate::measured::vm_hwm_kb(),
+    }))
+}
+
+/// One run of resq's redriver: DLQ → main queue at `rate`, until the DLQ is empty.
+pub async fn redrive(endpoint: &str, dlq: &str, main: &str, rate: f64) -> Result<Value, String> {
+    quiet_json_logs();
+    let sdk = cli_sdk_config(endpoint).await;
+    let config = RedriverConfig::from_vars(&vars(vec![
+        ("MAIN_QUEUE_URL", main.into()),
+        ("DLQ_URL", dlq.into()),
+        ("ARCHIVE_BUCKET", "resq-bench".into()),
+        ("REDRIVE_RATE_PER_SECOND", rate.to_string()),
+        ("MAX_MESSAGES_PER_RUN", "100000".into()),
+    ]))
+    .map_err(|e| e.to_string())?;
+    let request = RunRequest::defaults(&config);
+    let engine = Redriver::new(
+        SqsRedriveQueues::new(aws_sdk_sqs::Client::new(&sdk), main, dlq),
+        MemoryStore::default(),
+        CloudWatchAlarms::new(aws_sdk_cloudwatch::Client::new(&sdk)),
+        config,
+    )
+    .with_metrics(false)
+    .with_receive_wait(0);
+    let started = Instant::now();
+    let summary = engine
+        .run(&request, Instant::now() + Duration::from_secs(900))
+        .await;
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(json!({
+        "impl": "resq",
+        "redriven": summary.redriven,
+        "failed": summary.failed,
+        "stopped_by": summary.stopped_by,
+        "seconds": seconds,
+    }))
+}
+
+/// SDK configuration for a local endpoint (region us-east-1, dummy credentials).
+pub async fn cli_sdk_config(endpoint: &str) -> aws_config::SdkConfig {
+    resq::aws::config_loader()
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "resq-bench",
+        ))
+        .load()
+        .await
+}

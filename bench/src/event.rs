@@ -1,0 +1,100 @@
+//! The consumer benchmark's input: one SQS event of ~300-byte orders, shaped as Lambda's SQS
+//! poller delivers it, with a share of malformed and invalid bodies.
+
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use resq_cli::orders::{self, Kind};
+use serde_json::{Value, json};
+
+/// Queue the records claim to come from.
+pub const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:resq-orders";
+
+/// The event and how many of its records are not valid orders.
+pub struct BenchEvent {
+    /// `{"Records": [...]}`.
+    pub event: Value,
+    /// Records whose body is malformed or invalid (what both consumers must reject).
+    pub rejected: usize,
+}
+
+/// `records` records; `bad_pct` % of them malformed or invalid (half each), from a fixed seed.
+pub fn sqs_event(records: usize, bad_pct: f64, seed: u64) -> BenchEvent {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let generated = orders::generate("bench-", records, bad_pct / 2.0, bad_pct / 2.0, &mut rng);
+    let sent_at = chrono::Utc::now().timestamp_millis().to_string();
+    let rejected = generated.iter().filter(|o| o.kind != Kind::Valid).count();
+    let messages: Vec<Message> = generated
+        .into_iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let body = if o.kind == Kind::Valid {
+                padded(&o.body)
+            } else {
+                o.body
+            };
+            Message::builder()
+                .message_id(format!("00000000-0000-4000-8000-{i:012}"))
+                .receipt_handle(format!("AQEB{i:08}bench{}", "r".repeat(120)))
+                .md5_of_body(format!("{:032x}", i))
+                .body(body)
+                .attributes(MessageSystemAttributeName::ApproximateReceiveCount, "1")
+                .attributes(MessageSystemAttributeName::SentTimestamp, &sent_at)
+                .attributes(
+                    MessageSystemAttributeName::SenderId,
+                    "AIDAIENQZJOLO23YVJ4VO",
+                )
+                .attributes(
+                    MessageSystemAttributeName::ApproximateFirstReceiveTimestamp,
+                    &sent_at,
+                )
+                .build()
+        })
+        .collect();
+    BenchEvent {
+        event: resq::sqs_event::lambda_event(&messages, QUEUE_ARN, "us-east-1"),
+        rejected,
+    }
+}
+
+/// A valid order grown to about 300 bytes with the fields a real order carries.
+fn padded(body: &str) -> String {
+    let Ok(mut order) = serde_json::from_str::<Value>(body) else {
+        return body.to_owned();
+    };
+    order["shippingAddress"] = json!({
+        "name": "Ada Lovelace",
+        "street": "12 St James's Square",
+        "city": "London",
+        "postcode": "SW1Y 4JH",
+        "country": "GB",
+    });
+    order["createdAt"] = json!("2026-11-22T01:02:03Z");
+    order.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_event_parses_and_rejects_what_it_says() {
+        let e = sqs_event(400, 5.0, 7);
+        let records = e.event["Records"].as_array().unwrap();
+        assert_eq!(records.len(), 400);
+        let rejected = records
+            .iter()
+            .filter(|r| consumer::order::parse_order(r["body"].as_str()).is_err())
+            .count();
+        assert_eq!(rejected, e.rejected);
+        assert!((5..=40).contains(&rejected), "{rejected}");
+        let valid_len: Vec<usize> = records
+            .iter()
+            .filter_map(|r| r["body"].as_str())
+            .filter(|b| consumer::order::parse_order(Some(b)).is_ok())
+            .map(str::len)
+            .collect();
+        let mean = valid_len.iter().sum::<usize>() / valid_len.len();
+        assert!((250..=350).contains(&mean), "mean valid body {mean} bytes");
+    }
+}

@@ -1,0 +1,245 @@
+//! A stand-in SQS on 127.0.0.1 for the rate-accuracy runs: in memory, answering the few JSON
+//! protocol calls a redriver makes (receive, send, delete, visibility) in well under a
+//! millisecond. What is measured there is each redriver's pacing, not the emulator: moto needs
+//! tens of milliseconds per receive (it deep-copies every message), so at 200/s its round trips,
+//! not the rate limiter, set the pace. Requests are logged like the counting proxy's.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::proxy::{Log, Request, classify, next_request, serve_on_thread};
+
+#[derive(Debug, Clone)]
+struct Message {
+    id: String,
+    body: String,
+    attributes: Value,
+}
+
+#[derive(Default)]
+struct State {
+    queues: HashMap<String, VecDeque<Message>>,
+    in_flight: HashMap<String, (String, Message)>,
+    next: u64,
+}
+
+impl State {
+    fn id(&mut self) -> String {
+        self.next += 1;
+        format!("00000000-0000-4000-8000-{:012}", self.next)
+    }
+}
+
+/// The running stand-in; stops with the process.
+pub struct FakeSqs {
+    /// `http://127.0.0.1:{port}`.
+    pub endpoint: String,
+    log: Log,
+    state: Arc<Mutex<State>>,
+}
+
+impl FakeSqs {
+    /// Starts it on a free loopback port.
+    pub fn start() -> Result<Self, String> {
+        let log: Log = Arc::default();
+        let state: Arc<Mutex<State>> = Arc::default();
+        let (l, s) = (log.clone(), state.clone());
+        let addr = serve_on_thread(move |conn| {
+            let (log, state) = (l.clone(), s.clone());
+            async move {
+                if let Err(e) = serve(conn, log, state).await {
+                    eprintln!("stand-in SQS: connection ended: {e}");
+                }
+            }
+        })?;
+        Ok(Self {
+            endpoint: format!("http://{addr}"),
+            log,
+            state,
+        })
+    }
+
+    /// The URL of a queue of this name (queues exist once named).
+    pub fn queue_url(&self, name: &str) -> String {
+        format!("{}/123456789012/{name}", self.endpoint)
+    }
+
+    /// Puts `bodies` in a queue, each with `attributes` (SQS JSON `MessageAttributes`).
+    pub fn seed(&self, queue_url: &str, bodies: Vec<String>, attributes: &Value) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for body in bodies {
+            let id = st.id();
+            st.queues
+                .entry(queue_url.to_owned())
+                .or_default()
+                .push_back(Message {
+                    id,
+                    body,
+                    attributes: attributes.clone(),
+                });
+        }
+    }
+
+    /// Messages in a queue, visible plus in flight.
+    pub fn depth(&self, queue_url: &str) -> usize {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.queues.get(queue_url).map_or(0, VecDeque::len)
+            + st.in_flight
+                .values()
+                .filter(|(q, _)| q == queue_url)
+                .count()
+    }
+
+    /// A position in the log.
+    pub fn mark(&self) -> usize {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// The requests logged since `mark`.
+    pub fn since(&self, mark: usize) -> Vec<Request> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())[mark..].to_vec()
+    }
+}
+
+async fn serve(mut conn: TcpStream, log: Log, state: Arc<Mutex<State>>) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(16 * 1024);
+    loop {
+        let Some(request) = next_request(&mut conn, &mut buf).await? else {
+            return Ok(());
+        };
+        let target = request.header("x-amz-target");
+        let body = request.body(&buf);
+        let logged = classify(Instant::now(), target, body);
+        let input: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let (status, output) = {
+            let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+            answer(&mut st, &logged.action, &input)
+        };
+        log.lock().unwrap_or_else(|e| e.into_inner()).push(logged);
+        buf.drain(..request.end);
+        let payload = output.to_string();
+        let response = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/x-amz-json-1.0\r\nx-amzn-RequestId: bench\r\nContent-Length: {}\r\n\r\n{payload}",
+            payload.len()
+        );
+        conn.write_all(response.as_bytes()).await?;
+    }
+}
+
+fn answer(st: &mut State, action: &str, input: &Value) -> (&'static str, Value) {
+    let queue = input["QueueUrl"].as_str().unwrap_or("").to_owned();
+    let entries = || input["Entries"].as_array().cloned().unwrap_or_default();
+    match action {
+        "ReceiveMessage" => {
+            let max = input["MaxNumberOfMessages"]
+                .as_u64()
+                .unwrap_or(1)
+                .clamp(1, 10) as usize;
+            let mut out = Vec::new();
+            for _ in 0..max {
+                let Some(m) = st.queues.get_mut(&queue).and_then(VecDeque::pop_front) else {
+                    break;
+                };
+                let receipt = format!("rh-{}", st.id());
+                out.push(json!({
+                    "MessageId": m.id,
+                    "ReceiptHandle": receipt,
+                    "MD5OfBody": "",
+                    "Body": m.body,
+                    "Attributes": {
+                        "ApproximateReceiveCount": "1",
+                        "SentTimestamp": chrono::Utc::now().timestamp_millis().to_string(),
+                    },
+                    "MessageAttributes": m.attributes,
+                }));
+                st.in_flight.insert(receipt, (queue.clone(), m));
+            }
+            ("200 OK", json!({ "Messages": out }))
+        }
+        "SendMessage" => {
+            let id = st.id();
+            st.queues.entry(queue).or_default().push_back(Message {
+                id: id.clone(),
+                body: input["MessageBody"].as_str().unwrap_or("").to_owned(),
+                attributes: input["MessageAttributes"].clone(),
+            });
+            ("200 OK", json!({ "MessageId": id, "MD5OfMessageBody": "" }))
+        }
+        "SendMessageBatch" => {
+            let mut ok = Vec::new();
+            for e in entries() {
+                let id = st.id();
+                st.queues
+                    .entry(queue.clone())
+                    .or_default()
+                    .push_back(Message {
+                        id: id.clone(),
+                        body: e["MessageBody"].as_str().unwrap_or("").to_owned(),
+                        attributes: e["MessageAttributes"].clone(),
+                    });
+                ok.push(json!({ "Id": e["Id"], "MessageId": id, "MD5OfMessageBody": "" }));
+            }
+            ("200 OK", json!({ "Successful": ok, "Failed": [] }))
+        }
+        "DeleteMessageBatch" | "ChangeMessageVisibilityBatch" => {
+            let mut ok = Vec::new();
+            for e in entries() {
+                let receipt = e["ReceiptHandle"].as_str().unwrap_or("");
+                if let Some((q, m)) = st.in_flight.remove(receipt)
+                    && action == "ChangeMessageVisibilityBatch"
+                {
+                    st.queues.entry(q).or_default().push_front(m);
+                }
+                ok.push(json!({ "Id": e["Id"] }));
+            }
+            ("200 OK", json!({ "Successful": ok, "Failed": [] }))
+        }
+        other => (
+            "400 Bad Request",
+            json!({
+                "__type": "com.amazonaws.sqs#UnsupportedOperation",
+                "message": format!("the bench's stand-in SQS does not serve {other}"),
+            }),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::CountingProxy;
+
+    #[test]
+    fn resqs_redriver_moves_everything_through_the_stand_in_and_the_proxy_counts_it() {
+        // GIVEN 25 DLQ messages on the stand-in, and the counting proxy in front of it
+        let sqs = FakeSqs::start().unwrap();
+        let (dlq, main) = (sqs.queue_url("t-dlq"), sqs.queue_url("t"));
+        let attrs = json!({"x-failure-class": {"DataType": "String", "StringValue": "transient"}});
+        sqs.seed(&dlq, (0..25).map(|i| format!("body-{i}")).collect(), &attrs);
+        let upstream = sqs.endpoint.trim_start_matches("http://").parse().unwrap();
+        let proxy = CountingProxy::start(upstream).unwrap();
+        let mark = proxy.mark();
+        // WHEN resq's redriver runs against the proxy
+        let out = tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(crate::child::redrive(&proxy.endpoint, &dlq, &main, 1000.0))
+            .unwrap();
+        // THEN every message moved, in three batches, and both logs saw the same requests
+        assert_eq!(out["redriven"], 25, "{out}");
+        assert_eq!((sqs.depth(&main), sqs.depth(&dlq)), (25, 0));
+        let counted = proxy.since(mark);
+        let sends: Vec<usize> = counted
+            .iter()
+            .filter(|r| r.action == "SendMessageBatch")
+            .map(|r| r.entries)
+            .collect();
+        assert_eq!(sends, vec![10, 10, 5]);
+        assert_eq!(proxy.deleted_since(mark), 25);
+        assert_eq!(counted.len(), sqs.since(0).len());
+    }
+}

@@ -1,0 +1,181 @@
+//! `resq-bench`: `make bench`'s driver. `run` measures everything and prints the table and the
+//! summary line; `consumer` and `redrive` are the measured child processes; `event` writes the
+//! consumer's input for a look.
+
+// Many small allocations per record: mimalloc keeps them cheap where glibc malloc did not.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+mod child;
+mod coldstart;
+mod event;
+mod fakesqs;
+mod measured;
+mod proxy;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "resq-bench",
+    about = "resq against the tools users would otherwise pick"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Python of the bench venv (Powertools and boto3 installed).
+    #[arg(long, default_value = ".venv-bench/bin/python")]
+    python: PathBuf,
+    /// The baselines' scripts.
+    #[arg(long, default_value = "bench/python")]
+    scripts: PathBuf,
+    /// moto_server.
+    #[arg(long, default_value = ".venv/bin/moto_server")]
+    moto_server: PathBuf,
+    /// Host release build of the consumer (cold start).
+    #[arg(long, default_value = "target/release/consumer")]
+    consumer_bin: PathBuf,
+    /// Host release build of the redriver (cold start).
+    #[arg(long, default_value = "target/release/redriver")]
+    redriver_bin: PathBuf,
+    /// Where `cargo lambda build --output-format zip` left the zips.
+    #[arg(long, default_value = "target/lambda")]
+    zips: PathBuf,
+    /// Scratch space.
+    #[arg(long, default_value = "target/bench")]
+    work: PathBuf,
+    /// The results file (its generated section is replaced).
+    #[arg(long, default_value = "bench/RESULTS.md")]
+    results: PathBuf,
+    /// Records in the consumer's event.
+    #[arg(long, default_value_t = 10_000)]
+    records: usize,
+    /// Interleaved consumer rounds.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Messages each redriver replays.
+    #[arg(long, default_value_t = 2_000)]
+    redrive_messages: usize,
+    /// Messages per segment of the redrive comparison; segments alternate between the two.
+    #[arg(long, default_value_t = 500)]
+    chunk: usize,
+    /// Rates for the accuracy check.
+    #[arg(long, value_delimiter = ',', default_value = "10,50,200")]
+    rates: Vec<f64>,
+    /// Seconds of traffic per rate.
+    #[arg(long, default_value_t = 5.0)]
+    rate_seconds: f64,
+    /// Cold starts per function.
+    #[arg(long, default_value_t = 20)]
+    coldstart_runs: usize,
+    /// Versions of the alternatives, for the results file.
+    #[arg(long, default_value = "")]
+    versions: String,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Every measurement in one interleaved run; writes bench/RESULTS.md.
+    Run(Box<RunArgs>),
+    /// Child: one invocation of resq's consumer engine on an event file.
+    Consumer { event: PathBuf },
+    /// Child: one run of resq's redriver against an SQS endpoint.
+    Redrive {
+        endpoint: String,
+        dlq_url: String,
+        main_queue_url: String,
+        rate: f64,
+    },
+    /// Writes the consumer's benchmark event.
+    Event {
+        #[arg(long, default_value_t = 10_000)]
+        records: usize,
+        out: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    match dispatch(Cli::parse().command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("resq-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cmd: Cmd) -> Result<(), String> {
+    let rt = || tokio::runtime::Runtime::new().map_err(|e| e.to_string());
+    match cmd {
+        Cmd::Consumer { event } => {
+            let out = rt()?.block_on(child::consumer(&event))?;
+            println!("{out}");
+        }
+        Cmd::Redrive {
+            endpoint,
+            dlq_url,
+            main_queue_url,
+            rate,
+        } => {
+            let out = rt()?.block_on(child::redrive(&endpoint, &dlq_url, &main_queue_url, rate))?;
+            println!("{out}");
+        }
+        Cmd::Event { records, out } => {
+            let e = event::sqs_event(records, 5.0, 42);
+            let bytes = serde_json::to_vec(&e.event).map_err(|e| e.to_string())?;
+            std::fs::write(&out, bytes).map_err(|e| format!("{}: {e}", out.display()))?;
+            eprintln!("{records} records, {} malformed or invalid", e.rejected);
+        }
+        Cmd::Run(args) => {
+            let RunArgs {
+                python,
+                scripts,
+                moto_server,
+                consumer_bin,
+                redriver_bin,
+                zips,
+                work,
+                results,
+                records,
+                rounds,
+                redrive_messages,
+                chunk,
+                rates,
+                rate_seconds,
+                coldstart_runs,
+                versions,
+            } = *args;
+            let o = run::Options {
+                python,
+                scripts,
+                moto: moto_server,
+                consumer_bin,
+                redriver_bin,
+                zips,
+                work,
+                results,
+                records,
+                rounds,
+                redrive_messages,
+                chunk: chunk.max(1),
+                rates,
+                rate_seconds,
+                coldstart_runs,
+            };
+            let report = run::run(&o)?;
+            run::write_results(&o.results, &report, &versions)?;
+            println!("{}", report.table());
+            println!("results: {}", o.results.display());
+            println!("{}", report.summary_line());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,273 @@
+//! A counting proxy on 127.0.0.1: forwards every byte to the emulator and logs each request's
+//! arrival time, action (`X-Amz-Target` or the Query `Action`) and batch size. Requests per
+//! redriven message and the achieved send rate are read off this log: counted, not computed.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One request seen by the proxy.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// When its head arrived.
+    pub at: Instant,
+    /// `SendMessageBatch`, `ReceiveMessage`, … (`?` when it could not be told).
+    pub action: String,
+    /// Messages it carries: batch entries, or 1 for a single-message call.
+    pub entries: usize,
+    /// Whether it is an SQS call.
+    pub sqs: bool,
+}
+
+/// The shared request log.
+pub type Log = Arc<Mutex<Vec<Request>>>;
+
+/// The running proxy; stops with the process. Clones share the log.
+#[derive(Clone)]
+pub struct CountingProxy {
+    /// `http://127.0.0.1:{port}`.
+    pub endpoint: String,
+    log: Log,
+}
+
+impl CountingProxy {
+    /// Starts forwarding a free loopback port to `upstream`, on a thread of its own.
+    pub fn start(upstream: SocketAddr) -> Result<Self, String> {
+        let log: Log = Arc::default();
+        let task_log = log.clone();
+        let addr = serve_on_thread(move |client| {
+            let log = task_log.clone();
+            async move {
+                if let Err(e) = forward(client, upstream, log).await {
+                    eprintln!("counting proxy: connection ended: {e}");
+                }
+            }
+        })?;
+        Ok(Self {
+            endpoint: format!("http://{addr}"),
+            log,
+        })
+    }
+
+    /// A position in the log, to read what came after it.
+    pub fn mark(&self) -> usize {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Messages deleted by `DeleteMessage(Batch)` requests since `mark`.
+    pub fn deleted_since(&self, mark: usize) -> usize {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())[mark..]
+            .iter()
+            .filter(|r| r.sqs && r.action.starts_with("DeleteMessage"))
+            .map(|r| r.entries)
+            .sum()
+    }
+
+    /// The requests logged since `mark`.
+    pub fn since(&self, mark: usize) -> Vec<Request> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())[mark..].to_vec()
+    }
+}
+
+/// Listens on a free 127.0.0.1 port and runs `serve` for each connection, on a thread (and
+/// runtime) of its own so the caller may block.
+pub fn serve_on_thread<F, Fut>(serve: F) -> Result<SocketAddr, String>
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = tx.send(Err(format!("server runtime: {e}")));
+                return;
+            }
+        };
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async move {
+            let listener = match TcpListener::bind("127.0.0.1:0").await {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = tx.send(Err(format!("cannot listen on 127.0.0.1: {e}")));
+                    return;
+                }
+            };
+            let _ = tx.send(listener.local_addr().map_err(|e| e.to_string()));
+            while let Ok((conn, _)) = listener.accept().await {
+                let _ = conn.set_nodelay(true);
+                tokio::task::spawn_local(serve(conn));
+            }
+        });
+    });
+    rx.recv().map_err(|_| "server thread died".to_owned())?
+}
+
+async fn forward(client: TcpStream, upstream: SocketAddr, log: Log) -> std::io::Result<()> {
+    let server = TcpStream::connect(upstream).await?;
+    server.set_nodelay(true)?;
+    let (mut from_client, mut to_client) = client.into_split();
+    let (mut from_server, mut to_server) = server.into_split();
+    tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+        let _ = to_client.shutdown().await;
+    });
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    loop {
+        let Some(request) = next_request(&mut from_client, &mut buf).await? else {
+            let _ = to_server.shutdown().await;
+            return Ok(());
+        };
+        let at = Instant::now();
+        log.lock().unwrap_or_else(|e| e.into_inner()).push(classify(
+            at,
+            request.header("x-amz-target"),
+            request.body(&buf),
+        ));
+        to_server.write_all(&buf[..request.end]).await?;
+        buf.drain(..request.end);
+    }
+}
+
+/// One HTTP/1.1 request at the start of a buffer.
+pub struct HttpRequest {
+    /// The request line and headers.
+    pub head: String,
+    head_end: usize,
+    /// Where the request ends in the buffer.
+    pub end: usize,
+}
+
+impl HttpRequest {
+    /// A header's value (case-insensitive name).
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
+        })
+    }
+
+    /// The body, out of the buffer it was read into.
+    pub fn body<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+        &buf[self.head_end..self.end]
+    }
+}
+
+/// Reads until `buf` starts with a whole request (`Content-Length` bodies only: the SQS clients
+/// measured here send no chunked bodies); `None` when the peer closed the connection.
+pub async fn next_request<R: tokio::io::AsyncRead + Unpin>(
+    from: &mut R,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<HttpRequest>> {
+    let mut chunk = [0u8; 16 * 1024];
+    let head_end = loop {
+        if let Some(i) = find(buf, b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = from.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let mut request = HttpRequest {
+        head: String::from_utf8_lossy(&buf[..head_end]).into_owned(),
+        head_end,
+        end: head_end,
+    };
+    if request
+        .header("transfer-encoding")
+        .is_some_and(|v| v.contains("chunked"))
+    {
+        return Err(std::io::Error::other(
+            "chunked request bodies are not supported",
+        ));
+    }
+    let len: usize = request
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    request.end = head_end + len;
+    while buf.len() < request.end {
+        let n = from.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok(Some(request))
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// What one request is: its action and how many messages it carries.
+pub fn classify(at: Instant, target: Option<String>, body: &[u8]) -> Request {
+    let (action, sqs) = match target {
+        Some(t) => {
+            let sqs = t.starts_with("AmazonSQS.");
+            (t.rsplit('.').next().unwrap_or("?").to_owned(), sqs)
+        }
+        None => {
+            let text = String::from_utf8_lossy(body);
+            let action = text
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("Action="))
+                .unwrap_or("?")
+                .to_owned();
+            (action, false)
+        }
+    };
+    let entries = if action.ends_with("Batch") {
+        serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v["Entries"].as_array().map(Vec::len))
+            .unwrap_or(0)
+    } else if action == "SendMessage" || action == "DeleteMessage" {
+        1
+    } else {
+        0
+    };
+    Request {
+        at,
+        action,
+        entries,
+        sqs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_counted_by_their_entries() {
+        let r = classify(
+            Instant::now(),
+            Some("AmazonSQS.SendMessageBatch".into()),
+            br#"{"QueueUrl":"q","Entries":[{"Id":"0"},{"Id":"1"},{"Id":"2"}]}"#,
+        );
+        assert_eq!(
+            (r.action.as_str(), r.entries, r.sqs),
+            ("SendMessageBatch", 3, true)
+        );
+        let r = classify(Instant::now(), Some("AmazonSQS.SendMessage".into()), b"{}");
+        assert_eq!((r.action.as_str(), r.entries), ("SendMessage", 1));
+        let r = classify(
+            Instant::now(),
+            None,
+            b"Action=DescribeAlarms&Version=2010-08-01",
+        );
+        assert_eq!((r.action.as_str(), r.sqs), ("DescribeAlarms", false));
+    }
+}

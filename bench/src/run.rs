@@ -1,0 +1,810 @@
+//! `make bench`: every measurement in one interleaved run, a table, `bench/RESULTS.md`, and the
+//! summary line. Absolute times on a shared machine are noise; ratios from one run are not.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+use serde_json::Value;
+
+use crate::coldstart;
+use crate::event;
+use crate::fakesqs::FakeSqs;
+use crate::measured;
+use crate::proxy::{CountingProxy, Request};
+
+/// Dollars per million SQS requests (standard queue, first tier).
+pub const DOLLARS_PER_MILLION_REQUESTS: f64 = 0.40;
+/// A replay rate that does not bind in the throughput comparison (resq's maximum).
+pub const UNBOUND_RATE: f64 = resq::config::MAX_RATE_PER_SECOND;
+
+/// What to run, and where things are.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Python of the bench venv (Powertools, boto3).
+    pub python: PathBuf,
+    /// `bench/python`.
+    pub scripts: PathBuf,
+    /// moto_server.
+    pub moto: PathBuf,
+    /// Host builds of the functions (release profile), for the cold start.
+    pub consumer_bin: PathBuf,
+    /// See `consumer_bin`.
+    pub redriver_bin: PathBuf,
+    /// `target/lambda`: `{consumer,redriver}/bootstrap.zip` from `cargo lambda build --output-format zip`.
+    pub zips: PathBuf,
+    /// Scratch directory.
+    pub work: PathBuf,
+    /// `bench/RESULTS.md`.
+    pub results: PathBuf,
+    /// Records in the consumer's event.
+    pub records: usize,
+    /// Interleaved rounds of the consumer comparison.
+    pub rounds: usize,
+    /// Messages redriven by each implementation.
+    pub redrive_messages: usize,
+    /// Messages per segment of the throughput comparison; segments alternate between the two.
+    pub chunk: usize,
+    /// Rates for the accuracy check.
+    pub rates: Vec<f64>,
+    /// Seconds of traffic per rate.
+    pub rate_seconds: f64,
+    /// Cold starts per function.
+    pub coldstart_runs: usize,
+}
+
+/// Everything measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Records per second of the batch engine alone (the event already parsed, as the Lambda
+    /// runtime hands it over), median of the rounds: (resq, Powertools).
+    pub consumer_rps: (f64, f64),
+    /// Records per second of the whole invocation (the event's JSON parse, the batch, the
+    /// response's JSON), median of the rounds: (resq, Powertools).
+    pub invocation_rps: (f64, f64),
+    /// Peak RSS in KiB, highest of the rounds: (resq, Powertools).
+    pub consumer_rss_kb: (u64, u64),
+    /// Records in the event, and how many each rejected.
+    pub records: usize,
+    /// Wall seconds to redrive all messages: (resq, baseline).
+    pub redrive_seconds: (f64, f64),
+    /// SQS requests counted by the proxy: (resq, baseline), and their breakdown.
+    pub redrive_requests: (usize, usize),
+    /// `action=count` lists: (resq, baseline).
+    pub redrive_breakdown: (String, String),
+    /// Messages each redrove.
+    pub redriven: usize,
+    /// (configured, resq achieved, baseline achieved).
+    pub rates: Vec<(f64, f64, f64)>,
+    /// Zip sizes in bytes: (consumer, redriver).
+    pub zip_bytes: (u64, u64),
+    /// Median init in ms: (consumer, redriver).
+    pub init_ms: (f64, f64),
+    /// Cold starts per function.
+    pub coldstart_runs: usize,
+    /// When and where.
+    pub machine: String,
+    /// When.
+    pub date: String,
+}
+
+impl Report {
+    /// Powertools' records/s → resq's, as a factor.
+    pub fn consumer_speedup(&self) -> f64 {
+        self.consumer_rps.0 / self.consumer_rps.1
+    }
+    /// Powertools' RSS over resq's.
+    pub fn consumer_rss_ratio(&self) -> f64 {
+        self.consumer_rss_kb.1 as f64 / self.consumer_rss_kb.0 as f64
+    }
+    /// Baseline wall time over resq's.
+    pub fn redrive_speedup(&self) -> f64 {
+        self.redrive_seconds.1 / self.redrive_seconds.0
+    }
+    /// SQS requests per redriven message: (resq, baseline).
+    pub fn requests_per_msg(&self) -> (f64, f64) {
+        let n = self.redriven as f64;
+        (
+            self.redrive_requests.0 as f64 / n,
+            self.redrive_requests.1 as f64 / n,
+        )
+    }
+    /// The worst |achieved − configured| / configured of resq, in %.
+    pub fn rate_error_pct(&self) -> f64 {
+        self.rates
+            .iter()
+            .map(|(c, a, _)| (a - c).abs() / c * 100.0)
+            .fold(0.0, f64::max)
+    }
+    /// The slower function's median init.
+    pub fn init_ms_worst(&self) -> f64 {
+        self.init_ms.0.max(self.init_ms.1)
+    }
+
+    /// The last line `make bench` prints.
+    pub fn summary_line(&self) -> String {
+        let (resq_rpm, base_rpm) = self.requests_per_msg();
+        format!(
+            "bench: consumer_speedup={:.1} consumer_rss_ratio={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1}",
+            self.consumer_speedup(),
+            self.consumer_rss_ratio(),
+            self.redrive_speedup(),
+            resq_rpm,
+            base_rpm,
+            self.rate_error_pct(),
+            self.zip_bytes.0 / 1024,
+            self.zip_bytes.1 / 1024,
+            self.init_ms_worst(),
+        )
+    }
+
+    /// The results as a Markdown table (also what stdout shows).
+    pub fn table(&self) -> String {
+        let (resq_rpm, base_rpm) = self.requests_per_msg();
+        let cost = |rpm: f64| rpm * DOLLARS_PER_MILLION_REQUESTS;
+        let mib = |kb: u64| kb as f64 / 1024.0;
+        let mut t = String::new();
+        t.push_str("| measure | resq | alternative | ratio | target |\n|---|---:|---:|---:|---|\n");
+        let mut row = |m: &str, a: String, b: String, r: String, target: &str| {
+            t.push_str(&format!("| {m} | {a} | {b} | {r} | {target} |\n"));
+        };
+        row(
+            &format!(
+                "consumer: records/s of the batch engine, {}-record event (median of rounds; alt = Powertools BatchProcessor + process_partial_response)",
+                self.records
+            ),
+            format!("{:.0}", self.consumer_rps.0),
+            format!("{:.0}", self.consumer_rps.1),
+            format!("{:.1}×", self.consumer_speedup()),
+            "≥ 30×",
+        );
+        row(
+            "consumer: records/s of the whole invocation (event JSON parse + batch + response)",
+            format!("{:.0}", self.invocation_rps.0),
+            format!("{:.0}", self.invocation_rps.1),
+            format!("{:.1}×", self.invocation_rps.0 / self.invocation_rps.1),
+            "",
+        );
+        row(
+            "consumer: peak RSS of one invocation, MiB",
+            format!("{:.1}", mib(self.consumer_rss_kb.0)),
+            format!("{:.1}", mib(self.consumer_rss_kb.1)),
+            format!("{:.1}× less", self.consumer_rss_ratio()),
+            "≥ 3× less",
+        );
+        row(
+            &format!(
+                "redrive: wall time for {} messages, s (alt = boto3 send_message loop)",
+                self.redriven
+            ),
+            format!("{:.2}", self.redrive_seconds.0),
+            format!("{:.2}", self.redrive_seconds.1),
+            format!("{:.1}× faster", self.redrive_speedup()),
+            "",
+        );
+        row(
+            "redrive: SQS requests per redriven message (counted)",
+            format!("{resq_rpm:.3}"),
+            format!("{base_rpm:.3}"),
+            format!("{:.1}× fewer", base_rpm / resq_rpm),
+            "≤ 0.31",
+        );
+        row(
+            "redrive: request cost per million redriven messages, $",
+            format!("{:.3}", cost(resq_rpm)),
+            format!("{:.3}", cost(base_rpm)),
+            "".into(),
+            "",
+        );
+        row(
+            "redrive: requests by action",
+            self.redrive_breakdown.0.clone(),
+            self.redrive_breakdown.1.clone(),
+            "".into(),
+            "",
+        );
+        for (configured, resq, base) in &self.rates {
+            row(
+                &format!(
+                    "rate {configured}/s: achieved between sends (error), on the stand-in SQS"
+                ),
+                format!(
+                    "{resq:.2}/s ({:+.2} %)",
+                    (resq - configured) / configured * 100.0
+                ),
+                format!(
+                    "{base:.2}/s ({:+.2} %)",
+                    (base - configured) / configured * 100.0
+                ),
+                "".into(),
+                "resq within ±5 %",
+            );
+        }
+        row(
+            "zip, consumer / redriver, KiB (arm64, `cargo lambda build --release --arm64 --output-format zip`)",
+            format!("{} / {}", self.zip_bytes.0 / 1024, self.zip_bytes.1 / 1024),
+            "".into(),
+            "".into(),
+            "≤ 4096 each",
+        );
+        row(
+            &format!(
+                "init to first `invocation/next`, consumer / redriver, ms (median of {})",
+                self.coldstart_runs
+            ),
+            format!("{:.1} / {:.1}", self.init_ms.0, self.init_ms.1),
+            "".into(),
+            "".into(),
+            "≤ 20",
+        );
+        t
+    }
+}
+
+/// Runs everything, in order: consumer, redrive, rates, zips, cold start.
+pub fn run(o: &Options) -> Result<Report, String> {
+    std::fs::create_dir_all(&o.work).map_err(|e| format!("{}: {e}", o.work.display()))?;
+    let date = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
+    eprintln!(
+        "bench: consumer, {} records, {} rounds",
+        o.records, o.rounds
+    );
+    let figures = consumer(o)?;
+
+    let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let moto = resq_cli::emulator::MotoServer::start(&o.moto).map_err(|e| e.to_string())?;
+    let upstream = moto
+        .endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .map_err(|e| format!("moto endpoint: {e}"))?;
+    let proxy = CountingProxy::start(upstream)?;
+    let sqs = rt.block_on(async {
+        aws_sdk_sqs::Client::new(&crate::child::cli_sdk_config(&moto.endpoint).await)
+    });
+    let env = Env {
+        o,
+        moto_endpoint: moto.endpoint.clone(),
+        rt: &rt,
+        sqs: &sqs,
+        proxy: &proxy,
+    };
+
+    eprintln!("bench: redrive, {} messages each", o.redrive_messages);
+    let redrive = env.redrive()?;
+    drop(moto);
+    let stand_in = FakeSqs::start()?;
+    let mut rates = Vec::new();
+    for &rate in &o.rates {
+        eprintln!("bench: rate {rate}/s");
+        let n = ((rate * o.rate_seconds).round() as usize).max(20);
+        let resq = achieved_rate(o, &stand_in, Impl::Resq, rate, n)?;
+        let base = achieved_rate(o, &stand_in, Impl::Baseline, rate, n)?;
+        rates.push((rate, resq, base));
+    }
+
+    let zip = |f: &str| {
+        let p = o.zips.join(f).join("bootstrap.zip");
+        std::fs::metadata(&p)
+            .map(|m| m.len())
+            .map_err(|e| format!("{}: {e} (make bench builds it first)", p.display()))
+    };
+    let zip_bytes = (zip("consumer")?, zip("redriver")?);
+
+    eprintln!("bench: cold start, {} runs each", o.coldstart_runs);
+    let mut consumer_init = Vec::new();
+    let mut redriver_init = Vec::new();
+    for _ in 0..o.coldstart_runs {
+        consumer_init.extend(coldstart::init_ms(&o.consumer_bin, "resq-consumer", 1)?);
+        redriver_init.extend(coldstart::init_ms(&o.redriver_bin, "resq-redriver", 1)?);
+    }
+
+    Ok(Report {
+        consumer_rps: figures.batch_rps,
+        invocation_rps: figures.invocation_rps,
+        consumer_rss_kb: figures.rss_kb,
+        records: o.records,
+        redrive_seconds: redrive.seconds,
+        redrive_requests: redrive.requests,
+        redrive_breakdown: redrive.breakdown,
+        redriven: redrive.messages,
+        rates,
+        zip_bytes,
+        init_ms: (median(&mut consumer_init), median(&mut redriver_init)),
+        coldstart_runs: o.coldstart_runs,
+        machine: machine(),
+        date,
+    })
+}
+
+/// The middle value (mean of the two middle ones for an even count).
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+type Pair<T> = (T, T);
+
+/// The consumer comparison's figures: (resq, Powertools) each.
+struct ConsumerFigures {
+    batch_rps: Pair<f64>,
+    invocation_rps: Pair<f64>,
+    rss_kb: Pair<u64>,
+}
+
+fn consumer(o: &Options) -> Result<ConsumerFigures, String> {
+    let built = event::sqs_event(o.records, 5.0, 42);
+    let path = o.work.join(format!("sqs-event-{}.json", o.records));
+    let bytes = serde_json::to_vec(&built.event).map_err(|e| e.to_string())?;
+    std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let (mut resq_rps, mut pt_rps) = (Vec::new(), Vec::new());
+    let (mut resq_inv, mut pt_inv) = (Vec::new(), Vec::new());
+    let (mut resq_rss, mut pt_rss) = (0, 0);
+    for round in 0..o.rounds {
+        let resq_run = || measured::run(Command::new(&me).arg("consumer").arg(&path));
+        let pt_run = || {
+            measured::run(
+                Command::new(&o.python)
+                    .arg(o.scripts.join("powertools_consumer.py"))
+                    .arg(&path),
+            )
+        };
+        // Interleaved, the order alternating, so drift on the machine hits both alike.
+        let (r, p) = if round % 2 == 0 {
+            let r = resq_run()?;
+            (r, pt_run()?)
+        } else {
+            let p = pt_run()?;
+            (resq_run()?, p)
+        };
+        let (rj, pj) = (r, p);
+        check_same_work(&rj, &pj, o.records, built.rejected)?;
+        resq_rps.push(o.records as f64 / seconds(&rj["batch_seconds"])?);
+        pt_rps.push(o.records as f64 / seconds(&pj["batch_seconds"])?);
+        resq_inv.push(o.records as f64 / seconds(&rj["seconds"])?);
+        pt_inv.push(o.records as f64 / seconds(&pj["seconds"])?);
+        let rss = |v: &Value| v["vm_hwm_kb"].as_u64().filter(|k| *k > 0);
+        resq_rss = resq_rss.max(rss(&rj).ok_or("resq reported no VmHWM")?);
+        pt_rss = pt_rss.max(rss(&pj).ok_or("Powertools reported no VmHWM")?);
+        eprintln!(
+            "  round {}: resq {:.0} rec/s {} KiB, powertools {:.0} rec/s {} KiB",
+            round + 1,
+            resq_rps[round],
+            rj["vm_hwm_kb"],
+            pt_rps[round],
+            pj["vm_hwm_kb"]
+        );
+    }
+    Ok(ConsumerFigures {
+        batch_rps: (median(&mut resq_rps), median(&mut pt_rps)),
+        invocation_rps: (median(&mut resq_inv), median(&mut pt_inv)),
+        rss_kb: (resq_rss, pt_rss),
+    })
+}
+
+/// Both consumers saw every record and turned away exactly the bad ones: resq dead-letters
+/// them (and reports no failure), Powertools reports them as `batchItemFailures`.
+fn check_same_work(
+    resq: &Value,
+    pt: &Value,
+    records: usize,
+    rejected: usize,
+) -> Result<(), String> {
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(u64::MAX) as usize;
+    if n(resq, "records") != records || n(pt, "records") != records {
+        return Err(format!(
+            "not every record was processed: resq {resq}, powertools {pt}"
+        ));
+    }
+    if n(resq, "rejected") != rejected || n(resq, "failures") != 0 {
+        return Err(format!(
+            "resq rejected other records than the {rejected} bad ones: {resq}"
+        ));
+    }
+    if n(pt, "failures") != rejected {
+        return Err(format!(
+            "Powertools failed other records than the {rejected} bad ones: {pt}"
+        ));
+    }
+    Ok(())
+}
+
+fn seconds(v: &Value) -> Result<f64, String> {
+    v.as_f64()
+        .filter(|s| *s > 0.0)
+        .ok_or_else(|| format!("no time in {v}"))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Impl {
+    Resq,
+    Baseline,
+}
+
+struct Env<'a> {
+    o: &'a Options,
+    moto_endpoint: String,
+    rt: &'a tokio::runtime::Runtime,
+    sqs: &'a aws_sdk_sqs::Client,
+    proxy: &'a CountingProxy,
+}
+
+struct Redrive {
+    seconds: Pair<f64>,
+    requests: Pair<usize>,
+    breakdown: Pair<String>,
+    messages: usize,
+}
+
+struct Outcome {
+    seconds: f64,
+    requests: Vec<Request>,
+}
+
+impl Env<'_> {
+    fn redrive(&self) -> Result<Redrive, String> {
+        let chunks = self.o.redrive_messages.div_ceil(self.o.chunk);
+        let mut seconds = (0.0, 0.0);
+        let mut resq_log = Vec::new();
+        let mut base_log = Vec::new();
+        for c in 0..chunks {
+            let n = self.o.chunk.min(self.o.redrive_messages - c * self.o.chunk);
+            let order = if c % 2 == 0 {
+                [Impl::Resq, Impl::Baseline]
+            } else {
+                [Impl::Baseline, Impl::Resq]
+            };
+            for which in order {
+                let out = self.replay(which, UNBOUND_RATE, n, &format!("t{c}"))?;
+                match which {
+                    Impl::Resq => {
+                        seconds.0 += out.seconds;
+                        resq_log.extend(out.requests);
+                    }
+                    Impl::Baseline => {
+                        seconds.1 += out.seconds;
+                        base_log.extend(out.requests);
+                    }
+                }
+            }
+        }
+        let sqs_count = |log: &[Request]| log.iter().filter(|r| r.sqs).count();
+        Ok(Redrive {
+            seconds,
+            requests: (sqs_count(&resq_log), sqs_count(&base_log)),
+            breakdown: (breakdown(&resq_log), breakdown(&base_log)),
+            messages: self.o.redrive_messages,
+        })
+    }
+
+    /// Fresh queues and one run of `which` through the proxy over `n` DLQ messages, fed as it
+    /// goes so the DLQ holds about `FEED_DEPTH` (moto's receive slows down with depth); then
+    /// checks that every message reached the main queue and none is left behind.
+    fn replay(&self, which: Impl, rate: f64, n: usize, tag: &str) -> Result<Outcome, String> {
+        let name = format!("bench-{tag}-{which:?}-{}", rand::random::<u32>())
+            .to_lowercase()
+            .replace('.', "_");
+        let first = n.min(FEED_DEPTH);
+        let (dlq, main) = self.rt.block_on(async {
+            let dlq = create_queue(self.sqs, &format!("{name}-dlq")).await?;
+            let main = create_queue(self.sqs, &name).await?;
+            seed(self.sqs, &dlq, 0, first).await?;
+            Ok::<_, String>((dlq, main))
+        })?;
+        let mark = self.proxy.mark();
+        let feeder = {
+            let (proxy, dlq, endpoint) =
+                (self.proxy.clone(), dlq.clone(), self.moto_endpoint.clone());
+            std::thread::spawn(move || feed(&proxy, mark, &endpoint, &dlq, first, n))
+        };
+        let result = redriver_run(self.o, which, &self.proxy.endpoint, &dlq, &main, rate);
+        let fed = feeder
+            .join()
+            .map_err(|_| "the feeder panicked".to_owned())??;
+        let result = result?;
+        let requests = self.proxy.since(mark);
+        let redriven = result["redriven"].as_u64().unwrap_or(0) as usize;
+        let (in_dlq, in_main) = self.rt.block_on(async {
+            Ok::<_, String>((depth(self.sqs, &dlq).await?, depth(self.sqs, &main).await?))
+        })?;
+        if fed != n || redriven != n || in_dlq != 0 || in_main != n {
+            return Err(format!(
+                "{which:?} did not move every message: {fed} of {n} fed, {redriven} redriven, {in_main} in the main queue, {in_dlq} left in the DLQ ({result}); \
+                 if the run stopped early, the feeder fell behind (raise FEED_DEPTH)"
+            ));
+        }
+        self.rt.block_on(async {
+            for q in [&dlq, &main] {
+                let _ = self.sqs.delete_queue().queue_url(q).send().await;
+            }
+        });
+        Ok(Outcome {
+            seconds: seconds(&result["seconds"])?,
+            requests,
+        })
+    }
+}
+
+/// One paced run of `which` on the stand-in SQS: `n` messages at `rate`; the achieved rate is
+/// read off the stand-in's request log. Every message must arrive.
+fn achieved_rate(
+    o: &Options,
+    sqs: &FakeSqs,
+    which: Impl,
+    rate: f64,
+    n: usize,
+) -> Result<f64, String> {
+    let name = format!("rate-{which:?}-{}", rand::random::<u32>()).to_lowercase();
+    let (dlq, main) = (sqs.queue_url(&format!("{name}-dlq")), sqs.queue_url(&name));
+    let bodies: Vec<String> = (0..n).map(|i| format!("{{\"orderId\":\"rate-{i}\",\"userId\":\"u-1\",\"items\":[{{\"productId\":\"p-1\",\"quantity\":1}}]}}")).collect();
+    let now = chrono::Utc::now().timestamp_millis().to_string();
+    let attr = |v: &str| serde_json::json!({"DataType": "String", "StringValue": v});
+    sqs.seed(
+        &dlq,
+        bodies,
+        &serde_json::json!({
+            resq::attributes::X_FAILURE_CLASS: attr("transient"),
+            resq::attributes::X_FAILURE_REASON: attr("HANDLER_TIMEOUT"),
+            resq::attributes::X_FIRST_SENT_AT: attr(&now),
+        }),
+    );
+    let mark = sqs.mark();
+    let result = redriver_run(o, which, &sqs.endpoint, &dlq, &main, rate)?;
+    let (moved, left) = (sqs.depth(&main), sqs.depth(&dlq));
+    if moved != n || left != 0 {
+        return Err(format!(
+            "{which:?} at {rate}/s: {n} seeded, {moved} arrived, {left} left behind ({result})"
+        ));
+    }
+    achieved(&sqs.since(mark))
+        .ok_or_else(|| format!("{which:?} at {rate}/s sent fewer than two requests"))
+}
+
+/// Runs one redriver child against `endpoint` and returns its JSON line.
+fn redriver_run(
+    o: &Options,
+    which: Impl,
+    endpoint: &str,
+    dlq: &str,
+    main: &str,
+    rate: f64,
+) -> Result<Value, String> {
+    match which {
+        Impl::Resq => measured::run(
+            Command::new(std::env::current_exe().map_err(|e| e.to_string())?).args([
+                "redrive",
+                endpoint,
+                dlq,
+                main,
+                &rate.to_string(),
+            ]),
+        ),
+        Impl::Baseline => measured::run(
+            Command::new(&o.python)
+                .arg(o.scripts.join("baseline_redriver.py"))
+                .args([endpoint, dlq, main, &rate.to_string()]),
+        ),
+    }
+}
+
+/// DLQ messages kept waiting (visible or in flight) while a redriver runs.
+pub const FEED_DEPTH: usize = 40;
+
+/// Tops the DLQ up to `FEED_DEPTH` (fed − deleted, the deletes read off the proxy's log) until
+/// `n` have been fed. Talks to moto directly, so its requests are not counted.
+fn feed(
+    proxy: &CountingProxy,
+    mark: usize,
+    endpoint: &str,
+    dlq: &str,
+    mut fed: usize,
+    n: usize,
+) -> Result<usize, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let sqs = rt.block_on(async {
+        aws_sdk_sqs::Client::new(&crate::child::cli_sdk_config(endpoint).await)
+    });
+    let started = std::time::Instant::now();
+    while fed < n {
+        if started.elapsed() > std::time::Duration::from_secs(600) {
+            return Err(format!(
+                "feeding {dlq}: stuck at {fed} of {n} for 10 minutes"
+            ));
+        }
+        if fed.saturating_sub(proxy.deleted_since(mark)) < FEED_DEPTH {
+            let k = (n - fed).min(10);
+            rt.block_on(seed(&sqs, dlq, fed, k))?;
+            fed += k;
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    Ok(fed)
+}
+
+/// Messages sent after the first send request, over the time from the first send request to
+/// the last: the rate between sends, the same measure for batched and single sends.
+pub fn achieved(requests: &[Request]) -> Option<f64> {
+    let sends: Vec<&Request> = requests
+        .iter()
+        .filter(|r| r.sqs && (r.action == "SendMessage" || r.action == "SendMessageBatch"))
+        .collect();
+    let (first, last) = (sends.first()?, sends.last()?);
+    let span = last.at.duration_since(first.at).as_secs_f64();
+    let after_first: usize = sends[1..].iter().map(|r| r.entries).sum();
+    (span > 0.0).then(|| after_first as f64 / span)
+}
+
+fn breakdown(log: &[Request]) -> String {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for r in log.iter().filter(|r| r.sqs) {
+        *counts.entry(&r.action).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(a, n)| format!("{a} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+async fn create_queue(sqs: &aws_sdk_sqs::Client, name: &str) -> Result<String, String> {
+    sqs.create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .map_err(|e| format!("create queue {name}: {e:?}"))?
+        .queue_url
+        .ok_or_else(|| format!("create queue {name}: no URL"))
+}
+
+async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<usize, String> {
+    resq::sqs::depth(sqs, url)
+        .await
+        .map(|(visible, in_flight)| (visible + in_flight) as usize)
+        .map_err(|e| format!("depth of {url}: {e}"))
+}
+
+/// `n` DLQ messages as the consumer leaves them (an order body and the failure marks), the
+/// first numbered `from`.
+async fn seed(sqs: &aws_sdk_sqs::Client, dlq: &str, from: usize, n: usize) -> Result<(), String> {
+    let now = chrono::Utc::now().timestamp_millis().to_string();
+    let ev = event::sqs_event(n, 0.0, from as u64);
+    let bodies: Vec<String> = ev.event["Records"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .filter_map(|r| r["body"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let attr = |v: &str| {
+        MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(v)
+            .build()
+            .map_err(|e| e.to_string())
+    };
+    for (b, chunk) in bodies.chunks(10).enumerate() {
+        let mut entries = Vec::new();
+        for (i, body) in chunk.iter().enumerate() {
+            entries.push(
+                SendMessageBatchRequestEntry::builder()
+                    .id(format!("m{from}-{b}-{i}"))
+                    .message_body(body)
+                    .message_attributes(resq::attributes::X_FAILURE_CLASS, attr("transient")?)
+                    .message_attributes(
+                        resq::attributes::X_FAILURE_REASON,
+                        attr("HANDLER_TIMEOUT")?,
+                    )
+                    .message_attributes(resq::attributes::X_FIRST_SENT_AT, attr(&now)?)
+                    .build()
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let out = sqs
+            .send_message_batch()
+            .queue_url(dlq)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| format!("seed {dlq}: {e:?}"))?;
+        if !out.failed.is_empty() {
+            return Err(format!("seed {dlq}: {:?}", out.failed));
+        }
+    }
+    Ok(())
+}
+
+/// CPU, cores, memory and kernel of this machine.
+pub fn machine() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cpu = read("/proc/cpuinfo")
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mem_gib = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0 / 1024.0)
+        .unwrap_or(0.0);
+    let kernel = read("/proc/sys/kernel/osrelease");
+    format!(
+        "{cpu}, {cores} cores, {mem_gib:.0} GiB, Linux {} ({})",
+        kernel.trim(),
+        std::env::consts::ARCH
+    )
+}
+
+/// Replaces the generated part of `bench/RESULTS.md` (between the markers), keeping the rest.
+pub fn write_results(path: &Path, report: &Report, versions: &str) -> Result<(), String> {
+    const BEGIN: &str = "<!-- bench:begin (written by `make bench`) -->";
+    const END: &str = "<!-- bench:end -->";
+    let generated = format!(
+        "{BEGIN}\n## Latest run\n\n{} on {}.\n{versions}\n\n{}\n```\n{}\n```\n{END}",
+        report.date,
+        report.machine,
+        report.table(),
+        report.summary_line()
+    );
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let new = match (old.find(BEGIN), old.find(END)) {
+        (Some(b), Some(e)) if e > b => format!("{}{generated}{}", &old[..b], &old[e + END.len()..]),
+        _ => format!("# resq benchmarks\n\n{generated}\n{old}"),
+    };
+    std::fs::write(path, new).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn send(at: Instant, ms: u64, action: &str, entries: usize) -> Request {
+        Request {
+            at: at + Duration::from_millis(ms),
+            action: action.into(),
+            entries,
+            sqs: true,
+        }
+    }
+
+    #[test]
+    fn the_rate_is_taken_between_sends_for_batches_and_singles_alike() {
+        let t = Instant::now();
+        // batches of 10 every second: 20 messages after the first send, over 2 s
+        let batched = [
+            send(t, 0, "SendMessageBatch", 10),
+            send(t, 500, "ReceiveMessage", 0),
+            send(t, 1000, "SendMessageBatch", 10),
+            send(t, 2000, "SendMessageBatch", 10),
+        ];
+        assert!((achieved(&batched).unwrap() - 10.0).abs() < 1e-9);
+        // single sends every 100 ms: 4 after the first, over 0.4 s
+        let singles: Vec<_> = (0..5).map(|i| send(t, i * 100, "SendMessage", 1)).collect();
+        assert!((achieved(&singles).unwrap() - 10.0).abs() < 1e-9);
+        assert_eq!(achieved(&singles[..1]), None);
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&mut []).is_nan());
+    }
+}
