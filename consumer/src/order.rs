@@ -3,9 +3,12 @@
 //! A body that is not JSON is `MALFORMED_JSON`; JSON that is not a valid order is
 //! `VALIDATION_FAILED`, with every problem listed so a human can fix the producer.
 
+use std::borrow::Cow;
+
 use resq::reason::{MALFORMED_JSON, VALIDATION_FAILED};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// Longest accepted `orderId`.
 pub const MAX_ORDER_ID_LEN: usize = 128;
@@ -61,7 +64,7 @@ pub struct OrderItem {
 }
 
 /// A validated order.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Order {
     /// The business id.
@@ -70,9 +73,26 @@ pub struct Order {
     pub user_id: String,
     /// What was ordered; never empty.
     pub items: Vec<OrderItem>,
-    /// The whole JSON document as sent, other fields included.
+    /// The whole JSON document as sent, other fields included; for fields resq does not
+    /// validate, `serde_json::from_str(order.document.get())`.
     #[serde(skip)]
-    pub document: Value,
+    pub document: Box<RawValue>,
+}
+
+impl PartialEq for Order {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            &self.order_id,
+            &self.user_id,
+            &self.items,
+            self.document.get(),
+        ) == (
+            &other.order_id,
+            &other.user_id,
+            &other.items,
+            other.document.get(),
+        )
+    }
 }
 
 /// Why a body is not an order: a permanent failure.
@@ -94,12 +114,62 @@ pub fn parse_order(body: Option<&str>) -> Result<Order, Rejection> {
         details: "the message has no body".into(),
         order_id: None,
     })?;
+    if let Some(order) = fast_path(body) {
+        return Ok(order);
+    }
     let document: Value = serde_json::from_str(body).map_err(|e| Rejection {
         code: MALFORMED_JSON,
         details: format!("body is not JSON: {e}"),
         order_id: None,
     })?;
     validate(document)
+}
+
+/// An order read straight into its fields, borrowing from the body where it can.
+#[derive(Deserialize)]
+struct Typed<'a> {
+    #[serde(rename = "orderId", borrow)]
+    order_id: Cow<'a, str>,
+    #[serde(rename = "userId", borrow)]
+    user_id: Cow<'a, str>,
+    #[serde(borrow)]
+    items: Vec<TypedItem<'a>>,
+}
+
+#[derive(Deserialize)]
+struct TypedItem<'a> {
+    #[serde(rename = "productId", borrow)]
+    product_id: Cow<'a, str>,
+    quantity: u64,
+}
+
+/// The common case without building a JSON tree: a body that reads as an order and passes every
+/// rule. Anything else (`None`) takes the full path, which names every problem; both paths
+/// accept exactly the same orders (the tests check it).
+fn fast_path(body: &str) -> Option<Order> {
+    let t: Typed = serde_json::from_str(body).ok()?;
+    let blank = |s: &str| s.trim().is_empty();
+    if t.items.is_empty()
+        || blank(&t.user_id)
+        || t.items
+            .iter()
+            .any(|i| i.quantity < 1 || blank(&i.product_id))
+    {
+        return None;
+    }
+    Some(Order {
+        order_id: OrderId::parse(&t.order_id).ok()?,
+        user_id: t.user_id.into_owned(),
+        items: t
+            .items
+            .into_iter()
+            .map(|i| OrderItem {
+                product_id: i.product_id.into_owned(),
+                quantity: i.quantity,
+            })
+            .collect(),
+        document: RawValue::from_string(body.to_owned()).ok()?,
+    })
 }
 
 fn validate(document: Value) -> Result<Order, Rejection> {
@@ -158,7 +228,11 @@ fn validate(document: Value) -> Result<Order, Rejection> {
             order_id,
             user_id,
             items,
-            document,
+            document: serde_json::value::to_raw_value(&document).map_err(|e| Rejection {
+                code: MALFORMED_JSON,
+                details: format!("body cannot be kept as JSON: {e}"),
+                order_id: raw_id.clone(),
+            })?,
         }),
         _ => Err(invalid(problems, raw_id)),
     }
@@ -244,7 +318,54 @@ mod tests {
                 quantity: 2
             }]
         );
-        assert_eq!(o.document["note"], "x");
+        let document: Value = serde_json::from_str(o.document.get()).unwrap();
+        assert_eq!(document["note"], "x");
+    }
+
+    #[test]
+    fn the_fast_path_and_the_full_path_agree() {
+        // Valid orders take the fast path; everything it turns away takes the full one. Both
+        // must accept exactly the same bodies with the same fields.
+        let bodies = [
+            r#"{"orderId":"A","userId":"u","items":[{"productId":"p","quantity":1}]}"#,
+            r#" {"orderId":"A\u0042","userId":"u","items":[{"productId":"p\n","quantity":3}],"x":[1]} "#,
+            r#"{"orderId":"A","orderId":"B","userId":"u","items":[{"productId":"p","quantity":1}]}"#,
+            r#"{"orderId":"A","userId":"u","items":[{"productId":"p","quantity":2.0}]}"#,
+            r#"{"orderId":"A","userId":"u","items":[{"productId":"p","quantity":1,"quantity":0}]}"#,
+            r#"{"orderId":"A","userId":" ","items":[{"productId":"p","quantity":1}]}"#,
+            r#"{"orderId":"A","userId":"u","items":[{"productId":"","quantity":1}]}"#,
+            r#"{"orderId":"A B","userId":"u","items":[{"productId":"p","quantity":1}]}"#,
+            r#"{"orderId":"A","userId":"u","items":[]}"#,
+            r#"{"orderId":"A","userId":"u","items":[{"productId":"p","quantity":18446744073709551615}]}"#,
+            r#"[{"orderId":"A"}]"#,
+        ];
+        for body in bodies {
+            let fast = fast_path(body);
+            let full = serde_json::from_str::<Value>(body)
+                .map_err(|_| ())
+                .and_then(|v| validate(v).map_err(|_| ()));
+            match (&fast, &full) {
+                (Some(f), Ok(v)) => {
+                    assert_eq!(
+                        (&f.order_id, &f.user_id, &f.items),
+                        (&v.order_id, &v.user_id, &v.items),
+                        "{body}"
+                    );
+                    let (a, b): (Value, Value) = (
+                        serde_json::from_str(f.document.get()).unwrap(),
+                        serde_json::from_str(v.document.get()).unwrap(),
+                    );
+                    assert_eq!(a, b, "{body}");
+                }
+                (None, _) => {} // the full path decides
+                (Some(_), Err(_)) => panic!("the fast path accepted what the rules refuse: {body}"),
+            }
+            assert_eq!(parse_order(Some(body)).is_ok(), full.is_ok(), "{body}");
+        }
+        assert!(
+            fast_path(bodies[0]).is_some(),
+            "the common case takes the fast path"
+        );
     }
 
     #[test]
