@@ -31,51 +31,8 @@ struct Cli {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// Python of the bench venv (Powertools and boto3 installed).
-    #[arg(long, default_value = ".venv-bench/bin/python")]
-    python: PathBuf,
-    /// The baselines' scripts.
-    #[arg(long, default_value = "bench/python")]
-    scripts: PathBuf,
-    /// moto_server.
-    #[arg(long, default_value = ".venv/bin/moto_server")]
-    moto_server: PathBuf,
-    /// Host release build of the consumer (cold start).
-    #[arg(long, default_value = "target/release/consumer")]
-    consumer_bin: PathBuf,
-    /// Host release build of the redriver (cold start).
-    #[arg(long, default_value = "target/release/redriver")]
-    redriver_bin: PathBuf,
-    /// Where `cargo lambda build --output-format zip` left the zips.
-    #[arg(long, default_value = "target/lambda")]
-    zips: PathBuf,
-    /// Scratch space.
-    #[arg(long, default_value = "target/bench")]
-    work: PathBuf,
-    /// The results file (its generated section is replaced).
-    #[arg(long, default_value = "bench/RESULTS.md")]
-    results: PathBuf,
-    /// Records in the consumer's event.
-    #[arg(long, default_value_t = 10_000)]
-    records: usize,
-    /// Interleaved consumer rounds.
-    #[arg(long, default_value_t = 5)]
-    rounds: usize,
-    /// Messages each redriver replays.
-    #[arg(long, default_value_t = 2_000)]
-    redrive_messages: usize,
-    /// Messages per segment of the redrive comparison; segments alternate between the two.
-    #[arg(long, default_value_t = 500)]
-    chunk: usize,
-    /// Rates for the accuracy check.
-    #[arg(long, value_delimiter = ',', default_value = "10,50,200")]
-    rates: Vec<f64>,
-    /// Seconds of traffic per rate.
-    #[arg(long, default_value_t = 5.0)]
-    rate_seconds: f64,
-    /// Cold starts per function.
-    #[arg(long, default_value_t = 20)]
-    coldstart_runs: usize,
+    #[command(flatten)]
+    options: run::Options,
     /// Versions of the alternatives, for the results file.
     #[arg(long, default_value = "")]
     versions: String,
@@ -136,40 +93,11 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
         }
         Cmd::Run(args) => {
             let RunArgs {
-                python,
-                scripts,
-                moto_server,
-                consumer_bin,
-                redriver_bin,
-                zips,
-                work,
-                results,
-                records,
-                rounds,
-                redrive_messages,
-                chunk,
-                rates,
-                rate_seconds,
-                coldstart_runs,
+                mut options,
                 versions,
             } = *args;
-            let o = run::Options {
-                python,
-                scripts,
-                moto: moto_server,
-                consumer_bin,
-                redriver_bin,
-                zips,
-                work,
-                results,
-                records,
-                rounds,
-                redrive_messages,
-                chunk: chunk.max(1),
-                rates,
-                rate_seconds,
-                coldstart_runs,
-            };
+            options.chunk = options.chunk.max(1);
+            let o = options;
             let report = run::run(&o)?;
             run::write_results(&o.results, &report, &versions)?;
             println!("{}", report.table());

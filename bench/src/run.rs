@@ -18,38 +18,53 @@ pub const DOLLARS_PER_MILLION_REQUESTS: f64 = 0.40;
 /// A replay rate that does not bind in the throughput comparison (resq's maximum).
 pub const UNBOUND_RATE: f64 = resq::config::MAX_RATE_PER_SECOND;
 
-/// What to run, and where things are.
-#[derive(Debug, Clone)]
+/// What to run, and where things are (the flags of `resq-bench run`).
+#[derive(Debug, Clone, clap::Args)]
 pub struct Options {
-    /// Python of the bench venv (Powertools, boto3).
+    /// Python of the bench venv (Powertools and boto3 installed).
+    #[arg(long, default_value = ".venv-bench/bin/python")]
     pub python: PathBuf,
-    /// `bench/python`.
+    /// The baselines' scripts.
+    #[arg(long, default_value = "bench/python")]
     pub scripts: PathBuf,
     /// moto_server.
+    #[arg(long = "moto-server", default_value = ".venv/bin/moto_server")]
     pub moto: PathBuf,
-    /// Host builds of the functions (release profile), for the cold start.
+    /// Host release build of the consumer (cold start).
+    #[arg(long, default_value = "target/release/consumer")]
     pub consumer_bin: PathBuf,
-    /// See `consumer_bin`.
+    /// Host release build of the redriver (cold start).
+    #[arg(long, default_value = "target/release/redriver")]
     pub redriver_bin: PathBuf,
-    /// `target/lambda`: `{consumer,redriver}/bootstrap.zip` from `cargo lambda build --output-format zip`.
+    /// Where `cargo lambda build --output-format zip` left the zips.
+    #[arg(long, default_value = "target/lambda")]
     pub zips: PathBuf,
-    /// Scratch directory.
+    /// Scratch space.
+    #[arg(long, default_value = "target/bench")]
     pub work: PathBuf,
-    /// `bench/RESULTS.md`.
+    /// The results file (its generated section is replaced).
+    #[arg(long, default_value = "bench/RESULTS.md")]
     pub results: PathBuf,
     /// Records in the consumer's event.
+    #[arg(long, default_value_t = 10_000)]
     pub records: usize,
-    /// Interleaved rounds of the consumer comparison.
+    /// Interleaved consumer rounds.
+    #[arg(long, default_value_t = 5)]
     pub rounds: usize,
-    /// Messages redriven by each implementation.
+    /// Messages each redriver replays.
+    #[arg(long, default_value_t = 2_000)]
     pub redrive_messages: usize,
-    /// Messages per segment of the throughput comparison; segments alternate between the two.
+    /// Messages per segment of the redrive comparison; segments alternate between the two.
+    #[arg(long, default_value_t = 500)]
     pub chunk: usize,
     /// Rates for the accuracy check.
+    #[arg(long, value_delimiter = ',', default_value = "10,50,200")]
     pub rates: Vec<f64>,
     /// Seconds of traffic per rate.
+    #[arg(long, default_value_t = 5.0)]
     pub rate_seconds: f64,
     /// Cold starts per function.
+    #[arg(long, default_value_t = 20)]
     pub coldstart_runs: usize,
 }
 
