@@ -93,7 +93,7 @@ pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
 /// One run of resq's redriver: DLQ → main queue at `rate`, until the DLQ is empty.
 pub async fn redrive(endpoint: &str, dlq: &str, main: &str, rate: f64) -> Result<Value, String> {
     quiet_json_logs();
-    let sdk = cli_sdk_config(endpoint).await;
+    let sdk = resq_cli::emulator::local_sdk_config(endpoint).await;
     let config = RedriverConfig::from_vars(&vars(vec![
         ("MAIN_QUEUE_URL", main.into()),
         ("DLQ_URL", dlq.into()),
@@ -123,20 +123,4 @@ pub async fn redrive(endpoint: &str, dlq: &str, main: &str, rate: f64) -> Result
         "stopped_by": summary.stopped_by,
         "seconds": seconds,
     }))
-}
-
-/// SDK configuration for a local endpoint (region us-east-1, dummy credentials).
-pub async fn cli_sdk_config(endpoint: &str) -> aws_config::SdkConfig {
-    resq::aws::config_loader()
-        .endpoint_url(endpoint)
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            "testing",
-            "testing",
-            None,
-            None,
-            "resq-bench",
-        ))
-        .load()
-        .await
 }

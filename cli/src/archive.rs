@@ -20,6 +20,18 @@ pub async fn list(
             prefix.push_str(&d.replace('-', "/"));
         }
     }
+    let mut keys = list_keys(ctx, &prefix).await?;
+    if reason.is_none()
+        && let Some(d) = date
+    {
+        let needle = format!("/{}/", d.replace('-', "/"));
+        keys.retain(|k| k.contains(&needle));
+    }
+    Ok(keys)
+}
+
+/// Every key under `prefix` in the context's bucket, following continuation tokens.
+pub async fn list_keys(ctx: &Context, prefix: &str) -> Result<Vec<String>, CliError> {
     let mut keys = Vec::new();
     let mut token = None;
     loop {
@@ -27,7 +39,7 @@ pub async fn list(
             .s3
             .list_objects_v2()
             .bucket(&ctx.bucket)
-            .prefix(&prefix)
+            .prefix(prefix)
             .set_continuation_token(token)
             .send()
             .await
@@ -41,12 +53,6 @@ pub async fn list(
             Some(t) => token = Some(t.to_owned()),
             None => break,
         }
-    }
-    if reason.is_none()
-        && let Some(d) = date
-    {
-        let needle = format!("/{}/", d.replace('-', "/"));
-        keys.retain(|k| k.contains(&needle));
     }
     Ok(keys)
 }

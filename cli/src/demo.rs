@@ -388,28 +388,12 @@ pub async fn audit(
     sent: usize,
 ) -> Result<Audit, CliError> {
     let mut found: HashMap<String, &'static str> = HashMap::new();
-    let mut token = None;
-    loop {
-        let out = ctx
-            .s3
-            .list_objects_v2()
-            .bucket(&ctx.bucket)
-            .prefix("orders/")
-            .set_continuation_token(token)
-            .send()
-            .await
-            .map_err(|e| CliError::aws("listing order records", e))?;
-        for k in out.contents().iter().filter_map(|o| o.key()) {
-            if let Some(id) = k
-                .strip_prefix("orders/")
-                .and_then(|k| k.strip_suffix(".json"))
-            {
-                found.insert(id.to_owned(), "processed");
-            }
-        }
-        match out.next_continuation_token() {
-            Some(t) => token = Some(t.to_owned()),
-            None => break,
+    for k in crate::archive::list_keys(ctx, "orders/").await? {
+        if let Some(id) = k
+            .strip_prefix("orders/")
+            .and_then(|k| k.strip_suffix(".json"))
+        {
+            found.insert(id.to_owned(), "processed");
         }
     }
     for key in crate::archive::list(ctx, None, None).await? {

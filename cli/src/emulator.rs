@@ -93,14 +93,7 @@ impl MotoServer {
 
     /// The SDK configuration for this server (region us-east-1, dummy credentials).
     pub async fn sdk_config(&self) -> aws_config::SdkConfig {
-        resq::aws::config_loader()
-            .endpoint_url(&self.endpoint)
-            .region(aws_config::Region::new(REGION))
-            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                "testing", "testing", None, None, "resq-e2e",
-            ))
-            .load()
-            .await
+        local_sdk_config(&self.endpoint).await
     }
 }
 
@@ -125,6 +118,22 @@ impl MotoServer {
         assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
         serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
     }
+}
+
+/// The SDK configuration for a local endpoint (region us-east-1, dummy credentials).
+pub async fn local_sdk_config(endpoint: &str) -> aws_config::SdkConfig {
+    resq::aws::config_loader()
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new(REGION))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "resq-local",
+        ))
+        .load()
+        .await
 }
 
 impl Drop for MotoServer {
