@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::proxy::{Log, Request, classify, next_request, serve_on_thread};
+use crate::proxy::{Log, Request, classify};
+use resq_cli::http::{next_request, serve_on_thread};
 
 #[derive(Debug, Clone)]
 struct Message {

@@ -8,6 +8,7 @@ pub mod context;
 pub mod demo;
 pub mod dlq;
 pub mod emulator;
+pub mod http;
 pub mod local;
 pub mod orders;
 pub mod status;

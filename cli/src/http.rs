@@ -1,0 +1,121 @@
+//! Just enough HTTP/1.1 for the local tools that sit between a client and the emulator (the
+//! bench's counting proxy, the chaos run's fault proxy and its Lambda runtime API): reading
+//! one request off a connection, and serving connections on a loopback port.
+
+use std::net::SocketAddr;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Listens on a free 127.0.0.1 port and runs `serve` for each connection, on a thread (and
+/// runtime) of its own so the caller may block.
+pub fn serve_on_thread<F, Fut>(serve: F) -> Result<SocketAddr, String>
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = tx.send(Err(format!("server runtime: {e}")));
+                return;
+            }
+        };
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async move {
+            let listener = match TcpListener::bind("127.0.0.1:0").await {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = tx.send(Err(format!("cannot listen on 127.0.0.1: {e}")));
+                    return;
+                }
+            };
+            let _ = tx.send(listener.local_addr().map_err(|e| e.to_string()));
+            while let Ok((conn, _)) = listener.accept().await {
+                let _ = conn.set_nodelay(true);
+                tokio::task::spawn_local(serve(conn));
+            }
+        });
+    });
+    rx.recv().map_err(|_| "server thread died".to_owned())?
+}
+
+/// One HTTP/1.1 request at the start of a buffer.
+pub struct HttpRequest {
+    /// The request line and headers.
+    pub head: String,
+    head_end: usize,
+    /// Where the request ends in the buffer.
+    pub end: usize,
+}
+
+impl HttpRequest {
+    /// A header's value (case-insensitive name).
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
+        })
+    }
+
+    /// The body, out of the buffer it was read into.
+    pub fn body<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+        &buf[self.head_end..self.end]
+    }
+}
+
+/// Reads until `buf` starts with a whole request (`Content-Length` bodies only: the SQS clients
+/// measured here send no chunked bodies); `None` when the peer closed the connection.
+pub async fn next_request<R: tokio::io::AsyncRead + Unpin>(
+    from: &mut R,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<HttpRequest>> {
+    let mut chunk = [0u8; 16 * 1024];
+    let head_end = loop {
+        if let Some(i) = find(buf, b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = from.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let mut request = HttpRequest {
+        head: String::from_utf8_lossy(&buf[..head_end]).into_owned(),
+        head_end,
+        end: head_end,
+    };
+    if request
+        .header("transfer-encoding")
+        .is_some_and(|v| v.contains("chunked"))
+    {
+        return Err(std::io::Error::other(
+            "chunked request bodies are not supported",
+        ));
+    }
+    let len: usize = request
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    request.end = head_end + len;
+    while buf.len() < request.end {
+        let n = from.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok(Some(request))
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
