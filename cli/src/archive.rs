@@ -57,6 +57,41 @@ pub async fn list_keys(ctx: &Context, prefix: &str) -> Result<Vec<String>, CliEr
     Ok(keys)
 }
 
+/// Every stored version under `prefix` (one key per version: a key written twice is listed
+/// twice). The bucket is versioned, so this counts writes, not only objects.
+pub async fn list_versions(ctx: &Context, prefix: &str) -> Result<Vec<String>, CliError> {
+    let mut keys = Vec::new();
+    let (mut key_marker, mut version_marker) = (None, None);
+    loop {
+        let out = ctx
+            .s3
+            .list_object_versions()
+            .bucket(&ctx.bucket)
+            .prefix(prefix)
+            .set_key_marker(key_marker)
+            .set_version_id_marker(version_marker)
+            .send()
+            .await
+            .map_err(|e| {
+                CliError::aws(
+                    format!("listing versions of s3://{}/{prefix}", ctx.bucket),
+                    e,
+                )
+            })?;
+        keys.extend(
+            out.versions()
+                .iter()
+                .filter_map(|v| v.key().map(str::to_owned)),
+        );
+        if out.is_truncated() != Some(true) {
+            break;
+        }
+        key_marker = out.next_key_marker().map(str::to_owned);
+        version_marker = out.next_version_id_marker().map(str::to_owned);
+    }
+    Ok(keys)
+}
+
 /// One archive entry.
 pub async fn show(ctx: &Context, key: &str) -> Result<ArchiveEnvelope, CliError> {
     let out = ctx

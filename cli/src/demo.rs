@@ -13,6 +13,7 @@ use consumer::order::Order;
 use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use resq::attributes::X_REDRIVE_COUNT;
 use resq::config::{CommonConfig, ConsumerConfig, PermanentAction, RedriverConfig};
 use resq::store::S3Store;
 use tokio::sync::watch;
@@ -116,6 +117,10 @@ pub struct Audit {
     pub in_queues: usize,
     /// Found nowhere.
     pub lost: Vec<String>,
+    /// Order records written more than once (stored versions beyond the first).
+    pub duplicate_effects: usize,
+    /// The highest `x-redrive-count` found in the archive or the queues.
+    pub max_redrives: u32,
     /// Plan × where it ended → count.
     pub table: BTreeMap<(Plan, &'static str), usize>,
 }
@@ -124,13 +129,14 @@ impl Audit {
     /// The demo's last line.
     pub fn summary_line(&self) -> String {
         format!(
-            "summary: sent={} processed={} dead_lettered={} archived={} in_queues={} lost={}",
+            "summary: sent={} processed={} dead_lettered={} archived={} in_queues={} lost={} duplicate_effects={}",
             self.sent,
             self.processed,
             self.dead_lettered,
             self.archived,
             self.in_queues,
-            self.lost.len()
+            self.lost.len(),
+            self.duplicate_effects
         )
     }
 }
@@ -388,16 +394,21 @@ pub async fn audit(
     sent: usize,
 ) -> Result<Audit, CliError> {
     let mut found: HashMap<String, &'static str> = HashMap::new();
-    for k in crate::archive::list_keys(ctx, "orders/").await? {
+    // the order records: every stored version is one effect write
+    let mut writes: HashMap<String, usize> = HashMap::new();
+    for k in crate::archive::list_versions(ctx, "orders/").await? {
         if let Some(id) = k
             .strip_prefix("orders/")
             .and_then(|k| k.strip_suffix(".json"))
         {
             found.insert(id.to_owned(), "processed");
+            *writes.entry(id.to_owned()).or_default() += 1;
         }
     }
+    let mut max_redrives = 0;
     for key in crate::archive::list(ctx, None, None).await? {
         let envelope = crate::archive::show(ctx, &key).await?;
+        max_redrives = max_redrives.max(envelope.metadata.redrive_count.unwrap_or(0));
         if let Some(id) = envelope
             .original_message
             .message_attributes
@@ -424,8 +435,13 @@ pub async fn audit(
                 break;
             }
             for m in msgs {
-                if let Some(id) = m
-                    .message_attributes()
+                let attrs = m.message_attributes();
+                let count = attrs
+                    .and_then(|a| a.get(X_REDRIVE_COUNT))
+                    .and_then(|v| v.string_value())
+                    .and_then(|v| v.trim().parse::<u32>().ok());
+                max_redrives = max_redrives.max(count.unwrap_or(0));
+                if let Some(id) = attrs
                     .and_then(|a| a.get(DEMO_ORDER_ATTRIBUTE))
                     .and_then(|v| v.string_value())
                 {
@@ -436,6 +452,8 @@ pub async fn audit(
     }
     let mut audit = Audit {
         sent,
+        duplicate_effects: writes.values().map(|n| n.saturating_sub(1)).sum(),
+        max_redrives,
         ..Default::default()
     };
     let mut sent_ids: Vec<(&String, &Plan)> = plans.iter().collect();

@@ -418,12 +418,13 @@ async fn demo(args: &DemoArgs) -> Result<(), CliError> {
         println!("lost orders: {}", audit.lost.join(", "));
     }
     println!("{}", audit.summary_line());
-    if audit.lost.is_empty() {
+    if audit.lost.is_empty() && audit.duplicate_effects == 0 {
         Ok(())
     } else {
         Err(CliError::Usage(format!(
-            "{} orders were lost",
-            audit.lost.len()
+            "{} orders were lost, {} order effects doubled",
+            audit.lost.len(),
+            audit.duplicate_effects
         )))
     }
 }

@@ -315,9 +315,19 @@ async fn the_demo_audit_finds_every_order_or_reports_it_lost() {
     let stack = Stack::start(StackOptions::default()).await;
     let ctx = context(&stack).await;
     let tag = |id: &str| vec![(DEMO_ORDER_ATTRIBUTE, string_attr(id))];
-    // A processed, B archived, C in the DLQ, D still in the orders queue, E nowhere
+    // A processed (and written twice: a doubled effect), B archived, C in the DLQ, D still in
+    // the orders queue, E nowhere
     resq::store::S3Store::new(stack.s3.clone(), &stack.bucket)
         .put_if_absent("orders/A.json", b"{}".to_vec())
+        .await
+        .unwrap();
+    stack
+        .s3
+        .put_object()
+        .bucket(&stack.bucket)
+        .key("orders/A.json")
+        .body(b"{}".to_vec().into())
+        .send()
         .await
         .unwrap();
     let archiver = Archiver::new(
@@ -361,7 +371,8 @@ async fn the_demo_audit_finds_every_order_or_reports_it_lost() {
     assert_eq!(a.lost, vec!["E".to_owned()]);
     assert_eq!(
         a.summary_line(),
-        "summary: sent=5 processed=1 dead_lettered=1 archived=1 in_queues=2 lost=1"
+        "summary: sent=5 processed=1 dead_lettered=1 archived=1 in_queues=2 lost=1 duplicate_effects=1"
     );
+    assert_eq!(a.max_redrives, 3, "B was archived at the cap");
     assert_eq!(a.table[&(Plan::Valid, "LOST")], 1);
 }

@@ -110,6 +110,17 @@ impl Stack {
             .send()
             .await
             .expect("create bucket");
+        // versioned, like the template's bucket (the audits count writes by versions)
+        s3.put_bucket_versioning()
+            .bucket(&bucket)
+            .versioning_configuration(
+                aws_sdk_s3::types::VersioningConfiguration::builder()
+                    .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("enable versioning");
         Self {
             moto,
             sqs,
