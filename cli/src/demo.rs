@@ -141,7 +141,13 @@ impl Audit {
     }
 }
 
-fn plan_orders(opts: &DemoOptions, rng: &mut StdRng) -> Vec<(Outgoing, Plan, u32)> {
+/// The orders of a run and their intended fates: each order, its plan, and for a flaky order
+/// how many times it fails first (1 to `max_failures`).
+pub fn plan_orders(
+    opts: &DemoOptions,
+    max_failures: u32,
+    rng: &mut StdRng,
+) -> Vec<(Outgoing, Plan, u32)> {
     orders::generate(
         "DEMO-",
         opts.orders,
@@ -167,13 +173,25 @@ fn plan_orders(opts: &DemoOptions, rng: &mut StdRng) -> Vec<(Outgoing, Plan, u32
             }
         };
         let failures = if plan == Plan::Flaky {
-            rng.random_range(1..=3)
+            rng.random_range(1..=max_failures.max(1))
         } else {
             0
         };
         (o, plan, failures)
     })
     .collect()
+}
+
+/// The attribute every demo (and chaos) message carries: its order id.
+pub fn order_tag(o: &Outgoing) -> HashMap<String, MessageAttributeValue> {
+    HashMap::from([(
+        DEMO_ORDER_ATTRIBUTE.to_owned(),
+        MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(&o.order_id)
+            .build()
+            .expect("a string attribute with a value builds"),
+    )])
 }
 
 async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
@@ -210,7 +228,7 @@ pub async fn run(opts: &DemoOptions) -> Result<Audit, CliError> {
     );
 
     let mut rng = StdRng::seed_from_u64(opts.seed);
-    let planned = plan_orders(opts, &mut rng);
+    let planned = plan_orders(opts, 3, &mut rng);
     let plans: HashMap<String, Plan> = planned
         .iter()
         .map(|(o, p, _)| (o.order_id.clone(), *p))
@@ -311,16 +329,6 @@ async fn drive(
     // (started after that moment) found nothing to move
     let mut quiet_since_runs: Option<u64> = None;
     let mut last_print = Instant::now() - Duration::from_secs(10);
-    let attrs = |o: &Outgoing| {
-        HashMap::from([(
-            DEMO_ORDER_ATTRIBUTE.to_owned(),
-            MessageAttributeValue::builder()
-                .data_type("String")
-                .string_value(&o.order_id)
-                .build()
-                .expect("attribute"),
-        )])
-    };
     let result = loop {
         let (visible, in_flight) = depth(&ctx.sqs, &ctx.main_queue_url).await;
         let (dlq_visible, dlq_in_flight) = depth(&ctx.sqs, &ctx.dlq_url).await;
@@ -329,7 +337,7 @@ async fn drive(
                 .iter()
                 .map(|(o, _, _)| o.clone())
                 .collect();
-            match crate::status::send(ctx, &chunk, attrs).await {
+            match crate::status::send(ctx, &chunk, order_tag).await {
                 Ok(report) if report.failed.is_empty() => next += chunk.len(),
                 Ok(report) => {
                     break Err(CliError::Usage(format!(

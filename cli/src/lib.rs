@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 pub mod archive;
+pub mod chaos;
 pub mod context;
 pub mod demo;
 pub mod dlq;

@@ -2,11 +2,12 @@
 //! functions: Lambda's SQS event source mapping for the consumer (receive, build the event,
 //! invoke, delete what was not reported failed) and the EventBridge schedule for the redriver.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use aws_lambda_events::event::sqs::SqsBatchResponse;
 use aws_sdk_cloudformation::types::{Capability, Parameter};
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use consumer::Consumer;
@@ -190,6 +191,73 @@ pub struct PipelineSettings {
     pub redriver_timeout: Duration,
 }
 
+async fn receive(sqs: &aws_sdk_sqs::Client, url: &str, max: i32, wait: i32) -> Vec<Message> {
+    sqs.receive_message()
+        .queue_url(url)
+        .max_number_of_messages(max.clamp(1, 10))
+        .wait_time_seconds(wait)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .map(|o| o.messages.unwrap_or_default())
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %resq::sqs::AwsError::from_sdk(e), "poller: receive failed");
+            Vec::new()
+        })
+}
+
+/// What Lambda's SQS poller does before an invocation: a long poll of up to one second, then
+/// more receives until `batch_size` records or the batching window closes. Empty when the
+/// queue was.
+pub async fn gather_batch(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    batch_size: i32,
+    batching_window: Duration,
+) -> Vec<Message> {
+    let mut batch = receive(sqs, url, batch_size.min(10), 1).await;
+    if batch.is_empty() {
+        return batch;
+    }
+    let window_ends = Instant::now() + batching_window;
+    while (batch.len() as i32) < batch_size && Instant::now() < window_ends {
+        let more = receive(sqs, url, batch_size - batch.len() as i32, 0).await;
+        if more.is_empty() {
+            tokio::time::sleep(
+                Duration::from_millis(100)
+                    .min(window_ends.saturating_duration_since(Instant::now())),
+            )
+            .await;
+        }
+        batch.extend(more);
+    }
+    batch
+}
+
+/// What Lambda's SQS poller does after a successful invocation: deletes every record of the
+/// batch the response did not report failed. (After a function error it deletes nothing.)
+pub async fn delete_done(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    batch: &[Message],
+    response: &SqsBatchResponse,
+) {
+    let failed: HashSet<&str> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    let done: Vec<&str> = batch
+        .iter()
+        .filter(|m| !failed.contains(m.message_id().unwrap_or_default()))
+        .filter_map(|m| m.receipt_handle())
+        .collect();
+    for (_, why) in resq::sqs::delete(sqs, url, &done).await {
+        tracing::warn!(error = %why, "event source mapping: delete failed; the record will be delivered again");
+    }
+}
+
 /// The two functions, wired to the stack, run the way AWS runs them.
 pub struct Pipeline<H> {
     sqs: aws_sdk_sqs::Client,
@@ -253,46 +321,19 @@ impl<H: OrderHandler> Pipeline<H> {
         );
     }
 
-    async fn receive(&self, max: i32, wait: i32) -> Vec<Message> {
-        self.sqs
-            .receive_message()
-            .queue_url(&self.outputs.main_queue_url)
-            .max_number_of_messages(max.clamp(1, 10))
-            .wait_time_seconds(wait)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .map(|o| o.messages.unwrap_or_default())
-            .unwrap_or_else(|e| {
-                tracing::warn!(error = %resq::sqs::AwsError::from_sdk(e), "poller: receive failed");
-                Vec::new()
-            })
-    }
-
     /// One event source mapping poller: receive, batch, invoke, delete the successes.
     async fn poll(&self, stop: watch::Receiver<bool>) {
         while !*stop.borrow() {
-            let mut batch = self.receive(self.settings.batch_size.min(10), 1).await;
-            if batch.is_empty() {
-                continue;
+            let batch = gather_batch(
+                &self.sqs,
+                &self.outputs.main_queue_url,
+                self.settings.batch_size,
+                self.settings.batching_window,
+            )
+            .await;
+            if !batch.is_empty() {
+                self.invoke(&batch).await;
             }
-            // the batching window: gather more until full or the window closes
-            let window_ends = Instant::now() + self.settings.batching_window;
-            while (batch.len() as i32) < self.settings.batch_size && Instant::now() < window_ends {
-                let more = self
-                    .receive(self.settings.batch_size - batch.len() as i32, 0)
-                    .await;
-                if more.is_empty() {
-                    tokio::time::sleep(
-                        Duration::from_millis(100)
-                            .min(window_ends.saturating_duration_since(Instant::now())),
-                    )
-                    .await;
-                }
-                batch.extend(more);
-            }
-            self.invoke(&batch).await;
         }
     }
 
@@ -319,20 +360,13 @@ impl<H: OrderHandler> Pipeline<H> {
         );
         c.archived
             .fetch_add(report.metrics.get(metrics::ARCHIVED), Ordering::Relaxed);
-        let failed: Vec<&str> = report
-            .response
-            .batch_item_failures
-            .iter()
-            .map(|f| f.item_identifier.as_str())
-            .collect();
-        let done: Vec<&str> = batch
-            .iter()
-            .filter(|m| !failed.contains(&m.message_id().unwrap_or_default()))
-            .filter_map(|m| m.receipt_handle())
-            .collect();
-        for (_, why) in resq::sqs::delete(&self.sqs, &self.outputs.main_queue_url, &done).await {
-            tracing::warn!(error = %why, "event source mapping: delete failed; the record will be delivered again");
-        }
+        delete_done(
+            &self.sqs,
+            &self.outputs.main_queue_url,
+            batch,
+            &report.response,
+        )
+        .await;
     }
 
     /// The EventBridge schedule: one redriver run per period, never two at once.

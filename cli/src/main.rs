@@ -53,6 +53,9 @@ enum Command {
     Archive(ArchiveCommand),
     /// Run the whole pipeline on a local emulator with faults, then audit every order.
     Demo(DemoArgs),
+    /// The pipeline with the real function binaries, faults injected into their AWS calls and
+    /// the processes killed at random, then an audit: nothing lost, no effect doubled.
+    Chaos(ChaosArgs),
     /// Start a local emulator with the stack and write an env file for `cargo lambda watch`;
     /// runs until Ctrl-C.
     Local(LocalArgs),
@@ -96,6 +99,62 @@ struct DemoArgs {
     template: PathBuf,
     /// Give up waiting for the pipeline to settle after this many seconds.
     #[arg(long, default_value_t = 600)]
+    max_seconds: u64,
+    /// Random seed.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+#[derive(Args, Debug)]
+struct ChaosArgs {
+    /// Orders to send.
+    #[arg(long, default_value_t = 10_000)]
+    orders: usize,
+    /// Percentage that is not JSON.
+    #[arg(long, default_value_t = 2.5, value_parser = percent)]
+    malformed_pct: f64,
+    /// Percentage that is an invalid order.
+    #[arg(long, default_value_t = 2.5, value_parser = percent)]
+    invalid_pct: f64,
+    /// Percentage whose downstream fails a random number of times (1 to --max-flaky-failures).
+    #[arg(long, default_value_t = 10.0, value_parser = percent)]
+    flaky_pct: f64,
+    /// A flaky order fails at most this many times (more than maxReceiveCount, 3: some go
+    /// through the DLQ and back).
+    #[arg(long, default_value_t = 5)]
+    max_flaky_failures: u32,
+    /// Percentage whose downstream always fails (archived after the redrive cap).
+    #[arg(long, default_value_t = 3.0, value_parser = percent)]
+    doomed_pct: f64,
+    /// Percentage of the functions' SQS and S3 calls that fail (throttling, 5xx, lost answers).
+    #[arg(long, default_value_t = 5.0, value_parser = percent)]
+    fault_pct: f64,
+    /// Kill the consumer mid-batch at least this many times.
+    #[arg(long, default_value_t = 5)]
+    consumer_kills: u32,
+    /// Kill the redriver mid-run at least this many times.
+    #[arg(long, default_value_t = 5)]
+    redriver_kills: u32,
+    /// The consumer binary.
+    #[arg(long, default_value = "target/debug/consumer")]
+    consumer_bin: PathBuf,
+    /// The redriver binary.
+    #[arg(long, default_value = "target/debug/redriver")]
+    redriver_bin: PathBuf,
+    /// Where the functions' logs go.
+    #[arg(long, default_value = "target/chaos")]
+    log_dir: PathBuf,
+    /// `AWS_MAX_ATTEMPTS` for the functions (1: the SDK does not retry, resq sees every fault).
+    #[arg(long, default_value_t = 1)]
+    sdk_attempts: u32,
+    /// The moto server binary.
+    #[arg(long, default_value = ".venv/bin/moto_server")]
+    moto_server: PathBuf,
+    /// The translated template.
+    #[arg(long, default_value = "target/infra/template.json")]
+    template: PathBuf,
+    /// Give up waiting for the pipeline to settle after this many seconds.
+    #[arg(long, default_value_t = 3600)]
     max_seconds: u64,
     /// Random seed.
     #[arg(long, default_value_t = 7)]
@@ -236,6 +295,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     }
     if let Command::Local(args) = &cli.command {
         return local(args).await;
+    }
+    if let Command::Chaos(args) = &cli.command {
+        return chaos(args).await;
     }
     let endpoint = Endpoint {
         endpoint_url: cli.endpoint_url.clone(),
@@ -380,7 +442,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 serde_json::to_string_pretty(&envelope).unwrap_or_default()
             );
         }
-        Command::Demo(_) | Command::Local(_) => unreachable!("handled above"),
+        Command::Demo(_) | Command::Local(_) | Command::Chaos(_) => unreachable!("handled above"),
         Command::Archive(ArchiveCommand::Restore { keys, dry_run }) => {
             for key in keys {
                 match archive::restore(&ctx, &key, dry_run).await? {
@@ -391,6 +453,50 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+async fn chaos(args: &ChaosArgs) -> Result<(), CliError> {
+    let opts = resq_cli::chaos::ChaosOptions {
+        demo: resq_cli::demo::DemoOptions {
+            orders: args.orders,
+            malformed_pct: args.malformed_pct,
+            invalid_pct: args.invalid_pct,
+            flaky_pct: args.flaky_pct,
+            doomed_pct: args.doomed_pct,
+            moto_server: args.moto_server.clone(),
+            template: args.template.clone(),
+            max_duration: Duration::from_secs(args.max_seconds),
+            seed: args.seed,
+        },
+        max_flaky_failures: args.max_flaky_failures,
+        fault_pct: args.fault_pct,
+        consumer_kills: args.consumer_kills,
+        redriver_kills: args.redriver_kills,
+        consumer_bin: args.consumer_bin.clone(),
+        redriver_bin: args.redriver_bin.clone(),
+        log_dir: args.log_dir.clone(),
+        sdk_attempts: args.sdk_attempts,
+    };
+    // Ctrl-C drops the run: the emulator and the function processes die with their handles.
+    let report = tokio::select! {
+        report = resq_cli::chaos::run(&opts) => report?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("resq: interrupted; emulator and functions stopped");
+            std::process::exit(130);
+        }
+    };
+    println!("\n{}", resq_cli::demo::table(&report.audit));
+    println!("{}", report.details());
+    let failures = report.failures(&opts);
+    for f in &failures {
+        println!("FAILED: {f}");
+    }
+    println!("{}", report.summary_line());
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Usage(failures.join("; ")))
+    }
 }
 
 async fn demo(args: &DemoArgs) -> Result<(), CliError> {

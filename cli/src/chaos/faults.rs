@@ -1,0 +1,428 @@
+//! The chaos run's fault proxy: the functions' only way to the emulator. It sits on 127.0.0.1
+//! and, for a share of the SQS and S3 calls, answers with a throttling or 5xx error instead of
+//! forwarding, or forwards and then loses the answer (the call took effect; the caller is told
+//! it failed). It also plays the orders' flaky downstream (the reference handler's conditional
+//! put of `orders/{id}.json` fails for a planned number of attempts, or always), and it keeps
+//! the evidence the audit needs: each successful order write, and the `x-redrive-count` of
+//! every copy sent. Production code has no fault switch: the faults come from outside.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use resq::attributes::X_REDRIVE_COUNT;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::CliError;
+use crate::demo::DEMO_ORDER_ATTRIBUTE;
+use crate::http::{HttpRequest, next_request, serve_on_thread};
+
+/// Which API a call is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// SQS (JSON protocol, `X-Amz-Target: AmazonSQS.*`).
+    Sqs,
+    /// S3 (REST, path-style against the emulator).
+    S3,
+}
+
+/// One injected fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Throttling, not forwarded (SQS `ThrottlingException` 400, S3 `SlowDown` 503).
+    Throttle,
+    /// A 5xx, not forwarded (`InternalError` 500 / `ServiceUnavailable` 503).
+    ServerError,
+    /// Forwarded and done, but the caller gets a 500: the ambiguous failure.
+    LostResponse,
+}
+
+/// What the proxy reads off one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// The API.
+    pub service: Service,
+    /// `SendMessageBatch`, `PutObject`, …
+    pub action: String,
+    /// For a `PutObject` of `orders/{id}.json`: the order id (an order handler's effect).
+    pub order_write: Option<String>,
+}
+
+/// Reads what a request is from its request line, headers and body.
+pub fn call_of(head: &str, target: Option<&str>) -> Call {
+    if let Some(t) = target.filter(|t| t.starts_with("AmazonSQS.")) {
+        return Call {
+            service: Service::Sqs,
+            action: t.trim_start_matches("AmazonSQS.").to_owned(),
+            order_write: None,
+        };
+    }
+    let mut parts = head.lines().next().unwrap_or_default().split_whitespace();
+    let method = parts.next().unwrap_or_default();
+    let path = parts.next().unwrap_or_default();
+    let path = path.split('?').next().unwrap_or_default();
+    // path-style: /{bucket}/{key}
+    let key = path.trim_start_matches('/').split_once('/').map(|(_, k)| k);
+    let order_write = (method == "PUT")
+        .then(|| key?.strip_prefix("orders/")?.strip_suffix(".json"))
+        .flatten()
+        .map(str::to_owned);
+    let action = match (method, key) {
+        ("PUT", Some(_)) => "PutObject",
+        ("GET", Some(_)) => "GetObject",
+        ("HEAD", Some(_)) => "HeadObject",
+        ("DELETE", Some(_)) => "DeleteObject",
+        (_, None) => "Bucket",
+        _ => "?",
+    };
+    Call {
+        service: Service::S3,
+        action: action.to_owned(),
+        order_write,
+    }
+}
+
+/// The HTTP response a fault puts in place of the emulator's.
+pub fn error_response(service: Service, fault: Fault) -> Vec<u8> {
+    let (status, reason, code) = match (service, fault) {
+        (Service::Sqs, Fault::Throttle) => (400, "Bad Request", "ThrottlingException"),
+        (Service::S3, Fault::Throttle) => (503, "Slow Down", "SlowDown"),
+        (Service::Sqs, Fault::ServerError) => (503, "Service Unavailable", "ServiceUnavailable"),
+        (_, _) => (500, "Internal Server Error", "InternalError"),
+    };
+    let (content_type, body) = match service {
+        Service::Sqs => (
+            "application/x-amz-json-1.0",
+            format!(
+                r#"{{"__type":"com.amazonaws.sqs#{code}","message":"injected by resq chaos"}}"#
+            ),
+        ),
+        Service::S3 => (
+            "application/xml",
+            format!(
+                r#"<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>injected by resq chaos</Message><RequestId>chaos</RequestId></Error>"#
+            ),
+        ),
+    };
+    let query_error = if service == Service::Sqs {
+        format!("x-amzn-query-error: {code};Sender\r\n")
+    } else {
+        String::new()
+    };
+    format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n{query_error}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The orders' downstream as the chaos run plans it.
+#[derive(Debug, Clone, Default)]
+pub struct Downstream {
+    /// Order id → failures left before its write goes through.
+    pub flaky: HashMap<String, u32>,
+    /// Orders whose write always fails.
+    pub doomed: HashSet<String>,
+}
+
+/// What the proxy saw and did.
+#[derive(Debug, Default)]
+pub struct FaultStats {
+    /// Requests seen.
+    pub requests: AtomicU64,
+    /// Random faults injected (throttling, 5xx, lost responses).
+    pub injected: AtomicU64,
+    /// Of those, calls that took effect but were reported failed.
+    pub lost_responses: AtomicU64,
+    /// Order writes failed on purpose (flaky and doomed orders).
+    pub downstream_failures: AtomicU64,
+    /// Order id → successful writes of `orders/{id}.json` (2xx from the emulator).
+    pub order_writes: Mutex<HashMap<String, u32>>,
+    /// Order id → the highest `x-redrive-count` of any copy sent to a queue.
+    pub redrive_counts: Mutex<HashMap<String, u32>>,
+}
+
+impl FaultStats {
+    fn count(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A counter's value.
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
+struct Shared {
+    upstream: SocketAddr,
+    rate: f64,
+    rng: Mutex<StdRng>,
+    downstream: Mutex<Downstream>,
+    stats: Arc<FaultStats>,
+}
+
+/// The running proxy (stops with the process).
+pub struct FaultProxy {
+    /// `http://127.0.0.1:{port}`: the functions' `AWS_ENDPOINT_URL`.
+    pub endpoint: String,
+    /// What it saw and did.
+    pub stats: Arc<FaultStats>,
+}
+
+impl FaultProxy {
+    /// Forwards a free loopback port to `upstream`, failing `rate` (0–1) of the calls.
+    pub fn start(
+        upstream: SocketAddr,
+        rate: f64,
+        downstream: Downstream,
+        seed: u64,
+    ) -> Result<Self, CliError> {
+        let stats = Arc::new(FaultStats::default());
+        let shared = Arc::new(Shared {
+            upstream,
+            rate,
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            downstream: Mutex::new(downstream),
+            stats: stats.clone(),
+        });
+        let addr = serve_on_thread(move |client| {
+            let shared = shared.clone();
+            async move {
+                if let Err(e) = serve(client, &shared).await {
+                    tracing::debug!(error = %e, "fault proxy: connection ended");
+                }
+            }
+        })
+        .map_err(CliError::Usage)?;
+        Ok(Self {
+            endpoint: format!("http://{addr}"),
+            stats,
+        })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One request per connection: answered, then closed (`Connection: close` both ways), so a
+/// fault never leaves a half-read response on a pooled connection.
+async fn serve(mut client: TcpStream, shared: &Shared) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(16 * 1024);
+    let Some(request) = next_request(&mut client, &mut buf).await? else {
+        return Ok(());
+    };
+    let stats = &shared.stats;
+    FaultStats::count(&stats.requests);
+    let target = request.header("x-amz-target");
+    let call = call_of(&request.head, target.as_deref());
+    let body = request.body(&buf);
+    if call.service == Service::Sqs && call.action.starts_with("SendMessage") {
+        note_redrive_counts(body, stats);
+    }
+    let downstream_fails = call.order_write.as_ref().is_some_and(|id| {
+        let mut d = lock(&shared.downstream);
+        if d.doomed.contains(id) {
+            return true;
+        }
+        match d.flaky.get_mut(id) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                true
+            }
+            _ => false,
+        }
+    });
+    if downstream_fails {
+        FaultStats::count(&stats.downstream_failures);
+        client
+            .write_all(&error_response(call.service, Fault::ServerError))
+            .await?;
+        return client.shutdown().await;
+    }
+    let fault = {
+        let mut rng = lock(&shared.rng);
+        (rng.random::<f64>() < shared.rate).then(|| match rng.random_range(0..3) {
+            0 => Fault::Throttle,
+            1 => Fault::ServerError,
+            _ => Fault::LostResponse,
+        })
+    };
+    if let Some(f) = fault {
+        FaultStats::count(&stats.injected);
+        if f != Fault::LostResponse {
+            client.write_all(&error_response(call.service, f)).await?;
+            return client.shutdown().await;
+        }
+        FaultStats::count(&stats.lost_responses);
+    }
+    let response = forward(shared.upstream, &request, &buf).await?;
+    if let Some(id) = &call.order_write
+        && status_of(&response).is_some_and(|s| (200..300).contains(&s))
+    {
+        *lock(&stats.order_writes).entry(id.clone()).or_default() += 1;
+    }
+    if fault == Some(Fault::LostResponse) {
+        client
+            .write_all(&error_response(call.service, Fault::LostResponse))
+            .await?;
+    } else {
+        client.write_all(&response).await?;
+    }
+    client.shutdown().await
+}
+
+/// Sends the request upstream on a connection of its own and reads the whole answer.
+async fn forward(
+    upstream: SocketAddr,
+    request: &HttpRequest,
+    buf: &[u8],
+) -> std::io::Result<Vec<u8>> {
+    let mut server = TcpStream::connect(upstream).await?;
+    server.set_nodelay(true)?;
+    server
+        .write_all(close_head(&request.head).as_bytes())
+        .await?;
+    server.write_all(request.body(buf)).await?;
+    let mut response = Vec::new();
+    server.read_to_end(&mut response).await?;
+    Ok(response)
+}
+
+/// The request head with `Connection: close` (and no `Expect`: the body is sent at once).
+fn close_head(head: &str) -> String {
+    let mut out = String::with_capacity(head.len() + 20);
+    for line in head.split("\r\n").filter(|l| !l.is_empty()) {
+        let name = line.split(':').next().unwrap_or_default().trim();
+        if name.eq_ignore_ascii_case("connection") || name.eq_ignore_ascii_case("expect") {
+            continue;
+        }
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    out
+}
+
+/// The final status code of a response (after any `100 Continue`).
+fn status_of(response: &[u8]) -> Option<u16> {
+    let text = String::from_utf8_lossy(&response[..response.len().min(4096)]);
+    text.split("\r\n")
+        .filter(|l| l.starts_with("HTTP/"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u16>().ok())
+        .find(|s| *s >= 200)
+}
+
+/// Records the `x-redrive-count` of every message a `SendMessage(Batch)` carries, by order.
+fn note_redrive_counts(body: &[u8], stats: &FaultStats) {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return;
+    };
+    let entries: Vec<&serde_json::Value> = match v.get("Entries").and_then(|e| e.as_array()) {
+        Some(entries) => entries.iter().collect(),
+        None => vec![&v],
+    };
+    let mut counts = lock(&stats.redrive_counts);
+    for e in entries {
+        let attrs = &e["MessageAttributes"];
+        let (Some(order), Some(count)) = (
+            attrs[DEMO_ORDER_ATTRIBUTE]["StringValue"].as_str(),
+            attrs[X_REDRIVE_COUNT]["StringValue"].as_str(),
+        ) else {
+            continue;
+        };
+        // an unreadable count is the consumer's and redriver's problem to archive, not a loop
+        if let Ok(n) = count.trim().parse::<u32>() {
+            let max = counts.entry(order.to_owned()).or_default();
+            *max = (*max).max(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_writes_are_told_from_other_calls() {
+        let put = call_of(
+            "PUT /resq-archive/orders/DEMO-000007.json?x-id=PutObject HTTP/1.1\r\nHost: x\r\n",
+            None,
+        );
+        assert_eq!(
+            (put.service, put.action.as_str(), put.order_write.as_deref()),
+            (Service::S3, "PutObject", Some("DEMO-000007"))
+        );
+        let archive = call_of(
+            "PUT /b/archive/REDRIVE_CAP/2026/11/22/m.json HTTP/1.1\r\n",
+            None,
+        );
+        assert_eq!(archive.order_write, None);
+        let get = call_of("GET /b/orders/DEMO-1.json HTTP/1.1\r\n", None);
+        assert_eq!((get.action.as_str(), get.order_write), ("GetObject", None));
+        let sqs = call_of(
+            "POST / HTTP/1.1\r\n",
+            Some("AmazonSQS.ChangeMessageVisibilityBatch"),
+        );
+        assert_eq!(
+            (sqs.service, sqs.action.as_str()),
+            (Service::Sqs, "ChangeMessageVisibilityBatch")
+        );
+    }
+
+    #[test]
+    fn injected_errors_are_well_formed_http() {
+        for service in [Service::Sqs, Service::S3] {
+            for fault in [Fault::Throttle, Fault::ServerError, Fault::LostResponse] {
+                let r = String::from_utf8(error_response(service, fault)).unwrap();
+                let (head, body) = r.split_once("\r\n\r\n").unwrap();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Content-Length: "))
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert_eq!(len, body.len());
+                let status = status_of(r.as_bytes()).unwrap();
+                assert!(status >= 400, "{service:?} {fault:?}: {status}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_forwarded_head_closes_and_drops_expect() {
+        let head = "PUT /b/k HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n";
+        assert_eq!(
+            close_head(head),
+            "PUT /b/k HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nConnection: close\r\n\r\n"
+        );
+        assert_eq!(
+            status_of(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 412 Precondition Failed\r\n\r\n"),
+            Some(412)
+        );
+    }
+
+    #[test]
+    fn redrive_counts_are_kept_per_order_at_their_highest() {
+        let stats = FaultStats::default();
+        let entry = |order: &str, count: &str| {
+            serde_json::json!({"Id": "0", "MessageBody": "{}", "MessageAttributes": {
+                DEMO_ORDER_ATTRIBUTE: {"DataType": "String", "StringValue": order},
+                X_REDRIVE_COUNT: {"DataType": "Number", "StringValue": count}}})
+        };
+        let batch =
+            serde_json::json!({"QueueUrl": "q", "Entries": [entry("A", "2"), entry("B", "1")]});
+        note_redrive_counts(batch.to_string().as_bytes(), &stats);
+        note_redrive_counts(entry("A", "1").to_string().as_bytes(), &stats);
+        note_redrive_counts(entry("B", "nonsense").to_string().as_bytes(), &stats);
+        let counts = lock(&stats.redrive_counts).clone();
+        assert_eq!(
+            counts,
+            HashMap::from([("A".to_owned(), 2), ("B".to_owned(), 1)])
+        );
+    }
+}

@@ -1,0 +1,713 @@
+//! `resq chaos`: the local pipeline with faults injected, then an audit of every order.
+//!
+//! The real `consumer` and `redriver` binaries run as child processes behind a Lambda runtime
+//! API ([`runtime`]); this process plays Lambda's SQS poller and the EventBridge schedule. Both
+//! functions reach the emulator only through a fault proxy ([`faults`]) that throttles, fails
+//! or loses the answer to a share of their SQS and S3 calls and plays the orders' flaky
+//! downstream. The SDK's own retries are off (`AWS_MAX_ATTEMPTS=1` by default) so every fault
+//! reaches resq's code. Both processes are SIGKILLed at random moments mid-invocation. At the
+//! end every order id is looked for: its order record (every stored version counts as one
+//! effect write), the archive, both queues.
+
+pub mod faults;
+pub mod runtime;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::sqs::SqsBatchResponse;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::watch;
+
+use crate::CliError;
+use crate::context::Context;
+use crate::demo::{self, Audit, DemoOptions, Plan};
+use crate::emulator::{MotoServer, REGION};
+use crate::local::{StackOutputs, deploy_stack, gather_batch};
+use faults::{Downstream, FaultProxy, FaultStats};
+use runtime::{Function, Outcome};
+
+/// What a chaos run does.
+#[derive(Debug, Clone)]
+pub struct ChaosOptions {
+    /// Orders, their mix, the emulator, the template, the time limit and the seed.
+    pub demo: DemoOptions,
+    /// A flaky order fails 1 to this many times before its write goes through.
+    pub max_flaky_failures: u32,
+    /// % of the functions' SQS and S3 calls that fail.
+    pub fault_pct: f64,
+    /// Kill the consumer mid-batch at least this many times.
+    pub consumer_kills: u32,
+    /// Kill the redriver mid-run at least this many times.
+    pub redriver_kills: u32,
+    /// The `consumer` binary.
+    pub consumer_bin: PathBuf,
+    /// The `redriver` binary.
+    pub redriver_bin: PathBuf,
+    /// Where the functions' logs go (`consumer.log`, `redriver.log`).
+    pub log_dir: PathBuf,
+    /// `AWS_MAX_ATTEMPTS` for the functions (1: no SDK retries, every fault reaches resq).
+    pub sdk_attempts: u32,
+}
+
+/// The redrive cap the run deploys with.
+pub const MAX_REDRIVE_ATTEMPTS: u32 = 3;
+/// `maxReceiveCount` the run deploys with.
+pub const MAX_RECEIVE_COUNT: u32 = 3;
+const CONSUMER_TIMEOUT: Duration = Duration::from_secs(5);
+const REDRIVER_TIMEOUT: Duration = Duration::from_secs(10);
+const REDRIVE_EVERY: Duration = Duration::from_secs(3);
+const QUEUE_DEPTH: u64 = 100;
+
+/// What happened, and where every order ended.
+#[derive(Debug, Clone)]
+pub struct ChaosReport {
+    /// Where each order ended (order records, archive, queues).
+    pub audit: Audit,
+    /// Order writes beyond the first, as the proxy saw them succeed.
+    pub duplicate_writes_seen: usize,
+    /// The highest `x-redrive-count` of any copy sent, as the proxy saw it.
+    pub max_redrive_sent: u32,
+    /// Consumer processes killed mid-batch.
+    pub consumer_kills: u32,
+    /// Redriver processes killed mid-run.
+    pub redriver_kills: u32,
+    /// Random faults injected into SQS and S3 calls.
+    pub injected_faults: u64,
+    /// Of those, calls that took effect but were reported failed.
+    pub lost_responses: u64,
+    /// Order writes failed on purpose (flaky and doomed orders).
+    pub downstream_failures: u64,
+    /// Requests through the proxy.
+    pub requests: u64,
+    /// Consumer invocations, function errors, timeouts.
+    pub consumer_invocations: u64,
+    /// Redriver runs that answered.
+    pub redrive_runs: u64,
+    /// Function errors and timeouts (either function).
+    pub function_errors: u64,
+    /// Whether the pipeline settled before the time limit.
+    pub settled: bool,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl ChaosReport {
+    /// Doubled effects: the larger of what the bucket's versions and the proxy show.
+    pub fn duplicate_effects(&self) -> usize {
+        self.audit.duplicate_effects.max(self.duplicate_writes_seen)
+    }
+
+    /// The highest redrive count seen anywhere.
+    pub fn max_redrives(&self) -> u32 {
+        self.audit.max_redrives.max(self.max_redrive_sent)
+    }
+
+    /// The run's last line.
+    pub fn summary_line(&self) -> String {
+        format!(
+            "chaos: orders={} processed={} archived={} in_queues={} lost={} duplicate_effects={} max_redrives={} kills={} injected_faults={}",
+            self.audit.sent,
+            self.audit.processed,
+            self.audit.archived,
+            self.audit.in_queues,
+            self.audit.lost.len(),
+            self.duplicate_effects(),
+            self.max_redrives(),
+            self.consumer_kills + self.redriver_kills,
+            self.injected_faults
+        )
+    }
+
+    /// What the run did, for the lines above the summary.
+    pub fn details(&self) -> String {
+        format!(
+            "{} s, {}settled. Consumer: {} invocations, {} killed mid-batch. Redriver: {} runs answered, {} killed mid-run. Function errors and timeouts: {}.\nProxy: {} requests, {} faults injected ({} of them took effect with the answer lost), {} downstream failures (flaky and doomed orders).\nEffects: {} doubled by object versions, {} by writes seen. Highest redrive count: {} archived or queued, {} sent.",
+            self.elapsed.as_secs(),
+            if self.settled { "" } else { "NOT " },
+            self.consumer_invocations,
+            self.consumer_kills,
+            self.redrive_runs,
+            self.redriver_kills,
+            self.function_errors,
+            self.requests,
+            self.injected_faults,
+            self.lost_responses,
+            self.downstream_failures,
+            self.audit.duplicate_effects,
+            self.duplicate_writes_seen,
+            self.audit.max_redrives,
+            self.max_redrive_sent,
+        )
+    }
+
+    /// Every broken promise, in words (empty: the run passed).
+    pub fn failures(&self, opts: &ChaosOptions) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.audit.lost.is_empty() {
+            out.push(format!(
+                "{} orders lost: {}",
+                self.audit.lost.len(),
+                self.audit.lost.join(", ")
+            ));
+        }
+        if self.duplicate_effects() > 0 {
+            out.push(format!(
+                "{} order effects doubled",
+                self.duplicate_effects()
+            ));
+        }
+        if self.max_redrives() > MAX_REDRIVE_ATTEMPTS {
+            out.push(format!(
+                "a message was redriven {} times (cap {MAX_REDRIVE_ATTEMPTS})",
+                self.max_redrives()
+            ));
+        }
+        if self.audit.sent < opts.demo.orders {
+            out.push(format!(
+                "only {} of {} orders were sent",
+                self.audit.sent, opts.demo.orders
+            ));
+        }
+        if self.consumer_kills < opts.consumer_kills || self.redriver_kills < opts.redriver_kills {
+            out.push(format!(
+                "kills: consumer {}/{}, redriver {}/{}: the run ended before it had killed enough",
+                self.consumer_kills, opts.consumer_kills, self.redriver_kills, opts.redriver_kills
+            ));
+        }
+        out
+    }
+}
+
+/// Counters the three loops share.
+#[derive(Default)]
+struct State {
+    sent: AtomicUsize,
+    consumer_kills: AtomicU64,
+    redriver_kills: AtomicU64,
+    consumer_invocations: AtomicU64,
+    processed: AtomicU64,
+    redrive_runs: AtomicU64,
+    redriven: AtomicU64,
+    archived_by_redriver: AtomicU64,
+    function_errors: AtomicU64,
+    /// What the latest redriver run that answered moved (`u64::MAX`: none yet, or it died).
+    last_run_moved: AtomicU64,
+    /// Redriver runs started.
+    runs_started: AtomicU64,
+    /// When the redriver was last killed: what it had received stays hidden in the DLQ for
+    /// its visibility timeout.
+    last_redriver_kill: Mutex<Option<Instant>>,
+}
+
+fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs the chaos run and reports; the emulator and the functions stop when this returns.
+pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
+    let started = Instant::now();
+    let template = std::fs::read_to_string(&opts.demo.template).map_err(|e| {
+        CliError::Usage(format!(
+            "cannot read the translated template {}: {e} (make chaos translates it first)",
+            opts.demo.template.display()
+        ))
+    })?;
+    std::fs::create_dir_all(&opts.log_dir)
+        .map_err(|e| CliError::Usage(format!("cannot create {}: {e}", opts.log_dir.display())))?;
+    let moto = MotoServer::start(&opts.demo.moto_server)?;
+    let config = moto.sdk_config().await;
+    let outputs = deploy_stack(
+        &config,
+        &template,
+        "resq-chaos",
+        &[
+            ("MaxReceiveCount", &MAX_RECEIVE_COUNT.to_string()),
+            ("MaxRedriveAttempts", &MAX_REDRIVE_ATTEMPTS.to_string()),
+            ("ConsumerTimeout", &CONSUMER_TIMEOUT.as_secs().to_string()),
+        ],
+    )
+    .await?;
+    let ctx = Context {
+        sqs: aws_sdk_sqs::Client::new(&config),
+        s3: resq::aws::s3_client(&config),
+        cloudwatch: aws_sdk_cloudwatch::Client::new(&config),
+        main_queue_url: outputs.main_queue_url.clone(),
+        dlq_url: outputs.dlq_url.clone(),
+        bucket: outputs.bucket.clone(),
+    };
+    ensure_versioned(&ctx).await?;
+
+    let mut rng = StdRng::seed_from_u64(opts.demo.seed);
+    let planned = demo::plan_orders(&opts.demo, opts.max_flaky_failures, &mut rng);
+    let plans: HashMap<String, Plan> = planned
+        .iter()
+        .map(|(o, p, _)| (o.order_id.clone(), *p))
+        .collect();
+    let downstream = Downstream {
+        flaky: planned
+            .iter()
+            .filter(|(_, p, _)| *p == Plan::Flaky)
+            .map(|(o, _, n)| (o.order_id.clone(), *n))
+            .collect(),
+        doomed: planned
+            .iter()
+            .filter(|(_, p, _)| *p == Plan::Doomed)
+            .map(|(o, _, _)| o.order_id.clone())
+            .collect(),
+    };
+    let upstream = moto
+        .endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .map_err(|e| CliError::Usage(format!("emulator address {}: {e}", moto.endpoint)))?;
+    let proxy = FaultProxy::start(
+        upstream,
+        opts.fault_pct / 100.0,
+        downstream,
+        opts.demo.seed ^ 0x5eed,
+    )?;
+    println!(
+        "moto on {}, fault proxy on {} ({}% of calls fail), stack resq-chaos: {} → {}",
+        moto.endpoint, proxy.endpoint, opts.fault_pct, outputs.main_queue_url, outputs.dlq_url
+    );
+
+    let env = function_env(opts, &outputs, &proxy.endpoint);
+    let consumer = Function::new(
+        "consumer",
+        &opts.consumer_bin,
+        env.consumer,
+        &opts.log_dir.join("consumer.log"),
+        CONSUMER_TIMEOUT,
+    )?;
+    let redriver = Function::new(
+        "redriver",
+        &opts.redriver_bin,
+        env.redriver,
+        &opts.log_dir.join("redriver.log"),
+        REDRIVER_TIMEOUT,
+    )?;
+
+    let state = State {
+        last_run_moved: AtomicU64::new(u64::MAX),
+        ..Default::default()
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (consumer_result, redriver_result, settled) = tokio::join!(
+        event_source_mapping(
+            consumer,
+            &ctx,
+            &outputs,
+            &state,
+            opts,
+            stop_rx.clone(),
+            opts.demo.seed ^ 1
+        ),
+        schedule(redriver, &state, opts, stop_rx, opts.demo.seed ^ 2),
+        drive(&ctx, &planned, &state, &proxy.stats, opts, stop_tx),
+    );
+    consumer_result?;
+    redriver_result?;
+    let settled = settled?;
+    println!("pipeline stopped; waiting for messages in flight to come back …");
+    wait_until_nothing_in_flight(&ctx, REDRIVER_TIMEOUT + Duration::from_secs(35)).await;
+    println!("auditing every order …");
+    let audit = demo::audit(&ctx, &plans, state.sent.load(Ordering::Relaxed)).await?;
+    let stats = &proxy.stats;
+    let duplicate_writes_seen = lock(&stats.order_writes)
+        .values()
+        .map(|n| n.saturating_sub(1) as usize)
+        .sum();
+    let max_redrive_sent = lock(&stats.redrive_counts)
+        .values()
+        .copied()
+        .max()
+        .unwrap_or(0);
+    drop(moto);
+    Ok(ChaosReport {
+        audit,
+        duplicate_writes_seen,
+        max_redrive_sent,
+        consumer_kills: get(&state.consumer_kills) as u32,
+        redriver_kills: get(&state.redriver_kills) as u32,
+        injected_faults: FaultStats::get(&stats.injected),
+        lost_responses: FaultStats::get(&stats.lost_responses),
+        downstream_failures: FaultStats::get(&stats.downstream_failures),
+        requests: FaultStats::get(&stats.requests),
+        consumer_invocations: get(&state.consumer_invocations),
+        redrive_runs: get(&state.redrive_runs),
+        function_errors: get(&state.function_errors),
+        settled,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// The audit counts effect writes by object versions, so the bucket must be versioned. The
+/// template versions it, but moto's CloudFormation skips `VersioningConfiguration`: this puts
+/// it in place before the first write.
+async fn ensure_versioned(ctx: &Context) -> Result<(), CliError> {
+    use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+    ctx.s3
+        .put_bucket_versioning()
+        .bucket(&ctx.bucket)
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| CliError::aws("versioning the bucket", e))?;
+    Ok(())
+}
+
+/// The audit reads the queues: a message in flight (hidden by a function that was stopped or
+/// killed) would not be seen, so wait for its visibility timeout to pass.
+async fn wait_until_nothing_in_flight(ctx: &Context, at_most: Duration) {
+    let until = Instant::now() + at_most;
+    while Instant::now() < until {
+        let (_, main) = resq::sqs::depth(&ctx.sqs, &ctx.main_queue_url)
+            .await
+            .unwrap_or((0, 1));
+        let (_, dlq) = resq::sqs::depth(&ctx.sqs, &ctx.dlq_url)
+            .await
+            .unwrap_or((0, 1));
+        if main + dlq == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+struct FunctionEnv {
+    consumer: Vec<(String, String)>,
+    redriver: Vec<(String, String)>,
+}
+
+/// The functions' environment: the SPEC's variables, the proxy as the SDK's endpoint.
+fn function_env(opts: &ChaosOptions, outputs: &StackOutputs, endpoint: &str) -> FunctionEnv {
+    let common = [
+        ("MAIN_QUEUE_URL", outputs.main_queue_url.clone()),
+        ("DLQ_URL", outputs.dlq_url.clone()),
+        ("ARCHIVE_BUCKET", outputs.bucket.clone()),
+        ("MAX_REDRIVE_ATTEMPTS", MAX_REDRIVE_ATTEMPTS.to_string()),
+        ("DEADLINE_MARGIN_MS", "1000".into()),
+        ("AWS_ENDPOINT_URL", endpoint.to_owned()),
+        ("AWS_REGION", REGION.into()),
+        ("AWS_ACCESS_KEY_ID", "chaos".into()),
+        ("AWS_SECRET_ACCESS_KEY", "chaos".into()),
+        ("AWS_MAX_ATTEMPTS", opts.sdk_attempts.max(1).to_string()),
+        ("AWS_LAMBDA_LOG_FORMAT", "JSON".into()),
+        ("AWS_LAMBDA_LOG_LEVEL", "WARN".into()),
+    ];
+    let with = |extra: &[(&str, &str)]| {
+        common
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .chain(
+                extra
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+            )
+            .collect()
+    };
+    FunctionEnv {
+        consumer: with(&[
+            ("CONSUMER_CONCURRENCY", "10"),
+            ("BACKOFF_BASE_SECONDS", "1"),
+            ("BACKOFF_MAX_SECONDS", "2"),
+        ]),
+        redriver: with(&[
+            ("REDRIVE_RATE_PER_SECOND", "200"),
+            ("MAX_MESSAGES_PER_RUN", "1000"),
+            ("ARCHIVE_AFTER_SECONDS", "86400"),
+            ("PERMANENT_ACTION", "keep"),
+        ]),
+    }
+}
+
+/// When to kill: with probability `p`, at a uniform moment within the typical duration.
+fn kill_plan(rng: &mut StdRng, p: f64, typical: Duration) -> Option<Duration> {
+    (rng.random::<f64>() < p.clamp(0.0, 1.0)).then(|| {
+        let ms = typical.as_millis().max(2) as u64;
+        Duration::from_millis(rng.random_range(1..ms))
+    })
+}
+
+/// Lambda's SQS poller in front of the consumer process: receive a batch, invoke, delete what
+/// the response did not report failed; after an error, a timeout or a kill, delete nothing.
+async fn event_source_mapping(
+    mut consumer: Function,
+    ctx: &Context,
+    outputs: &StackOutputs,
+    state: &State,
+    opts: &ChaosOptions,
+    stop: watch::Receiver<bool>,
+    seed: u64,
+) -> Result<(), CliError> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut typical = Duration::from_millis(200);
+    while !*stop.borrow() {
+        let batch = gather_batch(
+            &ctx.sqs,
+            &outputs.main_queue_url,
+            10,
+            Duration::from_millis(300),
+        )
+        .await;
+        if batch.is_empty() {
+            continue;
+        }
+        let event = resq::sqs_event::lambda_event(&batch, &outputs.main_queue_arn, REGION);
+        // spread the kills over the run: the fewer orders left to send, the likelier
+        let kills = get(&state.consumer_kills);
+        let left = opts
+            .demo
+            .orders
+            .saturating_sub(state.sent.load(Ordering::Relaxed));
+        let p = if kills >= u64::from(opts.consumer_kills) {
+            0.0
+        } else {
+            2.0 * (u64::from(opts.consumer_kills) - kills) as f64 / (left as f64 / 10.0).max(1.0)
+        };
+        let kill_after = kill_plan(&mut rng, p, typical);
+        let began = Instant::now();
+        state.consumer_invocations.fetch_add(1, Ordering::Relaxed);
+        match consumer.invoke(&event.to_string(), kill_after).await? {
+            Outcome::Response(body) => {
+                typical = (typical * 3 + began.elapsed()) / 4;
+                match serde_json::from_str::<SqsBatchResponse>(&body) {
+                    Ok(response) => {
+                        state.processed.fetch_add(
+                            (batch.len() - response.batch_item_failures.len()) as u64,
+                            Ordering::Relaxed,
+                        );
+                        crate::local::delete_done(
+                            &ctx.sqs,
+                            &outputs.main_queue_url,
+                            &batch,
+                            &response,
+                        )
+                        .await;
+                    }
+                    Err(e) => {
+                        state.function_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(error = %e, body, "the consumer's response is not a batch response");
+                    }
+                }
+            }
+            Outcome::Killed => {
+                state.consumer_kills.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::Error(body) => {
+                state.function_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(body, "consumer invocation failed");
+            }
+            Outcome::TimedOut => {
+                state.function_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!("consumer invocation timed out");
+            }
+        }
+    }
+    consumer.kill().await;
+    Ok(())
+}
+
+/// The EventBridge schedule in front of the redriver process: one run per period.
+async fn schedule(
+    mut redriver: Function,
+    state: &State,
+    opts: &ChaosOptions,
+    mut stop: watch::Receiver<bool>,
+    seed: u64,
+) -> Result<(), CliError> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut typical = Duration::from_secs(1);
+    let mut ticks = tokio::time::interval(REDRIVE_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stop.changed() => {}
+        }
+        if *stop.borrow() {
+            break;
+        }
+        let run = state.runs_started.fetch_add(1, Ordering::Relaxed);
+        let event = serde_json::json!({
+            "version": "0", "id": format!("chaos-{run}"), "detail-type": "Scheduled Event",
+            "source": "aws.events", "account": "123456789012",
+            "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            "region": REGION,
+            "resources": ["arn:aws:events:us-east-1:123456789012:rule/resq-chaos-schedule"],
+            "detail": {}
+        });
+        let kills = get(&state.redriver_kills);
+        let all_sent = state.sent.load(Ordering::Relaxed) >= opts.demo.orders;
+        let p = match kills >= u64::from(opts.redriver_kills) {
+            true => 0.0,
+            false if all_sent => 1.0,
+            false => 0.25,
+        };
+        let kill_after = kill_plan(&mut rng, p, typical);
+        let began = Instant::now();
+        match redriver.invoke(&event.to_string(), kill_after).await? {
+            Outcome::Response(body) => {
+                typical = (typical * 3 + began.elapsed()) / 4;
+                let summary: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                let redriven = summary["redriven"].as_u64().unwrap_or(0);
+                let archived: u64 = summary["archived"]
+                    .as_object()
+                    .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
+                    .unwrap_or(0);
+                state.redrive_runs.fetch_add(1, Ordering::Relaxed);
+                state.redriven.fetch_add(redriven, Ordering::Relaxed);
+                state
+                    .archived_by_redriver
+                    .fetch_add(archived, Ordering::Relaxed);
+                // a run that could not even receive has not shown the DLQ to be settled
+                let moved = if summary["stoppedBy"] == "receiveError"
+                    || summary["failed"].as_u64() != Some(0)
+                {
+                    u64::MAX
+                } else {
+                    redriven + archived
+                };
+                state.last_run_moved.store(moved, Ordering::Relaxed);
+            }
+            Outcome::Killed => {
+                state.redriver_kills.fetch_add(1, Ordering::Relaxed);
+                *lock(&state.last_redriver_kill) = Some(Instant::now());
+                state.last_run_moved.store(u64::MAX, Ordering::Relaxed);
+            }
+            Outcome::Error(body) => {
+                state.function_errors.fetch_add(1, Ordering::Relaxed);
+                state.last_run_moved.store(u64::MAX, Ordering::Relaxed);
+                tracing::error!(body, "redriver invocation failed");
+            }
+            Outcome::TimedOut => {
+                state.function_errors.fetch_add(1, Ordering::Relaxed);
+                state.last_run_moved.store(u64::MAX, Ordering::Relaxed);
+                tracing::error!("redriver invocation timed out");
+            }
+        }
+    }
+    redriver.kill().await;
+    Ok(())
+}
+
+/// Feeds the orders queue progressively, shows progress, and stops the run once it settled:
+/// everything sent, the orders queue empty, nothing in flight in the DLQ, the kills done, and
+/// two redriver runs since then, the last of which moved nothing.
+async fn drive(
+    ctx: &Context,
+    planned: &[(crate::orders::Outgoing, Plan, u32)],
+    state: &State,
+    stats: &FaultStats,
+    opts: &ChaosOptions,
+    stop: watch::Sender<bool>,
+) -> Result<bool, CliError> {
+    let started = Instant::now();
+    let mut quiet_since_runs: Option<u64> = None;
+    let mut last_print = Instant::now() - Duration::from_secs(10);
+    let result = loop {
+        let next = state.sent.load(Ordering::Relaxed);
+        let (visible, in_flight) = resq::sqs::depth(&ctx.sqs, &ctx.main_queue_url)
+            .await
+            .unwrap_or((u64::MAX / 4, 0));
+        let (dlq_visible, dlq_in_flight) = resq::sqs::depth(&ctx.sqs, &ctx.dlq_url)
+            .await
+            .unwrap_or((0, u64::MAX / 4));
+        if next < planned.len() && visible + in_flight < QUEUE_DEPTH {
+            let chunk: Vec<_> = planned[next..(next + 50).min(planned.len())]
+                .iter()
+                .map(|(o, _, _)| o.clone())
+                .collect();
+            let report = crate::status::send(ctx, &chunk, demo::order_tag).await?;
+            if !report.failed.is_empty() {
+                break Err(CliError::Usage(format!(
+                    "the emulator refused {} orders",
+                    report.failed.len()
+                )));
+            }
+            state.sent.fetch_add(chunk.len(), Ordering::Relaxed);
+        }
+        if last_print.elapsed() >= Duration::from_secs(5) {
+            last_print = Instant::now();
+            println!(
+                "[{:>4}s] sent {}/{}  acknowledged {}  orders queue {}+{}  DLQ {}+{}  redriven {}  archived by redriver {}  kills {}+{}  faults {}  function errors {}",
+                started.elapsed().as_secs(),
+                next,
+                planned.len(),
+                get(&state.processed),
+                visible,
+                in_flight,
+                dlq_visible,
+                dlq_in_flight,
+                get(&state.redriven),
+                get(&state.archived_by_redriver),
+                get(&state.consumer_kills),
+                get(&state.redriver_kills),
+                FaultStats::get(&stats.injected),
+                get(&state.function_errors),
+            );
+        }
+        // the DLQ's in-flight messages are the redriver's own during a run; after a kill they
+        // stay hidden for its visibility timeout (the run's time left plus 30 s)
+        let kill_hidden = lock(&state.last_redriver_kill)
+            .is_some_and(|at| at.elapsed() < REDRIVER_TIMEOUT + Duration::from_secs(32));
+        let quiet = next == planned.len()
+            && visible + in_flight == 0
+            && !kill_hidden
+            && get(&state.consumer_kills) >= u64::from(opts.consumer_kills)
+            && get(&state.redriver_kills) >= u64::from(opts.redriver_kills);
+        let runs = get(&state.runs_started);
+        quiet_since_runs = if quiet {
+            Some(quiet_since_runs.unwrap_or(runs))
+        } else {
+            None
+        };
+        if quiet_since_runs.is_some_and(|at| get(&state.redrive_runs) > 0 && runs >= at + 2)
+            && get(&state.last_run_moved) == 0
+        {
+            break Ok(true);
+        }
+        if started.elapsed() > opts.demo.max_duration {
+            println!(
+                "not settled after {}s; stopping and auditing what is there",
+                opts.demo.max_duration.as_secs()
+            );
+            break Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let _ = stop.send(true);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kills_fall_within_the_typical_duration_and_follow_the_odds() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let typical = Duration::from_millis(300);
+        let plans: Vec<Option<Duration>> = (0..1000)
+            .map(|_| kill_plan(&mut rng, 0.2, typical))
+            .collect();
+        let kills: Vec<Duration> = plans.iter().flatten().copied().collect();
+        assert!((150..250).contains(&kills.len()), "{} kills", kills.len());
+        assert!(kills.iter().all(|k| *k > Duration::ZERO && *k < typical));
+        assert!(kill_plan(&mut rng, 0.0, typical).is_none());
+        assert!(kill_plan(&mut rng, 1.0, Duration::ZERO).is_some());
+    }
+}

@@ -1,0 +1,310 @@
+//! A function as Lambda runs it: the real binary in a child process, talking to a Lambda
+//! runtime API served here on 127.0.0.1 (`AWS_LAMBDA_RUNTIME_API`). An invocation hands the
+//! process an event and waits for its response or error, a timeout, or a kill. A killed or
+//! timed-out process is replaced by a fresh one (a cold start) with a runtime API of its own,
+//! so nothing addressed to the dead process can reach the new one.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::CliError;
+use crate::http::next_request;
+
+/// How an invocation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The function's response body.
+    Response(String),
+    /// The function reported an error (body of its error report).
+    Error(String),
+    /// Killed with SIGKILL before it answered.
+    Killed,
+    /// No answer within the timeout (the process is replaced).
+    TimedOut,
+}
+
+type Reply = oneshot::Sender<Result<String, String>>;
+
+struct Pending {
+    id: String,
+    deadline_ms: u64,
+    event: String,
+    reply: Reply,
+}
+
+/// One runtime API, for one process.
+struct RuntimeApi {
+    addr: String,
+    invocations: mpsc::Sender<Pending>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+struct ApiState {
+    next: tokio::sync::Mutex<mpsc::Receiver<Pending>>,
+    waiting: Mutex<HashMap<String, Reply>>,
+    function_arn: String,
+}
+
+impl RuntimeApi {
+    async fn start(function_arn: String) -> Result<Self, CliError> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| CliError::Usage(format!("cannot listen on 127.0.0.1: {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| CliError::Usage(e.to_string()))?
+            .to_string();
+        let (tx, rx) = mpsc::channel(1);
+        let state = Arc::new(ApiState {
+            next: tokio::sync::Mutex::new(rx),
+            waiting: Mutex::default(),
+            function_arn,
+        });
+        let task = tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                let state = state.clone();
+                tokio::spawn(async move {
+                    let _ = serve(conn, &state).await;
+                });
+            }
+        });
+        Ok(Self {
+            addr,
+            invocations: tx,
+            task,
+        })
+    }
+}
+
+impl Drop for RuntimeApi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+const NEXT: &str = "/2018-06-01/runtime/invocation/next";
+const INVOCATION: &str = "/2018-06-01/runtime/invocation/";
+const INIT_ERROR: &str = "/2018-06-01/runtime/init/error";
+
+/// One request per connection, answered with `Connection: close`.
+async fn serve(mut conn: TcpStream, state: &ApiState) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(8 * 1024);
+    while let Some(request) = next_request(&mut conn, &mut buf).await? {
+        let line = request.head.lines().next().unwrap_or_default().to_owned();
+        let mut parts = line.split_whitespace();
+        let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let body = String::from_utf8_lossy(request.body(&buf)).into_owned();
+        buf.drain(..request.end);
+        let response = if method == "GET" && path == NEXT {
+            let Some(p) = state.next.lock().await.recv().await else {
+                return Ok(()); // the process this API served is gone
+            };
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nLambda-Runtime-Aws-Request-Id: {}\r\nLambda-Runtime-Deadline-Ms: {}\r\nLambda-Runtime-Invoked-Function-Arn: {}\r\nLambda-Runtime-Trace-Id: Root=1-00000000-000000000000000000000000;Sampled=0\r\nContent-Length: {}\r\n\r\n",
+                p.id,
+                p.deadline_ms,
+                state.function_arn,
+                p.event.len()
+            );
+            super::lock(&state.waiting).insert(p.id.clone(), p.reply);
+            conn.write_all(head.as_bytes()).await?;
+            conn.write_all(p.event.as_bytes()).await?;
+            continue;
+        } else if method == "POST" && path == INIT_ERROR {
+            tracing::warn!(error = %body, "function init failed");
+            202
+        } else if let Some(rest) = path.strip_prefix(INVOCATION).filter(|_| method == "POST") {
+            let (id, kind) = rest.split_once('/').unwrap_or((rest, ""));
+            let reply = super::lock(&state.waiting).remove(id);
+            match (reply, kind) {
+                (Some(r), "response") => {
+                    let _ = r.send(Ok(body));
+                    202
+                }
+                (Some(r), "error") => {
+                    let _ = r.send(Err(body));
+                    202
+                }
+                _ => 400,
+            }
+        } else {
+            404
+        };
+        let reason = match response {
+            202 => "Accepted",
+            400 => "Bad Request",
+            _ => "Not Found",
+        };
+        conn.write_all(
+            format!("HTTP/1.1 {response} {reason}\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{{}}").as_bytes(),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// A function binary, run the way Lambda runs it.
+pub struct Function {
+    name: String,
+    binary: PathBuf,
+    env: Vec<(String, String)>,
+    log: PathBuf,
+    timeout: Duration,
+    running: Option<(Child, RuntimeApi)>,
+    invocations: u64,
+    /// Processes started (cold starts).
+    pub starts: u64,
+}
+
+impl Function {
+    /// `binary` with `env` (configuration and `AWS_ENDPOINT_URL`); output appended to `log`.
+    pub fn new(
+        name: &str,
+        binary: &Path,
+        env: Vec<(String, String)>,
+        log: &Path,
+        timeout: Duration,
+    ) -> Result<Self, CliError> {
+        if !binary.exists() {
+            return Err(CliError::Usage(format!(
+                "function binary {} not found; build it first (`cargo build -p {name}`)",
+                binary.display()
+            )));
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            binary: binary.to_owned(),
+            env,
+            log: log.to_owned(),
+            timeout,
+            running: None,
+            invocations: 0,
+            starts: 0,
+        })
+    }
+
+    async fn start(&mut self) -> Result<(), CliError> {
+        let arn = format!(
+            "arn:aws:lambda:{}:123456789012:function:{}",
+            crate::emulator::REGION,
+            self.name
+        );
+        let api = RuntimeApi::start(arn).await?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| CliError::Usage(format!("cannot open {}: {e}", self.log.display())))?;
+        let err_log = log
+            .try_clone()
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        let mut cmd = Command::new(&self.binary);
+        cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("AWS_LAMBDA_RUNTIME_API", &api.addr)
+            .env("AWS_LAMBDA_FUNCTION_NAME", &self.name)
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env(
+                "AWS_LAMBDA_LOG_GROUP_NAME",
+                format!("/aws/lambda/{}", self.name),
+            )
+            .env(
+                "AWS_LAMBDA_LOG_STREAM_NAME",
+                format!("chaos/{}", self.starts),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err_log))
+            .kill_on_drop(true);
+        // SAFETY: prctl is async-signal-safe; the kernel kills the function if this process dies.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| CliError::Usage(format!("cannot start {}: {e}", self.binary.display())))?;
+        self.starts += 1;
+        self.running = Some((child, api));
+        Ok(())
+    }
+
+    /// SIGKILLs the process (if any) and waits for it to be gone.
+    pub async fn kill(&mut self) {
+        if let Some((mut child, api)) = self.running.take() {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            drop(api);
+        }
+    }
+
+    /// Invokes the function with `event`. With `kill_after`, the process is SIGKILLed that
+    /// long into the invocation if it has not answered by then.
+    pub async fn invoke(
+        &mut self,
+        event: &str,
+        kill_after: Option<Duration>,
+    ) -> Result<Outcome, CliError> {
+        if self
+            .running
+            .as_mut()
+            .is_none_or(|(child, _)| !matches!(child.try_wait(), Ok(None)))
+        {
+            self.kill().await;
+            self.start().await?;
+        }
+        self.invocations += 1;
+        let id = format!("{}-{:08}", self.name, self.invocations);
+        let deadline_ms =
+            chrono::Utc::now().timestamp_millis().max(0) as u64 + self.timeout.as_millis() as u64;
+        let (reply, answer) = oneshot::channel();
+        let Some((_, api)) = self.running.as_ref() else {
+            return Err(CliError::Usage(format!("{} did not start", self.name)));
+        };
+        let pending = Pending {
+            id,
+            deadline_ms,
+            event: event.to_owned(),
+            reply,
+        };
+        if api.invocations.send(pending).await.is_err() {
+            self.kill().await;
+            return Ok(Outcome::TimedOut);
+        }
+        let started = Instant::now();
+        // Lambda gives the function its timeout; a little more covers the cold start
+        let limit = self.timeout + Duration::from_secs(2);
+        let kill_at = kill_after.map(|k| started + k);
+        let outcome = tokio::select! {
+            biased;
+            answer = answer => match answer {
+                Ok(Ok(body)) => Outcome::Response(body),
+                Ok(Err(body)) => Outcome::Error(body),
+                Err(_) => Outcome::TimedOut,
+            },
+            () = sleep_until(kill_at) => Outcome::Killed,
+            () = tokio::time::sleep(limit) => Outcome::TimedOut,
+        };
+        if matches!(outcome, Outcome::Killed | Outcome::TimedOut) {
+            self.kill().await;
+        }
+        Ok(outcome)
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
