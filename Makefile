@@ -17,8 +17,9 @@ export AWS_DEFAULT_REGION ?= us-east-1
 LOCAL_ENV := target/local.env
 WATCH_PORT ?= 9010
 ORDERS ?= 1000
+CHAOS_ORDERS ?= 10000
 
-.PHONY: setup test lint fmt build deploy arm-target clean translate demo local watch invoke-consumer invoke-redriver bench
+.PHONY: setup test lint fmt build deploy arm-target clean translate demo chaos fuzz local watch invoke-consumer invoke-redriver bench
 
 ## setup: create the tool venvs (moto server, cargo-lambda, aws-sam-cli, cfn-lint; checkov apart)
 setup: $(TOOLS) $(CHECKOV)
@@ -79,6 +80,12 @@ translate: $(TOOLS)
 demo: $(TOOLS) translate
 	cargo build -q -p cli
 	./target/debug/resq demo --orders $(ORDERS) --moto-server $(VENV)/bin/moto_server --template $(TRANSLATED)
+
+## chaos: the real function binaries on the local emulator with 5 % of their AWS calls failing
+## and both killed at random (10,000 orders), then an audit; fails if anything is lost or doubled
+chaos: $(TOOLS) translate
+	cargo build -q -p consumer -p redriver -p cli
+	./target/debug/resq chaos --orders $(CHAOS_ORDERS) --moto-server $(VENV)/bin/moto_server --template $(TRANSLATED) --consumer-bin target/debug/consumer --redriver-bin target/debug/redriver
 
 ## local: a local emulator with the stack, and target/local.env for `make watch` (until Ctrl-C)
 local: $(TOOLS) translate

@@ -2,6 +2,7 @@
 //! Messages are sent and received for real; the Lambda event is built from what was received,
 //! exactly as Lambda's SQS poller builds it.
 
+mod chaos;
 mod cli;
 mod consumer;
 mod fixtures;

@@ -1,0 +1,81 @@
+//! The CI-sized chaos run (`make chaos` runs the full-sized one): the real `consumer` and
+//! `redriver` binaries, 5 % of their SQS and S3 calls failing, both killed mid-invocation,
+//! then every order looked for.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use resq_cli::chaos::{self, ChaosOptions, MAX_REDRIVE_ATTEMPTS};
+use resq_cli::demo::{DemoOptions, Plan};
+use resq_e2e::{moto_binary, translated_template};
+
+/// A workspace binary: `cargo test --workspace` builds the functions' bins next to the test
+/// binary's `deps` directory.
+fn function_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let bin = dir.join(name);
+    assert!(
+        bin.exists(),
+        "{} not built: run the tests with `make test` (cargo test --workspace builds it)",
+        bin.display()
+    );
+    bin
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
+    let dir = std::env::temp_dir().join(format!("resq-chaos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let template = dir.join("template.json");
+    std::fs::write(
+        &template,
+        translated_template(resq_cli::local::ARTIFACT_BUCKET).to_string(),
+    )
+    .unwrap();
+    let opts = ChaosOptions {
+        demo: DemoOptions {
+            orders: 500,
+            malformed_pct: 2.5,
+            invalid_pct: 2.5,
+            flaky_pct: 10.0,
+            doomed_pct: 3.0,
+            moto_server: moto_binary(),
+            template,
+            max_duration: Duration::from_secs(600),
+            seed: 11,
+        },
+        max_flaky_failures: 5,
+        fault_pct: 5.0,
+        consumer_kills: 2,
+        redriver_kills: 2,
+        consumer_bin: function_binary("consumer"),
+        redriver_bin: function_binary("redriver"),
+        log_dir: dir.clone(),
+        sdk_attempts: 1,
+    };
+    let report = chaos::run(&opts).await.unwrap();
+    println!("{}\n{}", report.details(), report.summary_line());
+    assert_eq!(report.failures(&opts), Vec::<String>::new());
+    assert!(report.settled, "the pipeline did not settle");
+    assert_eq!(report.audit.sent, 500);
+    assert!(report.audit.lost.is_empty());
+    assert_eq!(report.duplicate_effects(), 0);
+    assert!(report.max_redrives() <= MAX_REDRIVE_ATTEMPTS);
+    assert!(report.consumer_kills >= 2 && report.redriver_kills >= 2);
+    assert!(
+        report.injected_faults > 0 && report.lost_responses > 0,
+        "faults were injected"
+    );
+    for plan in [Plan::Doomed, Plan::Malformed, Plan::Invalid] {
+        assert_eq!(
+            report.audit.table.get(&(plan, "processed")),
+            None,
+            "{plan:?} orders can never be processed"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
