@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use rand::Rng;
 use resq::attributes::{
-    self, AttributeLimitExceeded, AttributeValue, FAILURE_CLASS_PERMANENT, MessageAttributes,
-    RedriveCount, X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT,
+    self, AttributeLimitExceeded, AttributeValue, FAILURE_CLASS_PERMANENT, MAX_MESSAGE_BYTES,
+    MessageAttributes, RedriveCount, X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT,
 };
 use resq::backoff::Backoff;
 use resq::reason::ArchiveReason;
@@ -248,6 +248,30 @@ pub fn plan_visibility(
     changes
 }
 
+/// Why a DLQ copy cannot be sent: the record is archived instead (nothing is truncated).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CopyRefused {
+    /// More than 10 attributes.
+    #[error(transparent)]
+    AttributeLimit(#[from] AttributeLimitExceeded),
+    /// Body plus attributes over SQS's 1 MiB.
+    #[error("a copy would be {size} bytes; SQS allows {MAX_MESSAGE_BYTES}")]
+    SizeLimit {
+        /// The size SQS would count.
+        size: usize,
+    },
+}
+
+impl CopyRefused {
+    /// The archive reason.
+    pub fn reason(&self) -> ArchiveReason {
+        match self {
+            CopyRefused::AttributeLimit(_) => ArchiveReason::AttributeLimit,
+            CopyRefused::SizeLimit { .. } => ArchiveReason::SizeLimit,
+        }
+    }
+}
+
 /// The DLQ copy of a permanent failure: body unchanged, original attributes kept,
 /// `x-failure-class`, `x-failure-reason` and `x-first-sent-at` set. A FIFO DLQ copy keeps the
 /// group and takes a deduplication id derived from the message id.
@@ -255,7 +279,7 @@ pub fn dead_letter_copy(
     record: &Record,
     reason: &str,
     dlq_is_fifo: bool,
-) -> Result<OutgoingMessage, AttributeLimitExceeded> {
+) -> Result<OutgoingMessage, CopyRefused> {
     let mut set = vec![
         (
             X_FAILURE_CLASS,
@@ -272,6 +296,11 @@ pub fn dead_letter_copy(
         set.push((X_FIRST_SENT_AT, AttributeValue::number(sent)));
     }
     let attributes = attributes::copy_attributes(&record.message_attributes, set)?;
+    let body = record.body.clone().unwrap_or_default();
+    let size = attributes::message_size(&body, &attributes);
+    if size > MAX_MESSAGE_BYTES {
+        return Err(CopyRefused::SizeLimit { size });
+    }
     let (group_id, deduplication_id) = if dlq_is_fifo {
         let group = record.group_id.clone().unwrap_or_else(|| "resq".to_owned());
         (
@@ -287,7 +316,7 @@ pub fn dead_letter_copy(
         (None, None)
     };
     Ok(OutgoingMessage {
-        body: record.body.clone().unwrap_or_default(),
+        body,
         attributes,
         group_id,
         deduplication_id,
@@ -506,10 +535,21 @@ mod tests {
             parse_event(json!({"Records": [rec("a", json!({"messageAttributes": attrs}))]}))
                 .unwrap();
         assert_eq!(
-            dead_letter_copy(&records[0], "MALFORMED_JSON", false)
-                .unwrap_err()
-                .count,
-            12
+            dead_letter_copy(&records[0], "MALFORMED_JSON", false).unwrap_err(),
+            CopyRefused::AttributeLimit(AttributeLimitExceeded { count: 12 })
+        );
+    }
+
+    #[test]
+    fn dead_letter_copy_over_the_size_limit_fails() {
+        // a body that fits alone, but not with the failure marks
+        let body = format!("{{{}", "x".repeat(MAX_MESSAGE_BYTES - 10));
+        let records = parse_event(json!({"Records": [rec("a", json!({"body": body}))]})).unwrap();
+        let refused = dead_letter_copy(&records[0], "MALFORMED_JSON", false).unwrap_err();
+        assert_eq!(refused.reason(), ArchiveReason::SizeLimit);
+        assert!(
+            matches!(refused, CopyRefused::SizeLimit { size } if size > MAX_MESSAGE_BYTES),
+            "{refused:?}"
         );
     }
 }

@@ -301,10 +301,10 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         let dlq_is_fifo = self.config.common.dlq_url.ends_with(".fifo");
         let copy = match decision::dead_letter_copy(record, reason, dlq_is_fifo) {
             Ok(copy) => copy,
-            Err(limit) => {
-                let last_error = format!("{reason}: {details}; {limit}");
+            Err(refused) => {
+                let last_error = format!("{reason}: {details}; {refused}");
                 return self
-                    .archive(record, ArchiveReason::AttributeLimit, Some(last_error))
+                    .archive(record, refused.reason(), Some(last_error))
                     .await;
             }
         };
