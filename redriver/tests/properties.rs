@@ -1,0 +1,248 @@
+//! Property tests of the redriver's decisions: classification and copy building over arbitrary
+//! DLQ messages (bodies up to and past 1 MiB, 0–10 attributes of every type including list
+//! values, the resq attributes with hostile values, any timestamps), any rules, any clock; and
+//! batch packing over any sizes. Invariants: nothing panics, nothing at or past the cap (or
+//! with an unreadable count) is ever replayed, and no copy or batch breaks SQS's limits.
+
+use std::time::Duration;
+
+use aws_sdk_sqs::primitives::Blob;
+use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName};
+use proptest::prelude::*;
+use redriver::classify::{
+    Decision, DlqMessage, Keep, MAX_BATCH, Rules, classify, pack, redrive_copy,
+};
+use redriver::ports::dlq_message;
+use resq::attributes::{
+    MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, RedriveCount, X_FAILURE_CLASS, X_FAILURE_REASON,
+    X_FIRST_SENT_AT, X_REDRIVE_COUNT, message_size, parse_count_value,
+};
+use resq::config::PermanentAction;
+use resq::reason::ArchiveReason;
+
+fn attribute_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec![
+            X_REDRIVE_COUNT,
+            X_FAILURE_CLASS,
+            X_FAILURE_REASON,
+            X_FIRST_SENT_AT,
+            "trace-id",
+        ])
+        .prop_map(str::to_owned),
+        "[a-zA-Z0-9_.-]{1,20}",
+    ]
+}
+
+fn hostile_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec![
+            "-1",
+            "1e309",
+            " 3",
+            "3",
+            "0",
+            "2",
+            "NaN",
+            "",
+            "permanent",
+            "99999999999999999999",
+            "3.0",
+            "+3",
+            "0x3",
+            "MALFORMED_JSON",
+            "1700000000000",
+        ])
+        .prop_map(str::to_owned),
+        "\\PC{0,30}",
+        (200usize..5000).prop_map(|n| "9".repeat(n)),
+    ]
+}
+
+fn attribute_value() -> impl Strategy<Value = MessageAttributeValue> {
+    let build = |b: aws_sdk_sqs::types::builders::MessageAttributeValueBuilder| {
+        b.build().expect("data type set")
+    };
+    prop_oneof![
+        (
+            prop::sample::select(vec!["String", "Number", "String.custom", "Number.int"]),
+            hostile_text()
+        )
+            .prop_map(move |(t, v)| build(
+                MessageAttributeValue::builder()
+                    .data_type(t)
+                    .string_value(v)
+            )),
+        prop::collection::vec(any::<u8>(), 0..64).prop_map(move |b| build(
+            MessageAttributeValue::builder()
+                .data_type("Binary")
+                .binary_value(Blob::new(b))
+        )),
+        Just(build(
+            MessageAttributeValue::builder()
+                .data_type("StringList")
+                .string_list_values("a")
+        )),
+        Just(build(MessageAttributeValue::builder().data_type("String"))),
+    ]
+}
+
+fn body() -> impl Strategy<Value = String> {
+    prop_oneof![
+        6 => "\\PC{0,200}",
+        1 => prop::sample::select(vec![MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES - 30, 500_000])
+            .prop_map(|n| "x".repeat(n)),
+    ]
+}
+
+fn timestamp() -> impl Strategy<Value = Option<String>> {
+    prop_oneof![
+        Just(None),
+        any::<u64>().prop_map(|n| Some(n.to_string())),
+        (1_600_000_000_000u64..1_900_000_000_000).prop_map(|n| Some(n.to_string())),
+        prop::sample::select(vec!["-1", "abc", "", "1e3"]).prop_map(|s| Some(s.to_owned())),
+    ]
+}
+
+/// A message as the SDK hands it over, converted the way the redriver converts it.
+fn dlq() -> impl Strategy<Value = DlqMessage> {
+    (
+        "[a-f0-9]{8}-[a-f0-9]{4}",
+        body(),
+        prop::collection::hash_map(attribute_name(), attribute_value(), 0..=10),
+        timestamp(),
+        prop::option::of(prop::sample::select(vec!["g1", "g2"])),
+    )
+        .prop_map(|(id, body, attrs, sent, group)| {
+            let mut m = Message::builder()
+                .message_id(id)
+                .receipt_handle("rh")
+                .body(body)
+                .set_message_attributes(Some(attrs));
+            if let Some(s) = sent {
+                m = m.attributes(MessageSystemAttributeName::SentTimestamp, s);
+            }
+            if let Some(g) = group {
+                m = m.attributes(MessageSystemAttributeName::MessageGroupId, g);
+            }
+            dlq_message(m.build())
+        })
+}
+
+fn rules() -> impl Strategy<Value = Rules> {
+    (
+        0u32..6,
+        prop_oneof![
+            Just(Duration::ZERO),
+            (0u64..200_000).prop_map(Duration::from_secs)
+        ],
+        prop::sample::select(vec![PermanentAction::Keep, PermanentAction::Archive]),
+        prop::option::of(prop::sample::select(vec![
+            "MALFORMED_JSON",
+            "VALIDATION_FAILED",
+        ])),
+        prop::option::of((0u64..100_000).prop_map(Duration::from_secs)),
+    )
+        .prop_map(|(cap, ttl, action, reason, older)| Rules {
+            max_redrive_attempts: cap,
+            archive_after: ttl,
+            permanent_action: action,
+            reason: reason.map(str::to_owned),
+            older_than: older,
+        })
+}
+
+/// Shrunk failures would print bodies of up to 1 MiB: the message's id, body length and
+/// attributes instead.
+fn describe(m: &DlqMessage) -> String {
+    format!(
+        "{} body {} bytes, attributes {:?}, system {:?}",
+        m.message_id,
+        m.body.len(),
+        m.message_attributes,
+        m.attributes
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn nothing_at_the_cap_is_replayed_and_no_copy_breaks_the_limits(
+        m in dlq(),
+        rules in rules(),
+        now_ms in prop_oneof![any::<u64>(), 1_700_000_000_000u64..1_900_000_000_000],
+        fifo in any::<bool>(),
+    ) {
+        let what = describe(&m);
+        let decision = classify(&m, &rules, now_ms);
+        let count = m.redrive_count();
+        match decision {
+            Decision::Redrive => {
+                prop_assert!(
+                    matches!(count, RedriveCount::Count(n) if n < rules.max_redrive_attempts),
+                    "replayed at {count:?}, cap {}: {what}", rules.max_redrive_attempts
+                );
+                prop_assert!(!m.is_permanent() || rules.reason.is_some(), "a permanent failure replayed unasked");
+            }
+            Decision::Archive(ArchiveReason::RedriveCap) => {
+                prop_assert!(matches!(count, RedriveCount::Count(n) if n >= rules.max_redrive_attempts));
+            }
+            Decision::Archive(ArchiveReason::InvalidRedriveCount) => {
+                prop_assert_eq!(count, RedriveCount::Invalid);
+            }
+            Decision::Keep(Keep::NotSelected) => {
+                prop_assert!(rules.reason.is_some() || rules.older_than.is_some());
+            }
+            _ => {}
+        }
+
+        match redrive_copy(&m, fifo) {
+            Ok(copy) => {
+                let RedriveCount::Count(n) = count else {
+                    return Err(TestCaseError::fail(format!("a copy of an unreadable count: {what}")));
+                };
+                prop_assert!(copy.attributes.len() <= MAX_MESSAGE_ATTRIBUTES);
+                prop_assert_eq!(copy.size, message_size(&copy.body, &copy.attributes));
+                prop_assert!(copy.size <= MAX_MESSAGE_BYTES, "a copy of {} bytes", copy.size);
+                prop_assert!(copy.body == m.body, "the body changed");
+                let next = copy.attributes[X_REDRIVE_COUNT].string_value.as_deref().unwrap_or_default();
+                prop_assert_eq!(parse_count_value(next), RedriveCount::Count(n.saturating_add(1)));
+                prop_assert!(!copy.attributes.contains_key(X_FAILURE_CLASS));
+                prop_assert!(!copy.attributes.contains_key(X_FAILURE_REASON));
+                prop_assert_eq!(copy.group_id.is_some(), fifo);
+                prop_assert!(copy.deduplication_id.as_ref().is_none_or(|d| !d.is_empty() && d.chars().count() <= 128));
+                if let Some(sent) = m.first_sent_at() {
+                    let carried = copy.attributes[X_FIRST_SENT_AT].string_value.clone();
+                    prop_assert_eq!(carried, Some(sent.to_string()));
+                }
+            }
+            Err(reason) => prop_assert!(
+                matches!(
+                    reason,
+                    ArchiveReason::AttributeLimit | ArchiveReason::SizeLimit | ArchiveReason::InvalidRedriveCount
+                ),
+                "refused with {reason:?}: {what}"
+            ),
+        }
+    }
+
+    #[test]
+    fn batches_keep_order_and_the_limits(
+        sizes in prop::collection::vec(prop_oneof![1usize..300_000, Just(MAX_MESSAGE_BYTES)], 0..40),
+    ) {
+        let batches = pack(&sizes);
+        let mut next = 0;
+        for b in &batches {
+            prop_assert_eq!(b.start, next, "batches cover every copy once, in order");
+            prop_assert!(!b.is_empty() && b.len() <= MAX_BATCH);
+            prop_assert!(sizes[b.clone()].iter().sum::<usize>() <= MAX_MESSAGE_BYTES);
+            next = b.end;
+        }
+        prop_assert_eq!(next, sizes.len());
+    }
+}
