@@ -57,6 +57,20 @@ pub enum EventError {
     },
 }
 
+/// The consumer's invocation payload: an SQS event, read straight from the runtime's bytes.
+/// Anything else fails deserialization with [`EventError::NotSqs`]'s wording, so the function
+/// error says what was wrong and what invokes the consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqsInvocation(pub SqsEvent);
+
+impl<'de> serde::Deserialize<'de> for SqsInvocation {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        SqsEvent::deserialize(d)
+            .map(SqsInvocation)
+            .map_err(|e| serde::de::Error::custom(EventError::NotSqs(e.to_string())))
+    }
+}
+
 /// Reads the event. Bodies stay text: one malformed body never fails the batch.
 pub fn parse_event(value: Value) -> Result<Vec<Record>, EventError> {
     if !value.get("Records").is_some_and(Value::is_array) {

@@ -6,8 +6,8 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use aws_lambda_events::event::sqs::SqsEvent;
 use consumer::Consumer;
+use consumer::decision::SqsInvocation;
 use consumer::handler::RecordOrder;
 use consumer::queues::SqsQueues;
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
@@ -26,14 +26,16 @@ async fn main() -> Result<(), Error> {
     let consumer = Consumer::new(RecordOrder::new(store.clone()), queues, store, config);
     let consumer = &consumer;
     // The runtime deserializes straight into the SQS event (no JSON tree: less memory, less
-    // time); a payload that is not one fails the invocation with the runtime's error, which
-    // names the offending field.
-    run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
-        let deadline = resq::lambda::deadline_instant(event.context.deadline);
-        consumer
-            .handle_sqs_event(event.payload, deadline)
-            .await
-            .map_err(Error::from)
-    }))
+    // time); a payload that is not one fails the invocation with "not an SQS event: …",
+    // naming the offending field.
+    run(service_fn(
+        move |event: LambdaEvent<SqsInvocation>| async move {
+            let deadline = resq::lambda::deadline_instant(event.context.deadline);
+            consumer
+                .handle_sqs_event(event.payload.0, deadline)
+                .await
+                .map_err(Error::from)
+        },
+    ))
     .await
 }

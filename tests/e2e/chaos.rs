@@ -2,29 +2,11 @@
 //! `redriver` binaries, 5 % of their SQS and S3 calls failing, both killed mid-invocation,
 //! then every order looked for.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use resq_cli::chaos::{self, ChaosOptions, MAX_REDRIVE_ATTEMPTS};
 use resq_cli::demo::{DemoOptions, Plan};
-use resq_e2e::{moto_binary, translated_template};
-
-/// A workspace binary: `cargo test --workspace` builds the functions' bins next to the test
-/// binary's `deps` directory.
-fn function_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let bin = dir.join(name);
-    assert!(
-        bin.exists(),
-        "{} not built: run the tests with `make test` (cargo test --workspace builds it)",
-        bin.display()
-    );
-    bin
-}
+use resq_e2e::{function_binary, moto_binary, translated_template};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {

@@ -7,6 +7,7 @@ mod cli;
 mod consumer;
 mod fixtures;
 mod helpers;
+mod hostile;
 mod redriver;
 mod template;
 mod workspace;

@@ -286,3 +286,20 @@ pub fn translated_template(artifact_bucket: &str) -> serde_json::Value {
     let _ = std::fs::remove_file(&out);
     serde_json::from_str(&text).expect("translated template is JSON")
 }
+
+/// A function binary of the workspace (`consumer`, `redriver`): `cargo test --workspace` builds
+/// them next to the test binary's `deps` directory.
+pub fn function_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let bin = dir.join(name);
+    assert!(
+        bin.exists(),
+        "{} not built: run the tests with `make test` (cargo test --workspace builds it)",
+        bin.display()
+    );
+    bin
+}

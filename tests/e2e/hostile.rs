@@ -1,0 +1,343 @@
+//! Hostile events and configuration, sent to the real function binaries (behind the chaos
+//! run's Lambda runtime API, against moto). Each gets its documented behaviour: a clear error
+//! or the SPEC's outcome, never a silent drop.
+
+use std::process::Command;
+use std::time::Duration;
+
+use aws_sdk_sqs::primitives::Blob;
+use aws_sdk_sqs::types::MessageAttributeValue;
+use resq::attributes::MAX_MESSAGE_BYTES;
+use resq_cli::chaos::runtime::{Function, Outcome};
+use resq_e2e::{REGION, Stack, StackOptions, function_binary};
+use serde_json::{Value, json};
+
+use crate::helpers::{attr, number_attr, order_body, send, string_attr};
+
+fn function(stack: &Stack, name: &str) -> Function {
+    let mut env: Vec<(String, String)> = stack.env().into_iter().collect();
+    env.extend(
+        [
+            ("AWS_ENDPOINT_URL", stack.moto.endpoint.as_str()),
+            ("AWS_REGION", REGION),
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_LAMBDA_LOG_FORMAT", "JSON"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned())),
+    );
+    let log = std::env::temp_dir().join(format!("resq-hostile-{name}-{}.log", std::process::id()));
+    Function::new(
+        name,
+        &function_binary(name),
+        env,
+        &log,
+        Duration::from_secs(20),
+    )
+    .unwrap()
+}
+
+async fn invoke(f: &mut Function, event: &Value) -> Outcome {
+    f.invoke(&event.to_string(), None).await.unwrap()
+}
+
+fn error_text(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Error(body) => body.clone(),
+        other => panic!("expected a function error, got {other:?}"),
+    }
+}
+
+fn response(outcome: &Outcome) -> Value {
+    match outcome {
+        Outcome::Response(body) => serde_json::from_str(body).unwrap(),
+        other => panic!("expected a response, got {other:?}"),
+    }
+}
+
+/// The Lambda event of messages sent to the orders queue with these bodies and attributes.
+async fn event_of(stack: &Stack, messages: &[(&str, Vec<(&str, MessageAttributeValue)>)]) -> Value {
+    for (body, attrs) in messages {
+        send(stack, &stack.main, body, attrs, None).await;
+    }
+    let received = stack.receive_n(&stack.main, messages.len()).await;
+    resq::sqs_event::lambda_event(&received, &stack.main.arn, REGION)
+}
+
+async fn archived_under(stack: &Stack, reason: &str) -> Vec<String> {
+    let out = stack
+        .s3
+        .list_objects_v2()
+        .bucket(&stack.bucket)
+        .prefix(format!("archive/{reason}/"))
+        .send()
+        .await
+        .unwrap();
+    out.contents()
+        .iter()
+        .filter_map(|o| o.key().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn events_that_are_not_sqs_fail_the_invocation_with_a_clear_error() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let mut consumer = function(&stack, "consumer");
+    for (event, says) in [
+        (
+            json!({"detail-type": "Scheduled Event"}),
+            "missing field `Records`",
+        ),
+        (json!([1, 2]), "not an SQS event"),
+        (json!("orders"), "not an SQS event"),
+        (json!(null), "not an SQS event"),
+        (
+            json!({"Records": [{"eventSource": "aws:s3", "s3": {}, "messageId": "m"}]}),
+            "aws:s3",
+        ),
+        (
+            json!({"Records": [{"eventSource": "aws:sqs", "body": "{}", "receiptHandle": "rh"}]}),
+            "messageId",
+        ),
+        // SQS never delivers these (its character set has no lone surrogates; Lambda always
+        // base64-encodes binary values): not an SQS event, so nothing is acknowledged
+        (
+            json!({"Records": [{"eventSource": "aws:sqs", "messageId": "m", "messageAttributes":
+                {"a": {"dataType": "Binary", "binaryValue": "not base64!"}}}]}),
+            "not an SQS event",
+        ),
+    ] {
+        let err = error_text(&invoke(&mut consumer, &event).await);
+        assert!(err.contains(says), "{event}: {err}");
+        assert!(
+            err.contains("not an SQS event") || says == "messageId",
+            "{event}: {err}"
+        );
+    }
+    let raw = r#"{"Records": [{"eventSource": "aws:sqs", "messageId": "m", "body": "\ud800"}]}"#;
+    let outcome = consumer.invoke(raw, None).await.unwrap();
+    let err = error_text(&outcome);
+    assert!(
+        err.contains("not an SQS event") && err.contains("Records[0].body"),
+        "{err}"
+    );
+    assert_eq!(
+        response(&invoke(&mut consumer, &json!({"Records": []})).await),
+        json!({"batchItemFailures": []}),
+        "an empty batch is a normal, empty response"
+    );
+
+    let mut redriver = function(&stack, "redriver");
+    for (event, says) in [
+        (json!({"maxMessages": -1}), "maxMessages"),
+        (json!({"ratePerSecond": "fast"}), "ratePerSecond"),
+        (json!({"Records": []}), "expected"),
+        (
+            json!({"source": "aws.s3", "detail-type": "Object Created"}),
+            "aws.s3",
+        ),
+    ] {
+        let err = error_text(&invoke(&mut redriver, &event).await);
+        assert!(err.contains(says), "{event}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn hostile_records_get_the_spec_outcome() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let mut consumer = function(&stack, "consumer");
+    let binary = MessageAttributeValue::builder()
+        .data_type("Binary")
+        .binary_value(Blob::new(vec![0xff, 0xfe, 0x00, 0xc3]))
+        .build()
+        .unwrap();
+    // a valid order of exactly 1 MiB, and a malformed body of exactly 1 MiB
+    let mut big_order: Value = serde_json::from_str(&order_body("big")).unwrap();
+    big_order["note"] = json!("");
+    let pad = MAX_MESSAGE_BYTES - big_order.to_string().len();
+    big_order["note"] = json!("n".repeat(pad));
+    let big_order = big_order.to_string();
+    let big_malformed = format!("{{{}", "x".repeat(MAX_MESSAGE_BYTES - 1));
+    assert_eq!(
+        (big_order.len(), big_malformed.len()),
+        (MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES)
+    );
+
+    let event = event_of(
+        &stack,
+        &[
+            (big_order.as_str(), vec![]),
+            (
+                big_malformed.as_str(),
+                vec![("tag", string_attr("big-malformed"))],
+            ),
+            ("{not json", vec![("raw", binary.clone())]),
+            (
+                &order_body("minus"),
+                vec![("x-redrive-count", number_attr("-1"))],
+            ),
+            (
+                &order_body("huge"),
+                vec![("x-redrive-count", number_attr("1e309"))],
+            ),
+            (
+                &order_body("spaced"),
+                vec![("x-redrive-count", string_attr(" 3"))],
+            ),
+        ],
+    )
+    .await;
+    let mut event = event;
+    // the same message twice (at-least-once delivery): one record in the response at most
+    let first = event["Records"][0].clone();
+    event["Records"].as_array_mut().unwrap().push(first);
+    let r = response(&invoke(&mut consumer, &event).await);
+    assert_eq!(
+        r,
+        json!({"batchItemFailures": []}),
+        "every record has its home"
+    );
+
+    // the 1 MiB order is recorded once
+    let order = stack
+        .s3
+        .get_object()
+        .bucket(&stack.bucket)
+        .key("orders/big.json")
+        .send()
+        .await;
+    assert!(order.is_ok(), "the 1 MiB order is processed");
+    // its malformed twin cannot be copied to the DLQ with the failure marks (over 1 MiB):
+    // archived whole instead
+    let size_limited = archived_under(&stack, "SIZE_LIMIT").await;
+    assert_eq!(size_limited.len(), 1, "{size_limited:?}");
+    let body = stack
+        .s3
+        .get_object()
+        .bucket(&stack.bucket)
+        .key(&size_limited[0])
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes();
+    let envelope: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        envelope["originalMessage"]["body"].as_str().map(str::len),
+        Some(MAX_MESSAGE_BYTES)
+    );
+    // -1 and 1e309 are unreadable counts; " 3" reads as 3, the cap
+    assert_eq!(
+        archived_under(&stack, "INVALID_REDRIVE_COUNT").await.len(),
+        2
+    );
+    assert_eq!(archived_under(&stack, "REDRIVE_CAP").await.len(), 1);
+    // the malformed message's DLQ copy carries its non-UTF-8 binary attribute byte for byte
+    let copies = stack.receive_n(&stack.dlq, 1).await;
+    assert_eq!(copies[0].body(), Some("{not json"));
+    assert_eq!(attr(&copies[0], "x-failure-reason"), Some("MALFORMED_JSON"));
+    let raw = copies[0]
+        .message_attributes()
+        .and_then(|a| a.get("raw"))
+        .and_then(|v| v.binary_value())
+        .map(|b| b.as_ref().to_vec());
+    assert_eq!(raw, Some(vec![0xff, 0xfe, 0x00, 0xc3]));
+}
+
+/// Runs a function binary with only `vars` (and PATH) set: it must exit at once, non-zero,
+/// naming the variable.
+fn start_up(name: &str, vars: &[(&str, &str)]) -> String {
+    let out = Command::new(function_binary(name))
+        .env_clear()
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{name} started with {vars:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn missing_or_nonsense_configuration_stops_the_functions_at_start_up() {
+    let base = [
+        ("MAIN_QUEUE_URL", "http://127.0.0.1:1/123456789012/orders"),
+        ("DLQ_URL", "http://127.0.0.1:1/123456789012/orders-dlq"),
+        ("ARCHIVE_BUCKET", "b"),
+    ];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut v = base.to_vec();
+        v.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
+        v.extend(extra.iter().filter(|(_, v)| !v.is_empty()));
+        v
+    };
+    for (name, vars, names) in [
+        ("consumer", vec![], "MAIN_QUEUE_URL"),
+        ("redriver", vec![], "MAIN_QUEUE_URL"),
+        ("consumer", with(&[("DLQ_URL", "")]), "DLQ_URL"),
+        (
+            "consumer",
+            with(&[("ARCHIVE_BUCKET", "")]),
+            "ARCHIVE_BUCKET",
+        ),
+        (
+            "consumer",
+            with(&[("MAIN_QUEUE_URL", "orders")]),
+            "MAIN_QUEUE_URL",
+        ),
+        (
+            "consumer",
+            with(&[("CONSUMER_CONCURRENCY", "lots")]),
+            "CONSUMER_CONCURRENCY",
+        ),
+        (
+            "consumer",
+            with(&[("CONSUMER_CONCURRENCY", "0")]),
+            "CONSUMER_CONCURRENCY",
+        ),
+        (
+            "consumer",
+            with(&[("BACKOFF_BASE_SECONDS", "-2")]),
+            "BACKOFF_BASE_SECONDS",
+        ),
+        (
+            "consumer",
+            with(&[("MAX_REDRIVE_ATTEMPTS", "1e309")]),
+            "MAX_REDRIVE_ATTEMPTS",
+        ),
+        (
+            "consumer",
+            with(&[("DEADLINE_MARGIN_MS", "soon")]),
+            "DEADLINE_MARGIN_MS",
+        ),
+        (
+            "redriver",
+            with(&[("REDRIVE_RATE_PER_SECOND", "0")]),
+            "REDRIVE_RATE_PER_SECOND",
+        ),
+        (
+            "redriver",
+            with(&[("REDRIVE_RATE_PER_SECOND", "NaN")]),
+            "REDRIVE_RATE_PER_SECOND",
+        ),
+        (
+            "redriver",
+            with(&[("PERMANENT_ACTION", "delete")]),
+            "PERMANENT_ACTION",
+        ),
+        (
+            "redriver",
+            with(&[("MAX_MESSAGES_PER_RUN", "-5")]),
+            "MAX_MESSAGES_PER_RUN",
+        ),
+        (
+            "redriver",
+            with(&[("ARCHIVE_AFTER_SECONDS", "forever")]),
+            "ARCHIVE_AFTER_SECONDS",
+        ),
+    ] {
+        let stderr = start_up(name, &vars);
+        assert!(stderr.contains(names), "{name} {vars:?}: {stderr}");
+    }
+}
