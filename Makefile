@@ -18,6 +18,8 @@ LOCAL_ENV := target/local.env
 WATCH_PORT ?= 9010
 ORDERS ?= 1000
 CHAOS_ORDERS ?= 10000
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := consumer_event redriver_message
 
 .PHONY: setup test lint fmt build deploy arm-target clean translate demo chaos fuzz local watch invoke-consumer invoke-redriver bench
 
@@ -86,6 +88,19 @@ demo: $(TOOLS) translate
 chaos: $(TOOLS) translate
 	cargo build -q -p consumer -p redriver -p cli
 	./target/debug/resq chaos --orders $(CHAOS_ORDERS) --moto-server $(VENV)/bin/moto_server --template $(TRANSLATED) --consumer-bin target/debug/consumer --redriver-bin target/debug/redriver
+
+## fuzz: each cargo-fuzz target for FUZZ_SECONDS (not in CI); prints the executions run.
+## Installs cargo-fuzz if missing; builds without a sanitizer, so a stable toolchain does.
+fuzz:
+	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	@set -o pipefail; mkdir -p target; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p fuzz/corpus/$$t; \
+	  seeds=$$( [ $$t = consumer_event ] && echo events ); \
+	  cargo fuzz run -s none --fuzz-dir fuzz $$t fuzz/corpus/$$t $$seeds -- \
+	    -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 > target/fuzz-$$t.log 2>&1 \
+	    || { tail -40 target/fuzz-$$t.log; echo "fuzz: $$t FAILED (target/fuzz-$$t.log; crash input under fuzz/artifacts/$$t)"; exit 1; }; \
+	  echo "fuzz: target=$$t seconds=$(FUZZ_SECONDS) executions=$$(grep -o 'stat::number_of_executed_units: [0-9]*' target/fuzz-$$t.log | grep -o '[0-9]*$$') corpus=$$(ls fuzz/corpus/$$t | wc -l)"; \
+	done
 
 ## local: a local emulator with the stack, and target/local.env for `make watch` (until Ctrl-C)
 local: $(TOOLS) translate

@@ -65,6 +65,31 @@ pub enum Plan {
     Invalid,
 }
 
+/// Which orders' downstream fails, and how often: the flaky and doomed orders of a plan.
+#[derive(Debug, Clone, Default)]
+pub struct Downstream {
+    /// Order id → failures left before its write goes through.
+    pub flaky: HashMap<String, u32>,
+    /// Orders whose write always fails.
+    pub doomed: HashSet<String>,
+}
+
+impl Downstream {
+    /// The downstream failures `planned` (as from [`plan_orders`]) calls for.
+    pub fn of(planned: &[(Outgoing, Plan, u32)]) -> Self {
+        let ids = |plan: Plan| {
+            planned
+                .iter()
+                .filter(move |(_, p, _)| *p == plan)
+                .map(|(o, _, n)| (o.order_id.clone(), *n))
+        };
+        Self {
+            flaky: ids(Plan::Flaky).collect(),
+            doomed: ids(Plan::Doomed).map(|(id, _)| id).collect(),
+        }
+    }
+}
+
 /// The demo's handler: the reference handler behind injected transient failures (a flaky
 /// downstream). Production code has no such switch.
 pub struct DemoFaults<H> {
@@ -233,20 +258,11 @@ pub async fn run(opts: &DemoOptions) -> Result<Audit, CliError> {
         .iter()
         .map(|(o, p, _)| (o.order_id.clone(), *p))
         .collect();
+    let downstream = Downstream::of(&planned);
     let handler = DemoFaults {
         inner: RecordOrder::new(S3Store::new(resq::aws::s3_client(&config), &outputs.bucket)),
-        flaky: Mutex::new(
-            planned
-                .iter()
-                .filter(|(_, p, _)| *p == Plan::Flaky)
-                .map(|(o, _, n)| (o.order_id.clone(), *n))
-                .collect(),
-        ),
-        doomed: planned
-            .iter()
-            .filter(|(_, p, _)| *p == Plan::Doomed)
-            .map(|(o, _, _)| o.order_id.clone())
-            .collect(),
+        flaky: Mutex::new(downstream.flaky),
+        doomed: downstream.doomed,
     };
     let common = CommonConfig {
         main_queue_url: outputs.main_queue_url.clone(),

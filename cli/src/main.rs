@@ -147,6 +147,11 @@ struct ChaosArgs {
     /// `AWS_MAX_ATTEMPTS` for the functions (1: the SDK does not retry, resq sees every fault).
     #[arg(long, default_value_t = 1)]
     sdk_attempts: u32,
+    /// The redriver's PERMANENT_ACTION. `archive` by default here: with `keep`, hundreds of
+    /// kept permanent failures sit at the head of the emulator's DLQ and each run spends its
+    /// time re-reading them (see the README).
+    #[arg(long, default_value = "archive", value_parser = ["keep", "archive"])]
+    permanent_action: String,
     /// The moto server binary.
     #[arg(long, default_value = ".venv/bin/moto_server")]
     moto_server: PathBuf,
@@ -476,6 +481,11 @@ async fn chaos(args: &ChaosArgs) -> Result<(), CliError> {
         redriver_bin: args.redriver_bin.clone(),
         log_dir: args.log_dir.clone(),
         sdk_attempts: args.sdk_attempts,
+        permanent_action: if args.permanent_action == "keep" {
+            resq::config::PermanentAction::Keep
+        } else {
+            resq::config::PermanentAction::Archive
+        },
     };
     // Ctrl-C drops the run: the emulator and the function processes die with their handles.
     let report = tokio::select! {

@@ -6,7 +6,7 @@
 //! the evidence the audit needs: each successful order write, and the `x-redrive-count` of
 //! every copy sent. Production code has no fault switch: the faults come from outside.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::CliError;
-use crate::demo::DEMO_ORDER_ATTRIBUTE;
+use crate::demo::{DEMO_ORDER_ATTRIBUTE, Downstream};
 use crate::http::{HttpRequest, next_request, serve_on_thread};
 
 /// Which API a call is for.
@@ -118,15 +118,6 @@ pub fn error_response(service: Service, fault: Fault) -> Vec<u8> {
         body.len()
     )
     .into_bytes()
-}
-
-/// The orders' downstream as the chaos run plans it.
-#[derive(Debug, Clone, Default)]
-pub struct Downstream {
-    /// Order id → failures left before its write goes through.
-    pub flaky: HashMap<String, u32>,
-    /// Orders whose write always fails.
-    pub doomed: HashSet<String>,
 }
 
 /// What the proxy saw and did.

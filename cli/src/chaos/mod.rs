@@ -21,14 +21,15 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use resq::config::PermanentAction;
 use tokio::sync::watch;
 
 use crate::CliError;
 use crate::context::Context;
-use crate::demo::{self, Audit, DemoOptions, Plan};
+use crate::demo::{self, Audit, DemoOptions, Downstream, Plan};
 use crate::emulator::{MotoServer, REGION};
 use crate::local::{StackOutputs, deploy_stack, gather_batch};
-use faults::{Downstream, FaultProxy, FaultStats};
+use faults::{FaultProxy, FaultStats};
 use runtime::{Function, Outcome};
 
 /// What a chaos run does.
@@ -52,6 +53,8 @@ pub struct ChaosOptions {
     pub log_dir: PathBuf,
     /// `AWS_MAX_ATTEMPTS` for the functions (1: no SDK retries, every fault reaches resq).
     pub sdk_attempts: u32,
+    /// The redriver's `PERMANENT_ACTION`.
+    pub permanent_action: PermanentAction,
 }
 
 /// The redrive cap the run deploys with.
@@ -252,18 +255,7 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
         .iter()
         .map(|(o, p, _)| (o.order_id.clone(), *p))
         .collect();
-    let downstream = Downstream {
-        flaky: planned
-            .iter()
-            .filter(|(_, p, _)| *p == Plan::Flaky)
-            .map(|(o, _, n)| (o.order_id.clone(), *n))
-            .collect(),
-        doomed: planned
-            .iter()
-            .filter(|(_, p, _)| *p == Plan::Doomed)
-            .map(|(o, _, _)| o.order_id.clone())
-            .collect(),
-    };
+    let downstream = Downstream::of(&planned);
     let upstream = moto
         .endpoint
         .trim_start_matches("http://")
@@ -429,7 +421,13 @@ fn function_env(opts: &ChaosOptions, outputs: &StackOutputs, endpoint: &str) -> 
             ("REDRIVE_RATE_PER_SECOND", "200"),
             ("MAX_MESSAGES_PER_RUN", "1000"),
             ("ARCHIVE_AFTER_SECONDS", "86400"),
-            ("PERMANENT_ACTION", "keep"),
+            (
+                "PERMANENT_ACTION",
+                match opts.permanent_action {
+                    PermanentAction::Keep => "keep",
+                    PermanentAction::Archive => "archive",
+                },
+            ),
         ]),
     }
 }
