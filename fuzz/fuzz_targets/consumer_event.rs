@@ -1,0 +1,66 @@
+//! The consumer's entry points on raw bytes: the invocation payload as the runtime hands it
+//! over (deserialized as the function does, then processed over in-memory ports with the
+//! reference handler), and one record's body through the order parser.
+#![no_main]
+
+use std::time::{Duration, Instant};
+
+use consumer::Consumer;
+use consumer::decision::SqsInvocation;
+use consumer::handler::RecordOrder;
+use consumer::memory::MemoryQueues;
+use consumer::order::parse_order;
+use libfuzzer_sys::fuzz_target;
+use resq::attributes::{MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, message_size};
+use resq::config::{CommonConfig, ConsumerConfig};
+use resq::store::MemoryStore;
+
+fn config() -> ConsumerConfig {
+    ConsumerConfig {
+        common: CommonConfig {
+            main_queue_url: "http://127.0.0.1/123456789012/orders".into(),
+            dlq_url: "http://127.0.0.1/123456789012/orders-dlq".into(),
+            archive_bucket: "bucket".into(),
+            max_redrive_attempts: 3,
+            deadline_margin: Duration::from_millis(200),
+        },
+        concurrency: 4,
+        backoff: resq::backoff::Backoff::default(),
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(body) = std::str::from_utf8(data)
+        && let Ok(order) = parse_order(Some(body))
+    {
+        assert!(!order.order_id.as_str().is_empty());
+        assert!(!order.items.is_empty());
+    }
+    let Ok(SqsInvocation(event)) = serde_json::from_slice::<SqsInvocation>(data) else {
+        return; // not an SQS event: the function fails the invocation, acknowledging nothing
+    };
+    let ids: Vec<Option<String>> = event.records.iter().map(|r| r.message_id.clone()).collect();
+    let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
+    let consumer = Consumer::new(RecordOrder::new(&store), &queues, &store, config());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let Ok(report) = rt.block_on(
+        consumer.process_sqs_event(event, Instant::now() + Duration::from_secs(60)),
+    ) else {
+        return; // a record not from SQS or without an id: the documented whole-event error
+    };
+    assert_eq!(report.outcomes.len(), ids.len());
+    for f in &report.response.batch_item_failures {
+        assert!(!f.item_identifier.is_empty(), "an empty itemIdentifier");
+        assert!(
+            ids.iter().any(|id| id.as_deref() == Some(f.item_identifier.as_str())),
+            "an unknown itemIdentifier"
+        );
+    }
+    for copy in queues.sent() {
+        assert!(copy.attributes.len() <= MAX_MESSAGE_ATTRIBUTES);
+        assert!(message_size(&copy.body, &copy.attributes) <= MAX_MESSAGE_BYTES);
+    }
+});
