@@ -46,16 +46,17 @@ fuzz_target!(|data: &[u8]| {
         .enable_time()
         .build()
         .expect("runtime");
-    let Ok(report) = rt.block_on(
-        consumer.process_sqs_event(event, Instant::now() + Duration::from_secs(60)),
-    ) else {
+    let Ok(report) =
+        rt.block_on(consumer.process_sqs_event(event, Instant::now() + Duration::from_secs(60)))
+    else {
         return; // a record not from SQS or without an id: the documented whole-event error
     };
     assert_eq!(report.outcomes.len(), ids.len());
     for f in &report.response.batch_item_failures {
         assert!(!f.item_identifier.is_empty(), "an empty itemIdentifier");
         assert!(
-            ids.iter().any(|id| id.as_deref() == Some(f.item_identifier.as_str())),
+            ids.iter()
+                .any(|id| id.as_deref() == Some(f.item_identifier.as_str())),
             "an unknown itemIdentifier"
         );
     }

@@ -80,7 +80,9 @@ fuzz_target!(|input: Input| {
             PermanentAction::Keep
         },
         reason: input.reason,
-        older_than: input.older_than_seconds.map(|s| Duration::from_secs(u64::from(s))),
+        older_than: input
+            .older_than_seconds
+            .map(|s| Duration::from_secs(u64::from(s))),
     };
     if classify(&m, &rules, input.now_ms) == Decision::Redrive {
         assert!(
