@@ -77,13 +77,23 @@ impl Context {
         let dlq_url = need(dlq_url, "--dlq-url", "DLQ_URL")?;
         let bucket = need(bucket, "--bucket", "ARCHIVE_BUCKET")?;
         let config = endpoint.sdk_config().await;
-        Ok(Self {
-            sqs: aws_sdk_sqs::Client::new(&config),
-            s3: resq::aws::s3_client(&config),
-            cloudwatch: aws_sdk_cloudwatch::Client::new(&config),
+        Ok(Self::from_config(&config, main_queue_url, dlq_url, bucket))
+    }
+
+    /// The context over an SDK configuration already loaded.
+    pub fn from_config(
+        config: &aws_config::SdkConfig,
+        main_queue_url: String,
+        dlq_url: String,
+        bucket: String,
+    ) -> Self {
+        Self {
+            sqs: aws_sdk_sqs::Client::new(config),
+            s3: resq::aws::s3_client(config),
+            cloudwatch: aws_sdk_cloudwatch::Client::new(config),
             main_queue_url,
             dlq_url,
             bucket,
-        })
+        }
     }
 }

@@ -305,14 +305,7 @@ pub async fn run(opts: &DemoOptions) -> Result<Audit, CliError> {
         redriver_config,
         settings,
     );
-    let ctx = Context {
-        sqs: aws_sdk_sqs::Client::new(&config),
-        s3: resq::aws::s3_client(&config),
-        cloudwatch: aws_sdk_cloudwatch::Client::new(&config),
-        main_queue_url: outputs.main_queue_url.clone(),
-        dlq_url: outputs.dlq_url.clone(),
-        bucket: outputs.bucket.clone(),
-    };
+    let ctx = outputs.context(&config);
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let driver = drive(

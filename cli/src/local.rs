@@ -40,6 +40,18 @@ pub struct StackOutputs {
     pub bucket: String,
 }
 
+impl StackOutputs {
+    /// The operator tools' context for this stack.
+    pub fn context(&self, config: &aws_config::SdkConfig) -> crate::context::Context {
+        crate::context::Context::from_config(
+            config,
+            self.main_queue_url.clone(),
+            self.dlq_url.clone(),
+            self.bucket.clone(),
+        )
+    }
+}
+
 /// Deploys the translated template (`infra/translate.py` output) into the emulator's
 /// CloudFormation with `parameters`, and returns its outputs.
 pub async fn deploy_stack(
@@ -258,6 +270,26 @@ pub async fn delete_done(
     }
 }
 
+/// An EventBridge-like schedule: a tick every `period`, a late one delayed rather than doubled
+/// (a run never overlaps the next).
+pub fn schedule_ticks(period: Duration) -> tokio::time::Interval {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks
+}
+
+/// Waits for the next tick; `false` once `stop` turned true.
+pub async fn next_tick(
+    ticks: &mut tokio::time::Interval,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    tokio::select! {
+        _ = ticks.tick() => {}
+        _ = stop.changed() => {}
+    }
+    !*stop.borrow()
+}
+
 /// The two functions, wired to the stack, run the way AWS runs them.
 pub struct Pipeline<H> {
     sqs: aws_sdk_sqs::Client,
@@ -371,16 +403,8 @@ impl<H: OrderHandler> Pipeline<H> {
 
     /// The EventBridge schedule: one redriver run per period, never two at once.
     async fn schedule(&self, mut stop: watch::Receiver<bool>) {
-        let mut ticks = tokio::time::interval(self.settings.redrive_every);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = ticks.tick() => {}
-                _ = stop.changed() => {}
-            }
-            if *stop.borrow() {
-                break;
-            }
+        let mut ticks = schedule_ticks(self.settings.redrive_every);
+        while next_tick(&mut ticks, &mut stop).await {
             let request = RunRequest::defaults(&self.redriver_config);
             let summary = self
                 .redriver

@@ -17,6 +17,7 @@ use resq::attributes::X_REDRIVE_COUNT;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::lock;
 use crate::CliError;
 use crate::demo::{DEMO_ORDER_ATTRIBUTE, Downstream};
 use crate::http::{HttpRequest, next_request, serve_on_thread};
@@ -194,10 +195,6 @@ impl FaultProxy {
             stats,
         })
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One request per connection: answered, then closed (`Connection: close` both ways), so a

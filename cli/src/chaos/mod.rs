@@ -28,7 +28,7 @@ use crate::CliError;
 use crate::context::Context;
 use crate::demo::{self, Audit, DemoOptions, Downstream, Plan};
 use crate::emulator::{MotoServer, REGION};
-use crate::local::{StackOutputs, deploy_stack, gather_batch};
+use crate::local::{StackOutputs, deploy_stack, gather_batch, next_tick, schedule_ticks};
 use faults::{FaultProxy, FaultStats};
 use runtime::{Function, Outcome};
 
@@ -239,14 +239,7 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
         ],
     )
     .await?;
-    let ctx = Context {
-        sqs: aws_sdk_sqs::Client::new(&config),
-        s3: resq::aws::s3_client(&config),
-        cloudwatch: aws_sdk_cloudwatch::Client::new(&config),
-        main_queue_url: outputs.main_queue_url.clone(),
-        dlq_url: outputs.dlq_url.clone(),
-        bucket: outputs.bucket.clone(),
-    };
+    let ctx = outputs.context(&config);
     ensure_versioned(&ctx).await?;
 
     let mut rng = StdRng::seed_from_u64(opts.demo.seed);
@@ -529,16 +522,8 @@ async fn schedule(
 ) -> Result<(), CliError> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut typical = Duration::from_secs(1);
-    let mut ticks = tokio::time::interval(REDRIVE_EVERY);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            _ = stop.changed() => {}
-        }
-        if *stop.borrow() {
-            break;
-        }
+    let mut ticks = schedule_ticks(REDRIVE_EVERY);
+    while next_tick(&mut ticks, &mut stop).await {
         let run = state.runs_started.fetch_add(1, Ordering::Relaxed);
         let event = serde_json::json!({
             "version": "0", "id": format!("chaos-{run}"), "detail-type": "Scheduled Event",
