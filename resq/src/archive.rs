@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::attributes::MessageAttributes;
@@ -74,9 +74,10 @@ pub struct ArchiveEnvelope {
     pub metadata: ArchiveMetadata,
 }
 
-/// `archive/{reason}/{yyyy}/{mm}/{dd}/{messageId}.json`. Characters outside `[A-Za-z0-9._-]`
-/// in the message id are replaced so an id can never reach outside its folder.
-pub fn archive_key(reason: ArchiveReason, at: DateTime<Utc>, message_id: &str) -> String {
+/// `archive/{reason}/{yyyy}/{mm}/{dd}/{messageId}.json`, where the day is the one given: the
+/// day the message was first sent (see [`Archiver::archive`]). Characters outside
+/// `[A-Za-z0-9._-]` in the message id are replaced so an id can never reach outside its folder.
+pub fn archive_key(reason: ArchiveReason, day: DateTime<Utc>, message_id: &str) -> String {
     let safe: String = message_id
         .chars()
         .map(|c| {
@@ -95,7 +96,7 @@ pub fn archive_key(reason: ArchiveReason, at: DateTime<Utc>, message_id: &str) -
     format!(
         "{ARCHIVE_PREFIX}{}/{}/{safe}.json",
         reason.code(),
-        at.format("%Y/%m/%d")
+        day.format("%Y/%m/%d")
     )
 }
 
@@ -125,7 +126,17 @@ impl<S: ObjectStore> Archiver<S> {
         &self.archived_by
     }
 
+    /// The store written to.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
     /// Writes the envelope; returns its key. An entry already there counts as written.
+    ///
+    /// The key's day is the day the message was first sent (`facts.first_sent_at`), not the
+    /// day of archiving: a message whose archive is retried later (its delete failed, the
+    /// function died before acknowledging) finds its own entry again, on any later day, and
+    /// gets one entry. Without a known send time, the day of archiving is used.
     pub async fn archive(
         &self,
         reason: ArchiveReason,
@@ -143,7 +154,12 @@ impl<S: ObjectStore> Archiver<S> {
             first_sent_at: facts.first_sent_at,
             last_error: facts.last_error,
         };
-        let key = archive_key(reason, at, &message.message_id);
+        let day = facts
+            .first_sent_at
+            .and_then(|ms| i64::try_from(ms).ok())
+            .and_then(|ms| Utc.timestamp_millis_opt(ms).single())
+            .unwrap_or(at);
+        let key = archive_key(reason, day, &message.message_id);
         let envelope = ArchiveEnvelope {
             original_message: message,
             metadata,
@@ -241,5 +257,65 @@ mod tests {
         assert_eq!(again, PutOutcome::AlreadyExists);
         let stored: ArchiveEnvelope = serde_json::from_slice(&mem.objects()[&key]).unwrap();
         assert_eq!(stored.original_message.body, "{\"orderId\":\"o-1\"}");
+    }
+
+    #[tokio::test]
+    async fn an_archive_retried_on_a_later_day_finds_its_own_entry() {
+        // GIVEN a message first sent on 21 November, archived that evening …
+        let mem = crate::store::MemoryStore::default();
+        let archiver = Archiver::new(&mem, "redriver");
+        let sent = Utc.with_ymd_and_hms(2026, 11, 21, 8, 0, 0).unwrap();
+        let message = OriginalMessage {
+            message_id: "m-9".into(),
+            body: "{}".into(),
+            message_attributes: MessageAttributes::new(),
+            attributes: BTreeMap::new(),
+        };
+        let facts = ArchiveFacts {
+            source_queue: "http://q/orders-dlq".into(),
+            redrive_count: Some(3),
+            receive_count: Some(1),
+            first_sent_at: Some(sent.timestamp_millis() as u64),
+            last_error: None,
+        };
+        let evening = Utc.with_ymd_and_hms(2026, 11, 21, 23, 59, 59).unwrap();
+        let (key, first) = archiver
+            .archive(
+                ArchiveReason::RedriveCap,
+                evening,
+                message.clone(),
+                facts.clone(),
+            )
+            .await
+            .unwrap();
+        // … and again after midnight, because its delete from the queue failed
+        let next_day = Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 1).unwrap();
+        let (again_key, again) = archiver
+            .archive(
+                ArchiveReason::RedriveCap,
+                next_day,
+                message.clone(),
+                facts.clone(),
+            )
+            .await
+            .unwrap();
+        // THEN there is one entry, under the day it was sent
+        assert_eq!(
+            (first, again),
+            (PutOutcome::Created, PutOutcome::AlreadyExists)
+        );
+        assert_eq!(key, again_key);
+        assert_eq!(key, "archive/REDRIVE_CAP/2026/11/21/m-9.json");
+        assert_eq!(mem.keys("archive/").len(), 1);
+        // without a known send time, the day of archiving
+        let unknown = ArchiveFacts {
+            first_sent_at: None,
+            ..facts
+        };
+        let (key, _) = archiver
+            .archive(ArchiveReason::TtlExpired, next_day, message, unknown)
+            .await
+            .unwrap();
+        assert_eq!(key, "archive/TTL_EXPIRED/2026/11/22/m-9.json");
     }
 }

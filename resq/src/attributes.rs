@@ -176,9 +176,22 @@ pub fn parse_count_value(raw: &str) -> RedriveCount {
     }
 }
 
-/// The redrive-cap rule shared by both functions: `Some(reason)` when the message must be
-/// archived instead of processed or replayed.
-pub fn cap_check(count: RedriveCount, max_redrive_attempts: u32) -> Option<ArchiveReason> {
+/// The redrive cap as the consumer applies it (SPEC §3 step 1): `Some(reason)` when a delivered
+/// copy must be archived without running. A copy carrying exactly `max_redrive_attempts` is the
+/// last real replay and runs; only a count *past* the cap (which only a tool other than the
+/// redriver can produce) or an unreadable one is archived.
+pub fn cap_on_delivery(count: RedriveCount, max_redrive_attempts: u32) -> Option<ArchiveReason> {
+    match count {
+        RedriveCount::Invalid => Some(ArchiveReason::InvalidRedriveCount),
+        RedriveCount::Count(n) if n > max_redrive_attempts => Some(ArchiveReason::RedriveCap),
+        RedriveCount::Count(_) => None,
+    }
+}
+
+/// The redrive cap as the redriver applies it (SPEC §4 step 2): `Some(reason)` when a DLQ
+/// message must be archived instead of replayed. A count at the cap means the message already
+/// had its last replay.
+pub fn cap_on_replay(count: RedriveCount, max_redrive_attempts: u32) -> Option<ArchiveReason> {
     match count {
         RedriveCount::Invalid => Some(ArchiveReason::InvalidRedriveCount),
         RedriveCount::Count(n) if n >= max_redrive_attempts => Some(ArchiveReason::RedriveCap),
@@ -186,14 +199,19 @@ pub fn cap_check(count: RedriveCount, max_redrive_attempts: u32) -> Option<Archi
     }
 }
 
-/// Epoch millis of the producer's send: `x-first-sent-at` when readable, else the copy's
-/// `SentTimestamp` system attribute.
+/// Epoch millis of the producer's send: the earlier of `x-first-sent-at` (when readable) and
+/// the copy's `SentTimestamp`. The earlier one, so that a TTL counted from it always ends before
+/// the copy's own retention does, whatever a producer wrote into the attribute.
 pub fn first_sent_at(attrs: &MessageAttributes, sent_timestamp: Option<&str>) -> Option<u64> {
-    attrs
+    let carried = attrs
         .get(X_FIRST_SENT_AT)
         .and_then(|v| v.string_value.as_deref())
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .or_else(|| sent_timestamp.and_then(|s| s.trim().parse::<u64>().ok()))
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    let sent = sent_timestamp.and_then(|s| s.trim().parse::<u64>().ok());
+    match (carried, sent) {
+        (Some(c), Some(s)) => Some(c.min(s)),
+        (c, s) => c.or(s),
+    }
 }
 
 /// A copy would carry more attributes than SQS allows.
@@ -296,32 +314,85 @@ mod tests {
     }
 
     #[test]
-    fn cap_rule() {
-        assert_eq!(cap_check(RedriveCount::Count(0), 3), None);
-        assert_eq!(cap_check(RedriveCount::Count(2), 3), None);
+    fn the_consumer_runs_the_last_replay_and_archives_only_past_the_cap() {
+        assert_eq!(cap_on_delivery(RedriveCount::Count(0), 3), None);
         assert_eq!(
-            cap_check(RedriveCount::Count(3), 3),
+            cap_on_delivery(RedriveCount::Count(3), 3),
+            None,
+            "the last replay runs"
+        );
+        assert_eq!(
+            cap_on_delivery(RedriveCount::Count(4), 3),
+            Some(ArchiveReason::RedriveCap)
+        );
+        assert_eq!(cap_on_delivery(RedriveCount::Count(1), 1), None);
+        assert_eq!(
+            cap_on_delivery(RedriveCount::Count(u32::MAX), 3),
             Some(ArchiveReason::RedriveCap)
         );
         assert_eq!(
-            cap_check(RedriveCount::Count(u32::MAX), 3),
-            Some(ArchiveReason::RedriveCap)
-        );
-        assert_eq!(
-            cap_check(RedriveCount::Invalid, 3),
+            cap_on_delivery(RedriveCount::Invalid, 3),
             Some(ArchiveReason::InvalidRedriveCount)
         );
     }
 
     #[test]
-    fn first_sent_at_prefers_the_carried_attribute() {
+    fn the_redriver_stops_after_the_last_replay() {
+        assert_eq!(cap_on_replay(RedriveCount::Count(0), 3), None);
+        assert_eq!(cap_on_replay(RedriveCount::Count(2), 3), None);
+        assert_eq!(
+            cap_on_replay(RedriveCount::Count(3), 3),
+            Some(ArchiveReason::RedriveCap)
+        );
+        assert_eq!(cap_on_replay(RedriveCount::Count(0), 1), None);
+        assert_eq!(
+            cap_on_replay(RedriveCount::Count(1), 1),
+            Some(ArchiveReason::RedriveCap)
+        );
+        assert_eq!(
+            cap_on_replay(RedriveCount::Invalid, 3),
+            Some(ArchiveReason::InvalidRedriveCount)
+        );
+    }
+
+    #[test]
+    fn together_they_give_exactly_the_cap_in_real_replays() {
+        // GIVEN a message that fails every time: the redriver replays while cap_on_replay
+        // allows, the consumer runs each copy while cap_on_delivery allows
+        for cap in 1..=5 {
+            let (mut count, mut runs) = (0u32, 0u32);
+            loop {
+                // the consumer receives the copy carrying `count`
+                if cap_on_delivery(RedriveCount::Count(count), cap).is_some() {
+                    break;
+                }
+                runs += 1;
+                // it fails; in the DLQ the redriver decides
+                if cap_on_replay(RedriveCount::Count(count), cap).is_some() {
+                    break;
+                }
+                count += 1;
+            }
+            // THEN the first delivery plus exactly `cap` replays ran
+            assert_eq!(runs, cap + 1, "cap {cap}");
+            assert_eq!(count, cap);
+        }
+    }
+
+    #[test]
+    fn first_sent_at_is_the_earlier_of_the_carried_attribute_and_the_copys_send() {
         let attrs =
             MessageAttributes::from([(X_FIRST_SENT_AT.to_owned(), AttributeValue::number(1000))]);
         assert_eq!(first_sent_at(&attrs, Some("5000")), Some(1000));
+        assert_eq!(first_sent_at(&attrs, None), Some(1000));
         assert_eq!(
             first_sent_at(&MessageAttributes::new(), Some("5000")),
             Some(5000)
         );
+        // a value in the future cannot postpone the TTL past the copy's own retention
+        let future =
+            MessageAttributes::from([(X_FIRST_SENT_AT.to_owned(), AttributeValue::number(9000))]);
+        assert_eq!(first_sent_at(&future, Some("5000")), Some(5000));
         let junk =
             MessageAttributes::from([(X_FIRST_SENT_AT.to_owned(), AttributeValue::string("soon"))]);
         assert_eq!(first_sent_at(&junk, Some("5000")), Some(5000));

@@ -86,6 +86,15 @@ pub struct RedriverConfig {
 /// Highest accepted `REDRIVE_RATE_PER_SECOND` (SQS's own move task tops out at 500/s).
 pub const MAX_RATE_PER_SECOND: f64 = 3000.0;
 
+/// The DLQ's message retention (the template's, and SQS's maximum): 14 days.
+pub const DLQ_RETENTION_SECONDS: u64 = 1_209_600;
+/// How long before the DLQ's retention ends a message must be past its TTL, so that scheduled
+/// runs (and the hide of a kept message, which ends at its TTL) archive it before SQS would
+/// delete it: one day.
+pub const TTL_MARGIN_SECONDS: u64 = 86_400;
+/// Highest accepted `ARCHIVE_AFTER_SECONDS`: the DLQ's retention less the margin (13 days).
+pub const MAX_ARCHIVE_AFTER_SECONDS: u64 = DLQ_RETENTION_SECONDS - TTL_MARGIN_SECONDS;
+
 impl RedriverConfig {
     /// Parses the redriver's variables from the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -138,11 +147,13 @@ impl RedriverConfig {
             common: CommonConfig::from_vars(vars)?,
             rate_per_second: rate,
             max_messages_per_run: vars.number("MAX_MESSAGES_PER_RUN", 1000, 1..=1_000_000)?,
-            // at least a minute: a shorter TTL would archive messages before they could be replayed
+            // at least a minute: a shorter TTL would archive messages before they could be
+            // replayed; at most the DLQ's retention less a day, or a message could reach the
+            // end of the retention before a run archives it (nothing may age out unarchived)
             archive_after: Duration::from_secs(vars.number(
                 "ARCHIVE_AFTER_SECONDS",
                 86_400,
-                60..=1_209_600,
+                60..=MAX_ARCHIVE_AFTER_SECONDS,
             )?),
             permanent_action,
             pause_on_alarms,
@@ -374,6 +385,9 @@ mod tests {
             ("REDRIVE_RATE_PER_SECOND", "1e9"),
             ("MAX_MESSAGES_PER_RUN", "0"),
             ("ARCHIVE_AFTER_SECONDS", "10"),
+            // the DLQ keeps messages 14 days: a TTL that long would let them age out
+            ("ARCHIVE_AFTER_SECONDS", "1209600"),
+            ("ARCHIVE_AFTER_SECONDS", "1123201"),
             ("PERMANENT_ACTION", "delete"),
         ] {
             let mut v = REQUIRED.to_vec();

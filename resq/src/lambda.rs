@@ -28,9 +28,103 @@ pub fn deadline_from(deadline_epoch_ms: u64, now_epoch_ms: u64, now: Instant) ->
     now + Duration::from_millis(deadline_epoch_ms - now_epoch_ms)
 }
 
+/// Runs `tasks`, up to `in_flight` at once, until all are done or `until` passes, and returns
+/// the results of those that finished, in the order they finished. Tasks still running at
+/// `until` are dropped: their calls may or may not have taken effect, which callers treat as
+/// not confirmed (the message reappears; nothing is deleted on an unconfirmed write).
+pub async fn run_until<T, F>(
+    tasks: impl IntoIterator<Item = F>,
+    in_flight: usize,
+    until: Instant,
+) -> Vec<T>
+where
+    F: std::future::Future<Output = T>,
+{
+    use futures::StreamExt;
+    futures::stream::iter(tasks)
+        .buffer_unordered(in_flight.max(1))
+        .take_until(tokio::time::sleep_until(until.into()))
+        .collect()
+        .await
+}
+
+/// Lambda's log-level filter for application logs in JSON format, as documented: a line that
+/// is a JSON object with a valid `level` (TRACE … FATAL, any case) and a valid RFC 3339
+/// `timestamp` has that level; every other line (no level, an invalid one, no valid
+/// timestamp, not JSON) counts as INFO. Lambda sends a line to CloudWatch Logs only when its
+/// level is at or above the configured one. The local runtimes apply it to the functions'
+/// output, so what they forward (metric lines included) is what Lambda would.
+pub fn application_log_kept(line: &str, configured: crate::telemetry::LogLevel) -> bool {
+    line_level(line) >= configured
+}
+
+/// The level Lambda files a line under (see [`application_log_kept`]).
+pub fn line_level(line: &str) -> crate::telemetry::LogLevel {
+    use crate::telemetry::LogLevel;
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow, default)]
+        level: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        timestamp: Option<std::borrow::Cow<'a, str>>,
+    }
+    let Ok(head) = serde_json::from_str::<Head>(line.trim()) else {
+        return LogLevel::Info;
+    };
+    let stamped = head
+        .timestamp
+        .is_some_and(|t| chrono::DateTime::parse_from_rfc3339(&t).is_ok());
+    match head.level.as_deref().and_then(LogLevel::parse) {
+        Some(level) if stamped => level,
+        _ => LogLevel::Info,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::LogLevel;
+
+    #[tokio::test]
+    async fn run_until_keeps_what_finished_in_time() {
+        let until = Instant::now() + Duration::from_millis(300);
+        let tasks = [10u64, 50, 2_000, 20].map(|ms| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            ms
+        });
+        let mut done = run_until(tasks, 2, until).await;
+        done.sort();
+        assert_eq!(done, vec![10, 20, 50]);
+        assert!(Instant::now() < until + Duration::from_millis(100));
+    }
+
+    #[test]
+    fn lambdas_filter_reads_level_and_timestamp() {
+        let ts = "2026-11-23T10:00:00.123456Z";
+        let at = |level: &str| format!(r#"{{"level":"{level}","timestamp":"{ts}","message":"m"}}"#);
+        assert_eq!(line_level(&at("WARN")), LogLevel::Warn);
+        assert_eq!(line_level(&at("debug")), LogLevel::Debug);
+        assert_eq!(
+            line_level(&at("WARNING")),
+            LogLevel::Info,
+            "not a Lambda level"
+        );
+        assert_eq!(
+            line_level(r#"{"level":"ERROR","message":"no timestamp"}"#),
+            LogLevel::Info
+        );
+        assert_eq!(
+            line_level(r#"{"level":"ERROR","timestamp":"yesterday"}"#),
+            LogLevel::Info
+        );
+        assert_eq!(line_level(r#"{"_aws":{}}"#), LogLevel::Info);
+        assert_eq!(line_level("plain text"), LogLevel::Info);
+        assert_eq!(line_level("[1, 2]"), LogLevel::Info);
+        assert!(application_log_kept(&at("ERROR"), LogLevel::Warn));
+        assert!(!application_log_kept(&at("INFO"), LogLevel::Warn));
+        assert!(!application_log_kept("plain text", LogLevel::Error));
+        assert!(application_log_kept("plain text", LogLevel::Info));
+    }
 
     #[test]
     fn deadline_from_epoch_millis() {

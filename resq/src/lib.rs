@@ -11,6 +11,7 @@ pub mod attributes;
 pub mod aws;
 pub mod backoff;
 pub mod config;
+pub mod keep;
 pub mod lambda;
 pub mod metrics;
 pub mod reason;

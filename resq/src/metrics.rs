@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use crate::reason::ArchiveReason;
+use crate::telemetry::LogLevel;
 
 /// Namespace of every resq metric.
 pub const NAMESPACE: &str = "resq";
@@ -27,7 +28,10 @@ pub const REDRIVEN: &str = "Redriven";
 pub const REDRIVE_SKIPPED: &str = "RedriveSkipped";
 /// DLQ messages whose replay did not complete (left in the DLQ).
 pub const REDRIVE_FAILED: &str = "RedriveFailed";
-/// DLQ messages that already carried `x-redrive-count` ≥ 1: a replay that failed again.
+/// 1 for a redriver run the circuit breaker paused (it archived but replayed nothing), else 0.
+pub const REDRIVE_PAUSED: &str = "RedrivePaused";
+/// A replay that failed again, counted once per failed replay by the consumer, the moment the
+/// replayed copy first fails (the replays-failing alarm, and so the breaker, watch it).
 pub const REDRIVE_RETURNED: &str = "RedriveReturned";
 
 /// Counts for one invocation, written out as EMF lines.
@@ -104,11 +108,28 @@ impl Metrics {
         docs
     }
 
-    /// Prints the EMF lines on stdout, where Lambda's log agent picks them up.
+    /// The EMF documents as log lines, each with a `level` and an RFC 3339 `timestamp` so that
+    /// Lambda's log-level filter files it under `level` (see [`LogLevel::for_metrics`]).
+    pub fn to_lines(&self, at: chrono::DateTime<chrono::Utc>, level: LogLevel) -> Vec<String> {
+        let stamp = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        self.to_emf(at.timestamp_millis())
+            .into_iter()
+            .map(|mut doc| {
+                if let Some(obj) = doc.as_object_mut() {
+                    obj.insert("level".into(), json!(level.as_str()));
+                    obj.insert("timestamp".into(), json!(stamp));
+                }
+                doc.to_string()
+            })
+            .collect()
+    }
+
+    /// Prints the EMF lines on stdout, where Lambda's log agent picks them up, at the level
+    /// that survives the configured `AWS_LAMBDA_LOG_LEVEL`.
     pub fn emit(&self) {
-        let now = chrono::Utc::now().timestamp_millis();
-        for doc in self.to_emf(now) {
-            println!("{doc}");
+        let level = LogLevel::for_metrics(LogLevel::configured());
+        for line in self.to_lines(chrono::Utc::now(), level) {
+            println!("{line}");
         }
     }
 }
@@ -165,5 +186,29 @@ mod tests {
             docs[1]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
             json!([["FunctionName", "Reason"]])
         );
+    }
+
+    #[test]
+    fn metric_lines_survive_every_lambda_log_level() {
+        // GIVEN the metric lines a function prints under each application log level
+        let mut m = Metrics::new("orders-consumer", &[PROCESSED]);
+        m.add_archived(ArchiveReason::TtlExpired);
+        let at = chrono::Utc::now();
+        for configured in LogLevel::ALL {
+            let lines = m.to_lines(at, LogLevel::for_metrics(configured));
+            assert_eq!(lines.len(), 2);
+            for line in &lines {
+                // THEN Lambda's filter keeps every one, and each is still an EMF document
+                assert!(
+                    crate::lambda::application_log_kept(line, configured),
+                    "{configured:?} drops {line}"
+                );
+                let doc: serde_json::Value = serde_json::from_str(line).unwrap();
+                assert_eq!(doc["_aws"]["Timestamp"], at.timestamp_millis());
+            }
+        }
+        // and without the level field Lambda would drop them above INFO
+        let bare = m.to_emf(at.timestamp_millis())[0].to_string();
+        assert!(!crate::lambda::application_log_kept(&bare, LogLevel::Warn));
     }
 }

@@ -58,6 +58,34 @@ impl fmt::Display for ArchiveReason {
 pub const MALFORMED_JSON: &str = "MALFORMED_JSON";
 /// `x-failure-reason` for JSON that is not a valid order.
 pub const VALIDATION_FAILED: &str = "VALIDATION_FAILED";
+/// `x-failure-reason` for a permanent failure whose handler gave no code.
+pub const UNSPECIFIED: &str = "UNSPECIFIED";
+/// The longest `x-failure-reason` resq writes, in characters.
+pub const MAX_FAILURE_REASON_CHARS: usize = 128;
+
+/// A failure code as it can travel in `x-failure-reason`. SQS rejects an empty attribute value
+/// and characters outside its set (control characters other than tab, newline and carriage
+/// return; U+FFFE and U+FFFF), so a copy carrying such a code could never be sent and the
+/// message would fail every retry. Such characters become `_`, surrounding whitespace goes, the
+/// code is cut at [`MAX_FAILURE_REASON_CHARS`], and an empty code becomes [`UNSPECIFIED`].
+pub fn failure_reason(code: &str) -> String {
+    let cleaned: String = code
+        .trim()
+        .chars()
+        .map(|c| match c {
+            '\t' | '\n' | '\r' => ' ',
+            c if c.is_control() || c == '\u{fffe}' || c == '\u{ffff}' => '_',
+            c => c,
+        })
+        .take(MAX_FAILURE_REASON_CHARS)
+        .collect();
+    let cleaned = cleaned.trim();
+    if cleaned.is_empty() {
+        UNSPECIFIED.to_owned()
+    } else {
+        cleaned.to_owned()
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -70,5 +98,20 @@ mod tests {
             assert_eq!(r.to_string(), r.code());
         }
         assert_eq!(ArchiveReason::from_code("NOPE"), None);
+    }
+
+    #[test]
+    fn failure_reasons_are_never_empty_and_always_sendable() {
+        assert_eq!(failure_reason("ORDER_REJECTED"), "ORDER_REJECTED");
+        assert_eq!(failure_reason(""), UNSPECIFIED);
+        assert_eq!(failure_reason("  \t\n "), UNSPECIFIED);
+        assert_eq!(failure_reason("\u{0}"), "_");
+        assert_eq!(failure_reason(" BAD\u{7}CODE\u{ffff} "), "BAD_CODE_");
+        assert_eq!(failure_reason("a\nb"), "a b");
+        assert_eq!(failure_reason("ÜBER_LÄNGE"), "ÜBER_LÄNGE");
+        assert_eq!(
+            failure_reason(&"x".repeat(1000)).chars().count(),
+            MAX_FAILURE_REASON_CHARS
+        );
     }
 }

@@ -25,7 +25,8 @@ pub struct StoreError {
     pub message: String,
 }
 
-/// Writes objects that must never be overwritten (archive entries, order records).
+/// Writes objects that must never be overwritten (archive entries, order records, keep
+/// lists), and reads them back.
 pub trait ObjectStore: Send + Sync {
     /// Writes `body` at `key` unless an object is already there (`If-None-Match: *`).
     fn put_if_absent(
@@ -33,6 +34,22 @@ pub trait ObjectStore: Send + Sync {
         key: &str,
         body: Vec<u8>,
     ) -> impl Future<Output = Result<PutOutcome, StoreError>> + Send;
+
+    /// Reads an object; `None` when there is none at `key`.
+    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+
+    /// Every key under `prefix`, in key order.
+    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+}
+
+fn store_error<E>(err: &aws_sdk_s3::error::SdkError<E>, what: String) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    StoreError {
+        code: err.code().map(str::to_owned),
+        message: format!("{what}: {}", DisplayErrorContext(err)),
+    }
 }
 
 /// [`ObjectStore`] on an S3 bucket.
@@ -58,6 +75,55 @@ impl S3Store {
 }
 
 impl ObjectStore for S3Store {
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => out
+                .body
+                .collect()
+                .await
+                .map(|b| Some(b.into_bytes().to_vec()))
+                .map_err(|e| StoreError {
+                    code: None,
+                    message: format!("s3://{}/{key}: {e}", self.bucket),
+                }),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_no_such_key()) => Ok(None),
+            Err(err) => Err(store_error(&err, format!("s3://{}/{key}", self.bucket))),
+        }
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let mut keys = Vec::new();
+        let mut token = None;
+        loop {
+            let out = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .set_continuation_token(token)
+                .send()
+                .await
+                .map_err(|e| store_error(&e, format!("listing s3://{}/{prefix}", self.bucket)))?;
+            keys.extend(
+                out.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_owned)),
+            );
+            match out.next_continuation_token() {
+                Some(t) => token = Some(t.to_owned()),
+                None => break,
+            }
+        }
+        Ok(keys)
+    }
+
     async fn put_if_absent(&self, key: &str, body: Vec<u8>) -> Result<PutOutcome, StoreError> {
         let result = self
             .client
@@ -126,6 +192,26 @@ impl MemoryStore {
 }
 
 impl ObjectStore for MemoryStore {
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError {
+                code: Some("InternalError".into()),
+                message: format!("{key}: injected failure"),
+            });
+        }
+        Ok(self.objects().get(key).cloned())
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError {
+                code: Some("InternalError".into()),
+                message: format!("{prefix}: injected failure"),
+            });
+        }
+        Ok(self.keys(prefix))
+    }
+
     async fn put_if_absent(&self, key: &str, body: Vec<u8>) -> Result<PutOutcome, StoreError> {
         self.puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
@@ -151,6 +237,14 @@ impl<T: ObjectStore> ObjectStore for std::sync::Arc<T> {
     ) -> impl Future<Output = Result<PutOutcome, StoreError>> + Send {
         (**self).put_if_absent(key, body)
     }
+
+    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send {
+        (**self).get(key)
+    }
+
+    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+        (**self).list(prefix)
+    }
 }
 
 impl<T: ObjectStore> ObjectStore for &T {
@@ -160,5 +254,13 @@ impl<T: ObjectStore> ObjectStore for &T {
         body: Vec<u8>,
     ) -> impl Future<Output = Result<PutOutcome, StoreError>> + Send {
         (**self).put_if_absent(key, body)
+    }
+
+    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send {
+        (**self).get(key)
+    }
+
+    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+        (**self).list(prefix)
     }
 }

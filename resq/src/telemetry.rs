@@ -12,6 +12,71 @@ pub enum LogFormat {
     Text,
 }
 
+/// Lambda's application log levels, least to most severe (`AWS_LAMBDA_LOG_LEVEL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LogLevel {
+    /// Most detail.
+    Trace,
+    /// Debugging detail.
+    Debug,
+    /// Normal operation (Lambda's default).
+    Info,
+    /// Potential problems.
+    Warn,
+    /// Failures.
+    Error,
+    /// Failures that stop the function.
+    Fatal,
+}
+
+impl LogLevel {
+    /// Every level, least severe first.
+    pub const ALL: [LogLevel; 6] = [
+        LogLevel::Trace,
+        LogLevel::Debug,
+        LogLevel::Info,
+        LogLevel::Warn,
+        LogLevel::Error,
+        LogLevel::Fatal,
+    ];
+
+    /// Reads a level name, in any case (`warn`, `WARN`); `WARNING` is not one of Lambda's.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|l| l.as_str().eq_ignore_ascii_case(name.trim()))
+    }
+
+    /// The name Lambda uses (`INFO`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Trace => "TRACE",
+            LogLevel::Debug => "DEBUG",
+            LogLevel::Info => "INFO",
+            LogLevel::Warn => "WARN",
+            LogLevel::Error => "ERROR",
+            LogLevel::Fatal => "FATAL",
+        }
+    }
+
+    /// The configured application level: `AWS_LAMBDA_LOG_LEVEL`, INFO when unset or unknown
+    /// (Lambda's default).
+    pub fn configured() -> Self {
+        std::env::var("AWS_LAMBDA_LOG_LEVEL")
+            .ok()
+            .and_then(|v| Self::parse(&v))
+            .unwrap_or(LogLevel::Info)
+    }
+
+    /// The level metric lines are written at: INFO, or the configured level when that is
+    /// higher. Lambda keeps a JSON line only at or above the configured level (and counts a
+    /// line without one as INFO), so a metric line at this level reaches CloudWatch whatever
+    /// the setting, and resq's metrics, alarms and breaker with it.
+    pub fn for_metrics(configured: LogLevel) -> Self {
+        configured.max(LogLevel::Info)
+    }
+}
+
 /// The resolved logging settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogSettings {
@@ -61,13 +126,14 @@ pub fn init_tracing() {
         .with_env_filter(filter)
         .with_target(false);
     let _ = match settings.format {
-        // Lambda stamps each line itself; the span fields carry messageId / orderId.
+        // The span fields carry messageId / orderId. Each line keeps its RFC 3339
+        // `timestamp`: Lambda honours a JSON line's `level` only next to a valid one, and files
+        // it as INFO otherwise (so a WARN setting would drop every warning).
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
             .with_current_span(true)
             .with_span_list(false)
-            .without_time()
             .try_init(),
         LogFormat::Text => builder.without_time().try_init(),
     };
@@ -76,6 +142,21 @@ pub fn init_tracing() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn levels_read_and_order_as_lambdas() {
+        assert_eq!(LogLevel::parse("warn"), Some(LogLevel::Warn));
+        assert_eq!(LogLevel::parse(" FATAL "), Some(LogLevel::Fatal));
+        assert_eq!(LogLevel::parse("WARNING"), None);
+        assert!(LogLevel::Trace < LogLevel::Info && LogLevel::Error < LogLevel::Fatal);
+        for l in LogLevel::ALL {
+            assert_eq!(LogLevel::parse(l.as_str()), Some(l));
+            assert!(LogLevel::for_metrics(l) >= l, "{l:?}");
+            assert!(LogLevel::for_metrics(l) >= LogLevel::Info, "{l:?}");
+        }
+        assert_eq!(LogLevel::for_metrics(LogLevel::Debug), LogLevel::Info);
+        assert_eq!(LogLevel::for_metrics(LogLevel::Error), LogLevel::Error);
+    }
 
     #[test]
     fn lambda_switches_are_honoured() {

@@ -1,0 +1,219 @@
+//! The keep list: where the redriver notes the permanent failures it kept for a human and
+//! hid in the DLQ until their TTL (so that later runs do not re-read them), with the receipt
+//! handle that can bring each back at once. A selective replay by reason, and an operator's
+//! `resq dlq peek --kept`, read it to make those messages visible again.
+//!
+//! `kept/{yyyy}/{mm}/{dd}/{HHMMSSmmm}-{run}.json` in the archive bucket, one object per run
+//! that hid something (at most [`MAX_ENTRIES_PER_LIST`] entries each), written once. A message
+//! hidden again by a later run appears in a later list with a fresh receipt handle; the newest
+//! entry counts. Lists older than SQS's 12 h visibility limit hold nothing still hidden.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Duration as ChronoDuration, TimeZone, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::store::{ObjectStore, StoreError};
+
+/// Where keep lists live in the bucket.
+pub const KEEP_PREFIX: &str = "kept/";
+/// Entries per list object; a run that hides more writes several.
+pub const MAX_ENTRIES_PER_LIST: usize = 2000;
+
+/// One hidden message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptMessage {
+    /// Its id in the DLQ.
+    pub message_id: String,
+    /// The receipt handle of the receive that hid it.
+    pub receipt_handle: String,
+    /// Its `x-failure-reason`.
+    pub failure_reason: Option<String>,
+    /// Epoch millis of the producer's send, when known.
+    pub first_sent_at: Option<u64>,
+    /// Epoch millis when it becomes visible again by itself.
+    pub hidden_until: u64,
+}
+
+/// One run's list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeepList {
+    /// The DLQ the messages are in.
+    pub queue_url: String,
+    /// Epoch millis of writing.
+    pub written_at: u64,
+    /// The messages.
+    pub messages: Vec<KeptMessage>,
+}
+
+/// The key of a run's `part`-th list written at `at`.
+pub fn keep_key(at: DateTime<Utc>, run: &str, part: usize) -> String {
+    let safe: String = run
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!(
+        "{KEEP_PREFIX}{}-{safe}-{part}.json",
+        at.format("%Y/%m/%d/%H%M%S%3f")
+    )
+}
+
+/// Writes a run's kept messages (nothing when there are none); returns the keys written.
+pub async fn write(
+    store: &impl ObjectStore,
+    queue_url: &str,
+    run: &str,
+    at: DateTime<Utc>,
+    messages: &[KeptMessage],
+) -> Result<Vec<String>, StoreError> {
+    let mut keys = Vec::new();
+    for (part, chunk) in messages.chunks(MAX_ENTRIES_PER_LIST).enumerate() {
+        let list = KeepList {
+            queue_url: queue_url.to_owned(),
+            written_at: at.timestamp_millis().max(0) as u64,
+            messages: chunk.to_vec(),
+        };
+        let body = serde_json::to_vec(&list).map_err(|e| StoreError {
+            code: None,
+            message: e.to_string(),
+        })?;
+        let key = keep_key(at, run, part);
+        store.put_if_absent(&key, body).await?;
+        keys.push(key);
+    }
+    Ok(keys)
+}
+
+/// The messages of `queue_url` that keep lists say are hidden at `now`: the newest entry per
+/// message, from the lists of the last 13 hours (nothing stays hidden longer than 12 h).
+pub async fn still_hidden(
+    store: &impl ObjectStore,
+    queue_url: &str,
+    now: DateTime<Utc>,
+) -> Result<Vec<KeptMessage>, StoreError> {
+    let since = now - ChronoDuration::hours(13);
+    let mut days = vec![since.date_naive()];
+    if now.date_naive() != since.date_naive() {
+        days.push(now.date_naive());
+    }
+    let now_ms = now.timestamp_millis().max(0) as u64;
+    let mut newest: HashMap<String, (u64, KeptMessage)> = HashMap::new();
+    for day in days {
+        let prefix = format!("{KEEP_PREFIX}{}/", day.format("%Y/%m/%d"));
+        for key in store.list(&prefix).await? {
+            let Some(bytes) = store.get(&key).await? else {
+                continue;
+            };
+            let Ok(list) = serde_json::from_slice::<KeepList>(&bytes) else {
+                tracing::warn!(key = %key, "not a keep list; skipped");
+                continue;
+            };
+            let written = Utc.timestamp_millis_opt(list.written_at as i64).single();
+            if list.queue_url != queue_url || written.is_none_or(|w| w < since) {
+                continue;
+            }
+            for m in list.messages {
+                match newest.get(&m.message_id) {
+                    Some((at, _)) if *at >= list.written_at => {}
+                    _ => {
+                        newest.insert(m.message_id.clone(), (list.written_at, m));
+                    }
+                }
+            }
+        }
+    }
+    let mut hidden: Vec<KeptMessage> = newest
+        .into_values()
+        .map(|(_, m)| m)
+        .filter(|m| m.hidden_until > now_ms)
+        .collect();
+    hidden.sort_by(|a, b| a.message_id.cmp(&b.message_id));
+    Ok(hidden)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+
+    fn kept(id: &str, handle: &str, until: DateTime<Utc>) -> KeptMessage {
+        KeptMessage {
+            message_id: id.into(),
+            receipt_handle: handle.into(),
+            failure_reason: Some("MALFORMED_JSON".into()),
+            first_sent_at: Some(1),
+            hidden_until: until.timestamp_millis() as u64,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_newest_entry_of_each_still_hidden_message_counts() {
+        // GIVEN three runs' lists, across midnight
+        let store = MemoryStore::default();
+        let q = "http://q/dlq";
+        let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 20, 0, 0).unwrap();
+        let t1 = t0 + ChronoDuration::hours(5); // 01:00 the next day
+        let now = t1 + ChronoDuration::hours(1);
+        write(
+            &store,
+            q,
+            "run-a",
+            t0,
+            &[
+                kept("m1", "rh-a1", t0 + ChronoDuration::hours(12)),
+                kept("m2", "rh-a2", t0 + ChronoDuration::hours(3)),
+            ],
+        )
+        .await
+        .unwrap();
+        write(
+            &store,
+            q,
+            "run-b",
+            t1,
+            &[kept("m1", "rh-b1", t1 + ChronoDuration::hours(12))],
+        )
+        .await
+        .unwrap();
+        write(
+            &store,
+            "http://q/other",
+            "run-c",
+            t1,
+            &[kept("m9", "rh-c9", t1 + ChronoDuration::hours(12))],
+        )
+        .await
+        .unwrap();
+        // WHEN read six hours after the last
+        let hidden = still_hidden(&store, q, now).await.unwrap();
+        // THEN m1 with its newest handle; m2 is visible again by itself; other queues ignored
+        assert_eq!(hidden.len(), 1);
+        assert_eq!(hidden[0].receipt_handle, "rh-b1");
+        assert_eq!(store.keys(KEEP_PREFIX).len(), 3);
+        assert!(store.keys("kept/2026/11/22/200000000-run-a-0.json").len() == 1);
+    }
+
+    #[tokio::test]
+    async fn big_runs_write_several_lists() {
+        let store = MemoryStore::default();
+        let at = Utc.with_ymd_and_hms(2026, 11, 22, 8, 0, 0).unwrap();
+        let many: Vec<KeptMessage> = (0..(MAX_ENTRIES_PER_LIST + 1))
+            .map(|i| kept(&format!("m{i}"), "rh", at + ChronoDuration::hours(1)))
+            .collect();
+        let keys = write(&store, "q", "r", at, &many).await.unwrap();
+        assert_eq!(keys.len(), 2);
+        assert_eq!(
+            still_hidden(&store, "q", at).await.unwrap().len(),
+            many.len()
+        );
+        assert!(write(&store, "q", "r2", at, &[]).await.unwrap().is_empty());
+    }
+}
