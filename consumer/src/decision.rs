@@ -1,10 +1,11 @@
-//! Pure decisions of the consumer: reading the event, grouping records into lanes, what each
-//! outcome means for the batch response and for visibility. No I/O here.
+//! Pure decisions of the consumer: reading the event record by record, grouping records into
+//! lanes, each record's disposition, what the dispositions mean for the batch response and for
+//! visibility, and when each phase of an invocation must end. No I/O here.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use rand::Rng;
 use resq::attributes::{
     self, AttributeLimitExceeded, AttributeValue, FAILURE_CLASS_PERMANENT, MAX_MESSAGE_BYTES,
@@ -12,9 +13,12 @@ use resq::attributes::{
 };
 use resq::backoff::Backoff;
 use resq::reason::ArchiveReason;
+use resq::sqs::OutgoingMessage;
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
-use crate::queues::{OutgoingMessage, VisibilityChange};
+use crate::queues::VisibilityChange;
 
 /// One SQS record, read once from the event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +43,9 @@ pub struct Record {
     pub group_id: Option<String>,
     /// The queue the record came from.
     pub source_arn: Option<String>,
+    /// Why the record could not be read (an attribute that does not decode, a field of the
+    /// wrong type): it is reported failed without running, the rest of the batch goes on.
+    pub unreadable: Option<String>,
 }
 
 /// The event is not one the consumer can take: the only case where it returns an error.
@@ -57,79 +64,140 @@ pub enum EventError {
     },
 }
 
-/// The consumer's invocation payload: an SQS event, read straight from the runtime's bytes.
-/// Anything else fails deserialization with [`EventError::NotSqs`]'s wording, so the function
-/// error says what was wrong and what invokes the consumer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SqsInvocation(pub SqsEvent);
+/// The consumer's invocation payload: `{"Records": [...]}`, each record kept as raw JSON until
+/// it is read on its own ([`read_records`]), so that a record that cannot be read fails only
+/// itself. A payload without a `Records` array fails deserialization with
+/// [`EventError::NotSqs`]'s wording, so the function error says what was wrong and what
+/// invokes the consumer.
+#[derive(Debug)]
+pub struct SqsInvocation(pub Vec<Box<RawValue>>);
 
-impl<'de> serde::Deserialize<'de> for SqsInvocation {
+impl<'de> Deserialize<'de> for SqsInvocation {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        SqsEvent::deserialize(d)
-            .map(SqsInvocation)
+        Payload::deserialize(d)
+            .map(|p| SqsInvocation(p.records))
             .map_err(|e| serde::de::Error::custom(EventError::NotSqs(e.to_string())))
     }
 }
 
-/// Reads the event. Bodies stay text: one malformed body never fails the batch.
-pub fn parse_event(value: Value) -> Result<Vec<Record>, EventError> {
-    if !value.get("Records").is_some_and(Value::is_array) {
-        return Err(EventError::NotSqs("it has no \"Records\" array".into()));
-    }
-    let event: SqsEvent =
-        serde_json::from_value(value).map_err(|e| EventError::NotSqs(e.to_string()))?;
-    records_from(event)
+#[derive(Deserialize)]
+struct Payload {
+    #[serde(rename = "Records")]
+    records: Vec<Box<RawValue>>,
 }
 
-/// The records of an SQS event the runtime has already deserialized (the functions' path: no
-/// intermediate JSON tree). `Err` for a record that is not from SQS or has no `messageId`.
+/// What is read of a record that does not decode as a whole: enough to report it.
+#[derive(Deserialize)]
+struct RecordHead {
+    #[serde(rename = "messageId", default)]
+    message_id: Option<String>,
+    #[serde(rename = "receiptHandle", default)]
+    receipt_handle: Option<String>,
+    #[serde(rename = "eventSource", default)]
+    event_source: Option<String>,
+}
+
+/// Reads an event given as JSON (tests, the local runner): [`SqsInvocation`], then
+/// [`read_records`].
+pub fn parse_event(value: Value) -> Result<Vec<Record>, EventError> {
+    let payload: Payload =
+        serde_json::from_value(value).map_err(|e| EventError::NotSqs(e.to_string()))?;
+    read_records(payload.records)
+}
+
+/// Reads each record on its own. A record that does not decode (an attribute that is not
+/// base64, a field of the wrong type, text SQS cannot carry) becomes a record marked
+/// [`Record::unreadable`], reported failed alone, as long as its `messageId` can be read.
+/// `Err` only for what makes the event not an SQS event, or a record that cannot be reported
+/// (no `messageId`).
+pub fn read_records(raw: Vec<Box<RawValue>>) -> Result<Vec<Record>, EventError> {
+    raw.into_iter()
+        .enumerate()
+        .map(
+            |(index, raw)| match serde_json::from_str::<SqsMessage>(raw.get()) {
+                Ok(m) => record_from(index, m),
+                Err(e) => unreadable(index, raw.get(), e.to_string()),
+            },
+        )
+        .collect()
+}
+
+/// The records of an SQS event already deserialized whole.
 pub fn records_from(event: SqsEvent) -> Result<Vec<Record>, EventError> {
     event
         .records
         .into_iter()
         .enumerate()
-        .map(|(index, m)| {
-            match m.event_source.as_deref() {
-                Some("aws:sqs") => {}
-                other => {
-                    return Err(EventError::NotSqs(format!(
-                        "record {index} has eventSource {other:?}, expected \"aws:sqs\""
-                    )));
-                }
-            }
-            let message_id = m
-                .message_id
-                .filter(|id| !id.is_empty())
-                .ok_or(EventError::MissingMessageId { index })?;
-            let (message_attributes, dropped_attributes) =
-                attributes::from_lambda_attributes(&m.message_attributes);
-            let receive_count = m
-                .attributes
-                .get("ApproximateReceiveCount")
-                .and_then(|c| c.trim().parse::<u32>().ok())
-                .unwrap_or(1);
-            let redrive_count = attributes::parse_redrive_count(&message_attributes);
-            Ok(Record {
-                message_id,
-                receipt_handle: m.receipt_handle.unwrap_or_default(),
-                body: m.body,
-                group_id: m.attributes.get("MessageGroupId").cloned(),
-                attributes: m.attributes.into_iter().collect(),
-                message_attributes,
-                dropped_attributes,
-                receive_count,
-                redrive_count,
-                source_arn: m.event_source_arn,
-            })
-        })
+        .map(|(index, m)| record_from(index, m))
         .collect()
+}
+
+fn check_source(index: usize, source: Option<&str>) -> Result<(), EventError> {
+    match source {
+        Some("aws:sqs") => Ok(()),
+        other => Err(EventError::NotSqs(format!(
+            "record {index} has eventSource {other:?}, expected \"aws:sqs\""
+        ))),
+    }
+}
+
+fn record_from(index: usize, m: SqsMessage) -> Result<Record, EventError> {
+    check_source(index, m.event_source.as_deref())?;
+    let message_id = m
+        .message_id
+        .filter(|id| !id.is_empty())
+        .ok_or(EventError::MissingMessageId { index })?;
+    let (message_attributes, dropped_attributes) =
+        attributes::from_lambda_attributes(&m.message_attributes);
+    let receive_count = m
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|c| c.trim().parse::<u32>().ok())
+        .unwrap_or(1);
+    let redrive_count = attributes::parse_redrive_count(&message_attributes);
+    Ok(Record {
+        message_id,
+        receipt_handle: m.receipt_handle.unwrap_or_default(),
+        body: m.body,
+        group_id: m.attributes.get("MessageGroupId").cloned(),
+        attributes: m.attributes.into_iter().collect(),
+        message_attributes,
+        dropped_attributes,
+        receive_count,
+        redrive_count,
+        source_arn: m.event_source_arn,
+        unreadable: None,
+    })
+}
+
+fn unreadable(index: usize, raw: &str, error: String) -> Result<Record, EventError> {
+    let head: RecordHead = serde_json::from_str(raw)
+        .map_err(|_| EventError::NotSqs(format!("record {index} is not an SQS record: {error}")))?;
+    check_source(index, head.event_source.as_deref())?;
+    let message_id = head
+        .message_id
+        .filter(|id| !id.is_empty())
+        .ok_or(EventError::MissingMessageId { index })?;
+    Ok(Record {
+        message_id,
+        receipt_handle: head.receipt_handle.unwrap_or_default(),
+        body: None,
+        attributes: BTreeMap::new(),
+        message_attributes: MessageAttributes::new(),
+        dropped_attributes: Vec::new(),
+        receive_count: 1,
+        redrive_count: RedriveCount::Count(0),
+        group_id: None,
+        source_arn: None,
+        unreadable: Some(error),
+    })
 }
 
 /// A FIFO source: its ARN ends in `.fifo`.
 pub fn is_fifo(records: &[Record]) -> bool {
     records
-        .first()
-        .and_then(|r| r.source_arn.as_deref())
+        .iter()
+        .find_map(|r| r.source_arn.as_deref())
         .is_some_and(|arn| arn.ends_with(".fifo"))
 }
 
@@ -152,6 +220,39 @@ pub fn plan_lanes(records: &[Record], fifo: bool) -> Vec<Vec<usize>> {
         }
     }
     lanes
+}
+
+/// What is to become of one record once it ran: decided as a value, carried out by the
+/// settling step (one batch of calls for the whole invocation, bounded by the deadline).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disposition {
+    /// Done: acknowledge (the order's effect is recorded).
+    Ack,
+    /// Report in `batchItemFailures`; back off unless it never started.
+    Retry(Failure),
+    /// Send this copy to the DLQ (`x-failure-class=permanent`), then acknowledge.
+    DeadLetter {
+        /// `x-failure-reason`.
+        reason: String,
+        /// What was wrong, for the logs.
+        details: String,
+        /// The copy.
+        copy: OutgoingMessage,
+    },
+    /// Write the message to the archive, then acknowledge.
+    Archive {
+        /// Why.
+        reason: ArchiveReason,
+        /// Recorded in the envelope.
+        last_error: Option<String>,
+    },
+}
+
+impl Disposition {
+    /// A record that cannot continue its FIFO group: the rest of the group is held.
+    pub fn blocks_group(&self) -> bool {
+        matches!(self, Disposition::Retry(_))
+    }
 }
 
 /// What happened to one record.
@@ -185,6 +286,9 @@ pub enum Failure {
         /// What happened.
         details: String,
     },
+    /// The record could not be read; SQS's own redrive policy moves it to the DLQ after
+    /// `maxReceiveCount` receives.
+    Unreadable(String),
     /// FIFO: an earlier record of the same group failed, so this one was not run.
     GroupBlocked,
     /// The deadline margin was reached before this record started.
@@ -196,18 +300,63 @@ impl Failure {
     pub fn code(&self) -> &str {
         match self {
             Failure::Transient { code, .. } => code,
+            Failure::Unreadable(_) => "RECORD_UNREADABLE",
             Failure::GroupBlocked => "FIFO_GROUP_BLOCKED",
             Failure::NotStarted => "DEADLINE_NOT_STARTED",
         }
     }
+
+    /// The record ran (or was read) and failed, as opposed to being held back unrun.
+    pub fn ran(&self) -> bool {
+        matches!(self, Failure::Transient { .. })
+    }
 }
 
-/// When to stop starting records (`deadline - margin`) and when to abandon running ones
-/// (`deadline - margin/2`, leaving time to report).
-pub fn cutoffs(deadline: Instant, margin: Duration) -> (Instant, Instant) {
-    let now = Instant::now();
-    let sub = |d: Duration| deadline.checked_sub(d).unwrap_or_else(|| now.min(deadline));
-    (sub(margin), sub(margin / 2))
+/// A replayed copy (`x-redrive-count` ≥ 1) that failed again, counted once per replay: on its
+/// first receive (`ApproximateReceiveCount` 1), when it ran and failed or was found not to be
+/// an order. Retries of the same copy are not counted again; neither is a record that never
+/// ran (not started, held behind its FIFO group) or was archived unrun.
+pub fn replay_failed(record: &Record, outcome: &Outcome) -> bool {
+    let replayed = matches!(record.redrive_count, RedriveCount::Count(n) if n >= 1);
+    let failed = match outcome {
+        Outcome::Failed(f) => f.ran(),
+        Outcome::DeadLettered(_) => true,
+        Outcome::Archived(reason) => {
+            matches!(
+                reason,
+                ArchiveReason::AttributeLimit | ArchiveReason::SizeLimit
+            )
+        }
+        Outcome::Processed => false,
+    };
+    replayed && record.receive_count == 1 && failed
+}
+
+/// When each phase of an invocation ends, from the deadline and `DEADLINE_MARGIN_MS`:
+/// records start until `deadline - margin`; a record still running at `deadline - margin/2` is
+/// abandoned (reported failed); the settling calls (DLQ sends, archive writes, visibility
+/// changes) stop at `deadline - margin/8`; the rest is for the response and the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Phases {
+    /// No record starts after this.
+    pub start_by: Instant,
+    /// Running records are abandoned here.
+    pub stop_by: Instant,
+    /// The settling step ends here, done or not.
+    pub settle_by: Instant,
+}
+
+impl Phases {
+    /// The phases of an invocation with this deadline.
+    pub fn new(deadline: Instant, margin: Duration) -> Self {
+        let now = Instant::now();
+        let sub = |d: Duration| deadline.checked_sub(d).unwrap_or_else(|| now.min(deadline));
+        Self {
+            start_by: sub(margin),
+            stop_by: sub(margin / 2),
+            settle_by: sub(margin / 8),
+        }
+    }
 }
 
 /// The batch response: every failed record's id, in event order, once.
@@ -224,14 +373,21 @@ pub fn batch_response(records: &[Record], outcomes: &[Outcome]) -> SqsBatchRespo
     response
 }
 
-/// Visibility changes for failed records: full jitter on the receive count; a FIFO record
+/// Lambda's poller may hold a batch this long (the longest batching window) between the
+/// receive and the invocation; the 12 h visibility limit counts from the receive.
+pub const LONGEST_BATCHING_WINDOW: Duration = Duration::from_secs(300);
+
+/// Visibility changes for failed records: full jitter on the receive count, never past what
+/// SQS still accepts (`ceiling_seconds`: its 12 h count from the receive). A FIFO record
 /// blocked behind a failure in its group gets that record's delay, so the group comes back
-/// together and in order.
+/// together and in order. Records that never started get none: SQS returns them by itself
+/// after the queue's visibility timeout.
 pub fn plan_visibility(
     records: &[Record],
     lanes: &[Vec<usize>],
     outcomes: &[Outcome],
     backoff: &Backoff,
+    ceiling_seconds: i32,
     rng: &mut impl Rng,
 ) -> Vec<VisibilityChange> {
     let mut changes = Vec::new();
@@ -240,11 +396,15 @@ pub fn plan_visibility(
         for &i in lane {
             let (r, o) = (&records[i], &outcomes[i]);
             let delay = match o {
-                Outcome::Failed(Failure::GroupBlocked) => {
-                    group_delay.unwrap_or_else(|| backoff.delay_seconds(r.receive_count, rng))
-                }
+                Outcome::Failed(Failure::NotStarted) => continue,
+                Outcome::Failed(Failure::GroupBlocked) => match group_delay {
+                    Some(d) => d,
+                    None => continue,
+                },
                 Outcome::Failed(_) => {
-                    let d = backoff.delay_seconds(r.receive_count, rng);
+                    let d = backoff
+                        .delay_seconds(r.receive_count, rng)
+                        .min(ceiling_seconds.max(0));
                     group_delay.get_or_insert(d);
                     d
                 }
@@ -286,6 +446,23 @@ impl CopyRefused {
     }
 }
 
+/// A permanent failure's disposition: a DLQ copy, or the archive when no copy can be sent.
+/// `reason` becomes `x-failure-reason` as [`resq::reason::failure_reason`] makes it sendable.
+pub fn dead_letter(record: &Record, reason: &str, details: &str, dlq_is_fifo: bool) -> Disposition {
+    let reason = resq::reason::failure_reason(reason);
+    match dead_letter_copy(record, &reason, dlq_is_fifo) {
+        Ok(copy) => Disposition::DeadLetter {
+            reason,
+            details: details.to_owned(),
+            copy,
+        },
+        Err(refused) => Disposition::Archive {
+            reason: refused.reason(),
+            last_error: Some(format!("{reason}: {details}; {refused}")),
+        },
+    }
+}
+
 /// The DLQ copy of a permanent failure: body unchanged, original attributes kept,
 /// `x-failure-class`, `x-failure-reason` and `x-first-sent-at` set. A FIFO DLQ copy keeps the
 /// group and takes a deduplication id derived from the message id.
@@ -301,12 +478,10 @@ pub fn dead_letter_copy(
         ),
         (X_FAILURE_REASON, AttributeValue::string(reason)),
     ];
-    if !record.message_attributes.contains_key(X_FIRST_SENT_AT)
-        && let Some(sent) = attributes::first_sent_at(
-            &record.message_attributes,
-            record.attributes.get("SentTimestamp").map(String::as_str),
-        )
-    {
+    if let Some(sent) = attributes::first_sent_at(
+        &record.message_attributes,
+        record.attributes.get("SentTimestamp").map(String::as_str),
+    ) {
         set.push((X_FIRST_SENT_AT, AttributeValue::number(sent)));
     }
     let attributes = attributes::copy_attributes(&record.message_attributes, set)?;
@@ -415,6 +590,62 @@ mod tests {
         assert_eq!(parse_event(json!({"Records": []})), Ok(vec![]));
     }
 
+    /// What the runtime does with the invocation's bytes (lambda_runtime's deserializer).
+    fn as_the_runtime_reads(raw: &str) -> Result<Vec<Record>, String> {
+        let jd = &mut serde_json::Deserializer::from_str(raw);
+        let invocation: SqsInvocation =
+            serde_path_to_error::deserialize(jd).map_err(|e| e.to_string())?;
+        read_records(invocation.0).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_record_that_cannot_be_read_fails_alone() {
+        // GIVEN a batch where one record's binary attribute is not base64, one's body is text
+        // SQS cannot carry (a lone surrogate), one has a field of the wrong type
+        let ok = rec("ok", json!({}));
+        let bad_b64 = rec(
+            "b64",
+            json!({"messageAttributes": {"a": {"dataType": "Binary", "binaryValue": "not base64!"}}}),
+        );
+        let wrong_type = rec("typed", json!({"attributes": 5}));
+        let raw = format!(
+            r#"{{"Records": [{ok}, {bad_b64}, {{"eventSource": "aws:sqs", "messageId": "surrogate", "receiptHandle": "rh-s", "body": "\ud800"}}, {wrong_type}]}}"#
+        );
+        // WHEN the runtime reads it
+        let records = as_the_runtime_reads(&raw).unwrap();
+        // THEN every record is there; the three unreadable ones are marked, with their receipt
+        assert_eq!(records.len(), 4);
+        assert_eq!(records[0].unreadable, None);
+        for (r, id) in records[1..].iter().zip(["b64", "surrogate", "typed"]) {
+            assert_eq!(r.message_id, id);
+            assert!(r.unreadable.is_some(), "{id}");
+            assert!(!r.receipt_handle.is_empty(), "{id}");
+        }
+        assert!(
+            records[1].unreadable.as_ref().unwrap().contains("base64")
+                || records[1].unreadable.as_ref().unwrap().contains("Invalid"),
+            "{:?}",
+            records[1].unreadable
+        );
+    }
+
+    #[test]
+    fn an_unreadable_record_without_a_message_id_fails_the_invocation() {
+        let raw = r#"{"Records": [{"eventSource": "aws:sqs", "body": "\ud800"}]}"#;
+        let err = as_the_runtime_reads(raw).unwrap_err();
+        assert!(err.contains("record 0 has no messageId"), "{err}");
+        let raw = r#"{"Records": [{"eventSource": "aws:s3", "messageId": "m", "attributes": 5}]}"#;
+        let err = as_the_runtime_reads(raw).unwrap_err();
+        assert!(err.contains("aws:s3"), "{err}");
+        let err = as_the_runtime_reads(r#"{"Records": [7]}"#).unwrap_err();
+        assert!(err.contains("not an SQS record"), "{err}");
+        let err = as_the_runtime_reads(r#"{"detail-type": "Scheduled Event"}"#).unwrap_err();
+        assert!(
+            err.contains("not an SQS event") && err.contains("Records"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn lanes_standard_and_fifo() {
         let records = fifo_records(&["a", "b", "a", "c", "b", "a"]);
@@ -463,7 +694,7 @@ mod tests {
                 details: String::new(),
             }),
             Outcome::Failed(Failure::GroupBlocked),
-            Outcome::Failed(Failure::NotStarted),
+            Outcome::Failed(Failure::Unreadable("bad base64".into())),
             Outcome::Archived(ArchiveReason::RedriveCap),
         ];
         let backoff = Backoff {
@@ -476,6 +707,7 @@ mod tests {
                 &lanes,
                 &outcomes,
                 &backoff,
+                43_000,
                 &mut StdRng::seed_from_u64(seed),
             );
             let ids: Vec<&str> = changes.iter().map(|c| c.message_id.as_str()).collect();
@@ -492,15 +724,121 @@ mod tests {
     }
 
     #[test]
-    fn deadline_cutoffs() {
+    fn records_that_never_started_need_no_visibility_change() {
+        // GIVEN the deadline cut a batch short: a FIFO group and two standard records unstarted
+        let records = fifo_records(&["a", "a", "b"]);
+        let lanes = plan_lanes(&records, true);
+        let outcomes = vec![
+            Outcome::Failed(Failure::NotStarted),
+            Outcome::Failed(Failure::GroupBlocked),
+            Outcome::Failed(Failure::NotStarted),
+        ];
+        // THEN nothing is planned: SQS returns them by itself after the visibility timeout
+        let changes = plan_visibility(
+            &records,
+            &lanes,
+            &outcomes,
+            &Backoff::default(),
+            43_000,
+            &mut StdRng::seed_from_u64(1),
+        );
+        assert_eq!(changes, vec![]);
+    }
+
+    #[test]
+    fn no_delay_passes_the_twelve_hours_counted_from_the_receive() {
+        let records = fifo_records(&["a"]);
+        let outcomes = vec![Outcome::Failed(Failure::Transient {
+            code: "X".into(),
+            details: String::new(),
+        })];
+        let long = Backoff {
+            base: Duration::from_secs(43_200),
+            cap: Duration::from_secs(43_200),
+        };
+        for seed in 0..50 {
+            let changes = plan_visibility(
+                &records,
+                &[vec![0]],
+                &outcomes,
+                &long,
+                1_000,
+                &mut StdRng::seed_from_u64(seed),
+            );
+            assert!(changes[0].timeout_seconds <= 1_000, "{changes:?}");
+        }
+    }
+
+    #[test]
+    fn deadline_phases() {
         let now = Instant::now();
         let deadline = now + Duration::from_secs(10);
-        let (start_by, stop_by) = cutoffs(deadline, Duration::from_secs(2));
-        assert_eq!(start_by, deadline - Duration::from_secs(2));
-        assert_eq!(stop_by, deadline - Duration::from_secs(1));
+        let p = Phases::new(deadline, Duration::from_secs(2));
+        assert_eq!(p.start_by, deadline - Duration::from_secs(2));
+        assert_eq!(p.stop_by, deadline - Duration::from_secs(1));
+        assert_eq!(p.settle_by, deadline - Duration::from_millis(250));
+        assert!(p.start_by < p.stop_by && p.stop_by < p.settle_by && p.settle_by < deadline);
         // a margin larger than the time left: nothing may start
-        let (start_by, _) = cutoffs(now + Duration::from_millis(500), Duration::from_secs(2));
-        assert!(start_by <= Instant::now());
+        let p = Phases::new(now + Duration::from_millis(500), Duration::from_secs(2));
+        assert!(p.start_by <= Instant::now());
+    }
+
+    #[test]
+    fn a_replay_is_counted_failed_once_and_only_when_it_ran() {
+        let mut r = fifo_records(&["a"]).remove(0);
+        let transient = Outcome::Failed(Failure::Transient {
+            code: "X".into(),
+            details: String::new(),
+        });
+        // not a replay
+        r.receive_count = 1;
+        r.redrive_count = RedriveCount::Count(0);
+        assert!(!replay_failed(&r, &transient));
+        // a replay failing on its first receive: counted
+        r.redrive_count = RedriveCount::Count(2);
+        assert!(replay_failed(&r, &transient));
+        assert!(replay_failed(
+            &r,
+            &Outcome::DeadLettered("ORDER_REJECTED".into())
+        ));
+        assert!(replay_failed(
+            &r,
+            &Outcome::Archived(ArchiveReason::SizeLimit)
+        ));
+        // the same replay failing again on later receives: not counted again
+        r.receive_count = 2;
+        assert!(!replay_failed(&r, &transient));
+        // held back or archived unrun, or processed: not a failed replay
+        r.receive_count = 1;
+        for o in [
+            Outcome::Failed(Failure::NotStarted),
+            Outcome::Failed(Failure::GroupBlocked),
+            Outcome::Archived(ArchiveReason::RedriveCap),
+            Outcome::Processed,
+        ] {
+            assert!(!replay_failed(&r, &o), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_or_unsendable_failure_reason_still_makes_a_sendable_copy() {
+        let records = parse_event(json!({"Records": [rec("a", json!({}))]})).unwrap();
+        for (given, expected) in [
+            ("", "UNSPECIFIED"),
+            ("  ", "UNSPECIFIED"),
+            ("BAD\u{0}", "BAD_"),
+        ] {
+            match dead_letter(&records[0], given, "details", false) {
+                Disposition::DeadLetter { reason, copy, .. } => {
+                    assert_eq!(reason, expected);
+                    assert_eq!(
+                        copy.attributes[X_FAILURE_REASON].string_value.as_deref(),
+                        Some(expected)
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]

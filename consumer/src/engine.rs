@@ -1,5 +1,15 @@
-//! The batch engine: runs each record through the checks of SPEC §3 and carries out the
-//! decisions through the ports (queues, archive store, order handler).
+//! The batch engine (SPEC §3), in phases each bounded by the deadline:
+//!
+//! 1. **read**: the records, each on its own;
+//! 2. **run**: each record to a [`Disposition`], a value: the pure checks (redrive cap,
+//!    parse and validate), then the order handler; up to `CONSUMER_CONCURRENCY` at once, FIFO
+//!    groups in order; records stop starting at `deadline - margin` and are abandoned at
+//!    `deadline - margin/2` ([`Phases`]);
+//! 3. **settle**: one step that carries the dispositions out through the ports as concurrent
+//!    batch calls (DLQ copies with `SendMessageBatch`, archive writes, then the visibility
+//!    changes of what failed) and stops at `deadline - margin/8`, done or not. A write that
+//!    did not complete in time leaves its record reported failed: SQS delivers it again;
+//! 4. **answer**: the partial batch response and the metrics.
 
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
@@ -11,11 +21,14 @@ use resq::attributes::{self, RedriveCount};
 use resq::config::ConsumerConfig;
 use resq::metrics::{self, Metrics};
 use resq::reason::ArchiveReason;
+use resq::sqs::OutgoingMessage;
 use resq::store::ObjectStore;
 use serde_json::Value;
-use tracing::{Instrument, field};
+use tracing::{Instrument, Span, field};
 
-use crate::decision::{self, EventError, Failure, Outcome, Record};
+use crate::decision::{
+    self, Disposition, EventError, Failure, Outcome, Phases, Record, SqsInvocation,
+};
 use crate::handler::{HandlerError, OrderHandler, RecordMeta};
 use crate::order::{Order, Rejection, parse_order};
 use crate::queues::QueuePort;
@@ -55,8 +68,20 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         }
     }
 
-    /// Handles one Lambda invocation: emits its metrics and returns the partial batch response.
-    /// `Err` only when the event is not an SQS event.
+    /// Handles one Lambda invocation as the runtime delivers it (what `main.rs` does): emits
+    /// its metrics and returns the partial batch response. `Err` only when the event is not an
+    /// SQS event.
+    pub async fn handle_invocation(
+        &self,
+        invocation: SqsInvocation,
+        deadline: Instant,
+    ) -> Result<SqsBatchResponse, EventError> {
+        let report = self.process_invocation(invocation, deadline).await?;
+        report.metrics.emit();
+        Ok(report.response)
+    }
+
+    /// Handles one invocation given as JSON: emits its metrics and returns the response.
     pub async fn handle_event(
         &self,
         event: Value,
@@ -67,72 +92,54 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         Ok(report.response)
     }
 
-    /// Handles one invocation whose event the runtime deserialized as SQS (what the Lambda
-    /// does); emits its metrics and returns the partial batch response.
-    pub async fn handle_sqs_event(
-        &self,
-        event: SqsEvent,
-        deadline: Instant,
-    ) -> Result<SqsBatchResponse, EventError> {
-        let report = self.process_sqs_event(event, deadline).await?;
-        report.metrics.emit();
-        Ok(report.response)
-    }
-
     /// Processes one event given as JSON and reports what happened, without emitting anything.
     pub async fn process(
         &self,
         event: Value,
         deadline: Instant,
     ) -> Result<BatchReport, EventError> {
-        self.process_records(decision::parse_event(event)?, deadline)
-            .await
+        Ok(self
+            .process_records(decision::parse_event(event)?, deadline)
+            .await)
     }
 
-    /// Processes one deserialized SQS event and reports what happened, without emitting anything.
+    /// Processes one invocation as the runtime delivers it, without emitting anything.
+    pub async fn process_invocation(
+        &self,
+        invocation: SqsInvocation,
+        deadline: Instant,
+    ) -> Result<BatchReport, EventError> {
+        Ok(self
+            .process_records(decision::read_records(invocation.0)?, deadline)
+            .await)
+    }
+
+    /// Processes one SQS event deserialized whole, without emitting anything.
     pub async fn process_sqs_event(
         &self,
         event: SqsEvent,
         deadline: Instant,
     ) -> Result<BatchReport, EventError> {
-        self.process_records(decision::records_from(event)?, deadline)
-            .await
+        Ok(self
+            .process_records(decision::records_from(event)?, deadline)
+            .await)
     }
 
-    async fn process_records(
-        &self,
-        records: Vec<Record>,
-        deadline: Instant,
-    ) -> Result<BatchReport, EventError> {
+    async fn process_records(&self, records: Vec<Record>, deadline: Instant) -> BatchReport {
+        // Lambda's poller received the batch at most a batching window before the invocation;
+        // SQS's 12 h visibility limit counts from that receive.
+        let received_at = Instant::now()
+            .checked_sub(decision::LONGEST_BATCHING_WINDOW)
+            .unwrap_or_else(Instant::now);
+        let phases = Phases::new(deadline, self.config.common.deadline_margin);
         let lanes = decision::plan_lanes(&records, decision::is_fifo(&records));
-        let (start_by, stop_by) = decision::cutoffs(deadline, self.config.common.deadline_margin);
 
-        let lane_results: Vec<Vec<(usize, Outcome)>> = stream::iter(lanes.iter())
-            .map(|lane| self.run_lane(&records, lane, start_by, stop_by))
-            .buffer_unordered(self.config.concurrency)
-            .collect()
+        let (dispositions, spans) = self.run(&records, &lanes, &phases).await;
+        let outcomes = self
+            .settle(&records, &lanes, dispositions, &spans, received_at, &phases)
             .await;
-        let mut outcomes = vec![Outcome::Failed(Failure::NotStarted); records.len()];
-        for (i, outcome) in lane_results.into_iter().flatten() {
-            outcomes[i] = outcome;
-        }
 
-        let changes = decision::plan_visibility(
-            &records,
-            &lanes,
-            &outcomes,
-            &self.config.backoff,
-            &mut rand::rng(),
-        );
-        if !changes.is_empty() {
-            for (change, why) in self.queues.change_visibility(changes).await {
-                // The record is still reported failed; it comes back after the queue's own
-                // visibility timeout instead of the backoff.
-                tracing::warn!(message_id = %change.message_id, error_code = "VISIBILITY_CHANGE_FAILED", error_details = %why, "could not back the message off");
-            }
-        }
-
-        let metrics = self.count(&outcomes);
+        let metrics = self.count(&records, &outcomes);
         let response = decision::batch_response(&records, &outcomes);
         tracing::info!(
             records = records.len(),
@@ -140,16 +147,17 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
             retried = metrics.get(metrics::RETRIED),
             dead_lettered = metrics.get(metrics::DEAD_LETTERED),
             archived = metrics.get(metrics::ARCHIVED),
+            replays_failed = metrics.get(metrics::REDRIVE_RETURNED),
             "batch done"
         );
-        Ok(BatchReport {
+        BatchReport {
             response,
             outcomes,
             metrics,
-        })
+        }
     }
 
-    fn count(&self, outcomes: &[Outcome]) -> Metrics {
+    fn count(&self, records: &[Record], outcomes: &[Outcome]) -> Metrics {
         let mut m = Metrics::new(
             self.function_name.clone(),
             &[
@@ -157,57 +165,84 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
                 metrics::RETRIED,
                 metrics::DEAD_LETTERED,
                 metrics::ARCHIVED,
+                metrics::REDRIVE_RETURNED,
             ],
         );
-        for o in outcomes {
+        for (r, o) in records.iter().zip(outcomes) {
             match o {
                 Outcome::Processed => m.add(metrics::PROCESSED, 1),
                 Outcome::Archived(reason) => m.add_archived(*reason),
                 Outcome::DeadLettered(_) => m.add(metrics::DEAD_LETTERED, 1),
                 Outcome::Failed(_) => m.add(metrics::RETRIED, 1),
             }
+            if decision::replay_failed(r, o) {
+                m.add(metrics::REDRIVE_RETURNED, 1);
+            }
         }
         m
+    }
+
+    // ---------------------------------------------------------------- run
+
+    /// Each record to a disposition; one span per record that started (`Span::none()` for
+    /// the others).
+    async fn run(
+        &self,
+        records: &[Record],
+        lanes: &[Vec<usize>],
+        phases: &Phases,
+    ) -> (Vec<Disposition>, Vec<Span>) {
+        let lane_results: Vec<Vec<(usize, Disposition, Span)>> = stream::iter(lanes.iter())
+            .map(|lane| self.run_lane(records, lane, phases))
+            .buffer_unordered(self.config.concurrency)
+            .collect()
+            .await;
+        let mut dispositions = vec![Disposition::Retry(Failure::NotStarted); records.len()];
+        let mut spans = vec![Span::none(); records.len()];
+        for (i, d, span) in lane_results.into_iter().flatten() {
+            dispositions[i] = d;
+            spans[i] = span;
+        }
+        (dispositions, spans)
     }
 
     async fn run_lane(
         &self,
         records: &[Record],
         lane: &[usize],
-        start_by: Instant,
-        stop_by: Instant,
-    ) -> Vec<(usize, Outcome)> {
+        phases: &Phases,
+    ) -> Vec<(usize, Disposition, Span)> {
         let mut out = Vec::with_capacity(lane.len());
         let mut blocked = false;
         for &i in lane {
             let record = &records[i];
-            let outcome = if blocked {
-                Outcome::Failed(Failure::GroupBlocked)
-            } else if Instant::now() >= start_by {
-                Outcome::Failed(Failure::NotStarted)
+            let (disposition, span) = if blocked {
+                (Disposition::Retry(Failure::GroupBlocked), Span::none())
+            } else if Instant::now() >= phases.start_by {
+                (Disposition::Retry(Failure::NotStarted), Span::none())
             } else {
-                self.run_record(record, stop_by).await
+                self.run_record(record, phases.stop_by).await
             };
-            if let Outcome::Failed(f) = &outcome {
-                blocked = true;
-                if !matches!(f, Failure::Transient { .. }) {
-                    tracing::warn!(message_id = %record.message_id, error_code = f.code(), "record reported failed without running");
-                }
+            if let Disposition::Retry(f) = &disposition
+                && matches!(f, Failure::GroupBlocked | Failure::NotStarted)
+            {
+                tracing::warn!(message_id = %record.message_id, error_code = f.code(), "record reported failed without running");
             }
-            out.push((i, outcome));
+            blocked |= disposition.blocks_group();
+            out.push((i, disposition, span));
         }
         out
     }
 
-    /// One record, isolated: a panic or overrunning the deadline is that record's failure.
-    async fn run_record(&self, record: &Record, stop_by: Instant) -> Outcome {
+    /// One record, isolated: a panic or overrunning the margin is that record's failure.
+    async fn run_record(&self, record: &Record, stop_by: Instant) -> (Disposition, Span) {
         // The checks are pure: run them first so the record's span is created once, with the
         // orderId already known (recording it later costs a second formatting of the fields).
         let check = self.check(record);
         let order_id = match &check {
             Check::Order(order) => Some(order.order_id.as_str()),
             Check::Rejected(rejection) => rejection.order_id.as_deref(),
-            Check::OverCap(_) => None,
+            Check::OverCap(_) | Check::Unreadable(_) => None,
         };
         let span = tracing::info_span!(
             "record",
@@ -216,38 +251,70 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
             error_code = field::Empty,
             error_details = field::Empty,
         );
-        let work =
-            AssertUnwindSafe(self.carry_out(record, check).instrument(span.clone())).catch_unwind();
-        let outcome = match tokio::time::timeout_at(stop_by.into(), work).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(panic)) => transient("HANDLER_PANIC", panic_message(&panic)),
-            Err(_) => transient(
-                "RECORD_TIMEOUT",
-                "still running at the deadline margin; abandoned so the batch can report",
-            ),
-        };
-        let _enter = span.enter();
-        match &outcome {
-            // One line per success would dominate the log volume (and its cost) of a healthy
-            // queue; AWS_LAMBDA_LOG_LEVEL=DEBUG shows them.
-            Outcome::Processed => tracing::debug!("processed"),
-            Outcome::Archived(reason) => tracing::warn!(reason = reason.code(), "archived"),
-            Outcome::DeadLettered(reason) => {
-                tracing::warn!(reason = %reason, "sent to the DLQ as a permanent failure")
-            }
-            Outcome::Failed(Failure::Transient { code, details }) => {
-                span.record("error_code", code.as_str());
-                span.record("error_details", details.as_str());
-                tracing::warn!("failed; will be retried")
-            }
-            Outcome::Failed(_) => {}
+        if !record.dropped_attributes.is_empty() {
+            span.in_scope(|| tracing::warn!(dropped = ?record.dropped_attributes, "list-valued message attributes are not supported by SQS and are not copied"));
         }
-        outcome
+        let dlq_is_fifo = self.config.common.dlq_url.ends_with(".fifo");
+        let disposition = match check {
+            Check::Unreadable(why) => Disposition::Retry(Failure::Unreadable(why)),
+            Check::OverCap(reason) => Disposition::Archive {
+                reason,
+                last_error: None,
+            },
+            Check::Rejected(rejection) => {
+                decision::dead_letter(record, rejection.code, &rejection.details, dlq_is_fifo)
+            }
+            Check::Order(order) => {
+                let work =
+                    AssertUnwindSafe(self.run_handler(record, &order).instrument(span.clone()))
+                        .catch_unwind();
+                match tokio::time::timeout_at(stop_by.into(), work).await {
+                    Ok(Ok(Ok(()))) => Disposition::Ack,
+                    Ok(Ok(Err(HandlerError::Transient { code, details }))) => {
+                        transient(&code, details)
+                    }
+                    Ok(Ok(Err(HandlerError::Permanent { code, details }))) => {
+                        decision::dead_letter(record, &code, &details, dlq_is_fifo)
+                    }
+                    Ok(Err(panic)) => transient("HANDLER_PANIC", panic_message(&panic)),
+                    Err(_) => transient(
+                        "RECORD_TIMEOUT",
+                        "still running at the deadline margin; abandoned so the batch can report",
+                    ),
+                }
+            }
+        };
+        if let Disposition::Retry(f) = &disposition {
+            let details = match f {
+                Failure::Transient { details, .. } => details.as_str(),
+                Failure::Unreadable(why) => why.as_str(),
+                _ => "",
+            };
+            span.record("error_code", f.code());
+            span.record("error_details", details);
+            span.in_scope(|| tracing::warn!("failed; will be retried"));
+        }
+        (disposition, span)
+    }
+
+    async fn run_handler(&self, record: &Record, order: &Order) -> Result<(), HandlerError> {
+        let meta = RecordMeta {
+            message_id: &record.message_id,
+            receive_count: record.receive_count,
+            redrive_count: match record.redrive_count {
+                RedriveCount::Count(n) => n,
+                RedriveCount::Invalid => 0,
+            },
+        };
+        self.handler.handle(order, &meta).await
     }
 
     /// SPEC §3 steps 1 and 2: the redrive cap, then parsing and validation.
     fn check(&self, record: &Record) -> Check {
-        if let Some(reason) = attributes::cap_check(
+        if let Some(why) = &record.unreadable {
+            return Check::Unreadable(why.clone());
+        }
+        if let Some(reason) = attributes::cap_on_delivery(
             record.redrive_count,
             self.config.common.max_redrive_attempts,
         ) {
@@ -259,70 +326,160 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         }
     }
 
-    async fn carry_out(&self, record: &Record, check: Check) -> Outcome {
-        if !record.dropped_attributes.is_empty() {
-            tracing::warn!(dropped = ?record.dropped_attributes, "list-valued message attributes are not supported by SQS and are not copied");
-        }
-        let order = match check {
-            Check::OverCap(reason) => return self.archive(record, reason, None).await,
-            Check::Rejected(rejection) => {
-                return self
-                    .dead_letter(record, rejection.code, &rejection.details)
-                    .await;
+    // ---------------------------------------------------------------- settle
+
+    /// Carries the dispositions out, bounded by `phases.settle_by`: DLQ copies and archive
+    /// writes concurrently, then the visibility changes of every record reported failed.
+    async fn settle(
+        &self,
+        records: &[Record],
+        lanes: &[Vec<usize>],
+        dispositions: Vec<Disposition>,
+        spans: &[Span],
+        received_at: Instant,
+        phases: &Phases,
+    ) -> Vec<Outcome> {
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; records.len()];
+        let mut copies: Vec<(usize, String, OutgoingMessage)> = Vec::new();
+        let mut archives: Vec<(usize, ArchiveReason, Option<String>)> = Vec::new();
+        for (i, d) in dispositions.into_iter().enumerate() {
+            match d {
+                Disposition::Ack => outcomes[i] = Some(Outcome::Processed),
+                Disposition::Retry(f) => outcomes[i] = Some(Outcome::Failed(f)),
+                Disposition::DeadLetter {
+                    reason,
+                    details,
+                    copy,
+                } => {
+                    spans[i].record("error_code", reason.as_str());
+                    spans[i].record("error_details", details.as_str());
+                    copies.push((i, reason, copy));
+                }
+                Disposition::Archive { reason, last_error } => {
+                    archives.push((i, reason, last_error))
+                }
             }
-            Check::Order(order) => order,
-        };
-        // 3. The order handler.
-        let meta = RecordMeta {
-            message_id: &record.message_id,
-            receive_count: record.receive_count,
-            redrive_count: match record.redrive_count {
-                RedriveCount::Count(n) => n,
-                RedriveCount::Invalid => 0,
-            },
-        };
-        match AssertUnwindSafe(self.handler.handle(&order, &meta))
-            .catch_unwind()
+        }
+
+        // DLQ copies (SendMessageBatch, ≤ 10 entries and 1 MiB a call) and archive writes.
+        let sizes: Vec<usize> = copies.iter().map(|(_, _, c)| c.size()).collect();
+        let sends = resq::sqs::pack(&sizes).into_iter().map(|range| {
+            let batch: Vec<&OutgoingMessage> =
+                copies[range.clone()].iter().map(|(_, _, c)| c).collect();
+            async move { (range, self.queues.send_to_dlq(&batch).await) }
+        });
+        let writes = archives.iter().map(|(i, reason, last)| async move {
+            (*i, self.archive(&records[*i], *reason, last.clone()).await)
+        });
+        let in_flight = self.config.concurrency.max(resq::sqs::CALLS_IN_FLIGHT);
+        let (sent, written) = futures::join!(
+            resq::lambda::run_until(sends, resq::sqs::CALLS_IN_FLIGHT, phases.settle_by),
+            resq::lambda::run_until(writes, in_flight, phases.settle_by),
+        );
+        for (range, result) in sent {
+            let results = match result {
+                Ok(per_entry) => per_entry,
+                Err(e) => vec![Some(e.to_string()); range.len()],
+            };
+            for ((i, reason, _), why) in copies[range].iter().zip(results) {
+                outcomes[*i] = Some(match why {
+                    None => Outcome::DeadLettered(reason.clone()),
+                    Some(why) => Outcome::Failed(transient_failure(
+                        "DLQ_SEND_FAILED",
+                        format!("permanent failure {reason} could not be sent to the DLQ: {why}"),
+                    )),
+                });
+            }
+        }
+        for (i, result) in written {
+            outcomes[i] = Some(match result {
+                Ok(reason) => Outcome::Archived(reason),
+                Err(e) => Outcome::Failed(transient_failure(
+                    "ARCHIVE_FAILED",
+                    format!("archive not written, message kept in the queue: {e}"),
+                )),
+            });
+        }
+        let outcomes: Vec<Outcome> = outcomes
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| {
+                    Outcome::Failed(transient_failure(
+                        "SETTLE_DEADLINE",
+                        "its DLQ copy or archive entry was not confirmed before the deadline margin; SQS delivers it again",
+                    ))
+                })
+            })
+            .collect();
+        for ((o, span), r) in outcomes.iter().zip(spans).zip(records) {
+            let _enter = span.enter();
+            match o {
+                // One line per success would dominate the log volume (and its cost) of a
+                // healthy queue; AWS_LAMBDA_LOG_LEVEL=DEBUG shows them.
+                Outcome::Processed => tracing::debug!("processed"),
+                Outcome::Archived(reason) => {
+                    span.record("error_code", reason.code());
+                    tracing::warn!(reason = reason.code(), "archived")
+                }
+                Outcome::DeadLettered(reason) => {
+                    tracing::warn!(reason = %reason, "sent to the DLQ as a permanent failure")
+                }
+                Outcome::Failed(Failure::Transient { code, details })
+                    if matches!(
+                        code.as_str(),
+                        "DLQ_SEND_FAILED" | "ARCHIVE_FAILED" | "SETTLE_DEADLINE"
+                    ) =>
+                {
+                    span.record("error_code", code.as_str());
+                    span.record("error_details", details.as_str());
+                    tracing::warn!(message_id = %r.message_id, "not settled; will be retried")
+                }
+                Outcome::Failed(_) => {}
+            }
+        }
+
+        // Back off what failed, within SQS's 12 h from the receive.
+        let ceiling = resq::backoff::visibility_left(received_at.elapsed());
+        let changes = decision::plan_visibility(
+            records,
+            lanes,
+            &outcomes,
+            &self.config.backoff,
+            ceiling,
+            &mut rand::rng(),
+        );
+        if !changes.is_empty() {
+            let planned = changes.len();
+            match tokio::time::timeout_at(
+                phases.settle_by.into(),
+                self.queues.change_visibility(changes),
+            )
             .await
-        {
-            Ok(Ok(())) => Outcome::Processed,
-            Ok(Err(HandlerError::Transient { code, details })) => transient(&code, details),
-            Ok(Err(HandlerError::Permanent { code, details })) => {
-                self.dead_letter(record, &code, &details).await
+            {
+                Ok(failed) => {
+                    for (change, why) in failed {
+                        // The record is still reported failed; it comes back after the queue's
+                        // own visibility timeout instead of the backoff.
+                        tracing::warn!(message_id = %change.message_id, error_code = "VISIBILITY_CHANGE_FAILED", error_details = %why, "could not back the message off");
+                    }
+                }
+                Err(_) => tracing::warn!(
+                    planned,
+                    error_code = "VISIBILITY_CHANGE_DEADLINE",
+                    "backoff not confirmed before the deadline margin; those records come back after the queue's visibility timeout"
+                ),
             }
-            Err(panic) => transient("HANDLER_PANIC", panic_message(&panic)),
         }
+        outcomes
     }
 
-    async fn dead_letter(&self, record: &Record, reason: &str, details: &str) -> Outcome {
-        let span = tracing::Span::current();
-        span.record("error_code", reason);
-        span.record("error_details", details);
-        let dlq_is_fifo = self.config.common.dlq_url.ends_with(".fifo");
-        let copy = match decision::dead_letter_copy(record, reason, dlq_is_fifo) {
-            Ok(copy) => copy,
-            Err(refused) => {
-                let last_error = format!("{reason}: {details}; {refused}");
-                return self
-                    .archive(record, refused.reason(), Some(last_error))
-                    .await;
-            }
-        };
-        match self.queues.send_to_dlq(copy).await {
-            Ok(()) => Outcome::DeadLettered(reason.to_owned()),
-            Err(e) => transient(
-                "DLQ_SEND_FAILED",
-                format!("permanent failure {reason} could not be sent to the DLQ: {e}"),
-            ),
-        }
-    }
-
+    /// Writes one archive entry; `Ok(reason)` once it is in the bucket.
     async fn archive(
         &self,
         record: &Record,
         reason: ArchiveReason,
         last_error: Option<String>,
-    ) -> Outcome {
+    ) -> Result<ArchiveReason, resq::store::StoreError> {
         let message = OriginalMessage {
             message_id: record.message_id.clone(),
             body: record.body.clone().unwrap_or_default(),
@@ -342,26 +499,19 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
             ),
             last_error,
         };
-        match self
+        let (key, _) = self
             .archiver
             .archive(reason, chrono::Utc::now(), message, facts)
-            .await
-        {
-            Ok((key, _)) => {
-                tracing::Span::current().record("error_code", reason.code());
-                tracing::info!(key = %key, "archive written");
-                Outcome::Archived(reason)
-            }
-            Err(e) => transient(
-                "ARCHIVE_FAILED",
-                format!("archive ({reason}) not written, message kept in the queue: {e}"),
-            ),
-        }
+            .await?;
+        tracing::info!(message_id = %record.message_id, key = %key, "archive written");
+        Ok(reason)
     }
 }
 
 /// What the pure checks found for a record.
 enum Check {
+    /// It could not be read: report it failed.
+    Unreadable(String),
     /// Over the redrive cap: archive it.
     OverCap(ArchiveReason),
     /// Not an order: dead-letter it.
@@ -370,11 +520,15 @@ enum Check {
     Order(Order),
 }
 
-fn transient(code: &str, details: impl Into<String>) -> Outcome {
-    Outcome::Failed(Failure::Transient {
+fn transient_failure(code: &str, details: impl Into<String>) -> Failure {
+    Failure::Transient {
         code: code.to_owned(),
         details: details.into(),
-    })
+    }
+}
+
+fn transient(code: &str, details: impl Into<String>) -> Disposition {
+    Disposition::Retry(transient_failure(code, details))
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
@@ -388,6 +542,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decision::SqsInvocation;
     use crate::handler::RecordOrder;
     use crate::memory::MemoryQueues;
     use crate::order::Order;
@@ -408,6 +563,9 @@ mod tests {
             }
             if id.starts_with("permanent-") {
                 return Err(HandlerError::permanent("ORDER_REJECTED", "unknown product"));
+            }
+            if id.starts_with("nocode-") {
+                return Err(HandlerError::permanent("", "the handler gave no code"));
             }
             if id.starts_with("panic-") {
                 panic!("boom in {id}");
@@ -481,7 +639,7 @@ mod tests {
             record("ok", &order("o-1"), None, None),
             record("malformed", "{not json", None, None),
             record("invalid", r#"{"orderId":"o-3","items":[]}"#, None, None),
-            record("capped", &order("o-4"), Some("3"), None),
+            record("capped", &order("o-4"), Some("4"), None),
             record("badcount", &order("o-5"), Some("-1"), None),
             record("transient", &order("transient-6"), Some("1"), None),
             record("permanent", &order("permanent-7"), None, None),
@@ -535,7 +693,7 @@ mod tests {
         let event = json!({"Records": [
             record("ok", &order("o-1"), None, None),
             record("malformed", "{not json", None, None),
-            record("capped", &order("o-4"), Some("3"), None),
+            record("capped", &order("o-4"), Some("4"), None),
             record("transient", &order("transient-6"), Some("1"), None),
         ]});
         let typed: SqsEvent = serde_json::from_value(event.clone()).unwrap();
@@ -738,6 +896,10 @@ mod tests {
             store.keys("").is_empty(),
             "nothing started may have written"
         );
+        assert!(
+            queues.changes().is_empty(),
+            "records that never started need no visibility change: SQS returns them by itself"
+        );
     }
 
     #[tokio::test]
@@ -768,6 +930,156 @@ mod tests {
             matches!(&report.outcomes[0], Outcome::Failed(Failure::Transient { code, .. }) if code == "RECORD_TIMEOUT")
         );
         assert_eq!(report.outcomes[1], Outcome::Processed);
+    }
+
+    #[tokio::test]
+    async fn the_last_replay_runs_and_a_count_past_the_cap_is_archived() {
+        // GIVEN the cap is 3: a copy carrying 3 is the last real replay, 4 cannot come from
+        // the redriver
+        let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
+        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let event = json!({"Records": [
+            record("last", &order("o-1"), Some("3"), None),
+            record("past", &order("o-2"), Some("4"), None),
+        ]});
+        let report = consumer.process(event, later()).await.unwrap();
+        assert_eq!(
+            report.outcomes,
+            vec![
+                Outcome::Processed,
+                Outcome::Archived(ArchiveReason::RedriveCap)
+            ]
+        );
+        // and with the cap at 1, the one replay is real
+        let mut cfg = config("http://127.0.0.1/1/dlq");
+        cfg.common.max_redrive_attempts = 1;
+        let consumer = Consumer::new(Scripted, &queues, &store, cfg);
+        let event = json!({"Records": [record("one", &order("o-3"), Some("1"), None)]});
+        let report = consumer.process(event, later()).await.unwrap();
+        assert_eq!(report.outcomes, vec![Outcome::Processed]);
+    }
+
+    #[tokio::test]
+    async fn a_failing_replay_is_counted_once_the_moment_it_fails() {
+        let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
+        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let mut first = record("r1", &order("transient-1"), Some("1"), None);
+        first["attributes"]["ApproximateReceiveCount"] = json!("1");
+        let mut permanent = record("r2", &order("permanent-2"), Some("2"), None);
+        permanent["attributes"]["ApproximateReceiveCount"] = json!("1");
+        // the same replayed copy on its second receive: already counted
+        let again = record("r3", &order("transient-3"), Some("1"), None);
+        let mut original = record("o4", &order("transient-4"), None, None);
+        original["attributes"]["ApproximateReceiveCount"] = json!("1");
+        let mut fine = record("r5", &order("o-5"), Some("1"), None);
+        fine["attributes"]["ApproximateReceiveCount"] = json!("1");
+        let event = json!({"Records": [first, permanent, again, original, fine]});
+        let report = consumer.process(event, later()).await.unwrap();
+        assert_eq!(report.metrics.get(metrics::REDRIVE_RETURNED), 2);
+        let line = &report.metrics.to_emf(0)[0];
+        assert_eq!(
+            line["RedriveReturned"], 2,
+            "emitted even by the consumer: {line}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_empty_failure_reason_from_a_handler_still_reaches_the_dlq() {
+        let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
+        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let event = json!({"Records": [record("n", &order("nocode-1"), None, None)]});
+        let report = consumer.process(event, later()).await.unwrap();
+        assert_eq!(
+            report.outcomes,
+            vec![Outcome::DeadLettered("UNSPECIFIED".into())]
+        );
+        assert_eq!(
+            queues.sent()[0].attributes[X_FAILURE_REASON]
+                .string_value
+                .as_deref(),
+            Some("UNSPECIFIED")
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_record_fails_alone() {
+        // GIVEN the runtime's bytes: one record whose binary attribute is not base64
+        let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
+        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let mut bad = record("bad", &order("o-1"), None, None);
+        bad["messageAttributes"]["blob"] =
+            json!({"dataType": "Binary", "binaryValue": "not base64!"});
+        let payload =
+            json!({"Records": [record("ok", &order("o-2"), None, None), bad]}).to_string();
+        let invocation: SqsInvocation = serde_json::from_str(&payload).unwrap();
+        // WHEN it is processed THEN only that record is reported, and backed off
+        let report = consumer
+            .process_invocation(invocation, later())
+            .await
+            .unwrap();
+        assert_eq!(failed_ids(&report.response), vec!["bad"]);
+        assert_eq!(report.outcomes[0], Outcome::Processed);
+        assert!(
+            matches!(&report.outcomes[1], Outcome::Failed(Failure::Unreadable(why)) if why.contains("base64") || why.contains("Invalid")),
+            "{:?}",
+            report.outcomes[1]
+        );
+        assert_eq!(queues.changes().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_slow_sqs_at_the_deadline_cannot_make_the_batch_late() {
+        // GIVEN 30 failing records, 5 permanent failures and an SQS that takes 3 s per call,
+        // with a 2 s budget (margin 200 ms)
+        let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
+        queues.set_delay(Duration::from_secs(3));
+        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let mut records: Vec<Value> = (0..30)
+            .map(|i| {
+                record(
+                    &format!("t{i}"),
+                    &order(&format!("transient-{i}")),
+                    None,
+                    None,
+                )
+            })
+            .collect();
+        records.extend((0..5).map(|i| record(&format!("p{i}"), "{bad", None, None)));
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(2);
+        // WHEN the batch runs
+        let report = consumer
+            .process(json!({"Records": records}), deadline)
+            .await
+            .unwrap();
+        // THEN it answers before the deadline, the visibility calls were made concurrently,
+        // and the permanent failures whose DLQ copies were not confirmed are kept (retried)
+        assert!(
+            Instant::now() < deadline,
+            "answered {:?} into a 2 s budget",
+            started.elapsed()
+        );
+        assert_eq!(report.response.batch_item_failures.len(), 35);
+        assert!(report.outcomes[30..].iter().all(|o| matches!(o, Outcome::Failed(Failure::Transient { code, .. }) if code == "SETTLE_DEADLINE")), "{:?}", &report.outcomes[30..]);
+        assert!(queues.sent().is_empty());
+        // one DLQ call, then (with no time left) no visibility calls waited for
+        assert!(queues.calls() >= 1);
+    }
+
+    #[tokio::test]
+    async fn dead_letters_go_out_in_batches_of_ten() {
+        let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
+        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let records: Vec<Value> = (0..23)
+            .map(|i| record(&format!("p{i}"), "{bad", None, None))
+            .collect();
+        let report = consumer
+            .process(json!({"Records": records}), later())
+            .await
+            .unwrap();
+        assert!(report.response.batch_item_failures.is_empty());
+        assert_eq!(queues.sent().len(), 23);
+        assert_eq!(queues.calls(), 3, "SendMessageBatch calls of 10, 10 and 3");
     }
 
     /// A writer that keeps what the JSON log layer prints.

@@ -25,14 +25,14 @@ async fn main() -> Result<(), Error> {
     let queues = SqsQueues::new(sqs, &config.common.main_queue_url, &config.common.dlq_url);
     let consumer = Consumer::new(RecordOrder::new(store.clone()), queues, store, config);
     let consumer = &consumer;
-    // The runtime deserializes straight into the SQS event (no JSON tree: less memory, less
-    // time); a payload that is not one fails the invocation with "not an SQS event: …",
-    // naming the offending field.
+    // The runtime reads the payload's `Records` (no JSON tree); each record is then read on
+    // its own, so one that does not decode fails alone. A payload that is not an SQS event
+    // fails the invocation with "not an SQS event: …", naming the offending field.
     run(service_fn(
         move |event: LambdaEvent<SqsInvocation>| async move {
             let deadline = resq::lambda::deadline_instant(event.context.deadline);
             consumer
-                .handle_sqs_event(event.payload.0, deadline)
+                .handle_invocation(event.payload, deadline)
                 .await
                 .map_err(Error::from)
         },

@@ -1,7 +1,8 @@
-//! An in-memory [`QueuePort`] for tests and benchmarks; can be told to fail.
+//! An in-memory [`QueuePort`] for tests and benchmarks; can be told to fail or to be slow.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::queues::{OutgoingMessage, QueueError, QueuePort, VisibilityChange};
 
@@ -12,6 +13,8 @@ pub struct MemoryQueues {
     changes: Mutex<Vec<VisibilityChange>>,
     fail_send: AtomicBool,
     fail_visibility: AtomicBool,
+    delay_ms: AtomicU64,
+    calls: AtomicU64,
 }
 
 impl MemoryQueues {
@@ -23,6 +26,17 @@ impl MemoryQueues {
     /// Makes visibility changes fail (`true`) or succeed (`false`).
     pub fn set_failing_visibility(&self, failing: bool) {
         self.fail_visibility.store(failing, Ordering::SeqCst);
+    }
+
+    /// Makes every call take this long before it answers (a slow SQS).
+    pub fn set_delay(&self, delay: Duration) {
+        self.delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// Calls made (each `SendMessageBatch` or visibility call of up to 10 entries).
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
     }
 
     /// Copies sent to the DLQ.
@@ -37,10 +51,25 @@ impl MemoryQueues {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+
+    async fn call(&self, entries: usize) {
+        self.calls.fetch_add(
+            entries.div_ceil(resq::sqs::MAX_BATCH).max(1) as u64,
+            Ordering::SeqCst,
+        );
+        let delay = self.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+    }
 }
 
 impl QueuePort for MemoryQueues {
-    async fn send_to_dlq(&self, message: OutgoingMessage) -> Result<(), QueueError> {
+    async fn send_to_dlq(
+        &self,
+        messages: &[&OutgoingMessage],
+    ) -> Result<Vec<Option<String>>, QueueError> {
+        self.call(messages.len()).await;
         if self.fail_send.load(Ordering::SeqCst) {
             return Err(QueueError {
                 code: Some("InternalError".into()),
@@ -50,14 +79,15 @@ impl QueuePort for MemoryQueues {
         self.sent
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(message);
-        Ok(())
+            .extend(messages.iter().map(|m| (*m).clone()));
+        Ok(vec![None; messages.len()])
     }
 
     async fn change_visibility(
         &self,
         changes: Vec<VisibilityChange>,
     ) -> Vec<(VisibilityChange, String)> {
+        self.call(changes.len()).await;
         if self.fail_visibility.load(Ordering::SeqCst) {
             return changes
                 .into_iter()
@@ -75,9 +105,9 @@ impl QueuePort for MemoryQueues {
 impl<T: QueuePort> QueuePort for &T {
     fn send_to_dlq(
         &self,
-        message: OutgoingMessage,
-    ) -> impl Future<Output = Result<(), QueueError>> + Send {
-        (**self).send_to_dlq(message)
+        messages: &[&OutgoingMessage],
+    ) -> impl Future<Output = Result<Vec<Option<String>>, QueueError>> + Send {
+        (**self).send_to_dlq(messages)
     }
 
     fn change_visibility(

@@ -1,22 +1,9 @@
-//! The queue port of the consumer (send a copy to the DLQ, change visibility) and its SQS
+//! The queue port of the consumer (send copies to the DLQ, change visibility) and its SQS
 //! adapter.
 
 use std::future::Future;
 
-use resq::attributes::MessageAttributes;
-
-/// A copy to send to the DLQ.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutgoingMessage {
-    /// The body, unchanged.
-    pub body: String,
-    /// The attributes of the copy (already within the limit).
-    pub attributes: MessageAttributes,
-    /// `MessageGroupId` for a FIFO DLQ.
-    pub group_id: Option<String>,
-    /// `MessageDeduplicationId` for a FIFO DLQ.
-    pub deduplication_id: Option<String>,
-}
+pub use resq::sqs::OutgoingMessage;
 
 /// A visibility change for one received message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,11 +21,12 @@ pub type QueueError = resq::sqs::AwsError;
 
 /// What the consumer needs from SQS.
 pub trait QueuePort: Send + Sync {
-    /// Sends one copy to the DLQ; `Ok` only when SQS accepted it.
+    /// Sends up to 10 copies (≤ 1 MiB together) to the DLQ in one call: per copy `None` when
+    /// SQS reported it `Successful`, else why not. `Err` when the call itself failed.
     fn send_to_dlq(
         &self,
-        message: OutgoingMessage,
-    ) -> impl Future<Output = Result<(), QueueError>> + Send;
+        messages: &[&OutgoingMessage],
+    ) -> impl Future<Output = Result<Vec<Option<String>>, QueueError>> + Send;
 
     /// Changes visibility in batches of 10; returns the changes that failed, with why.
     fn change_visibility(
@@ -71,19 +59,11 @@ impl SqsQueues {
 }
 
 impl QueuePort for SqsQueues {
-    async fn send_to_dlq(&self, message: OutgoingMessage) -> Result<(), QueueError> {
-        let attributes = resq::sqs::sdk_attributes(&message.attributes)?;
-        self.client
-            .send_message()
-            .queue_url(&self.dlq_url)
-            .message_body(message.body)
-            .set_message_attributes(Some(attributes))
-            .set_message_group_id(message.group_id)
-            .set_message_deduplication_id(message.deduplication_id)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(QueueError::from_sdk)
+    async fn send_to_dlq(
+        &self,
+        messages: &[&OutgoingMessage],
+    ) -> Result<Vec<Option<String>>, QueueError> {
+        resq::sqs::send_batch(&self.client, &self.dlq_url, messages).await
     }
 
     async fn change_visibility(
@@ -109,11 +89,11 @@ mod tests {
     use super::*;
     use aws_sdk_sqs::Client;
     use aws_sdk_sqs::operation::change_message_visibility_batch::ChangeMessageVisibilityBatchOutput;
-    use aws_sdk_sqs::operation::send_message::SendMessageError;
+    use aws_sdk_sqs::operation::send_message_batch::SendMessageBatchError;
     use aws_sdk_sqs::types::error::RequestThrottled;
     use aws_sdk_sqs::types::{BatchResultErrorEntry, ChangeMessageVisibilityBatchResultEntry};
     use aws_smithy_mocks::{RuleMode, mock, mock_client};
-    use resq::attributes::AttributeValue;
+    use resq::attributes::{AttributeValue, MessageAttributes};
 
     fn throttled() -> RequestThrottled {
         let meta = aws_sdk_sqs::error::ErrorMetadata::builder()
@@ -192,8 +172,8 @@ mod tests {
 
     #[tokio::test]
     async fn throttled_dlq_send_is_an_error_not_a_drop() {
-        let rule = mock!(Client::send_message)
-            .then_error(|| SendMessageError::RequestThrottled(throttled()));
+        let rule = mock!(Client::send_message_batch)
+            .then_error(|| SendMessageBatchError::RequestThrottled(throttled()));
         let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&rule]);
         let message = OutgoingMessage {
             body: "{".into(),
@@ -205,7 +185,7 @@ mod tests {
             deduplication_id: None,
         };
         let err = SqsQueues::new(client, "main", "dlq")
-            .send_to_dlq(message)
+            .send_to_dlq(&[&message])
             .await
             .unwrap_err();
         assert_eq!(err.code.as_deref(), Some("RequestThrottled"));
@@ -213,11 +193,39 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_engine_keeps_records_whose_dlq_send_is_throttled() {
+    async fn a_partly_failed_dlq_batch_keeps_exactly_the_failed_records() {
         use crate::engine::Consumer;
+        use aws_sdk_sqs::operation::send_message_batch::SendMessageBatchOutput;
+        use aws_sdk_sqs::types::SendMessageBatchResultEntry;
         use resq::store::MemoryStore;
-        let send = mock!(Client::send_message)
-            .then_error(|| SendMessageError::RequestThrottled(throttled()));
+        // GIVEN SQS takes every DLQ copy but the second of each batch
+        let send = mock!(Client::send_message_batch).then_compute_output(|req| {
+            let mut out = SendMessageBatchOutput::builder()
+                .set_successful(Some(vec![]))
+                .set_failed(Some(vec![]));
+            for e in req.entries() {
+                if e.id() == "1" {
+                    out = out.failed(
+                        BatchResultErrorEntry::builder()
+                            .id("1")
+                            .sender_fault(false)
+                            .code("InternalError")
+                            .build()
+                            .unwrap(),
+                    );
+                } else {
+                    out = out.successful(
+                        SendMessageBatchResultEntry::builder()
+                            .id(e.id())
+                            .message_id("new")
+                            .md5_of_message_body("x")
+                            .build()
+                            .unwrap(),
+                    );
+                }
+            }
+            out.build().unwrap()
+        });
         let visibility = mock!(Client::change_message_visibility_batch).then_output(|| {
             ChangeMessageVisibilityBatchOutput::builder()
                 .set_successful(Some(vec![]))
@@ -241,14 +249,27 @@ mod tests {
             &store,
             config,
         );
-        let event = serde_json::json!({"Records": [{
-            "messageId": "m1", "receiptHandle": "rh1", "body": "{broken", "attributes": {"ApproximateReceiveCount": "1"},
-            "messageAttributes": {}, "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:1:main"
-        }]});
+        // WHEN twelve malformed records arrive (two SendMessageBatch calls: 10 + 2)
+        let records: Vec<serde_json::Value> = (0..12)
+            .map(|i| serde_json::json!({
+                "messageId": format!("m{i}"), "receiptHandle": format!("rh{i}"), "body": "{broken",
+                "attributes": {"ApproximateReceiveCount": "1"}, "messageAttributes": {},
+                "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:1:main"
+            }))
+            .collect();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let response = consumer.handle_event(event, deadline).await.unwrap();
-        assert_eq!(response.batch_item_failures.len(), 1);
-        assert_eq!(response.batch_item_failures[0].item_identifier, "m1");
-        assert_eq!(visibility.num_calls(), 1, "the kept record is backed off");
+        let response = consumer
+            .handle_event(serde_json::json!({"Records": records}), deadline)
+            .await
+            .unwrap();
+        // THEN exactly the entry SQS refused in each call is kept, and backed off
+        let failed: Vec<&str> = response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        assert_eq!(failed, vec!["m1", "m11"]);
+        assert_eq!(send.num_calls(), 2);
+        assert_eq!(visibility.num_calls(), 1, "the kept records are backed off");
     }
 }
