@@ -1,7 +1,8 @@
-//! Pure decisions of the redriver: what happens to each DLQ message, the copy that goes back
-//! to the main queue, and how copies are packed into `SendMessageBatch` calls.
+//! Pure decisions of the redriver: what happens to each DLQ message, how long a kept one is
+//! hidden, the copy that goes back to the main queue, and how copies are grouped into
+//! `SendMessageBatch` calls.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
 use std::time::Duration;
 
@@ -11,8 +12,7 @@ use resq::attributes::{
 };
 use resq::config::PermanentAction;
 use resq::reason::ArchiveReason;
-
-pub use resq::sqs::MAX_BATCH;
+pub use resq::sqs::{MAX_BATCH, OutgoingMessage};
 
 /// A message received from the DLQ.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,9 +60,14 @@ impl DlqMessage {
             == Some(FAILURE_CLASS_PERMANENT)
     }
 
-    /// A replay that failed again (`x-redrive-count` ≥ 1).
+    /// A replay that failed again (`x-redrive-count` ≥ 1, or unreadable).
     pub fn is_returned(&self) -> bool {
         !matches!(self.redrive_count(), RedriveCount::Count(0))
+    }
+
+    /// The FIFO message group, if any.
+    pub fn group_id(&self) -> Option<&str> {
+        self.attributes.get("MessageGroupId").map(String::as_str)
     }
 }
 
@@ -73,6 +78,8 @@ pub enum Keep {
     Permanent,
     /// Outside this run's selection (`reason`, `olderThanSeconds`).
     NotSelected,
+    /// Replayable, but the circuit breaker holds replay.
+    Paused,
 }
 
 /// What happens to one DLQ message.
@@ -99,12 +106,15 @@ pub struct Rules {
     pub reason: Option<String>,
     /// Selection by age.
     pub older_than: Option<Duration>,
+    /// The circuit breaker holds replay: archive what must be archived, replay nothing.
+    pub paused: bool,
 }
 
 /// Classifies one message at `now_ms` (epoch millis). Selection comes first: a selective run
-/// touches nothing outside it. Then TTL, the redrive cap, permanent failures, and replay.
-/// A permanent failure picked explicitly by `reason` is replayed: that is how a fixed bug's
-/// victims come back.
+/// touches nothing outside it. Then TTL, the redrive cap (a count at the cap has had its last
+/// replay), permanent failures, the breaker, and replay. A permanent failure picked explicitly
+/// by `reason` is replayed: that is how a fixed bug's victims come back. A paused run still
+/// archives: a long pause must not let messages reach the end of the DLQ's retention.
 pub fn classify(m: &DlqMessage, rules: &Rules, now_ms: u64) -> Decision {
     let age = m
         .first_sent_at()
@@ -122,7 +132,7 @@ pub fn classify(m: &DlqMessage, rules: &Rules, now_ms: u64) -> Decision {
     if age.is_some_and(|a| a > rules.archive_after) {
         return Decision::Archive(ArchiveReason::TtlExpired);
     }
-    if let Some(reason) = attributes::cap_check(m.redrive_count(), rules.max_redrive_attempts) {
+    if let Some(reason) = attributes::cap_on_replay(m.redrive_count(), rules.max_redrive_attempts) {
         return Decision::Archive(reason);
     }
     if m.is_permanent() && rules.reason.is_none() {
@@ -131,27 +141,41 @@ pub fn classify(m: &DlqMessage, rules: &Rules, now_ms: u64) -> Decision {
             PermanentAction::Archive => Decision::Archive(ArchiveReason::PermanentFailure),
         };
     }
+    if rules.paused {
+        return Decision::Keep(Keep::Paused);
+    }
     Decision::Redrive
 }
 
-/// A copy for the main queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedriveCopy {
-    /// The body, unchanged.
-    pub body: String,
-    /// Original attributes without the failure marks, `x-redrive-count` + 1,
-    /// `x-first-sent-at` carried.
-    pub attributes: MessageAttributes,
-    /// FIFO: the original group.
-    pub group_id: Option<String>,
-    /// FIFO: derived from the DLQ message id and the new count, so a retried send of the
-    /// same DLQ message is deduplicated by SQS.
-    pub deduplication_id: Option<String>,
-    /// The size SQS counts.
-    pub size: usize,
+/// When a kept permanent failure's TTL ends (epoch millis): it is hidden until then, so that
+/// later runs do not re-read it and the first run after that archives it. `None` when it is
+/// only held for the run: in a FIFO DLQ (a hidden message would hold its whole group back), or
+/// when its age is unknown.
+pub fn keep_until(m: &DlqMessage, rules: &Rules, fifo: bool) -> Option<u64> {
+    if fifo {
+        return None;
+    }
+    Some(
+        m.first_sent_at()?
+            .saturating_add(rules.archive_after.as_millis() as u64),
+    )
 }
 
-/// Builds the copy, or says why it cannot be sent (then it is archived instead).
+/// The visibility timeout that hides a kept message until `until_ms` (a second after), within
+/// SQS's 12 h counted from its receive `since_receive` ago.
+pub fn keep_hidden_for(until_ms: u64, now_ms: u64, since_receive: Duration) -> i32 {
+    let until_ttl = until_ms.saturating_sub(now_ms).div_ceil(1000) + 1;
+    let limit = resq::backoff::visibility_left(since_receive).max(0) as u64;
+    until_ttl.min(limit) as i32
+}
+
+/// A copy for the main queue.
+pub type RedriveCopy = OutgoingMessage;
+
+/// Builds the copy (body unchanged; original attributes without the failure marks;
+/// `x-redrive-count` + 1; `x-first-sent-at` carried; FIFO: same group, a deduplication id from
+/// the DLQ message id and the new count, so a retried send of the same DLQ message is
+/// deduplicated by SQS), or says why it cannot be sent (then it is archived instead).
 pub fn redrive_copy(m: &DlqMessage, main_is_fifo: bool) -> Result<RedriveCopy, ArchiveReason> {
     let next = match m.redrive_count() {
         RedriveCount::Count(n) => u64::from(n) + 1,
@@ -167,16 +191,11 @@ pub fn redrive_copy(m: &DlqMessage, main_is_fifo: bool) -> Result<RedriveCopy, A
     }
     let attributes =
         attributes::copy_attributes(&original, set).map_err(|_| ArchiveReason::AttributeLimit)?;
-    let size = attributes::message_size(&m.body, &attributes);
-    if size > MAX_MESSAGE_BYTES {
+    if attributes::message_size(&m.body, &attributes) > MAX_MESSAGE_BYTES {
         return Err(ArchiveReason::SizeLimit);
     }
     let (group_id, deduplication_id) = if main_is_fifo {
-        let group = m
-            .attributes
-            .get("MessageGroupId")
-            .cloned()
-            .unwrap_or_else(|| "resq".to_owned());
+        let group = m.group_id().unwrap_or("resq").to_owned();
         (
             Some(group),
             Some(
@@ -194,24 +213,40 @@ pub fn redrive_copy(m: &DlqMessage, main_is_fifo: bool) -> Result<RedriveCopy, A
         attributes,
         group_id,
         deduplication_id,
-        size,
     })
 }
 
-/// Splits copies (by size, in order) into batches of at most 10 entries and 1 MiB.
-pub fn pack(sizes: &[usize]) -> Vec<Range<usize>> {
+/// The `SendMessageBatch` calls for copies in receive order: at most 10 entries and 1 MiB a
+/// call, and for a FIFO queue at most one message of a group per call, so that a later message
+/// of a group is only sent once the earlier one was confirmed (SQS judges each entry of a
+/// batch on its own: a failed entry followed by a successful one of the same group would
+/// change the group's order).
+pub fn plan_sends(copies: &[&RedriveCopy], fifo: bool) -> Vec<Range<usize>> {
+    if !fifo {
+        let sizes: Vec<usize> = copies.iter().map(|c| c.size()).collect();
+        return resq::sqs::pack(&sizes);
+    }
     let mut batches = Vec::new();
     let (mut start, mut bytes) = (0, 0);
-    for (i, &size) in sizes.iter().enumerate() {
-        if i > start && (i - start == MAX_BATCH || bytes + size > MAX_MESSAGE_BYTES) {
+    let mut groups: HashSet<Option<&str>> = HashSet::new();
+    for (i, c) in copies.iter().enumerate() {
+        let group = c.group_id.as_deref();
+        let size = c.size();
+        if i > start
+            && (i - start == MAX_BATCH
+                || bytes + size > MAX_MESSAGE_BYTES
+                || groups.contains(&group))
+        {
             batches.push(start..i);
             start = i;
             bytes = 0;
+            groups.clear();
         }
         bytes += size;
+        groups.insert(group);
     }
-    if start < sizes.len() {
-        batches.push(start..sizes.len());
+    if start < copies.len() {
+        batches.push(start..copies.len());
     }
     batches
 }
@@ -230,6 +265,7 @@ mod tests {
             permanent_action: PermanentAction::Keep,
             reason: None,
             older_than: None,
+            paused: false,
         }
     }
 
@@ -387,9 +423,9 @@ mod tests {
             !copy.attributes.contains_key(X_FAILURE_CLASS)
                 && !copy.attributes.contains_key(X_FAILURE_REASON)
         );
-        assert_eq!((copy.group_id, copy.deduplication_id), (None, None));
+        assert_eq!((&copy.group_id, &copy.deduplication_id), (&None, &None));
         assert_eq!(
-            copy.size,
+            copy.size(),
             resq::attributes::message_size(&m.body, &copy.attributes)
         );
 
@@ -410,21 +446,105 @@ mod tests {
         big.body = "x".repeat(MAX_MESSAGE_BYTES - 20);
         assert_eq!(redrive_copy(&big, false), Err(ArchiveReason::SizeLimit));
         big.body = "x".repeat(MAX_MESSAGE_BYTES - 100);
-        assert!(redrive_copy(&big, false).unwrap().size <= MAX_MESSAGE_BYTES);
+        assert!(redrive_copy(&big, false).unwrap().size() <= MAX_MESSAGE_BYTES);
+    }
+
+    fn copy(group: &str, bytes: usize) -> RedriveCopy {
+        RedriveCopy {
+            body: "x".repeat(bytes),
+            attributes: MessageAttributes::new(),
+            group_id: Some(group.to_owned()),
+            deduplication_id: None,
+        }
     }
 
     #[test]
-    fn packing_respects_count_and_bytes() {
-        assert_eq!(pack(&[]), Vec::<Range<usize>>::new());
-        assert_eq!(pack(&[10; 23]), vec![0..10, 10..20, 20..23]);
+    fn fifo_sends_carry_one_message_of_a_group_per_call() {
+        let copies: Vec<RedriveCopy> = ["A", "B", "A", "C", "A", "B"]
+            .iter()
+            .map(|g| copy(g, 10))
+            .collect();
+        let refs: Vec<&RedriveCopy> = copies.iter().collect();
+        // a new call whenever a group would appear twice: A B | A C | A B
+        assert_eq!(plan_sends(&refs, true), vec![0..2, 2..4, 4..6]);
+        // a standard queue packs by count and size only
+        assert_eq!(plan_sends(&refs, false), vec![0..6]);
+        let many: Vec<RedriveCopy> = (0..23).map(|i| copy(&format!("g{i}"), 10)).collect();
+        let refs: Vec<&RedriveCopy> = many.iter().collect();
+        assert_eq!(plan_sends(&refs, true), vec![0..10, 10..20, 20..23]);
         let half = MAX_MESSAGE_BYTES / 2;
-        assert_eq!(pack(&[half, half, 1, half]), vec![0..2, 2..4]);
+        let big = [copy("a", half + 1), copy("b", half), copy("c", 1)];
+        let refs: Vec<&RedriveCopy> = big.iter().collect();
+        assert_eq!(plan_sends(&refs, true), vec![0..1, 1..3]);
+    }
+
+    #[test]
+    fn a_paused_run_archives_but_replays_nothing() {
+        let paused = Rules {
+            paused: true,
+            ..rules()
+        };
         assert_eq!(
-            pack(&[MAX_MESSAGE_BYTES, 5, MAX_MESSAGE_BYTES]),
-            vec![0..1, 1..2, 2..3]
+            classify(&msg(&[], NOW - HOUR), &paused, NOW),
+            Decision::Keep(Keep::Paused)
         );
-        for batch in pack(&[700_000, 400_000, 300_000, 300_000, 300_000, 200]) {
-            assert!(batch.len() <= MAX_BATCH);
-        }
+        assert_eq!(
+            classify(&msg(&[], NOW - 25 * HOUR), &paused, NOW),
+            Decision::Archive(ArchiveReason::TtlExpired)
+        );
+        assert_eq!(
+            classify(&msg(&[count("3")], NOW), &paused, NOW),
+            Decision::Archive(ArchiveReason::RedriveCap)
+        );
+        assert_eq!(
+            classify(&msg(&permanent("MALFORMED_JSON"), NOW), &paused, NOW),
+            Decision::Keep(Keep::Permanent)
+        );
+    }
+
+    #[test]
+    fn a_message_at_the_cap_had_its_last_replay() {
+        let r = rules();
+        assert_eq!(
+            classify(&msg(&[count("2")], NOW), &r, NOW),
+            Decision::Redrive
+        );
+        let copy = redrive_copy(&msg(&[count("2")], NOW), false).unwrap();
+        assert_eq!(copy.attributes[X_REDRIVE_COUNT], AttributeValue::number(3));
+        assert_eq!(
+            classify(&msg(&[count("3")], NOW), &r, NOW),
+            Decision::Archive(ArchiveReason::RedriveCap)
+        );
+        let one = Rules {
+            max_redrive_attempts: 1,
+            ..rules()
+        };
+        assert_eq!(classify(&msg(&[], NOW), &one, NOW), Decision::Redrive);
+        assert_eq!(
+            classify(&msg(&[count("1")], NOW), &one, NOW),
+            Decision::Archive(ArchiveReason::RedriveCap)
+        );
+    }
+
+    #[test]
+    fn a_kept_message_hides_until_its_ttl_within_twelve_hours_of_the_receive() {
+        let r = rules(); // TTL 24 h
+        let kept = msg(&permanent("MALFORMED_JSON"), NOW - 20 * HOUR);
+        let until = keep_until(&kept, &r, false).unwrap();
+        assert_eq!(until, NOW + 4 * HOUR);
+        // 4 h of TTL left: hidden until then (a second after)
+        assert_eq!(keep_hidden_for(until, NOW, Duration::ZERO), 4 * 3600 + 1);
+        // a fresh one: the 12 h limit, counted from the receive 10 minutes ago
+        let fresh = msg(&permanent("MALFORMED_JSON"), NOW);
+        let until = keep_until(&fresh, &r, false).unwrap();
+        assert_eq!(
+            keep_hidden_for(until, NOW, Duration::from_secs(600)),
+            43_200 - 600 - 1
+        );
+        // FIFO: only for the run (a hidden message holds its group); unknown age: the same
+        assert_eq!(keep_until(&kept, &r, true), None);
+        let mut unknown = kept.clone();
+        unknown.attributes.clear();
+        assert_eq!(keep_until(&unknown, &r, false), None);
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod classify;
 pub mod engine;
+pub mod memory;
 pub mod ports;
 pub mod ratelimit;
 pub mod request;

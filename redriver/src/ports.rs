@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use aws_sdk_cloudwatch::types::{AlarmType, StateValue};
-use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use resq::attributes::AttributeValue;
 
 use crate::classify::{DlqMessage, MAX_BATCH, RedriveCopy};
@@ -37,9 +37,13 @@ pub trait RedriveQueues: Send + Sync {
     fn delete(&self, receipts: Vec<Receipt>)
     -> impl Future<Output = Vec<(Receipt, String)>> + Send;
 
-    /// Makes messages visible again at once (best effort; otherwise they return after their
-    /// visibility timeout).
-    fn release(&self, receipts: Vec<Receipt>) -> impl Future<Output = ()> + Send;
+    /// Sets DLQ messages' visibility timeouts (0 makes them visible at once); returns the
+    /// changes that did not happen, with why (those messages come back when their current
+    /// timeout ends).
+    fn change_visibility(
+        &self,
+        changes: Vec<(Receipt, i32)>,
+    ) -> impl Future<Output = Vec<(Receipt, String)>> + Send;
 }
 
 /// Alarm states for the circuit breaker.
@@ -130,53 +134,7 @@ impl RedriveQueues for SqsRedriveQueues {
     }
 
     async fn send_batch(&self, copies: &[&RedriveCopy]) -> Result<Vec<Option<String>>, PortError> {
-        let mut entries = Vec::with_capacity(copies.len());
-        for (i, c) in copies.iter().enumerate() {
-            let entry = SendMessageBatchRequestEntry::builder()
-                .id(i.to_string())
-                .message_body(&c.body)
-                .set_message_attributes(Some(resq::sqs::sdk_attributes(&c.attributes)?))
-                .set_message_group_id(c.group_id.clone())
-                .set_message_deduplication_id(c.deduplication_id.clone())
-                .build()
-                .map_err(|e| PortError::local(e.to_string()))?;
-            entries.push(entry);
-        }
-        let out = self
-            .client
-            .send_message_batch()
-            .queue_url(&self.main_queue_url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-            .map_err(PortError::from_sdk)?;
-        // Anything SQS did not list as Successful counts as not sent.
-        let mut results = vec![Some("not reported by SendMessageBatch".to_owned()); copies.len()];
-        for ok in out.successful() {
-            if let Some(slot) = ok
-                .id()
-                .parse::<usize>()
-                .ok()
-                .and_then(|i| results.get_mut(i))
-            {
-                *slot = None;
-            }
-        }
-        for failed in out.failed() {
-            if let Some(slot) = failed
-                .id()
-                .parse::<usize>()
-                .ok()
-                .and_then(|i| results.get_mut(i))
-            {
-                *slot = Some(format!(
-                    "{}: {}",
-                    failed.code(),
-                    failed.message().unwrap_or("")
-                ));
-            }
-        }
-        Ok(results)
+        resq::sqs::send_batch(&self.client, &self.main_queue_url, copies).await
     }
 
     async fn delete(&self, receipts: Vec<Receipt>) -> Vec<(Receipt, String)> {
@@ -188,12 +146,16 @@ impl RedriveQueues for SqsRedriveQueues {
             .collect()
     }
 
-    async fn release(&self, receipts: Vec<Receipt>) {
-        let entries: Vec<(&str, i32)> = receipts.iter().map(|(_, rh)| (rh.as_str(), 0)).collect();
-        let failed = resq::sqs::change_visibility(&self.client, &self.dlq_url, &entries).await;
-        if let Some((_, why)) = failed.first() {
-            tracing::warn!(count = failed.len(), error_details = %why, "could not release DLQ messages; they return after their visibility timeout");
-        }
+    async fn change_visibility(&self, changes: Vec<(Receipt, i32)>) -> Vec<(Receipt, String)> {
+        let entries: Vec<(&str, i32)> = changes
+            .iter()
+            .map(|((_, rh), timeout)| (rh.as_str(), *timeout))
+            .collect();
+        resq::sqs::change_visibility(&self.client, &self.dlq_url, &entries)
+            .await
+            .into_iter()
+            .filter_map(|(i, why)| changes.get(i).map(|(r, _)| (r.clone(), why)))
+            .collect()
     }
 }
 

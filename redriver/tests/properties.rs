@@ -10,7 +10,7 @@ use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName};
 use proptest::prelude::*;
 use redriver::classify::{
-    Decision, DlqMessage, Keep, MAX_BATCH, Rules, classify, pack, redrive_copy,
+    Decision, DlqMessage, Keep, MAX_BATCH, RedriveCopy, Rules, classify, plan_sends, redrive_copy,
 };
 use redriver::ports::dlq_message;
 use resq::attributes::{
@@ -149,6 +149,7 @@ fn rules() -> impl Strategy<Value = Rules> {
             permanent_action: action,
             reason: reason.map(str::to_owned),
             older_than: older,
+            paused: false,
         })
 }
 
@@ -207,8 +208,8 @@ proptest! {
                     return Err(TestCaseError::fail(format!("a copy of an unreadable count: {what}")));
                 };
                 prop_assert!(copy.attributes.len() <= MAX_MESSAGE_ATTRIBUTES);
-                prop_assert_eq!(copy.size, message_size(&copy.body, &copy.attributes));
-                prop_assert!(copy.size <= MAX_MESSAGE_BYTES, "a copy of {} bytes", copy.size);
+                prop_assert_eq!(copy.size(), message_size(&copy.body, &copy.attributes));
+                prop_assert!(copy.size() <= MAX_MESSAGE_BYTES, "a copy of {} bytes", copy.size());
                 prop_assert!(copy.body == m.body, "the body changed");
                 let next = copy.attributes[X_REDRIVE_COUNT].string_value.as_deref().unwrap_or_default();
                 prop_assert_eq!(parse_count_value(next), RedriveCount::Count(n.saturating_add(1)));
@@ -232,15 +233,48 @@ proptest! {
     }
 
     #[test]
+    fn a_paused_run_replays_nothing_and_archives_the_same(
+        m in dlq(),
+        rules in rules(),
+        now_ms in 1_700_000_000_000u64..1_900_000_000_000,
+    ) {
+        let paused = Rules { paused: true, ..rules.clone() };
+        match (classify(&m, &rules, now_ms), classify(&m, &paused, now_ms)) {
+            (Decision::Redrive, after) => prop_assert_eq!(after, Decision::Keep(Keep::Paused)),
+            (before, after) => prop_assert_eq!(before, after),
+        }
+    }
+
+    #[test]
     fn batches_keep_order_and_the_limits(
         sizes in prop::collection::vec(prop_oneof![1usize..300_000, Just(MAX_MESSAGE_BYTES)], 0..40),
+        groups in prop::collection::vec(0u8..4, 40),
+        fifo in any::<bool>(),
     ) {
-        let batches = pack(&sizes);
+        let copies: Vec<RedriveCopy> = sizes
+            .iter()
+            .zip(&groups)
+            .map(|(&size, g)| RedriveCopy {
+                body: "x".repeat(size),
+                attributes: Default::default(),
+                group_id: fifo.then(|| format!("g{g}")),
+                deduplication_id: None,
+            })
+            .collect();
+        let refs: Vec<&RedriveCopy> = copies.iter().collect();
+        let batches = plan_sends(&refs, fifo);
         let mut next = 0;
         for b in &batches {
             prop_assert_eq!(b.start, next, "batches cover every copy once, in order");
             prop_assert!(!b.is_empty() && b.len() <= MAX_BATCH);
             prop_assert!(sizes[b.clone()].iter().sum::<usize>() <= MAX_MESSAGE_BYTES);
+            if fifo {
+                let mut seen = std::collections::HashSet::new();
+                prop_assert!(
+                    copies[b.clone()].iter().all(|c| seen.insert(c.group_id.clone())),
+                    "a FIFO call carries one message of a group at most"
+                );
+            }
             next = b.end;
         }
         prop_assert_eq!(next, sizes.len());
