@@ -1,7 +1,7 @@
 //! `resq archive ls | show | restore`.
 
 use resq::archive::{ARCHIVE_PREFIX, ArchiveEnvelope};
-use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON, X_REDRIVE_COUNT};
+use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT, X_REDRIVE_COUNT};
 
 use crate::CliError;
 use crate::context::Context;
@@ -117,12 +117,19 @@ pub async fn show(ctx: &Context, key: &str) -> Result<ArchiveEnvelope, CliError>
 }
 
 /// Sends an archived message back to the orders queue for a fresh start: body and attributes
-/// as archived, without `x-redrive-count` and the failure marks (`x-first-sent-at` stays). The
-/// entry stays in the archive as the record of what happened. Returns the new message id.
+/// as archived, without `x-redrive-count`, the failure marks and `x-first-sent-at` (a restore
+/// starts a fresh TTL: with the old send time, a restored message that failed again would be
+/// archived as `TTL_EXPIRED` at once). The entry stays in the archive as the record of what
+/// happened. Returns the new message id.
 pub async fn restore(ctx: &Context, key: &str, dry_run: bool) -> Result<Option<String>, CliError> {
     let envelope = show(ctx, key).await?;
     let mut attrs = envelope.original_message.message_attributes.clone();
-    for name in [X_REDRIVE_COUNT, X_FAILURE_CLASS, X_FAILURE_REASON] {
+    for name in [
+        X_REDRIVE_COUNT,
+        X_FAILURE_CLASS,
+        X_FAILURE_REASON,
+        X_FIRST_SENT_AT,
+    ] {
         attrs.remove(name);
     }
     if dry_run {

@@ -410,6 +410,9 @@ pub async fn audit(
     plans: &HashMap<String, Plan>,
     sent: usize,
 ) -> Result<Audit, CliError> {
+    // the permanent failures the redriver kept are hidden in the DLQ until their TTL: made
+    // visible first, as an operator would (`resq dlq peek --kept`)
+    crate::dlq::unhide_kept(ctx, None).await?;
     let mut found: HashMap<String, &'static str> = HashMap::new();
     // the order records: every stored version is one effect write
     let mut writes: HashMap<String, usize> = HashMap::new();

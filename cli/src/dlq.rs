@@ -60,6 +60,32 @@ fn peeked(m: &DlqMessage, now_ms: u64) -> Peeked {
     }
 }
 
+/// Makes the permanent failures the redriver kept and hid (until their TTL) visible again, so
+/// that a peek or a replay reaches them now; with `reason`, only those of that
+/// `x-failure-reason`. Returns how many were made visible. The next scheduled run keeps and
+/// hides them again unless something replays them first.
+pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, CliError> {
+    let store = resq::store::S3Store::new(ctx.s3.clone(), &ctx.bucket);
+    let hidden = resq::keep::still_hidden(&store, &ctx.dlq_url, chrono::Utc::now())
+        .await
+        .map_err(|e| {
+            CliError::Usage(format!(
+                "reading the keep list in s3://{}/kept/: {e}",
+                ctx.bucket
+            ))
+        })?;
+    let changes: Vec<(redriver::ports::Receipt, i32)> = hidden
+        .into_iter()
+        .filter(|k| reason.is_none_or(|r| k.failure_reason.as_deref() == Some(r)))
+        .map(|k| ((k.message_id, k.receipt_handle), 0))
+        .collect();
+    let asked = changes.len();
+    let queues = SqsRedriveQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, &ctx.dlq_url);
+    let failed = queues.change_visibility(changes).await;
+    // a handle that no longer works belongs to a message already visible, replayed or archived
+    Ok(asked - failed.len())
+}
+
 /// Lists DLQ messages without removing any: each is received, shown, and made visible again.
 pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliError> {
     let queues = SqsRedriveQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, &ctx.dlq_url);
@@ -96,7 +122,8 @@ pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliErro
             break;
         }
     }
-    queues.release(seen).await;
+    let release: Vec<(redriver::ports::Receipt, i32)> = seen.into_iter().map(|r| (r, 0)).collect();
+    queues.change_visibility(release).await;
     Ok(shown)
 }
 

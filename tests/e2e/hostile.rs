@@ -99,12 +99,11 @@ async fn events_that_are_not_sqs_fail_the_invocation_with_a_clear_error() {
             json!({"Records": [{"eventSource": "aws:sqs", "body": "{}", "receiptHandle": "rh"}]}),
             "messageId",
         ),
-        // SQS never delivers these (its character set has no lone surrogates; Lambda always
-        // base64-encodes binary values): not an SQS event, so nothing is acknowledged
+        // a record that cannot be read and has no messageId to report it by
         (
-            json!({"Records": [{"eventSource": "aws:sqs", "messageId": "m", "messageAttributes":
+            json!({"Records": [{"eventSource": "aws:sqs", "messageAttributes":
                 {"a": {"dataType": "Binary", "binaryValue": "not base64!"}}}]}),
-            "not an SQS event",
+            "messageId",
         ),
     ] {
         let err = error_text(&invoke(&mut consumer, &event).await);
@@ -114,12 +113,32 @@ async fn events_that_are_not_sqs_fail_the_invocation_with_a_clear_error() {
             "{event}: {err}"
         );
     }
-    let raw = r#"{"Records": [{"eventSource": "aws:sqs", "messageId": "m", "body": "\ud800"}]}"#;
-    let outcome = consumer.invoke(raw, None).await.unwrap();
-    let err = error_text(&outcome);
+    // SQS never delivers these (its character set has no lone surrogates; Lambda always
+    // base64-encodes binary values), but a record that cannot be read fails only itself when
+    // it has a messageId: the others of the batch go on
+    let ok = json!({"eventSource": "aws:sqs", "messageId": "ok", "receiptHandle": "rh-ok",
+        "body": order_body("o-readable"), "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {}, "eventSourceARN": stack.main.arn});
+    let b64 = json!({"eventSource": "aws:sqs", "messageId": "b64", "messageAttributes":
+        {"a": {"dataType": "Binary", "binaryValue": "not base64!"}}});
+    let raw = format!(
+        r#"{{"Records": [{ok}, {b64}, {{"eventSource": "aws:sqs", "messageId": "surrogate", "body": "\ud800"}}]}}"#
+    );
+    let outcome = consumer.invoke(&raw, None).await.unwrap();
+    assert_eq!(
+        response(&outcome),
+        json!({"batchItemFailures": [{"itemIdentifier": "b64"}, {"itemIdentifier": "surrogate"}]})
+    );
     assert!(
-        err.contains("not an SQS event") && err.contains("Records[0].body"),
-        "{err}"
+        stack
+            .s3
+            .get_object()
+            .bucket(&stack.bucket)
+            .key("orders/o-readable.json")
+            .send()
+            .await
+            .is_ok(),
+        "the readable record of the same batch was processed"
     );
     assert_eq!(
         response(&invoke(&mut consumer, &json!({"Records": []})).await),
@@ -184,6 +203,10 @@ async fn hostile_records_get_the_spec_outcome() {
                 &order_body("spaced"),
                 vec![("x-redrive-count", string_attr(" 3"))],
             ),
+            (
+                &order_body("past"),
+                vec![("x-redrive-count", string_attr("4 "))],
+            ),
         ],
     )
     .await;
@@ -229,12 +252,22 @@ async fn hostile_records_get_the_spec_outcome() {
         envelope["originalMessage"]["body"].as_str().map(str::len),
         Some(MAX_MESSAGE_BYTES)
     );
-    // -1 and 1e309 are unreadable counts; " 3" reads as 3, the cap
+    // -1 and 1e309 are unreadable counts; " 3" reads as 3, the cap: the last replay, which
+    // runs; "4 " is past the cap
     assert_eq!(
         archived_under(&stack, "INVALID_REDRIVE_COUNT").await.len(),
         2
     );
-    assert_eq!(archived_under(&stack, "REDRIVE_CAP").await.len(), 1);
+    let capped = archived_under(&stack, "REDRIVE_CAP").await;
+    assert_eq!(capped.len(), 1);
+    let spaced = stack
+        .s3
+        .get_object()
+        .bucket(&stack.bucket)
+        .key("orders/spaced.json")
+        .send()
+        .await;
+    assert!(spaced.is_ok(), "the copy at the cap is processed");
     // the malformed message's DLQ copy carries its non-UTF-8 binary attribute byte for byte
     let copies = stack.receive_n(&stack.dlq, 1).await;
     assert_eq!(copies[0].body(), Some("{not json"));

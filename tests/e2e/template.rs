@@ -46,14 +46,6 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
     // name → (namespace, metric, threshold, period, evaluation periods)
     let expected: [(&str, &str, &str, f64, f64, f64); 8] = [
         (
-            "dlq-depth",
-            "AWS/SQS",
-            "ApproximateNumberOfMessagesVisible",
-            50.0,
-            60.0,
-            2.0,
-        ),
-        (
             "dlq-oldest-age",
             "AWS/SQS",
             "ApproximateAgeOfOldestMessage",
@@ -74,8 +66,8 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
             "resq",
             "RedriveReturned",
             10.0,
-            300.0,
-            1.0,
+            60.0,
+            15.0,
         ),
         ("consumer-errors", "AWS/Lambda", "Errors", 0.0, 60.0, 1.0),
         (
@@ -95,11 +87,19 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
             300.0,
             1.0,
         ),
+        (
+            "redriver-failures",
+            "AWS/SQS",
+            "ApproximateNumberOfMessagesVisible",
+            0.0,
+            60.0,
+            1.0,
+        ),
     ];
     assert_eq!(
         alarms.len(),
-        expected.len() + 1,
-        "the eight above plus poison-archived: {:?}",
+        expected.len() + 3,
+        "the eight above plus dlq-depth, poison-archived and redriver-heartbeat: {:?}",
         alarms.keys()
     );
     let topic = json!([{"Ref": "AlertTopic"}]);
@@ -111,12 +111,77 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
         assert_eq!(a["MetricName"], metric, "{name}");
         assert_eq!(number(resolve(&t, &a["Threshold"])), threshold, "{name}");
         assert_eq!(number(&a["Period"]), period, "{name}");
-        assert_eq!(number(&a["EvaluationPeriods"]), evaluations, "{name}");
+        assert_eq!(
+            number(resolve(&t, &a["EvaluationPeriods"])),
+            evaluations,
+            "{name}"
+        );
         assert_eq!(a["ComparisonOperator"], "GreaterThanThreshold", "{name}");
         assert_eq!(a["AlarmActions"], topic, "{name}");
         assert_eq!(a["OKActions"], topic, "{name}");
         assert_eq!(a["TreatMissingData"], "notBreaching", "{name}");
     }
+    // the breaker's alarm: the consumer's count of failed replays, in ALARM as soon as one
+    // minute is over the threshold, and until ReplaysFailingHoldMinutes minutes in a row were
+    // not (so a paused redriver stays paused that long after the last failed replay)
+    let replays = alarms["replays-failing"];
+    assert_eq!(number(&replays["DatapointsToAlarm"]), 1.0);
+    assert_eq!(
+        replays["EvaluationPeriods"],
+        json!({"Ref": "ReplaysFailingHoldMinutes"})
+    );
+    assert_eq!(
+        replays["Dimensions"][0]["Value"],
+        t["Resources"]["ConsumerFunction"]["Properties"]["FunctionName"]
+    );
+    // DLQ depth: visible and hidden messages (kept permanent failures are hidden)
+    let depth = alarms["dlq-depth"];
+    let depth_metrics: BTreeSet<&str> = depth["Metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["MetricStat"]["Metric"]["MetricName"].as_str())
+        .collect();
+    assert_eq!(
+        depth_metrics,
+        BTreeSet::from([
+            "ApproximateNumberOfMessagesVisible",
+            "ApproximateNumberOfMessagesNotVisible"
+        ])
+    );
+    assert_eq!(number(resolve(&t, &depth["Threshold"])), 50.0);
+    assert_eq!(number(&depth["EvaluationPeriods"]), 2.0);
+    assert_eq!(
+        (&depth["AlarmActions"], &depth["OKActions"]),
+        (&topic, &topic)
+    );
+    // the heartbeat: no redriver invocation for RedriverHeartbeatMinutes minutes (3 schedule
+    // periods by default); no data at all is the case to catch
+    let heartbeat = alarms["redriver-heartbeat"];
+    assert_eq!(
+        (
+            heartbeat["Namespace"].as_str(),
+            heartbeat["MetricName"].as_str()
+        ),
+        (Some("AWS/Lambda"), Some("Invocations"))
+    );
+    assert_eq!(heartbeat["ComparisonOperator"], "LessThanThreshold");
+    assert_eq!(number(&heartbeat["Threshold"]), 1.0);
+    assert_eq!(heartbeat["TreatMissingData"], "breaching");
+    assert_eq!(number(&heartbeat["Period"]), 60.0);
+    assert_eq!(
+        number(resolve(&t, &heartbeat["EvaluationPeriods"])),
+        3.0 * 5.0,
+        "three periods of the default schedule, rate(5 minutes)"
+    );
+    assert_eq!(
+        heartbeat["DatapointsToAlarm"],
+        heartbeat["EvaluationPeriods"]
+    );
+    assert_eq!(
+        (&heartbeat["AlarmActions"], &heartbeat["OKActions"]),
+        (&topic, &topic)
+    );
     // poison archived: the sum of both functions' Archived metric, any at all
     let poison = alarms["poison-archived"];
     assert_eq!(number(&poison["Threshold"]), 0.0);
@@ -337,6 +402,23 @@ fn queue_settings_follow_the_rules() {
     let orders = &t["Resources"]["OrdersQueue"]["Properties"];
     let dlq = &t["Resources"]["DeadLetterQueue"]["Properties"];
     assert_eq!(number(&dlq["MessageRetentionPeriod"]), 1_209_600.0);
+    // nothing ages out of the DLQ unarchived: the longest TTL ends a day before its retention
+    let ttl = &t["Parameters"]["ArchiveAfterSeconds"];
+    assert!(
+        number(&ttl["MaxValue"]) + 86_400.0 <= number(&dlq["MessageRetentionPeriod"]),
+        "ArchiveAfterSeconds may reach {} s: too close to the DLQ's retention",
+        number(&ttl["MaxValue"])
+    );
+    assert_eq!(
+        number(&ttl["MaxValue"]),
+        resq::config::MAX_ARCHIVE_AFTER_SECONDS as f64,
+        "the template and the function accept the same TTLs"
+    );
+    // deleting the stack keeps what waits in the DLQ and the record of failed redriver runs
+    for q in ["DeadLetterQueue", "RedriverFailureQueue"] {
+        assert_eq!(t["Resources"][q]["DeletionPolicy"], "Retain", "{q}");
+        assert_eq!(t["Resources"][q]["UpdateReplacePolicy"], "Retain", "{q}");
+    }
     assert!(
         number(&t["Parameters"]["OrdersRetentionSeconds"]["MaxValue"]) < 1_209_600.0,
         "the DLQ must outlive the orders queue"

@@ -303,6 +303,8 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
     redriver_result?;
     let settled = settled?;
     println!("pipeline stopped; waiting for messages in flight to come back …");
+    // kept permanent failures stay hidden until their TTL: made visible as an operator would
+    crate::dlq::unhide_kept(&ctx, None).await?;
     wait_until_nothing_in_flight(&ctx, REDRIVER_TIMEOUT + Duration::from_secs(35)).await;
     println!("auditing every order …");
     let audit = demo::audit(&ctx, &plans, state.sent.load(Ordering::Relaxed)).await?;
