@@ -142,8 +142,12 @@ struct PendingKeep {
 struct RunState {
     summary: Summary,
     rules: Rules,
-    /// Messages replayed, archived or attempted: what counts against `maxMessages`.
-    handled: u64,
+    /// Replays sent or attempted: what counts against `maxMessages`. Archiving does not
+    /// (expired messages must not starve replay, nor fresh ones their archiving), nor do kept
+    /// or unselected messages.
+    replays: u64,
+    /// `maxMessages` of the run.
+    max_messages: u32,
     /// Received messages to make visible again at the end of the run.
     held: Vec<Receipt>,
     /// Kept messages to list and hide.
@@ -277,7 +281,8 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 older_than: request.older_than,
                 paused: false,
             },
-            handled: 0,
+            replays: 0,
+            max_messages: request.max_messages,
             held: Vec::new(),
             pending_keep: Vec::new(),
             failed_groups: HashSet::new(),
@@ -300,7 +305,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         let bucket = TokenBucket::new(request.rate_per_second);
         let dlq_is_fifo = self.config.common.dlq_url.ends_with(".fifo");
         loop {
-            if st.handled >= u64::from(request.max_messages) {
+            if st.replays >= u64::from(request.max_messages) {
                 st.summary.stopped_by = StopReason::MaxMessages;
                 break;
             }
@@ -310,7 +315,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 break;
             }
             // select
-            let want = (u64::from(request.max_messages) - st.handled).min(MAX_BATCH as u64) as i32;
+            let want = MAX_BATCH as i32;
             let wait = (self.receive_wait_seconds as u64)
                 .min(times.stop_at.saturating_duration_since(now).as_secs())
                 as i32;
@@ -488,7 +493,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
     }
 
     fn account_dry_run(st: &mut RunState, plan: CyclePlan) {
-        st.handled += (plan.archives.len() + plan.replays.len()) as u64;
+        let mut budget = u64::from(st.max_messages).saturating_sub(st.replays);
         for (m, reason, _) in plan.archives {
             *st.summary
                 .archived
@@ -497,7 +502,11 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             st.hold(&m);
         }
         for (m, _) in plan.replays {
-            st.summary.redriven += 1;
+            if budget > 0 {
+                budget -= 1;
+                st.replays += 1;
+                st.summary.redriven += 1;
+            }
             st.hold(&m);
         }
         for p in st.pending_keep.drain(..) {
@@ -512,7 +521,6 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         archives: Vec<(DlqMessage, ArchiveReason, Option<String>)>,
         times: Deadlines,
     ) -> Vec<Receipt> {
-        st.handled += archives.len() as u64;
         let writes = archives
             .iter()
             .enumerate()
@@ -586,8 +594,9 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 }
             }
             let mut sendable = 0;
+            let budget = u64::from(st.max_messages).saturating_sub(st.replays) as usize;
             if !st.rules.paused && !out_of_time {
-                for _ in &ready {
+                for _ in ready.iter().take(budget) {
                     if tokio::time::timeout_at(times.stop_at.into(), bucket.acquire())
                         .await
                         .is_err()
@@ -600,14 +609,14 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             }
             let (send, hold) = ready.split_at(sendable);
             for &i in hold {
-                // held by the breaker or the clock: visible again at the end of the run
+                // held by the breaker, the budget or the clock: visible again after the run
                 st.summary.skipped += u64::from(st.rules.paused);
                 st.hold(&replays[i].0);
             }
             if send.is_empty() {
                 continue;
             }
-            st.handled += send.len() as u64;
+            st.replays += send.len() as u64;
             let batch: Vec<&RedriveCopy> = send.iter().map(|&i| &replays[i].1).collect();
             let sent_at = Instant::now();
             let redriven_before = st.summary.redriven;
@@ -1262,6 +1271,40 @@ mod phases {
         dlq.advance(Duration::from_secs(60));
         let fourth = scheduled(&dlq, &store, &alarms, &cfg).await;
         assert_eq!((fourth.received, fourth.kept), (2000, 2000));
+    }
+
+    #[tokio::test]
+    async fn expired_messages_do_not_use_up_the_replay_budget() {
+        // GIVEN 100 messages past their TTL ahead of 5 replayable ones, a budget of 5 replays
+        let (dlq, store, alarms) = (
+            MemoryDlq::default(),
+            MemoryStore::default(),
+            FixedAlarms::default(),
+        );
+        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "5")]);
+        for i in 0..100 {
+            dlq.push(dlq_message(
+                &format!("old-{i}"),
+                now_ms() - 25 * HOUR_MS,
+                &[],
+            ));
+        }
+        for i in 0..5 {
+            dlq.push(dlq_message(&format!("new-{i}"), now_ms(), &[]));
+        }
+        // WHEN one scheduled run happens
+        let run = scheduled(&dlq, &store, &alarms, &cfg).await;
+        // THEN all are archived and all five replayed: archiving is not replay work
+        assert_eq!(run.archived.get("TTL_EXPIRED"), Some(&100), "{run:?}");
+        assert_eq!(run.redriven, 5);
+        assert!(dlq.is_empty());
+        // and the budget still bounds replays
+        for i in 0..12 {
+            dlq.push(dlq_message(&format!("more-{i}"), now_ms(), &[]));
+        }
+        let run = scheduled(&dlq, &store, &alarms, &cfg).await;
+        assert_eq!((run.redriven, run.stopped_by), (5, StopReason::MaxMessages));
+        assert_eq!((dlq.len(), dlq.visible()), (7, 7));
     }
 
     #[tokio::test]

@@ -484,12 +484,16 @@ async fn max_messages_bounds_a_run() {
         &[],
     )
     .await;
-    assert_eq!((summary.received, summary.redriven), (12, 12));
+    assert_eq!(summary.redriven, 12);
     assert_eq!(
         summary.stopped_by,
         redriver::engine::StopReason::MaxMessages
     );
-    assert_eq!(stack.depth(&stack.dlq).await.0, 3);
+    assert_eq!(
+        stack.depth(&stack.dlq).await,
+        (3, 0),
+        "the rest is visible again for the next run"
+    );
 }
 
 #[tokio::test]
