@@ -3,6 +3,11 @@
 //! process an event and waits for its response or error, a timeout, or a kill. A killed or
 //! timed-out process is replaced by a fresh one (a cold start) with a runtime API of its own,
 //! so nothing addressed to the dead process can reach the new one.
+//!
+//! Its output goes through Lambda's log pipeline: with `AWS_LAMBDA_LOG_FORMAT=JSON`, a line
+//! below `AWS_LAMBDA_LOG_LEVEL` is dropped as Lambda drops it ([`resq::lambda`]); the lines kept
+//! go to the log file, and the metric (EMF) lines among them, when a forwarder is attached,
+//! into the emulator's CloudWatch ([`crate::emf`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -10,7 +15,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
+use resq::telemetry::LogLevel;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot};
@@ -154,6 +160,8 @@ async fn serve(mut conn: TcpStream, state: &ApiState) -> std::io::Result<()> {
 /// A function binary, run the way Lambda runs it.
 pub struct Function {
     name: String,
+    function_name: String,
+    metrics: Option<mpsc::UnboundedSender<serde_json::Value>>,
     binary: PathBuf,
     env: Vec<(String, String)>,
     log: PathBuf,
@@ -181,6 +189,8 @@ impl Function {
         }
         Ok(Self {
             name: name.to_owned(),
+            function_name: name.to_owned(),
+            metrics: None,
             binary: binary.to_owned(),
             env,
             log: log.to_owned(),
@@ -191,11 +201,33 @@ impl Function {
         })
     }
 
+    /// Runs under this function name (`AWS_LAMBDA_FUNCTION_NAME`, the metrics' dimension),
+    /// e.g. the stack's `resq-soak-consumer`; the binary's name by default.
+    pub fn with_function_name(mut self, name: &str) -> Self {
+        self.function_name = name.to_owned();
+        self
+    }
+
+    /// Sends the EMF documents among the kept log lines to `metrics` (a
+    /// [`crate::emf::MetricForwarder`]), as CloudWatch Logs would extract them.
+    pub fn forward_metrics(mut self, metrics: mpsc::UnboundedSender<serde_json::Value>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    fn env_var(&self, key: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
     async fn start(&mut self) -> Result<(), CliError> {
         let arn = format!(
             "arn:aws:lambda:{}:123456789012:function:{}",
             crate::emulator::REGION,
-            self.name
+            self.function_name
         );
         let api = RuntimeApi::start(arn).await?;
         let log = std::fs::OpenOptions::new()
@@ -203,13 +235,20 @@ impl Function {
             .append(true)
             .open(&self.log)
             .map_err(|e| CliError::Usage(format!("cannot open {}: {e}", self.log.display())))?;
-        let err_log = log
-            .try_clone()
-            .map_err(|e| CliError::Usage(e.to_string()))?;
+        let log = Arc::new(Mutex::new(log));
+        // Lambda filters application logs by level only in its JSON log format
+        let filter = self
+            .env_var("AWS_LAMBDA_LOG_FORMAT")
+            .is_some_and(|f| f.eq_ignore_ascii_case("json"))
+            .then(|| {
+                self.env_var("AWS_LAMBDA_LOG_LEVEL")
+                    .and_then(LogLevel::parse)
+                    .unwrap_or(LogLevel::Info)
+            });
         let mut cmd = Command::new(&self.binary);
         cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("AWS_LAMBDA_RUNTIME_API", &api.addr)
-            .env("AWS_LAMBDA_FUNCTION_NAME", &self.name)
+            .env("AWS_LAMBDA_FUNCTION_NAME", &self.function_name)
             .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
             .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
             .env(
@@ -221,8 +260,8 @@ impl Function {
                 format!("chaos/{}", self.starts),
             )
             .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(err_log))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .kill_on_drop(true);
         // SAFETY: prctl is async-signal-safe; the kernel kills the function if this process dies.
         unsafe {
@@ -231,9 +270,15 @@ impl Function {
                 Ok(())
             });
         }
-        let child = cmd
+        let mut child = cmd
             .spawn()
             .map_err(|e| CliError::Usage(format!("cannot start {}: {e}", self.binary.display())))?;
+        if let Some(out) = child.stdout.take() {
+            tokio::spawn(log_pipeline(out, filter, log.clone(), self.metrics.clone()));
+        }
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(log_pipeline(err, filter, log, self.metrics.clone()));
+        }
         self.starts += 1;
         self.running = Some((child, api));
         Ok(())
@@ -299,6 +344,30 @@ impl Function {
             self.kill().await;
         }
         Ok(outcome)
+    }
+}
+
+/// Lambda's log pipeline for one output stream: each line Lambda's level filter keeps (all of
+/// them without a filter, as in its text format) goes to the log file, and an EMF document to
+/// the metric forwarder.
+async fn log_pipeline(
+    stream: impl tokio::io::AsyncRead + Unpin,
+    filter: Option<LogLevel>,
+    log: Arc<Mutex<std::fs::File>>,
+    metrics: Option<mpsc::UnboundedSender<serde_json::Value>>,
+) {
+    use std::io::Write;
+    let mut lines = tokio::io::BufReader::new(stream).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if filter.is_some_and(|level| !resq::lambda::application_log_kept(&line, level)) {
+            continue;
+        }
+        let _ = writeln!(super::lock(&log), "{line}");
+        if let Some(tx) = &metrics
+            && let Some(doc) = crate::emf::emf_document(&line)
+        {
+            let _ = tx.send(doc);
+        }
     }
 }
 

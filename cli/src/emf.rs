@@ -1,0 +1,188 @@
+//! Lambda's log pipeline, locally, for the metrics: CloudWatch Logs turns the Embedded Metric
+//! Format lines that reach it (those Lambda's log-level filter keeps) into metric data. The
+//! local runtime ([`crate::chaos::runtime`]) hands the kept EMF lines of a function to a
+//! [`MetricForwarder`], which puts them into the emulator's CloudWatch, so that the template's
+//! alarms (on LocalStack, which evaluates them) see what they would see in AWS.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aws_sdk_cloudwatch::primitives::DateTime;
+use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// The metric data one EMF document carries: (namespace, datum) for each metric of each
+/// dimension set of each directive. Documents that are not EMF give nothing.
+pub fn datums(doc: &Value) -> Vec<(String, MetricDatum)> {
+    let Some(directives) = doc["_aws"]["CloudWatchMetrics"].as_array() else {
+        return Vec::new();
+    };
+    let at = doc["_aws"]["Timestamp"].as_i64().map(DateTime::from_millis);
+    let mut out = Vec::new();
+    for d in directives {
+        let Some(namespace) = d["Namespace"].as_str() else {
+            continue;
+        };
+        let sets: Vec<Vec<&str>> = d["Dimensions"]
+            .as_array()
+            .map(|sets| {
+                sets.iter()
+                    .filter_map(|s| s.as_array())
+                    .map(|s| s.iter().filter_map(Value::as_str).collect())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for m in d["Metrics"].as_array().into_iter().flatten() {
+            let (Some(name), Some(value)) = (
+                m["Name"].as_str(),
+                m["Name"].as_str().and_then(|n| doc[n].as_f64()),
+            ) else {
+                continue;
+            };
+            let unit = m["Unit"].as_str().map(StandardUnit::from);
+            for set in &sets {
+                let dimensions: Vec<Dimension> = set
+                    .iter()
+                    .map(|k| {
+                        let v = match &doc[*k] {
+                            Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        Dimension::builder().name(*k).value(v).build()
+                    })
+                    .collect();
+                let datum = MetricDatum::builder()
+                    .metric_name(name)
+                    .set_dimensions(Some(dimensions))
+                    .value(value)
+                    .set_unit(unit.clone())
+                    .set_timestamp(at)
+                    .build();
+                out.push((namespace.to_owned(), datum));
+            }
+        }
+    }
+    out
+}
+
+/// Puts the metric data of EMF documents into CloudWatch, as they come.
+pub struct MetricForwarder {
+    tx: mpsc::UnboundedSender<Value>,
+    /// Datums accepted by CloudWatch so far.
+    pub sent: Arc<AtomicU64>,
+    /// PutMetricData calls that failed.
+    pub failed: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MetricForwarder {
+    /// A forwarder into `client`'s CloudWatch.
+    pub fn start(client: aws_sdk_cloudwatch::Client) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+        let sent = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let (s, f) = (sent.clone(), failed.clone());
+        let task = tokio::spawn(async move {
+            while let Some(doc) = rx.recv().await {
+                let mut by_namespace: std::collections::BTreeMap<String, Vec<MetricDatum>> =
+                    Default::default();
+                for (ns, datum) in datums(&doc) {
+                    by_namespace.entry(ns).or_default().push(datum);
+                }
+                for (ns, data) in by_namespace {
+                    let n = data.len() as u64;
+                    match client
+                        .put_metric_data()
+                        .namespace(&ns)
+                        .set_metric_data(Some(data))
+                        .send()
+                        .await
+                    {
+                        Ok(_) => {
+                            s.fetch_add(n, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            f.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(error = %resq::sqs::AwsError::from_sdk(e), "metric forwarding: PutMetricData failed");
+                        }
+                    }
+                }
+            }
+        });
+        Self {
+            tx,
+            sent,
+            failed,
+            task,
+        }
+    }
+
+    /// Where a runtime sends the EMF documents its function printed.
+    pub fn sender(&self) -> mpsc::UnboundedSender<Value> {
+        self.tx.clone()
+    }
+}
+
+impl Drop for MetricForwarder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// An EMF document, if the line is one.
+pub fn emf_document(line: &str) -> Option<Value> {
+    if !line.contains("\"_aws\"") {
+        return None;
+    }
+    let doc: Value = serde_json::from_str(line).ok()?;
+    doc["_aws"]["CloudWatchMetrics"].is_array().then_some(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use resq::metrics::{self, Metrics};
+    use resq::reason::ArchiveReason;
+    use resq::telemetry::LogLevel;
+
+    #[test]
+    fn a_functions_metric_lines_become_the_metric_data_cloudwatch_would_extract() {
+        // GIVEN the lines the consumer prints for one invocation
+        let mut m = Metrics::new(
+            "resq-soak-consumer",
+            &[metrics::PROCESSED, metrics::REDRIVE_RETURNED],
+        );
+        m.add(metrics::REDRIVE_RETURNED, 3);
+        m.add_archived(ArchiveReason::RedriveCap);
+        let at = chrono::Utc::now();
+        let docs: Vec<Value> = m
+            .to_lines(at, LogLevel::Warn)
+            .iter()
+            .filter_map(|l| emf_document(l))
+            .collect();
+        assert_eq!(docs.len(), 2);
+        // WHEN they are read as CloudWatch Logs reads EMF
+        let data: Vec<(String, MetricDatum)> = docs.iter().flat_map(datums).collect();
+        // THEN each metric is a datum in resq's namespace with the function's dimension
+        let find = |name: &str, dims: usize| {
+            data.iter()
+                .find(|(_, d)| d.metric_name() == Some(name) && d.dimensions().len() == dims)
+                .map(|(ns, d)| {
+                    (
+                        ns.clone(),
+                        d.value(),
+                        d.dimensions()[0].value().map(str::to_owned),
+                    )
+                })
+        };
+        assert_eq!(
+            find("RedriveReturned", 1),
+            Some(("resq".into(), Some(3.0), Some("resq-soak-consumer".into())))
+        );
+        assert_eq!(find("Processed", 1).map(|f| f.1), Some(Some(0.0)));
+        assert_eq!(find("Archived", 2).map(|f| f.1), Some(Some(1.0)));
+        assert!(data.iter().all(|(_, d)| d.timestamp().is_some()));
+        assert!(emf_document(r#"{"level":"WARN","message":"x"}"#).is_none());
+    }
+}
