@@ -4,9 +4,14 @@ PYTHON ?= python3
 VENV := .venv
 VENV_CHECKOV := .venv-checkov
 VENV_BENCH := .venv-bench
+VENV_LOCALSTACK := .venv-localstack
 TOOLS := $(VENV)/.installed
 CHECKOV := $(VENV_CHECKOV)/.installed
 BENCH_TOOLS := $(VENV_BENCH)/.installed
+LOCALSTACK := $(VENV_LOCALSTACK)/.installed
+# LocalStack needs Python >= 3.12: pyenv's 3.13.0 (the machines' image has it), else a
+# python3.13 or python3.12 on PATH that really runs (pyenv's shims may not)
+PYTHON_LOCALSTACK ?= $(shell for p in "$$(pyenv root 2>/dev/null)/versions/3.13.0/bin/python3.13" python3.13 python3.12; do "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { command -v "$$p"; break; }; done)
 export SAM_CLI_TELEMETRY := 0
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
@@ -21,10 +26,11 @@ CHAOS_ORDERS ?= 10000
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := consumer_event redriver_message
 
-.PHONY: setup test lint fmt build deploy arm-target clean translate demo chaos fuzz local watch invoke-consumer invoke-redriver bench
+.PHONY: setup test lint fmt build deploy arm-target clean translate demo chaos soak fuzz local watch invoke-consumer invoke-redriver bench
 
-## setup: create the tool venvs (moto server, cargo-lambda, aws-sam-cli, cfn-lint; checkov apart)
-setup: $(TOOLS) $(CHECKOV)
+## setup: create the tool venvs (moto server, cargo-lambda, aws-sam-cli, cfn-lint; checkov and
+## LocalStack apart)
+setup: $(TOOLS) $(CHECKOV) $(LOCALSTACK)
 
 $(TOOLS): requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -36,14 +42,22 @@ $(CHECKOV): requirements-checkov.txt
 	$(VENV_CHECKOV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $@
 
+$(LOCALSTACK): requirements-localstack.txt
+	@test -n "$(PYTHON_LOCALSTACK)" || { echo "LocalStack needs Python 3.12+: none found (pyenv's 3.13.0, python3.13, python3.12); set PYTHON_LOCALSTACK"; exit 1; }
+	@echo "installing LocalStack into $(VENV_LOCALSTACK) (about a minute, 500 MB)"
+	"$(PYTHON_LOCALSTACK)" -m venv $(VENV_LOCALSTACK)
+	$(VENV_LOCALSTACK)/bin/pip install --quiet --disable-pip-version-check -r requirements-localstack.txt
+	touch $@
+
 $(BENCH_TOOLS): bench/requirements.txt
 	$(PYTHON) -m venv $(VENV_BENCH)
 	$(VENV_BENCH)/bin/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	touch $@
 
-## test: unit tests and the end-to-end tests against a moto server the tests start themselves
-test: $(TOOLS)
-	MOTO_SERVER=$(CURDIR)/$(VENV)/bin/moto_server cargo test --workspace --all-targets
+## test: unit tests and the end-to-end tests against a moto server (and LocalStack, for the
+## soak) the tests start themselves
+test: $(TOOLS) $(LOCALSTACK)
+	MOTO_SERVER=$(CURDIR)/$(VENV)/bin/moto_server LOCALSTACK_PYTHON=$(CURDIR)/$(VENV_LOCALSTACK)/bin/python cargo test --workspace --all-targets
 
 ## lint: rustfmt, clippy (warnings are errors), and the template: sam validate (+ --lint),
 ## cfn-lint on the template and on its SAM translation, checkov (0 failed; skips carry reasons)
@@ -89,6 +103,12 @@ chaos: $(TOOLS) translate
 	cargo build -q -p consumer -p redriver -p cli
 	./target/debug/resq chaos --orders $(CHAOS_ORDERS) --moto-server $(VENV)/bin/moto_server --template $(TRANSLATED) --consumer-bin target/debug/consumer --redriver-bin target/debug/redriver
 
+## soak: the pipeline over time on LocalStack (schedule every 2 s, TTL a minute, the alarm's
+## period 10 s): a burst of permanent failures, a downstream outage, recovery; then an audit
+soak: $(TOOLS) $(LOCALSTACK) translate
+	cargo build -q -p consumer -p redriver -p cli
+	./target/debug/resq soak --localstack-python $(VENV_LOCALSTACK)/bin/python --template $(TRANSLATED) --consumer-bin target/debug/consumer --redriver-bin target/debug/redriver
+
 ## fuzz: each cargo-fuzz target for FUZZ_SECONDS (not in CI); prints the executions run.
 ## Installs cargo-fuzz if missing; builds without a sanitizer, so a stable toolchain does.
 fuzz:
@@ -124,4 +144,4 @@ fmt:
 
 clean:
 	cargo clean
-	rm -rf $(VENV) $(VENV_CHECKOV) $(VENV_BENCH)
+	rm -rf $(VENV) $(VENV_CHECKOV) $(VENV_BENCH) $(VENV_LOCALSTACK)

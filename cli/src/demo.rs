@@ -72,6 +72,8 @@ pub struct Downstream {
     pub flaky: HashMap<String, u32>,
     /// Orders whose write always fails.
     pub doomed: HashSet<String>,
+    /// The downstream is down: every order write fails.
+    pub outage: bool,
 }
 
 impl Downstream {
@@ -86,6 +88,7 @@ impl Downstream {
         Self {
             flaky: ids(Plan::Flaky).collect(),
             doomed: ids(Plan::Doomed).map(|(id, _)| id).collect(),
+            outage: false,
         }
     }
 }

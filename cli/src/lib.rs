@@ -8,10 +8,13 @@ pub mod chaos;
 pub mod context;
 pub mod demo;
 pub mod dlq;
+pub mod emf;
 pub mod emulator;
 pub mod http;
 pub mod local;
+pub mod localstack;
 pub mod orders;
+pub mod soak;
 pub mod status;
 
 /// A command failed; the message says what to do.

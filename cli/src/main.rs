@@ -59,6 +59,53 @@ enum Command {
     /// Start a local emulator with the stack and write an env file for `cargo lambda watch`;
     /// runs until Ctrl-C.
     Local(LocalArgs),
+    /// The pipeline over time, compressed, on LocalStack: a burst of permanent failures, a
+    /// downstream outage that makes replays fail (the replays-failing alarm must pause replay),
+    /// then recovery; fails if anything was lost, doubled, starved or replayed past the cap.
+    Soak(SoakArgs),
+}
+
+#[derive(Args, Debug)]
+struct SoakArgs {
+    /// LocalStack's Python (its venv).
+    #[arg(long, default_value = ".venv-localstack/bin/python")]
+    localstack_python: PathBuf,
+    /// The translated template (the replays-failing alarm's definition).
+    #[arg(long, default_value = "target/infra/template.json")]
+    template: PathBuf,
+    /// The consumer binary.
+    #[arg(long, default_value = "target/debug/consumer")]
+    consumer_bin: PathBuf,
+    /// The redriver binary.
+    #[arg(long, default_value = "target/debug/redriver")]
+    redriver_bin: PathBuf,
+    /// Where the functions' logs go.
+    #[arg(long, default_value = "target/soak")]
+    log_dir: PathBuf,
+    /// Seconds between scheduled redriver runs.
+    #[arg(long, default_value_t = 2)]
+    schedule_seconds: u64,
+    /// MAX_MESSAGES_PER_RUN.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    max_messages_per_run: u32,
+    /// Permanent failures in the burst per message of a run's budget.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    burst_factor: u32,
+    /// Orders sent while the downstream is down.
+    #[arg(long, default_value_t = 40)]
+    outage_orders: usize,
+    /// ARCHIVE_AFTER_SECONDS (the TTL, scaled down).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(60..))]
+    ttl_seconds: u64,
+    /// The replays-failing alarm's period in seconds (the template's 60, scaled down).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(10..=60))]
+    alarm_period_seconds: u64,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    max_seconds: u64,
+    /// Random seed.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
 }
 
 #[derive(Args, Debug)]
@@ -147,10 +194,9 @@ struct ChaosArgs {
     /// `AWS_MAX_ATTEMPTS` for the functions (1: the SDK does not retry, resq sees every fault).
     #[arg(long, default_value_t = 1)]
     sdk_attempts: u32,
-    /// The redriver's PERMANENT_ACTION. `archive` by default here: with `keep`, hundreds of
-    /// kept permanent failures sit at the head of the emulator's DLQ and each run spends its
-    /// time re-reading them (see the README).
-    #[arg(long, default_value = "archive", value_parser = ["keep", "archive"])]
+    /// The redriver's PERMANENT_ACTION (the template's default, `keep`: the kept permanent
+    /// failures are hidden until their TTL, and the audit makes them visible first).
+    #[arg(long, default_value = "keep", value_parser = ["keep", "archive"])]
     permanent_action: String,
     /// The moto server binary.
     #[arg(long, default_value = ".venv/bin/moto_server")]
@@ -198,6 +244,10 @@ enum DlqCommand {
         /// At most this many.
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Include the permanent failures the redriver keeps hidden until their TTL: makes
+        /// them visible first (with --reason, those of that reason only).
+        #[arg(long)]
+        kept: bool,
     },
     /// Replay DLQ messages into the orders queue through the redriver's rules.
     Replay {
@@ -304,6 +354,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     if let Command::Chaos(args) = &cli.command {
         return chaos(args).await;
     }
+    if let Command::Soak(args) = &cli.command {
+        return soak(args).await;
+    }
     let endpoint = Endpoint {
         endpoint_url: cli.endpoint_url.clone(),
         region: cli.region.clone(),
@@ -376,13 +429,28 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             reason,
             older_than,
             limit,
+            kept,
         }) => {
+            if kept {
+                let n = dlq::unhide_kept(&ctx, reason.as_deref()).await?;
+                eprintln!(
+                    "{n} kept messages made visible (the next scheduled run keeps and hides them again)"
+                );
+            }
             let filter = dlq::Filter {
                 reason,
                 older_than: older_than.map(Duration::from_secs),
                 limit,
             };
             let shown = dlq::peek(&ctx, &filter).await?;
+            if !kept
+                && let Ok((_, hidden)) = resq::sqs::depth(&ctx.sqs, &ctx.dlq_url).await
+                && hidden > 0
+            {
+                eprintln!(
+                    "{hidden} more DLQ messages are hidden: permanent failures the redriver keeps until their TTL (--kept shows them), or messages a run holds"
+                );
+            }
             if json {
                 println!("{}", serde_json::to_string(&shown).unwrap_or_default());
             } else if shown.is_empty() {
@@ -447,7 +515,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 serde_json::to_string_pretty(&envelope).unwrap_or_default()
             );
         }
-        Command::Demo(_) | Command::Local(_) | Command::Chaos(_) => unreachable!("handled above"),
+        Command::Demo(_) | Command::Local(_) | Command::Chaos(_) | Command::Soak(_) => {
+            unreachable!("handled above")
+        }
         Command::Archive(ArchiveCommand::Restore { keys, dry_run }) => {
             for key in keys {
                 match archive::restore(&ctx, &key, dry_run).await? {
@@ -498,6 +568,62 @@ async fn chaos(args: &ChaosArgs) -> Result<(), CliError> {
     println!("\n{}", resq_cli::demo::table(&report.audit));
     println!("{}", report.details());
     let failures = report.failures(&opts);
+    for f in &failures {
+        println!("FAILED: {f}");
+    }
+    println!("{}", report.summary_line());
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Usage(failures.join("; ")))
+    }
+}
+
+async fn soak(args: &SoakArgs) -> Result<(), CliError> {
+    let opts = resq_cli::soak::SoakOptions {
+        localstack_python: args.localstack_python.clone(),
+        template: args.template.clone(),
+        consumer_bin: args.consumer_bin.clone(),
+        redriver_bin: args.redriver_bin.clone(),
+        log_dir: args.log_dir.clone(),
+        schedule_every: Duration::from_secs(args.schedule_seconds.max(1)),
+        max_messages_per_run: args.max_messages_per_run,
+        burst_factor: args.burst_factor,
+        warmup_orders: 20,
+        outage_orders: args.outage_orders,
+        recovery_orders: 20,
+        ttl: Duration::from_secs(args.ttl_seconds),
+        alarm_period: Duration::from_secs(args.alarm_period_seconds),
+        hold_periods: 3,
+        threshold: 2,
+        max_duration: Duration::from_secs(args.max_seconds),
+        seed: args.seed,
+    };
+    // Ctrl-C drops the run: LocalStack and the function processes die with their handles.
+    let report = tokio::select! {
+        report = resq_cli::soak::run(&opts) => report?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("resq: interrupted; LocalStack and functions stopped");
+            std::process::exit(130);
+        }
+    };
+    println!("\n{}", resq_cli::demo::table(&report.audit));
+    println!(
+        "alarm states (s: state): {}",
+        report
+            .alarm_states
+            .iter()
+            .map(|(at, s)| format!("{at}: {s}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "{} s, {}settled; {} metric data points forwarded to CloudWatch",
+        report.elapsed.as_secs(),
+        if report.settled { "" } else { "NOT " },
+        report.metrics_forwarded
+    );
+    let failures = report.failures();
     for f in &failures {
         println!("FAILED: {f}");
     }

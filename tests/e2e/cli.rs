@@ -181,6 +181,42 @@ async fn dlq_peek_filters_and_leaves_everything_in_place() {
         (3, 0),
         "peeking removes nothing and hides nothing"
     );
+
+    // a scheduled run keeps the two permanent failures and hides them until their TTL …
+    let run = redrive(&stack, &redriver(&stack, &[]), serde_json::json!({}), &[]).await;
+    assert_eq!((run.redriven, run.kept), (1, 2));
+    assert_eq!(stack.depth(&stack.dlq).await, (0, 2));
+    let none = dlq::peek(
+        &ctx,
+        &dlq::Filter {
+            limit: 10,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(none.is_empty());
+    // … and the operator reaches them at once: `resq dlq peek --kept`
+    assert_eq!(
+        dlq::unhide_kept(&ctx, Some("VALIDATION_FAILED"))
+            .await
+            .unwrap(),
+        1
+    );
+    let shown = dlq::peek(
+        &ctx,
+        &dlq::Filter {
+            limit: 10,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(shown.len(), 1);
+    assert_eq!(shown[0].reason.as_deref(), Some("VALIDATION_FAILED"));
+    // (the keep list still names the one shown: its stale receipt handle is harmless)
+    assert!(dlq::unhide_kept(&ctx, None).await.unwrap() >= 1);
+    assert_eq!(stack.depth(&stack.dlq).await, (2, 0));
 }
 
 #[tokio::test]
@@ -247,6 +283,11 @@ async fn archive_ls_show_and_restore() {
                 ("x-redrive-count".to_owned(), AttributeValue::number(3)),
                 ("x-failure-reason".to_owned(), AttributeValue::string("X")),
                 ("trace-id".to_owned(), AttributeValue::string("t-9")),
+                // first sent two days ago: long past the redriver's 24 h TTL
+                (
+                    "x-first-sent-at".to_owned(),
+                    AttributeValue::number(now_ms() - 48 * 3_600_000),
+                ),
             ]),
             attributes: Default::default(),
         };
@@ -260,6 +301,44 @@ async fn archive_ls_show_and_restore() {
         archiver.archive(reason, at, message, meta).await.unwrap();
     }
     assert_eq!(archive::list(&ctx, None, None).await.unwrap().len(), 2);
+    // an entry archived on a later day after its message's first send day stays under that day
+    let late = OriginalMessage {
+        message_id: "m-late".into(),
+        body: order_body("o-late"),
+        message_attributes: MessageAttributes::new(),
+        attributes: Default::default(),
+    };
+    let facts = ArchiveFacts {
+        source_queue: stack.dlq.url.clone(),
+        redrive_count: Some(3),
+        receive_count: Some(1),
+        first_sent_at: Some((at - chrono::Duration::days(1)).timestamp_millis() as u64),
+        last_error: None,
+    };
+    archiver
+        .archive(ArchiveReason::RedriveCap, at, late.clone(), facts.clone())
+        .await
+        .unwrap();
+    archiver
+        .archive(
+            ArchiveReason::RedriveCap,
+            at + chrono::Duration::days(1),
+            late,
+            facts,
+        )
+        .await
+        .unwrap();
+    let yesterday = (at - chrono::Duration::days(1))
+        .format("%Y-%m-%d")
+        .to_string();
+    assert_eq!(
+        archive::list(&ctx, Some("REDRIVE_CAP"), Some(&yesterday))
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "one entry, under the day the message was first sent"
+    );
     let capped = archive::list(
         &ctx,
         Some("REDRIVE_CAP"),
@@ -302,9 +381,32 @@ async fn archive_ls_show_and_restore() {
     );
     assert_eq!(attr(&restored[0], "x-failure-reason"), None);
     assert_eq!(
+        attr(&restored[0], "x-first-sent-at"),
+        None,
+        "a restore starts a fresh TTL"
+    );
+    assert_eq!(
         archive::list(&ctx, None, None).await.unwrap().len(),
-        2,
+        3,
         "the archive keeps its record"
+    );
+    // WHEN the restored message fails again and reaches the DLQ (as SQS moves it, attributes
+    // and all), the next run replays it: its TTL counts from the restore, not the first send
+    let attrs = restored[0].message_attributes().cloned();
+    stack
+        .sqs
+        .send_message()
+        .queue_url(&stack.dlq.url)
+        .message_body(order_body("o-0"))
+        .set_message_attributes(attrs)
+        .send()
+        .await
+        .unwrap();
+    let summary = redrive(&stack, &redriver(&stack, &[]), serde_json::json!({}), &[]).await;
+    assert_eq!(
+        (summary.redriven, summary.archived.len()),
+        (1, 0),
+        "{summary:?}"
     );
 }
 

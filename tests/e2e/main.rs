@@ -8,6 +8,8 @@ mod consumer;
 mod fixtures;
 mod helpers;
 mod hostile;
+mod levels;
 mod redriver;
+mod soak;
 mod template;
 mod workspace;

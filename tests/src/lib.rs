@@ -20,6 +20,15 @@ pub fn moto_binary() -> PathBuf {
         })
 }
 
+/// LocalStack's Python: `LOCALSTACK_PYTHON`, else the workspace's `.venv-localstack`.
+pub fn localstack_python() -> PathBuf {
+    std::env::var_os("LOCALSTACK_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv-localstack/bin/python")
+        })
+}
+
 /// Starts moto for one test (stopped when the handle drops).
 pub fn moto() -> MotoServer {
     MotoServer::start(&moto_binary())

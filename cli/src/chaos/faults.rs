@@ -163,6 +163,7 @@ pub struct FaultProxy {
     pub endpoint: String,
     /// What it saw and did.
     pub stats: Arc<FaultStats>,
+    shared: Arc<Shared>,
 }
 
 impl FaultProxy {
@@ -181,8 +182,9 @@ impl FaultProxy {
             downstream: Mutex::new(downstream),
             stats: stats.clone(),
         });
+        let served = shared.clone();
         let addr = serve_on_thread(move |client| {
-            let shared = shared.clone();
+            let shared = served.clone();
             async move {
                 if let Err(e) = serve(client, &shared).await {
                     tracing::debug!(error = %e, "fault proxy: connection ended");
@@ -193,7 +195,20 @@ impl FaultProxy {
         Ok(Self {
             endpoint: format!("http://{addr}"),
             stats,
+            shared,
         })
+    }
+
+    /// Takes the orders' downstream down (every order write fails) or brings it back.
+    pub fn set_outage(&self, down: bool) {
+        lock(&self.shared.downstream).outage = down;
+    }
+
+    /// Makes `order`'s write fail `failures` more times before it goes through.
+    pub fn add_flaky(&self, order: &str, failures: u32) {
+        lock(&self.shared.downstream)
+            .flaky
+            .insert(order.to_owned(), failures);
     }
 }
 
@@ -214,7 +229,7 @@ async fn serve(mut client: TcpStream, shared: &Shared) -> std::io::Result<()> {
     }
     let downstream_fails = call.order_write.as_ref().is_some_and(|id| {
         let mut d = lock(&shared.downstream);
-        if d.doomed.contains(id) {
+        if d.outage || d.doomed.contains(id) {
             return true;
         }
         match d.flaky.get_mut(id) {

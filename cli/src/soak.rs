@@ -1,0 +1,899 @@
+//! `resq soak`: the pipeline over time, compressed. The real `consumer` and `redriver` binaries
+//! run behind the local Lambda runtime on LocalStack, whose CloudWatch evaluates alarms from
+//! metric data; the functions' metric lines reach it as through Lambda's log pipeline (at
+//! `AWS_LAMBDA_LOG_LEVEL=WARN`, so a level the template allows is proven to keep them). The
+//! template's replays-failing alarm is created from its definition, its period scaled down,
+//! and named in the redriver's `PAUSE_ON_ALARMS`. The schedule fires every few seconds and the
+//! TTL is a minute. Then, in phases:
+//!
+//! 1. **warm-up**: valid orders, processed;
+//! 2. **burst**: permanent failures outnumbering a run's budget a hundred to one land in the
+//!    DLQ, then replayable probes behind them: every probe must be replayed within two runs
+//!    (`starved` counts those that were not);
+//! 3. **outage**: the orders' downstream fails every write; new orders go through the DLQ,
+//!    their replays fail again, the alarm goes to ALARM and replay pauses, while the paused
+//!    runs go on archiving what reaches its TTL;
+//! 4. **recovery**: the downstream is back; orders that fail twice more pass through the DLQ;
+//!    the alarm returns to OK and replay resumes;
+//! 5. **settle and audit**: every order is looked for (order records with their versions, the
+//!    archive, both queues).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::sqs::SqsBatchResponse;
+use aws_sdk_cloudwatch::operation::put_metric_alarm::PutMetricAlarmInput;
+use aws_sdk_cloudwatch::operation::put_metric_alarm::builders::PutMetricAlarmInputBuilder;
+use aws_sdk_cloudwatch::types::{ComparisonOperator, Dimension, StateValue, Statistic};
+use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::CliError;
+use crate::chaos::faults::FaultProxy;
+use crate::chaos::runtime::{Function, Outcome};
+use crate::context::Context;
+use crate::demo::{self, Audit, Downstream, Plan};
+use crate::emf::MetricForwarder;
+use crate::emulator::REGION;
+use crate::local::{delete_done, gather_batch, next_tick, schedule_ticks};
+use crate::localstack::LocalStack;
+use crate::orders::{self, Outgoing};
+
+/// The stack name (the alarm's and the functions' names derive from it).
+pub const STACK: &str = "resq-soak";
+/// The redrive cap.
+pub const MAX_REDRIVE_ATTEMPTS: u32 = 3;
+/// The orders queue's `maxReceiveCount`.
+pub const MAX_RECEIVE_COUNT: u32 = 2;
+const CONSUMER_TIMEOUT: Duration = Duration::from_secs(5);
+const REDRIVER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What a soak run does.
+#[derive(Debug, Clone)]
+pub struct SoakOptions {
+    /// LocalStack's Python (`.venv-localstack/bin/python`).
+    pub localstack_python: PathBuf,
+    /// The translated template (the alarm's definition comes from it).
+    pub template: PathBuf,
+    /// The `consumer` binary.
+    pub consumer_bin: PathBuf,
+    /// The `redriver` binary.
+    pub redriver_bin: PathBuf,
+    /// Where the functions' logs go.
+    pub log_dir: PathBuf,
+    /// The redriver's schedule period.
+    pub schedule_every: Duration,
+    /// `MAX_MESSAGES_PER_RUN`.
+    pub max_messages_per_run: u32,
+    /// Kept permanent failures per message of a run's budget in the burst (100: a hundred to
+    /// one).
+    pub burst_factor: u32,
+    /// Valid orders before the burst.
+    pub warmup_orders: usize,
+    /// Orders sent while the downstream is down.
+    pub outage_orders: usize,
+    /// Orders that fail twice more after the recovery (they pass through the DLQ).
+    pub recovery_orders: usize,
+    /// `ARCHIVE_AFTER_SECONDS`.
+    pub ttl: Duration,
+    /// The replays-failing alarm's period (the template's 60 s, scaled down).
+    pub alarm_period: Duration,
+    /// Its `ReplaysFailingHoldMinutes`, in (scaled) periods.
+    pub hold_periods: u32,
+    /// Its `ReplaysFailingThreshold`, per (scaled) period.
+    pub threshold: u32,
+    /// Give up after this long.
+    pub max_duration: Duration,
+    /// Random seed.
+    pub seed: u64,
+}
+
+/// What happened.
+#[derive(Debug, Clone)]
+pub struct SoakReport {
+    /// Redriver runs that answered.
+    pub runs: u64,
+    /// Messages replayed, over all runs.
+    pub replayed: u64,
+    /// Probes behind the burst.
+    pub probes: usize,
+    /// Probes not replayed within two runs of the burst.
+    pub starved: usize,
+    /// The highest `x-redrive-count` of any copy sent or found.
+    pub max_replays: u32,
+    /// Runs the breaker paused.
+    pub paused_runs: u64,
+    /// A run replayed again after the alarm returned to OK.
+    pub resumed: bool,
+    /// Messages archived by paused runs.
+    pub archived_while_paused: u64,
+    /// The alarm was seen in ALARM, and in OK after that.
+    pub alarm_fired: bool,
+    /// The alarm was seen back in OK after it fired.
+    pub alarm_cleared: bool,
+    /// The alarm's state changes, seconds into the run.
+    pub alarm_states: Vec<(u64, String)>,
+    /// Datums put into CloudWatch from the functions' metric lines.
+    pub metrics_forwarded: u64,
+    /// Where every order ended.
+    pub audit: Audit,
+    /// The pipeline drained before the time limit.
+    pub settled: bool,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl SoakReport {
+    /// The run's last line.
+    pub fn summary_line(&self) -> String {
+        format!(
+            "soak: runs={} replayed={} starved={} max_replays={} paused_runs={} resumed={} archived_while_paused={} lost={} duplicate_effects={}",
+            self.runs,
+            self.replayed,
+            self.starved,
+            self.max_replays,
+            self.paused_runs,
+            if self.resumed { "yes" } else { "no" },
+            self.archived_while_paused,
+            self.audit.lost.len(),
+            self.audit.duplicate_effects
+        )
+    }
+
+    /// Every broken promise, in words (empty: the run passed).
+    pub fn failures(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.audit.lost.is_empty() {
+            out.push(format!(
+                "{} orders lost: {}",
+                self.audit.lost.len(),
+                self.audit.lost.join(", ")
+            ));
+        }
+        if self.audit.duplicate_effects > 0 {
+            out.push(format!(
+                "{} order effects doubled",
+                self.audit.duplicate_effects
+            ));
+        }
+        if self.starved > 0 {
+            out.push(format!(
+                "{} of {} replayable messages behind the burst were not replayed within two runs",
+                self.starved, self.probes
+            ));
+        }
+        if self.max_replays > MAX_REDRIVE_ATTEMPTS {
+            out.push(format!(
+                "a message was replayed {} times (cap {MAX_REDRIVE_ATTEMPTS})",
+                self.max_replays
+            ));
+        }
+        if !self.alarm_fired {
+            out.push("the replays-failing alarm never went to ALARM during the outage".into());
+        }
+        if self.paused_runs == 0 {
+            out.push("replay did not pause during the outage".into());
+        }
+        if !self.alarm_cleared {
+            out.push("the replays-failing alarm did not return to OK after the outage".into());
+        }
+        if !self.resumed {
+            out.push("replay did not resume after the alarm cleared".into());
+        }
+        if self.archived_while_paused == 0 {
+            out.push("nothing was archived while replay was paused".into());
+        }
+        if self.metrics_forwarded == 0 {
+            out.push("no metric line reached CloudWatch".into());
+        }
+        out
+    }
+}
+
+/// What the loops share.
+#[derive(Default)]
+struct State {
+    hold_schedule: AtomicBool,
+    run_in_progress: AtomicBool,
+    runs: AtomicU64,
+    replayed: AtomicU64,
+    paused_runs: AtomicU64,
+    archived_while_paused: AtomicU64,
+    /// Runs that replayed something while not paused, with when they ended.
+    unpaused_replays: Mutex<Vec<Instant>>,
+    last_run_moved: AtomicU64,
+    invocations: AtomicU64,
+    function_errors: AtomicU64,
+    alarm: Mutex<Vec<(Instant, StateValue)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs the soak and reports; LocalStack and the functions stop when this returns.
+pub async fn run(opts: &SoakOptions) -> Result<SoakReport, CliError> {
+    let started = Instant::now();
+    let template: Value = std::fs::read_to_string(&opts.template)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "cannot read the translated template {} (make soak translates it first)",
+                opts.template.display()
+            ))
+        })?;
+    std::fs::create_dir_all(&opts.log_dir)
+        .map_err(|e| CliError::Usage(format!("cannot create {}: {e}", opts.log_dir.display())))?;
+    let localstack = LocalStack::start(&opts.localstack_python)?;
+    let config = localstack.sdk_config().await;
+    let ctx = deploy(&config).await?;
+    let alarm = replays_failing_alarm(&template, opts)?;
+    alarm
+        .send_with(&ctx.cloudwatch)
+        .await
+        .map_err(|e| CliError::aws("creating the replays-failing alarm", e))?;
+    let alarm_name = format!("{STACK}-replays-failing");
+    println!(
+        "LocalStack on {}; stack {STACK}: {} → {}; alarm {alarm_name} from the template: RedriveReturned of {STACK}-consumer, Sum per {} s > {}, in ALARM until {} periods in a row are not",
+        localstack.endpoint,
+        ctx.main_queue_url,
+        ctx.dlq_url,
+        opts.alarm_period.as_secs(),
+        opts.threshold,
+        opts.hold_periods
+    );
+
+    let upstream = localstack
+        .endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .map_err(|e| CliError::Usage(format!("LocalStack address {}: {e}", localstack.endpoint)))?;
+    let proxy = FaultProxy::start(upstream, 0.0, Downstream::default(), opts.seed)?;
+    let forwarder = MetricForwarder::start(ctx.cloudwatch.clone());
+    let env = function_env(opts, &ctx, &proxy.endpoint, &alarm_name);
+    let consumer = Function::new(
+        "consumer",
+        &opts.consumer_bin,
+        env.clone(),
+        &opts.log_dir.join("consumer.log"),
+        CONSUMER_TIMEOUT,
+    )?
+    .with_function_name(&format!("{STACK}-consumer"))
+    .forward_metrics(forwarder.sender());
+    let redriver = Function::new(
+        "redriver",
+        &opts.redriver_bin,
+        env,
+        &opts.log_dir.join("redriver.log"),
+        REDRIVER_TIMEOUT,
+    )?
+    .with_function_name(&format!("{STACK}-redriver"))
+    .forward_metrics(forwarder.sender());
+
+    let state = State::default();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let main_arn = queue_arn(&ctx, &ctx.main_queue_url).await?;
+    let (c, r, (), driven) = tokio::join!(
+        event_source_mapping(consumer, &ctx, &main_arn, &state, stop_rx.clone()),
+        schedule(redriver, &state, opts.schedule_every, stop_rx.clone()),
+        watch_alarm(&ctx, &alarm_name, &state, stop_rx),
+        drive(&ctx, &proxy, &state, opts, started, stop_tx),
+    );
+    c?;
+    r?;
+    let driven = driven?;
+    crate::dlq::unhide_kept(&ctx, None).await?;
+    let audit = demo::audit(&ctx, &driven.plans, driven.plans.len()).await?;
+    let proxy_max = lock(&proxy.stats.redrive_counts)
+        .values()
+        .copied()
+        .max()
+        .unwrap_or(0);
+    let alarm_states = lock(&state.alarm)
+        .iter()
+        .map(|(at, s)| {
+            (
+                at.saturating_duration_since(started).as_secs(),
+                s.as_str().to_owned(),
+            )
+        })
+        .collect();
+    let report = SoakReport {
+        runs: state.runs.load(Ordering::Relaxed),
+        replayed: state.replayed.load(Ordering::Relaxed),
+        probes: driven.probes,
+        starved: driven.starved,
+        max_replays: audit.max_redrives.max(proxy_max),
+        paused_runs: state.paused_runs.load(Ordering::Relaxed),
+        resumed: driven.resumed,
+        archived_while_paused: state.archived_while_paused.load(Ordering::Relaxed),
+        alarm_fired: driven.alarm_fired,
+        alarm_cleared: driven.alarm_cleared,
+        alarm_states,
+        metrics_forwarded: forwarder.sent.load(Ordering::Relaxed),
+        audit,
+        settled: driven.settled,
+        elapsed: started.elapsed(),
+    };
+    drop(localstack);
+    Ok(report)
+}
+
+/// The stack's queues and bucket on LocalStack, as the template makes them (the functions
+/// run here; the replays-failing alarm is created from the template's own definition).
+async fn deploy(config: &aws_config::SdkConfig) -> Result<Context, CliError> {
+    let sqs = aws_sdk_sqs::Client::new(config);
+    let create = |name: String, attrs: Vec<(QueueAttributeName, String)>| {
+        let sqs = sqs.clone();
+        async move {
+            sqs.create_queue()
+                .queue_name(&name)
+                .set_attributes(Some(attrs.into_iter().collect()))
+                .send()
+                .await
+                .map_err(|e| CliError::aws(format!("creating queue {name}"), e))?
+                .queue_url
+                .ok_or_else(|| CliError::Usage(format!("no URL for queue {name}")))
+        }
+    };
+    let dlq_url = create(
+        format!("{STACK}-orders-dlq"),
+        vec![(QueueAttributeName::MessageRetentionPeriod, "1209600".into())],
+    )
+    .await?;
+    let ctx = Context::from_config(
+        config,
+        String::new(),
+        dlq_url.clone(),
+        format!("{STACK}-archive"),
+    );
+    let dlq_arn = queue_arn(&ctx, &dlq_url).await?;
+    let redrive = serde_json::json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": MAX_RECEIVE_COUNT.to_string()});
+    let main_url = create(
+        format!("{STACK}-orders"),
+        vec![
+            (QueueAttributeName::RedrivePolicy, redrive.to_string()),
+            (
+                QueueAttributeName::VisibilityTimeout,
+                (6 * CONSUMER_TIMEOUT.as_secs()).to_string(),
+            ),
+        ],
+    )
+    .await?;
+    let ctx = Context::from_config(config, main_url, dlq_url, format!("{STACK}-archive"));
+    ctx.s3
+        .create_bucket()
+        .bucket(&ctx.bucket)
+        .send()
+        .await
+        .map_err(|e| CliError::aws("creating the archive bucket", e))?;
+    ctx.s3
+        .put_bucket_versioning()
+        .bucket(&ctx.bucket)
+        .versioning_configuration(
+            aws_sdk_s3::types::VersioningConfiguration::builder()
+                .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| CliError::aws("versioning the archive bucket", e))?;
+    Ok(ctx)
+}
+
+async fn queue_arn(ctx: &Context, url: &str) -> Result<String, CliError> {
+    ctx.sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| CliError::aws(format!("reading {url}"), e))?
+        .attributes
+        .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
+        .ok_or_else(|| CliError::Usage(format!("no ARN for {url}")))
+}
+
+/// A property of the template resolved for the soak's stack: `Ref` to a parameter (the soak's
+/// value, else its default), `Fn::Sub` of `${AWS::StackName}`, or a literal.
+fn resolve(template: &Value, v: &Value, params: &HashMap<&str, String>) -> Option<String> {
+    if let Some(p) = v.get("Ref").and_then(Value::as_str) {
+        return params.get(p).cloned().or_else(|| {
+            let d = &template["Parameters"][p]["Default"];
+            d.as_str()
+                .map(str::to_owned)
+                .or_else(|| d.as_f64().map(|n| n.to_string()))
+        });
+    }
+    if let Some(s) = v.get("Fn::Sub").and_then(Value::as_str) {
+        return Some(s.replace("${AWS::StackName}", STACK));
+    }
+    v.as_str()
+        .map(str::to_owned)
+        .or_else(|| v.as_f64().map(|n| n.to_string()))
+}
+
+/// The template's `ReplaysFailingAlarm`, as `PutMetricAlarm` for the soak's stack: every
+/// property from the template, the period scaled down to `alarm_period`, the hold and the
+/// threshold as the soak's parameter values. Alarm actions are left out (no topic here).
+pub fn replays_failing_alarm(
+    template: &Value,
+    opts: &SoakOptions,
+) -> Result<PutMetricAlarmInputBuilder, CliError> {
+    let p = &template["Resources"]["ReplaysFailingAlarm"]["Properties"];
+    if !p.is_object() {
+        return Err(CliError::Usage(
+            "the template has no ReplaysFailingAlarm".into(),
+        ));
+    }
+    let params = HashMap::from([
+        ("ReplaysFailingThreshold", opts.threshold.to_string()),
+        ("ReplaysFailingHoldMinutes", opts.hold_periods.to_string()),
+    ]);
+    let get = |k: &str| {
+        resolve(template, &p[k], &params)
+            .ok_or_else(|| CliError::Usage(format!("ReplaysFailingAlarm: {k} unresolved")))
+    };
+    let number = |k: &str| -> Result<f64, CliError> {
+        get(k)?
+            .parse::<f64>()
+            .map_err(|e| CliError::Usage(format!("ReplaysFailingAlarm: {k}: {e}")))
+    };
+    let dimensions = p["Dimensions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            Ok(Dimension::builder()
+                .name(d["Name"].as_str().unwrap_or_default())
+                .value(resolve(template, &d["Value"], &params).ok_or_else(|| {
+                    CliError::Usage("ReplaysFailingAlarm: a dimension is unresolved".into())
+                })?)
+                .build())
+        })
+        .collect::<Result<Vec<_>, CliError>>()?;
+    let mut put = PutMetricAlarmInput::builder()
+        .alarm_name(get("AlarmName")?)
+        .namespace(get("Namespace")?)
+        .metric_name(get("MetricName")?)
+        .set_dimensions(Some(dimensions))
+        .statistic(Statistic::from(get("Statistic")?.as_str()))
+        .period(opts.alarm_period.as_secs() as i32)
+        .evaluation_periods(number("EvaluationPeriods")? as i32)
+        .threshold(number("Threshold")?)
+        .comparison_operator(ComparisonOperator::from(
+            get("ComparisonOperator")?.as_str(),
+        ))
+        .treat_missing_data(get("TreatMissingData")?);
+    if p.get("DatapointsToAlarm").is_some() {
+        put = put.datapoints_to_alarm(number("DatapointsToAlarm")? as i32);
+    }
+    if number("Period")? < opts.alarm_period.as_secs_f64() {
+        return Err(CliError::Usage(
+            "the soak's alarm period must scale the template's down".into(),
+        ));
+    }
+    Ok(put)
+}
+
+fn function_env(
+    opts: &SoakOptions,
+    ctx: &Context,
+    endpoint: &str,
+    alarm: &str,
+) -> Vec<(String, String)> {
+    [
+        ("MAIN_QUEUE_URL", ctx.main_queue_url.clone()),
+        ("DLQ_URL", ctx.dlq_url.clone()),
+        ("ARCHIVE_BUCKET", ctx.bucket.clone()),
+        ("MAX_REDRIVE_ATTEMPTS", MAX_REDRIVE_ATTEMPTS.to_string()),
+        ("DEADLINE_MARGIN_MS", "1000".into()),
+        ("CONSUMER_CONCURRENCY", "10".into()),
+        ("BACKOFF_BASE_SECONDS", "0".into()),
+        ("BACKOFF_MAX_SECONDS", "1".into()),
+        ("REDRIVE_RATE_PER_SECOND", "50".into()),
+        (
+            "MAX_MESSAGES_PER_RUN",
+            opts.max_messages_per_run.to_string(),
+        ),
+        ("ARCHIVE_AFTER_SECONDS", opts.ttl.as_secs().to_string()),
+        ("PERMANENT_ACTION", "keep".into()),
+        ("PAUSE_ON_ALARMS", alarm.to_owned()),
+        ("AWS_ENDPOINT_URL", endpoint.to_owned()),
+        ("AWS_REGION", REGION.into()),
+        ("AWS_ACCESS_KEY_ID", "soak".into()),
+        ("AWS_SECRET_ACCESS_KEY", "soak".into()),
+        // JSON logs at WARN, a level the template allows: the metrics must still get through
+        ("AWS_LAMBDA_LOG_FORMAT", "JSON".into()),
+        ("AWS_LAMBDA_LOG_LEVEL", "WARN".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// Lambda's SQS poller in front of the consumer process.
+async fn event_source_mapping(
+    mut consumer: Function,
+    ctx: &Context,
+    main_arn: &str,
+    state: &State,
+    stop: watch::Receiver<bool>,
+) -> Result<(), CliError> {
+    while !*stop.borrow() {
+        let batch = gather_batch(
+            &ctx.sqs,
+            &ctx.main_queue_url,
+            10,
+            Duration::from_millis(200),
+        )
+        .await;
+        if batch.is_empty() {
+            continue;
+        }
+        let event = resq::sqs_event::lambda_event(&batch, main_arn, REGION);
+        state.invocations.fetch_add(1, Ordering::Relaxed);
+        match consumer.invoke(&event.to_string(), None).await? {
+            Outcome::Response(body) => match serde_json::from_str::<SqsBatchResponse>(&body) {
+                Ok(response) => delete_done(&ctx.sqs, &ctx.main_queue_url, &batch, &response).await,
+                Err(e) => {
+                    state.function_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(error = %e, body, "not a batch response");
+                }
+            },
+            other => {
+                state.function_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(outcome = ?other, "consumer invocation failed");
+            }
+        }
+    }
+    consumer.kill().await;
+    Ok(())
+}
+
+/// The EventBridge schedule in front of the redriver process (held during the burst).
+async fn schedule(
+    mut redriver: Function,
+    state: &State,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), CliError> {
+    let mut ticks = schedule_ticks(every);
+    while next_tick(&mut ticks, &mut stop).await {
+        if state.hold_schedule.load(Ordering::SeqCst) {
+            continue;
+        }
+        state.run_in_progress.store(true, Ordering::SeqCst);
+        let event = serde_json::json!({
+            "version": "0", "id": "soak", "detail-type": "Scheduled Event", "source": "aws.events",
+            "account": "123456789012", "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            "region": REGION, "resources": [format!("arn:aws:events:{REGION}:123456789012:rule/{STACK}-schedule")], "detail": {}
+        });
+        let outcome = redriver.invoke(&event.to_string(), None).await?;
+        match outcome {
+            Outcome::Response(body) => match serde_json::from_str::<redriver::Summary>(&body) {
+                Ok(s) => {
+                    let archived: u64 = s.archived.values().sum();
+                    state.runs.fetch_add(1, Ordering::Relaxed);
+                    state.replayed.fetch_add(s.redriven, Ordering::Relaxed);
+                    if s.paused {
+                        state.paused_runs.fetch_add(1, Ordering::Relaxed);
+                        state
+                            .archived_while_paused
+                            .fetch_add(archived, Ordering::Relaxed);
+                    } else if s.redriven > 0 {
+                        lock(&state.unpaused_replays).push(Instant::now());
+                    }
+                    state
+                        .last_run_moved
+                        .store(s.redriven + archived, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    state.function_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(error = %e, body, "not a redriver summary");
+                }
+            },
+            other => {
+                state.function_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(outcome = ?other, "redriver invocation failed");
+            }
+        }
+        state.run_in_progress.store(false, Ordering::SeqCst);
+    }
+    redriver.kill().await;
+    Ok(())
+}
+
+/// Records the alarm's state changes (once a second).
+async fn watch_alarm(ctx: &Context, name: &str, state: &State, mut stop: watch::Receiver<bool>) {
+    let mut last: Option<StateValue> = None;
+    loop {
+        if let Ok(out) = ctx
+            .cloudwatch
+            .describe_alarms()
+            .alarm_names(name)
+            .send()
+            .await
+            && let Some(now) = out
+                .metric_alarms()
+                .first()
+                .and_then(|a| a.state_value().cloned())
+            && last.as_ref() != Some(&now)
+        {
+            lock(&state.alarm).push((Instant::now(), now.clone()));
+            last = Some(now);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+struct Driven {
+    plans: HashMap<String, Plan>,
+    probes: usize,
+    starved: usize,
+    resumed: bool,
+    alarm_fired: bool,
+    alarm_cleared: bool,
+    settled: bool,
+}
+
+async fn depth(ctx: &Context, url: &str) -> u64 {
+    resq::sqs::depth(&ctx.sqs, url)
+        .await
+        .map_or(u64::MAX, |(v, h)| v + h)
+}
+
+/// Waits (printing progress) until `done` holds or `limit` passes; `false` on the limit.
+async fn until<F, Fut>(what: &str, limit: Instant, started: Instant, mut done: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let mut last_print = Instant::now();
+    loop {
+        if done().await {
+            println!("[{:>4}s] {what}: done", started.elapsed().as_secs());
+            return true;
+        }
+        if Instant::now() >= limit {
+            println!(
+                "[{:>4}s] {what}: NOT done in time",
+                started.elapsed().as_secs()
+            );
+            return false;
+        }
+        if last_print.elapsed() >= Duration::from_secs(10) {
+            last_print = Instant::now();
+            println!("[{:>4}s] waiting: {what}", started.elapsed().as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn alarm_seen(state: &State, value: &StateValue, after: Option<Instant>) -> Option<Instant> {
+    lock(&state.alarm)
+        .iter()
+        .find(|(at, s)| s == value && after.is_none_or(|a| *at > a))
+        .map(|(at, _)| *at)
+}
+
+async fn send_orders(
+    ctx: &Context,
+    orders: &[Outgoing],
+    plan: Plan,
+    plans: &mut HashMap<String, Plan>,
+) -> Result<(), CliError> {
+    let report = crate::status::send(ctx, orders, demo::order_tag).await?;
+    if !report.failed.is_empty() {
+        return Err(CliError::Usage(format!(
+            "LocalStack refused {} orders",
+            report.failed.len()
+        )));
+    }
+    plans.extend(orders.iter().map(|o| (o.order_id.clone(), plan)));
+    Ok(())
+}
+
+/// The phases; stops the loops at the end.
+async fn drive(
+    ctx: &Context,
+    proxy: &FaultProxy,
+    state: &State,
+    opts: &SoakOptions,
+    started: Instant,
+    stop: watch::Sender<bool>,
+) -> Result<Driven, CliError> {
+    let result = phases(ctx, proxy, state, opts, started).await;
+    let _ = stop.send(true);
+    result
+}
+
+async fn phases(
+    ctx: &Context,
+    proxy: &FaultProxy,
+    state: &State,
+    opts: &SoakOptions,
+    started: Instant,
+) -> Result<Driven, CliError> {
+    let limit = started + opts.max_duration;
+    let mut rng = StdRng::seed_from_u64(opts.seed);
+    let mut plans: HashMap<String, Plan> = HashMap::new();
+    let written = |ids: Vec<String>| {
+        let writes = lock(&proxy.stats.order_writes);
+        ids.iter().filter(|id| writes.contains_key(*id)).count()
+    };
+
+    // 1. warm-up
+    let warm = orders::generate("SOAK-WARM-", opts.warmup_orders, 0.0, 0.0, &mut rng);
+    send_orders(ctx, &warm, Plan::Valid, &mut plans).await?;
+    let ids: Vec<String> = warm.iter().map(|o| o.order_id.clone()).collect();
+    until("warm-up orders processed", limit, started, || {
+        let ids = ids.clone();
+        async move { written(ids) == opts.warmup_orders }
+    })
+    .await;
+
+    // 2. the burst of permanent failures, then replayable probes behind them
+    state.hold_schedule.store(true, Ordering::SeqCst);
+    until("the schedule held", limit, started, || async {
+        !state.run_in_progress.load(Ordering::SeqCst)
+    })
+    .await;
+    let burst_size = (opts.burst_factor * opts.max_messages_per_run) as usize;
+    let burst = orders::generate("SOAK-BURST-", burst_size, 100.0, 0.0, &mut rng);
+    for chunk in burst.chunks(100) {
+        send_orders(ctx, chunk, Plan::Malformed, &mut plans).await?;
+    }
+    until(
+        &format!("{burst_size} permanent failures in the DLQ"),
+        limit,
+        started,
+        || async { depth(ctx, &ctx.dlq_url).await >= burst_size as u64 },
+    )
+    .await;
+    let probes = orders::generate(
+        "SOAK-PROBE-",
+        opts.max_messages_per_run as usize,
+        0.0,
+        0.0,
+        &mut rng,
+    );
+    send_to_dlq(ctx, &probes).await?;
+    plans.extend(probes.iter().map(|o| (o.order_id.clone(), Plan::Valid)));
+    let runs_before = state.runs.load(Ordering::Relaxed);
+    println!(
+        "[{:>4}s] {} permanent failures ahead of {} replayable messages in the DLQ; budget {} a run; schedule released",
+        started.elapsed().as_secs(),
+        burst_size,
+        probes.len(),
+        opts.max_messages_per_run
+    );
+    state.hold_schedule.store(false, Ordering::SeqCst);
+    until("two scheduled runs", limit, started, || async {
+        state.runs.load(Ordering::Relaxed) >= runs_before + 2
+    })
+    .await;
+    let replayed: usize = {
+        let counts = lock(&proxy.stats.redrive_counts);
+        probes
+            .iter()
+            .filter(|o| counts.get(&o.order_id).is_some_and(|n| *n >= 1))
+            .count()
+    };
+    let starved = probes.len() - replayed;
+    println!(
+        "[{:>4}s] replayed within two runs: {replayed} of {}",
+        started.elapsed().as_secs(),
+        probes.len()
+    );
+
+    // 3. the outage
+    proxy.set_outage(true);
+    let outage_started = Instant::now();
+    let outage = orders::generate("SOAK-OUTAGE-", opts.outage_orders, 0.0, 0.0, &mut rng);
+    send_orders(ctx, &outage, Plan::Doomed, &mut plans).await?;
+    println!(
+        "[{:>4}s] downstream down; {} orders sent",
+        started.elapsed().as_secs(),
+        outage.len()
+    );
+    let alarm_fired = until(
+        "the alarm in ALARM, replay paused, and something archived while paused",
+        limit,
+        started,
+        || async {
+            alarm_seen(state, &StateValue::Alarm, Some(outage_started)).is_some()
+                && state.paused_runs.load(Ordering::Relaxed) >= 2
+                && state.archived_while_paused.load(Ordering::Relaxed) > 0
+        },
+    )
+    .await
+        || alarm_seen(state, &StateValue::Alarm, Some(outage_started)).is_some();
+
+    // 4. recovery: orders that fail twice more pass through the DLQ and need a replay
+    proxy.set_outage(false);
+    let recovered_at = Instant::now();
+    let recovery = orders::generate("SOAK-RECOVERY-", opts.recovery_orders, 0.0, 0.0, &mut rng);
+    for o in &recovery {
+        proxy.add_flaky(&o.order_id, MAX_RECEIVE_COUNT);
+    }
+    send_orders(ctx, &recovery, Plan::Flaky, &mut plans).await?;
+    println!(
+        "[{:>4}s] downstream back; {} orders that fail {MAX_RECEIVE_COUNT} more times sent",
+        started.elapsed().as_secs(),
+        recovery.len()
+    );
+    let fired_at = alarm_seen(state, &StateValue::Alarm, Some(outage_started));
+    until(
+        "the alarm back in OK and replay resumed",
+        limit,
+        started,
+        || async {
+            let cleared = fired_at.and_then(|f| alarm_seen(state, &StateValue::Ok, Some(f)));
+            cleared.is_some_and(|ok| {
+                ok > recovered_at.min(ok) && lock(&state.unpaused_replays).iter().any(|at| *at > ok)
+            })
+        },
+    )
+    .await;
+    let cleared_at = fired_at.and_then(|f| alarm_seen(state, &StateValue::Ok, Some(f)));
+    let resumed =
+        cleared_at.is_some_and(|ok| lock(&state.unpaused_replays).iter().any(|at| *at > ok));
+
+    // 5. settle: both queues drained (the kept burst is archived at its TTL)
+    let settled = until("both queues drained", limit, started, || async {
+        depth(ctx, &ctx.main_queue_url).await == 0
+            && depth(ctx, &ctx.dlq_url).await == 0
+            && state.last_run_moved.load(Ordering::Relaxed) == 0
+    })
+    .await;
+    Ok(Driven {
+        plans,
+        probes: probes.len(),
+        starved,
+        resumed,
+        alarm_fired,
+        alarm_cleared: cleared_at.is_some(),
+        settled,
+    })
+}
+
+/// Puts valid orders straight into the DLQ (where SQS's redrive policy would put them), tagged.
+async fn send_to_dlq(ctx: &Context, orders: &[Outgoing]) -> Result<(), CliError> {
+    for chunk in orders.chunks(resq::sqs::MAX_BATCH) {
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(&o.body)
+                    .set_message_attributes(Some(demo::order_tag(o)))
+                    .build()
+                    .map_err(|e| CliError::Usage(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = ctx
+            .sqs
+            .send_message_batch()
+            .queue_url(&ctx.dlq_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| CliError::aws("putting probes into the DLQ", e))?;
+        if !out.failed().is_empty() {
+            return Err(CliError::Usage("LocalStack refused a probe".into()));
+        }
+    }
+    Ok(())
+}

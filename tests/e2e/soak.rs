@@ -1,0 +1,66 @@
+//! The CI-sized soak (`make soak` runs a longer one): the pipeline over time on LocalStack,
+//! whose CloudWatch evaluates the template's replays-failing alarm from the functions' metric
+//! lines. A burst of permanent failures a hundred times a run's budget, a downstream outage
+//! that makes replays fail, then recovery.
+
+use std::time::Duration;
+
+use resq_cli::soak::{self, MAX_REDRIVE_ATTEMPTS, SoakOptions};
+use resq_e2e::{function_binary, localstack_python, translated_template};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_time_nothing_is_lost_starved_or_replayed_past_the_cap_and_the_breaker_holds() {
+    let dir = std::env::temp_dir().join(format!("resq-soak-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let template = dir.join("template.json");
+    std::fs::write(
+        &template,
+        translated_template(resq_cli::local::ARTIFACT_BUCKET).to_string(),
+    )
+    .unwrap();
+    let opts = SoakOptions {
+        localstack_python: localstack_python(),
+        template,
+        consumer_bin: function_binary("consumer"),
+        redriver_bin: function_binary("redriver"),
+        log_dir: dir.clone(),
+        schedule_every: Duration::from_secs(2),
+        max_messages_per_run: 5,
+        burst_factor: 100,
+        warmup_orders: 10,
+        outage_orders: 20,
+        recovery_orders: 10,
+        ttl: Duration::from_secs(60),
+        alarm_period: Duration::from_secs(10),
+        hold_periods: 3,
+        threshold: 2,
+        max_duration: Duration::from_secs(600),
+        seed: 5,
+    };
+    let report = soak::run(&opts).await.unwrap();
+    println!(
+        "alarm states: {:?}\n{}",
+        report.alarm_states,
+        report.summary_line()
+    );
+    assert_eq!(report.failures(), Vec::<String>::new());
+    assert!(report.settled, "the pipeline did not drain");
+    assert_eq!(report.probes, 5);
+    assert_eq!(report.starved, 0);
+    assert!(report.audit.lost.is_empty());
+    assert_eq!(report.audit.duplicate_effects, 0);
+    assert!(report.max_replays <= MAX_REDRIVE_ATTEMPTS);
+    assert!(report.paused_runs > 0 && report.resumed);
+    assert!(report.archived_while_paused > 0);
+    // the kept burst ended in the archive (its TTL passed), not lost and not replayed
+    assert_eq!(
+        report
+            .audit
+            .table
+            .get(&(resq_cli::demo::Plan::Malformed, "archived")),
+        Some(&500),
+        "{:?}",
+        report.audit.table
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
