@@ -36,19 +36,33 @@ fuzz_target!(|data: &[u8]| {
         assert!(!order.order_id.as_str().is_empty());
         assert!(!order.items.is_empty());
     }
-    let Ok(SqsInvocation(event)) = serde_json::from_slice::<SqsInvocation>(data) else {
+    let Ok(invocation) = serde_json::from_slice::<SqsInvocation>(data) else {
         return; // not an SQS event: the function fails the invocation, acknowledging nothing
     };
-    let ids: Vec<Option<String>> = event.records.iter().map(|r| r.message_id.clone()).collect();
+    // each record's messageId, read as leniently as the consumer reads an unreadable record
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(rename = "messageId", default)]
+        message_id: Option<String>,
+    }
+    let ids: Vec<Option<String>> = invocation
+        .0
+        .iter()
+        .map(|r| {
+            serde_json::from_str::<Head>(r.get())
+                .ok()
+                .and_then(|h| h.message_id)
+        })
+        .collect();
     let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
     let consumer = Consumer::new(RecordOrder::new(&store), &queues, &store, config());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .expect("runtime");
-    let Ok(report) =
-        rt.block_on(consumer.process_sqs_event(event, Instant::now() + Duration::from_secs(60)))
-    else {
+    let Ok(report) = rt.block_on(
+        consumer.process_invocation(invocation, Instant::now() + Duration::from_secs(60)),
+    ) else {
         return; // a record not from SQS or without an id: the documented whole-event error
     };
     assert_eq!(report.outcomes.len(), ids.len());

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use redriver::classify::{Decision, DlqMessage, MAX_BATCH, Rules, classify, pack, redrive_copy};
+use redriver::classify::{Decision, DlqMessage, MAX_BATCH, Rules, classify, redrive_copy};
 use resq::attributes::{
     AttributeValue, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, RedriveCount, message_size,
 };
 use resq::config::PermanentAction;
+use resq::sqs::pack;
 
 #[derive(Arbitrary, Debug)]
 struct Attr {
@@ -83,6 +84,7 @@ fuzz_target!(|input: Input| {
         older_than: input
             .older_than_seconds
             .map(|s| Duration::from_secs(u64::from(s))),
+        paused: input.fifo && input.archive_permanent,
     };
     if classify(&m, &rules, input.now_ms) == Decision::Redrive {
         assert!(
@@ -92,8 +94,8 @@ fuzz_target!(|input: Input| {
     }
     if let Ok(copy) = redrive_copy(&m, input.fifo) {
         assert!(copy.attributes.len() <= MAX_MESSAGE_ATTRIBUTES);
-        assert_eq!(copy.size, message_size(&copy.body, &copy.attributes));
-        assert!(copy.size <= MAX_MESSAGE_BYTES);
+        assert_eq!(copy.size(), message_size(&copy.body, &copy.attributes));
+        assert!(copy.size() <= MAX_MESSAGE_BYTES);
     }
     let sizes: Vec<usize> = input
         .sizes
