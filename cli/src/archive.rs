@@ -32,29 +32,11 @@ pub async fn list(
 
 /// Every key under `prefix` in the context's bucket, following continuation tokens.
 pub async fn list_keys(ctx: &Context, prefix: &str) -> Result<Vec<String>, CliError> {
-    let mut keys = Vec::new();
-    let mut token = None;
-    loop {
-        let out = ctx
-            .s3
-            .list_objects_v2()
-            .bucket(&ctx.bucket)
-            .prefix(prefix)
-            .set_continuation_token(token)
-            .send()
-            .await
-            .map_err(|e| CliError::aws(format!("listing s3://{}/{prefix}", ctx.bucket), e))?;
-        keys.extend(
-            out.contents()
-                .iter()
-                .filter_map(|o| o.key().map(str::to_owned)),
-        );
-        match out.next_continuation_token() {
-            Some(t) => token = Some(t.to_owned()),
-            None => break,
-        }
-    }
-    Ok(keys)
+    use resq::store::ObjectStore;
+    resq::store::S3Store::new(ctx.s3.clone(), &ctx.bucket)
+        .list(prefix)
+        .await
+        .map_err(|e| CliError::Usage(e.to_string()))
 }
 
 /// Every stored version under `prefix` (one key per version: a key written twice is listed

@@ -133,6 +133,7 @@ pub async fn replay(
     ctx: &Context,
     request: RunRequest,
     cap: u32,
+    archive_after: Duration,
     permanent_action: PermanentAction,
 ) -> Summary {
     let config = RedriverConfig {
@@ -145,7 +146,7 @@ pub async fn replay(
         },
         rate_per_second: request.rate_per_second,
         max_messages_per_run: request.max_messages,
-        archive_after: Duration::from_secs(86_400),
+        archive_after,
         permanent_action,
         pause_on_alarms: Vec::new(),
     };

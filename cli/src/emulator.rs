@@ -19,23 +19,22 @@ pub struct MotoServer {
     pub endpoint: String,
 }
 
-fn free_port() -> Result<u16, CliError> {
+/// A free port on 127.0.0.1.
+pub(crate) fn free_port() -> Result<u16, CliError> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| CliError::Usage(format!("no free port on 127.0.0.1: {e}")))
 }
 
-fn http_ok(port: u16) -> bool {
+/// `GET path` on 127.0.0.1:`port` answers 200 (an emulator's readiness probe).
+pub(crate) fn http_ok(port: u16, path: &str) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(
-        b"GET /moto-api/data.json HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-    )
-    .is_err()
-    {
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    if s.write_all(request.as_bytes()).is_err() {
         return false;
     }
     let mut buf = [0u8; 12];
@@ -75,7 +74,7 @@ impl MotoServer {
                 if let Ok(Some(_)) = child.try_wait() {
                     break; // exited: most likely the port was taken meanwhile; try another
                 }
-                if http_ok(port) {
+                if http_ok(port, "/moto-api/data.json") {
                     return Ok(Self {
                         child,
                         endpoint: format!("http://127.0.0.1:{port}"),

@@ -270,6 +270,21 @@ pub async fn delete_done(
     }
 }
 
+/// What Lambda's SQS poller does with a function's answer: a batch response deletes what it
+/// did not report failed; anything else is a function error and deletes nothing. `Err` says
+/// why the answer was not a batch response.
+pub async fn settle_answer(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    batch: &[Message],
+    body: &str,
+) -> Result<SqsBatchResponse, String> {
+    let response = serde_json::from_str::<SqsBatchResponse>(body)
+        .map_err(|e| format!("not a batch response ({e}): {body}"))?;
+    delete_done(sqs, url, batch, &response).await;
+    Ok(response)
+}
+
 /// An EventBridge-like schedule: a tick every `period`, a late one delayed rather than doubled
 /// (a run never overlaps the next).
 pub fn schedule_ticks(period: Duration) -> tokio::time::Interval {

@@ -4,8 +4,6 @@
 //! (`make` installs `.venv-localstack` from `requirements-localstack.txt`); the process group
 //! is stopped when the handle drops, and by the kernel if this process dies.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,30 +18,6 @@ pub struct LocalStack {
     dir: PathBuf,
 }
 
-fn free_port() -> Result<u16, CliError> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| CliError::Usage(format!("no free port on 127.0.0.1: {e}")))
-}
-
-/// `GET /_localstack/health` answers 200 once the runtime is ready (the port opens only then).
-fn healthy(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    if s.write_all(
-        b"GET /_localstack/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-    )
-    .is_err()
-    {
-        return false;
-    }
-    let mut buf = [0u8; 12];
-    s.read_exact(&mut buf).is_ok() && buf.starts_with(b"HTTP/1.1 200")
-}
-
 impl LocalStack {
     /// Starts LocalStack with `python` (the venv's interpreter, which has `localstack-core`)
     /// and waits until it answers. Its log is in a temporary directory, shown if it fails.
@@ -54,7 +28,7 @@ impl LocalStack {
                 python.display()
             )));
         }
-        let port = free_port()?;
+        let port = crate::emulator::free_port()?;
         let dir =
             std::env::temp_dir().join(format!("resq-localstack-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)
@@ -114,7 +88,8 @@ impl LocalStack {
                     me.log_tail()
                 )));
             }
-            if healthy(port) {
+            // the port opens only once the runtime is ready
+            if crate::emulator::http_ok(port, "/_localstack/health") {
                 return Ok(me);
             }
             std::thread::sleep(Duration::from_millis(100));

@@ -267,8 +267,11 @@ enum DlqCommand {
         #[arg(long, default_value_t = 10.0, value_parser = rate)]
         rate: f64,
         /// The redrive cap (MAX_REDRIVE_ATTEMPTS).
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, env = "MAX_REDRIVE_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         cap: u32,
+        /// The TTL (ARCHIVE_AFTER_SECONDS), as the stack's redriver has it.
+        #[arg(long, env = "ARCHIVE_AFTER_SECONDS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(60..=resq::config::MAX_ARCHIVE_AFTER_SECONDS))]
+        archive_after: u64,
         /// Archive permanent failures instead of keeping them.
         #[arg(long)]
         archive_permanent: bool,
@@ -476,6 +479,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             max,
             rate,
             cap,
+            archive_after,
             archive_permanent,
         }) => {
             let request = redriver::request::RunRequest {
@@ -490,7 +494,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             } else {
                 PermanentAction::Keep
             };
-            let summary = dlq::replay(&ctx, request, cap, action).await;
+            let summary = dlq::replay(
+                &ctx,
+                request,
+                cap,
+                Duration::from_secs(archive_after),
+                action,
+            )
+            .await;
             println!(
                 "{}",
                 serde_json::to_string_pretty(&summary).unwrap_or_default()

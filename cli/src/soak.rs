@@ -24,11 +24,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::sqs::SqsBatchResponse;
 use aws_sdk_cloudwatch::operation::put_metric_alarm::PutMetricAlarmInput;
 use aws_sdk_cloudwatch::operation::put_metric_alarm::builders::PutMetricAlarmInputBuilder;
 use aws_sdk_cloudwatch::types::{ComparisonOperator, Dimension, StateValue, Statistic};
-use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::QueueAttributeName;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde_json::Value;
@@ -41,7 +40,7 @@ use crate::context::Context;
 use crate::demo::{self, Audit, Downstream, Plan};
 use crate::emf::MetricForwarder;
 use crate::emulator::REGION;
-use crate::local::{delete_done, gather_batch, next_tick, schedule_ticks};
+use crate::local::{gather_batch, next_tick, schedule_ticks, settle_answer};
 use crate::localstack::LocalStack;
 use crate::orders::{self, Outgoing};
 
@@ -374,31 +373,17 @@ async fn deploy(config: &aws_config::SdkConfig) -> Result<Context, CliError> {
         .send()
         .await
         .map_err(|e| CliError::aws("creating the archive bucket", e))?;
-    ctx.s3
-        .put_bucket_versioning()
-        .bucket(&ctx.bucket)
-        .versioning_configuration(
-            aws_sdk_s3::types::VersioningConfiguration::builder()
-                .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .map_err(|e| CliError::aws("versioning the archive bucket", e))?;
+    crate::chaos::ensure_versioned(&ctx).await?;
     Ok(ctx)
 }
 
 async fn queue_arn(ctx: &Context, url: &str) -> Result<String, CliError> {
-    ctx.sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
+    resq::sqs::queue_arn(&ctx.sqs, url)
         .await
-        .map_err(|e| CliError::aws(format!("reading {url}"), e))?
-        .attributes
-        .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
-        .ok_or_else(|| CliError::Usage(format!("no ARN for {url}")))
+        .map_err(|source| CliError::Aws {
+            what: format!("reading {url}"),
+            source,
+        })
 }
 
 /// A property of the template resolved for the soak's stack: `Ref` to a parameter (the soak's
@@ -541,13 +526,12 @@ async fn event_source_mapping(
         let event = resq::sqs_event::lambda_event(&batch, main_arn, REGION);
         state.invocations.fetch_add(1, Ordering::Relaxed);
         match consumer.invoke(&event.to_string(), None).await? {
-            Outcome::Response(body) => match serde_json::from_str::<SqsBatchResponse>(&body) {
-                Ok(response) => delete_done(&ctx.sqs, &ctx.main_queue_url, &batch, &response).await,
-                Err(e) => {
+            Outcome::Response(body) => {
+                if let Err(e) = settle_answer(&ctx.sqs, &ctx.main_queue_url, &batch, &body).await {
                     state.function_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(error = %e, body, "not a batch response");
+                    tracing::error!(error = %e, "the consumer's answer");
                 }
-            },
+            }
             other => {
                 state.function_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(outcome = ?other, "consumer invocation failed");
@@ -768,7 +752,11 @@ async fn phases(
         0.0,
         &mut rng,
     );
-    send_to_dlq(ctx, &probes).await?;
+    // straight into the DLQ, where SQS's redrive policy would put them
+    let report = crate::status::send_to(ctx, &ctx.dlq_url, &probes, demo::order_tag).await?;
+    if !report.failed.is_empty() {
+        return Err(CliError::Usage("LocalStack refused a probe".into()));
+    }
     plans.extend(probes.iter().map(|o| (o.order_id.clone(), Plan::Valid)));
     let runs_before = state.runs.load(Ordering::Relaxed);
     println!(
@@ -807,18 +795,46 @@ async fn phases(
         started.elapsed().as_secs(),
         outage.len()
     );
-    let alarm_fired = until(
-        "the alarm in ALARM, replay paused, and something archived while paused",
-        limit,
-        started,
-        || async {
-            alarm_seen(state, &StateValue::Alarm, Some(outage_started)).is_some()
-                && state.paused_runs.load(Ordering::Relaxed) >= 2
-                && state.archived_while_paused.load(Ordering::Relaxed) > 0
-        },
-    )
-    .await
-        || alarm_seen(state, &StateValue::Alarm, Some(outage_started)).is_some();
+    // orders keep arriving during the outage (a few every 10 s), so that whatever the timing
+    // of the alarm, some reach their TTL while replay is paused
+    let mut trickle = 0usize;
+    let mut next_trickle = Instant::now() + Duration::from_secs(10);
+    loop {
+        if alarm_seen(state, &StateValue::Alarm, Some(outage_started)).is_some()
+            && state.paused_runs.load(Ordering::Relaxed) >= 2
+            && state.archived_while_paused.load(Ordering::Relaxed) > 0
+        {
+            println!(
+                "[{:>4}s] the alarm in ALARM, replay paused, and something archived while paused",
+                started.elapsed().as_secs()
+            );
+            break;
+        }
+        if Instant::now() >= limit {
+            println!(
+                "[{:>4}s] the outage did not pause replay and archive in time",
+                started.elapsed().as_secs()
+            );
+            break;
+        }
+        if Instant::now() >= next_trickle {
+            next_trickle += Duration::from_secs(10);
+            let more = orders::generate(&format!("SOAK-OUTAGE-{trickle}-"), 5, 0.0, 0.0, &mut rng);
+            trickle += 1;
+            send_orders(ctx, &more, Plan::Doomed, &mut plans).await?;
+            println!(
+                "[{:>4}s] outage: {} runs paused, {} archived while paused, alarm {}",
+                started.elapsed().as_secs(),
+                state.paused_runs.load(Ordering::Relaxed),
+                state.archived_while_paused.load(Ordering::Relaxed),
+                lock(&state.alarm)
+                    .last()
+                    .map_or("unknown", |(_, s)| s.as_str())
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let alarm_fired = alarm_seen(state, &StateValue::Alarm, Some(outage_started)).is_some();
 
     // 4. recovery: orders that fail twice more pass through the DLQ and need a replay
     proxy.set_outage(false);
@@ -866,34 +882,4 @@ async fn phases(
         alarm_cleared: cleared_at.is_some(),
         settled,
     })
-}
-
-/// Puts valid orders straight into the DLQ (where SQS's redrive policy would put them), tagged.
-async fn send_to_dlq(ctx: &Context, orders: &[Outgoing]) -> Result<(), CliError> {
-    for chunk in orders.chunks(resq::sqs::MAX_BATCH) {
-        let entries = chunk
-            .iter()
-            .enumerate()
-            .map(|(i, o)| {
-                SendMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .message_body(&o.body)
-                    .set_message_attributes(Some(demo::order_tag(o)))
-                    .build()
-                    .map_err(|e| CliError::Usage(e.to_string()))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let out = ctx
-            .sqs
-            .send_message_batch()
-            .queue_url(&ctx.dlq_url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-            .map_err(|e| CliError::aws("putting probes into the DLQ", e))?;
-        if !out.failed().is_empty() {
-            return Err(CliError::Usage("LocalStack refused a probe".into()));
-        }
-    }
-    Ok(())
 }

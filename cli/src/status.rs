@@ -24,6 +24,17 @@ pub async fn send(
     orders: &[Outgoing],
     attrs: impl Fn(&Outgoing) -> HashMap<String, MessageAttributeValue>,
 ) -> Result<SendReport, CliError> {
+    send_to(ctx, &ctx.main_queue_url, orders, attrs).await
+}
+
+/// Sends orders to `queue_url` (the soak puts replayable messages straight into the DLQ, as
+/// SQS's redrive policy would), 10 per call.
+pub async fn send_to(
+    ctx: &Context,
+    queue_url: &str,
+    orders: &[Outgoing],
+    attrs: impl Fn(&Outgoing) -> HashMap<String, MessageAttributeValue>,
+) -> Result<SendReport, CliError> {
     let mut report = SendReport::default();
     for chunk in orders.chunks(resq::sqs::MAX_BATCH) {
         let entries = chunk
@@ -41,11 +52,11 @@ pub async fn send(
         let out = ctx
             .sqs
             .send_message_batch()
-            .queue_url(&ctx.main_queue_url)
+            .queue_url(queue_url)
             .set_entries(Some(entries))
             .send()
             .await
-            .map_err(|e| CliError::aws(format!("sending to {}", ctx.main_queue_url), e))?;
+            .map_err(|e| CliError::aws(format!("sending to {queue_url}"), e))?;
         report.sent += out.successful().len();
         for f in out.failed() {
             if let Some(o) = f.id().parse::<usize>().ok().and_then(|i| chunk.get(i)) {

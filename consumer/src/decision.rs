@@ -95,6 +95,21 @@ struct RecordHead {
     receipt_handle: Option<String>,
     #[serde(rename = "eventSource", default)]
     event_source: Option<String>,
+    #[serde(rename = "eventSourceARN", default)]
+    event_source_arn: Option<String>,
+}
+
+/// Its FIFO group, when that much can be read.
+#[derive(Deserialize)]
+struct RecordGroup {
+    #[serde(default)]
+    attributes: GroupAttribute,
+}
+
+#[derive(Deserialize, Default)]
+struct GroupAttribute {
+    #[serde(rename = "MessageGroupId", default)]
+    group: Option<String>,
 }
 
 /// Reads an event given as JSON (tests, the local runner): [`SqsInvocation`], then
@@ -178,6 +193,9 @@ fn unreadable(index: usize, raw: &str, error: String) -> Result<Record, EventErr
         .message_id
         .filter(|id| !id.is_empty())
         .ok_or(EventError::MissingMessageId { index })?;
+    let group_id = serde_json::from_str::<RecordGroup>(raw)
+        .ok()
+        .and_then(|g| g.attributes.group);
     Ok(Record {
         message_id,
         receipt_handle: head.receipt_handle.unwrap_or_default(),
@@ -187,8 +205,8 @@ fn unreadable(index: usize, raw: &str, error: String) -> Result<Record, EventErr
         dropped_attributes: Vec::new(),
         receive_count: 1,
         redrive_count: RedriveCount::Count(0),
-        group_id: None,
-        source_arn: None,
+        group_id,
+        source_arn: head.event_source_arn,
         unreadable: Some(error),
     })
 }
@@ -202,14 +220,26 @@ pub fn is_fifo(records: &[Record]) -> bool {
 }
 
 /// Lanes run concurrently; records within a lane run in order. Standard queues: one record
-/// per lane. FIFO: one lane per `MessageGroupId`, in order of first appearance.
+/// per lane. FIFO: one lane per `MessageGroupId`, in order of first appearance. A FIFO record
+/// that cannot be read and whose group cannot be read either could belong to any group: it
+/// and every record after it go into one lane, so that they wait behind it (it fails).
 pub fn plan_lanes(records: &[Record], fifo: bool) -> Vec<Vec<usize>> {
     if !fifo {
         return (0..records.len()).map(|i| vec![i]).collect();
     }
     let mut lanes: Vec<Vec<usize>> = Vec::new();
     let mut by_group: HashMap<&str, usize> = HashMap::new();
+    let mut catch_all: Option<usize> = None;
     for (i, r) in records.iter().enumerate() {
+        if let Some(lane) = catch_all {
+            lanes[lane].push(i);
+            continue;
+        }
+        if r.unreadable.is_some() && r.group_id.is_none() {
+            catch_all = Some(lanes.len());
+            lanes.push(vec![i]);
+            continue;
+        }
         let group = r.group_id.as_deref().unwrap_or("");
         match by_group.get(group) {
             Some(&lane) => lanes[lane].push(i),
@@ -246,12 +276,18 @@ pub enum Disposition {
         /// Recorded in the envelope.
         last_error: Option<String>,
     },
+    /// Already carried out, in its FIFO lane: a dead-letter or archive that must be confirmed
+    /// before the rest of its group may run.
+    Settled(Outcome),
 }
 
 impl Disposition {
     /// A record that cannot continue its FIFO group: the rest of the group is held.
     pub fn blocks_group(&self) -> bool {
-        matches!(self, Disposition::Retry(_))
+        matches!(
+            self,
+            Disposition::Retry(_) | Disposition::Settled(Outcome::Failed(_))
+        )
     }
 }
 
@@ -644,6 +680,39 @@ mod tests {
             err.contains("not an SQS event") && err.contains("Records"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_unreadable_fifo_record_keeps_its_group_in_order() {
+        // GIVEN a FIFO batch: group G = [g1, g2 (not base64), g3], group H = [h1]
+        let fifo = |id: &str, group: &str, extra: Value| {
+            let mut r = rec(
+                id,
+                json!({"eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders.fifo",
+                       "attributes": {"ApproximateReceiveCount": "1", "MessageGroupId": group}}),
+            );
+            if let (Some(r), Some(extra)) = (r.as_object_mut(), extra.as_object()) {
+                for (k, v) in extra {
+                    r.insert(k.clone(), v.clone());
+                }
+            }
+            r
+        };
+        let bad = json!({"messageAttributes": {"a": {"dataType": "Binary", "binaryValue": "%%"}}});
+        let raw = json!({"Records": [
+            fifo("g1", "G", json!({})), fifo("g2", "G", bad.clone()), fifo("h1", "H", json!({})),
+            fifo("g3", "G", json!({}))
+        ]});
+        let records = parse_event(raw).unwrap();
+        assert!(records[1].unreadable.is_some());
+        // THEN it stays in its group, ahead of g3
+        assert_eq!(records[1].group_id.as_deref(), Some("G"));
+        assert!(is_fifo(&records));
+        assert_eq!(plan_lanes(&records, true), vec![vec![0, 1, 3], vec![2]]);
+        // AND one whose group cannot be read holds everything after it
+        let mut unknown = records.clone();
+        unknown[1].group_id = None;
+        assert_eq!(plan_lanes(&unknown, true), vec![vec![0], vec![1, 2, 3]]);
     }
 
     #[test]

@@ -192,8 +192,9 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         lanes: &[Vec<usize>],
         phases: &Phases,
     ) -> (Vec<Disposition>, Vec<Span>) {
+        let fifo = decision::is_fifo(records);
         let lane_results: Vec<Vec<(usize, Disposition, Span)>> = stream::iter(lanes.iter())
-            .map(|lane| self.run_lane(records, lane, phases))
+            .map(|lane| self.run_lane(records, lane, phases, fifo))
             .buffer_unordered(self.config.concurrency)
             .collect()
             .await;
@@ -206,11 +207,15 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         (dispositions, spans)
     }
 
+    /// One lane, in order. In a FIFO batch a dead-letter or archive is carried out at once,
+    /// within the record's time: the rest of its group may run only once it is confirmed (a
+    /// failed one holds the group, as a failure does).
     async fn run_lane(
         &self,
         records: &[Record],
         lane: &[usize],
         phases: &Phases,
+        fifo: bool,
     ) -> Vec<(usize, Disposition, Span)> {
         let mut out = Vec::with_capacity(lane.len());
         let mut blocked = false;
@@ -221,7 +226,14 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
             } else if Instant::now() >= phases.start_by {
                 (Disposition::Retry(Failure::NotStarted), Span::none())
             } else {
-                self.run_record(record, phases.stop_by).await
+                let (d, span) = self.run_record(record, phases.stop_by).await;
+                match d {
+                    Disposition::DeadLetter { .. } | Disposition::Archive { .. } if fifo => {
+                        let outcome = self.settle_now(record, d, &span, phases.stop_by).await;
+                        (Disposition::Settled(outcome), span)
+                    }
+                    d => (d, span),
+                }
             };
             if let Disposition::Retry(f) = &disposition
                 && matches!(f, Failure::GroupBlocked | Failure::NotStarted)
@@ -244,7 +256,9 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
             Check::Rejected(rejection) => rejection.order_id.as_deref(),
             Check::OverCap(_) | Check::Unreadable(_) => None,
         };
-        let span = tracing::info_span!(
+        // At ERROR level so that it is on whatever AWS_LAMBDA_LOG_LEVEL allows: at WARN an INFO
+        // span would be off, and the warnings would lose their messageId and orderId.
+        let span = tracing::error_span!(
             "record",
             messageId = %record.message_id,
             orderId = order_id,
@@ -328,6 +342,46 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
 
     // ---------------------------------------------------------------- settle
 
+    /// Carries out one record's dead-letter or archive, by `until`.
+    async fn settle_now(
+        &self,
+        record: &Record,
+        disposition: Disposition,
+        span: &Span,
+        until: Instant,
+    ) -> Outcome {
+        match disposition {
+            Disposition::DeadLetter {
+                reason,
+                details,
+                copy,
+            } => {
+                span.record("error_code", reason.as_str());
+                span.record("error_details", details.as_str());
+                match tokio::time::timeout_at(until.into(), self.queues.send_to_dlq(&[&copy])).await
+                {
+                    Ok(Ok(results)) => sent_outcome(&reason, results.into_iter().next().flatten()),
+                    Ok(Err(e)) => sent_outcome(&reason, Some(e.to_string())),
+                    Err(_) => unsettled(),
+                }
+            }
+            Disposition::Archive { reason, last_error } => {
+                match tokio::time::timeout_at(
+                    until.into(),
+                    self.archive(record, reason, last_error),
+                )
+                .await
+                {
+                    Ok(result) => written_outcome(result),
+                    Err(_) => unsettled(),
+                }
+            }
+            Disposition::Ack => Outcome::Processed,
+            Disposition::Retry(f) => Outcome::Failed(f),
+            Disposition::Settled(o) => o,
+        }
+    }
+
     /// Carries the dispositions out, bounded by `phases.settle_by`: DLQ copies and archive
     /// writes concurrently, then the visibility changes of every record reported failed.
     async fn settle(
@@ -358,6 +412,7 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
                 Disposition::Archive { reason, last_error } => {
                     archives.push((i, reason, last_error))
                 }
+                Disposition::Settled(o) => outcomes[i] = Some(o),
             }
         }
 
@@ -382,34 +437,15 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
                 Err(e) => vec![Some(e.to_string()); range.len()],
             };
             for ((i, reason, _), why) in copies[range].iter().zip(results) {
-                outcomes[*i] = Some(match why {
-                    None => Outcome::DeadLettered(reason.clone()),
-                    Some(why) => Outcome::Failed(transient_failure(
-                        "DLQ_SEND_FAILED",
-                        format!("permanent failure {reason} could not be sent to the DLQ: {why}"),
-                    )),
-                });
+                outcomes[*i] = Some(sent_outcome(reason, why));
             }
         }
         for (i, result) in written {
-            outcomes[i] = Some(match result {
-                Ok(reason) => Outcome::Archived(reason),
-                Err(e) => Outcome::Failed(transient_failure(
-                    "ARCHIVE_FAILED",
-                    format!("archive not written, message kept in the queue: {e}"),
-                )),
-            });
+            outcomes[i] = Some(written_outcome(result));
         }
         let outcomes: Vec<Outcome> = outcomes
             .into_iter()
-            .map(|o| {
-                o.unwrap_or_else(|| {
-                    Outcome::Failed(transient_failure(
-                        "SETTLE_DEADLINE",
-                        "its DLQ copy or archive entry was not confirmed before the deadline margin; SQS delivers it again",
-                    ))
-                })
-            })
+            .map(|o| o.unwrap_or_else(unsettled))
             .collect();
         for ((o, span), r) in outcomes.iter().zip(spans).zip(records) {
             let _enter = span.enter();
@@ -529,6 +565,36 @@ fn transient_failure(code: &str, details: impl Into<String>) -> Failure {
 
 fn transient(code: &str, details: impl Into<String>) -> Disposition {
     Disposition::Retry(transient_failure(code, details))
+}
+
+/// A DLQ copy's outcome: dead-lettered when SQS took it (`why` is `None`).
+fn sent_outcome(reason: &str, why: Option<String>) -> Outcome {
+    match why {
+        None => Outcome::DeadLettered(reason.to_owned()),
+        Some(why) => Outcome::Failed(transient_failure(
+            "DLQ_SEND_FAILED",
+            format!("permanent failure {reason} could not be sent to the DLQ: {why}"),
+        )),
+    }
+}
+
+/// An archive write's outcome.
+fn written_outcome(result: Result<ArchiveReason, resq::store::StoreError>) -> Outcome {
+    match result {
+        Ok(reason) => Outcome::Archived(reason),
+        Err(e) => Outcome::Failed(transient_failure(
+            "ARCHIVE_FAILED",
+            format!("archive not written, message kept in the queue: {e}"),
+        )),
+    }
+}
+
+/// A DLQ copy or archive entry not confirmed in time: the record is retried.
+fn unsettled() -> Outcome {
+    Outcome::Failed(transient_failure(
+        "SETTLE_DEADLINE",
+        "its DLQ copy or archive entry was not confirmed before the deadline margin; SQS delivers it again",
+    ))
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
@@ -841,6 +907,31 @@ mod tests {
         let copy = &queues.sent()[0];
         assert_eq!(copy.group_id.as_deref(), Some("C"));
         assert_eq!(copy.deduplication_id.as_deref(), Some("permanent-c1"));
+    }
+
+    #[tokio::test]
+    async fn fifo_a_dead_letter_not_confirmed_holds_the_rest_of_its_group() {
+        // GIVEN a FIFO batch whose first record of group A is malformed, and a DLQ that
+        // refuses the copy
+        let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
+        queues.set_failing_send(true);
+        let consumer = Consumer::new(
+            Scripted,
+            &queues,
+            &store,
+            config("http://127.0.0.1/1/dlq.fifo"),
+        );
+        let event = json!({"Records": [
+            record("a1", "{bad", None, Some("A")),
+            record("a2", &order("a-2"), None, Some("A")),
+            record("b1", &order("b-1"), None, Some("B")),
+        ]});
+        let report = consumer.process(event, later()).await.unwrap();
+        // THEN a1 is kept (retried) and a2 waits behind it, unrun; B goes on
+        assert_eq!(failed_ids(&report.response), vec!["a1", "a2"]);
+        assert_eq!(report.outcomes[1], Outcome::Failed(Failure::GroupBlocked));
+        assert_eq!(report.outcomes[2], Outcome::Processed);
+        assert!(queues.sent().is_empty());
     }
 
     #[tokio::test]

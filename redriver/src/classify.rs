@@ -111,10 +111,14 @@ pub struct Rules {
 }
 
 /// Classifies one message at `now_ms` (epoch millis). Selection comes first: a selective run
-/// touches nothing outside it. Then TTL, the redrive cap (a count at the cap has had its last
-/// replay), permanent failures, the breaker, and replay. A permanent failure picked explicitly
-/// by `reason` is replayed: that is how a fixed bug's victims come back. A paused run still
-/// archives: a long pause must not let messages reach the end of the DLQ's retention.
+/// touches nothing outside it. Then the archive reasons that are the message's own and never
+/// change (an unreadable count, the redrive cap: a count at the cap has had its last replay;
+/// a permanent failure under `PERMANENT_ACTION=archive`; a copy SQS would refuse), then the
+/// one that comes with time (TTL), so that an archive retried after a failed delete finds the
+/// same reason, and with it the same entry. Then permanent failures kept, the breaker, and
+/// replay. A permanent failure picked explicitly by `reason` is replayed: that is how a fixed
+/// bug's victims come back. A paused run still archives: a long pause must not let messages
+/// reach the end of the DLQ's retention.
 pub fn classify(m: &DlqMessage, rules: &Rules, now_ms: u64) -> Decision {
     let age = m
         .first_sent_at()
@@ -129,22 +133,52 @@ pub fn classify(m: &DlqMessage, rules: &Rules, now_ms: u64) -> Decision {
     {
         return Decision::Keep(Keep::NotSelected);
     }
-    if age.is_some_and(|a| a > rules.archive_after) {
-        return Decision::Archive(ArchiveReason::TtlExpired);
-    }
     if let Some(reason) = attributes::cap_on_replay(m.redrive_count(), rules.max_redrive_attempts) {
         return Decision::Archive(reason);
     }
-    if m.is_permanent() && rules.reason.is_none() {
-        return match rules.permanent_action {
-            PermanentAction::Keep => Decision::Keep(Keep::Permanent),
-            PermanentAction::Archive => Decision::Archive(ArchiveReason::PermanentFailure),
-        };
+    let kept_permanent = m.is_permanent() && rules.reason.is_none();
+    if kept_permanent && rules.permanent_action == PermanentAction::Archive {
+        return Decision::Archive(ArchiveReason::PermanentFailure);
+    }
+    if !kept_permanent && let Err(reason) = copy_attributes(m).and_then(|a| fits(m, &a)) {
+        return Decision::Archive(reason);
+    }
+    if age.is_some_and(|a| a > rules.archive_after) {
+        return Decision::Archive(ArchiveReason::TtlExpired);
+    }
+    if kept_permanent {
+        return Decision::Keep(Keep::Permanent);
     }
     if rules.paused {
         return Decision::Keep(Keep::Paused);
     }
     Decision::Redrive
+}
+
+/// The attributes of a replay: the original ones without the failure marks (a replay is a
+/// fresh attempt: a stale "permanent" mark would get it skipped next time), `x-redrive-count`
+/// + 1, `x-first-sent-at` carried; or why SQS would refuse them.
+fn copy_attributes(m: &DlqMessage) -> Result<MessageAttributes, ArchiveReason> {
+    let next = match m.redrive_count() {
+        RedriveCount::Count(n) => u64::from(n) + 1,
+        RedriveCount::Invalid => return Err(ArchiveReason::InvalidRedriveCount),
+    };
+    let mut original = m.message_attributes.clone();
+    original.remove(X_FAILURE_CLASS);
+    original.remove(X_FAILURE_REASON);
+    let mut set = vec![(X_REDRIVE_COUNT, AttributeValue::number(next))];
+    if let Some(sent) = m.first_sent_at() {
+        set.push((X_FIRST_SENT_AT, AttributeValue::number(sent)));
+    }
+    attributes::copy_attributes(&original, set).map_err(|_| ArchiveReason::AttributeLimit)
+}
+
+/// `Ok` when the body with these attributes fits in an SQS message.
+fn fits(m: &DlqMessage, attributes: &MessageAttributes) -> Result<(), ArchiveReason> {
+    if attributes::message_size(&m.body, attributes) > MAX_MESSAGE_BYTES {
+        return Err(ArchiveReason::SizeLimit);
+    }
+    Ok(())
 }
 
 /// When a kept permanent failure's TTL ends (epoch millis): it is hidden until then, so that
@@ -177,23 +211,12 @@ pub type RedriveCopy = OutgoingMessage;
 /// the DLQ message id and the new count, so a retried send of the same DLQ message is
 /// deduplicated by SQS), or says why it cannot be sent (then it is archived instead).
 pub fn redrive_copy(m: &DlqMessage, main_is_fifo: bool) -> Result<RedriveCopy, ArchiveReason> {
+    let attributes = copy_attributes(m)?;
+    fits(m, &attributes)?;
     let next = match m.redrive_count() {
         RedriveCount::Count(n) => u64::from(n) + 1,
         RedriveCount::Invalid => return Err(ArchiveReason::InvalidRedriveCount),
     };
-    let mut original = m.message_attributes.clone();
-    // A replay is a fresh attempt: a stale "permanent" mark would get it skipped next time.
-    original.remove(X_FAILURE_CLASS);
-    original.remove(X_FAILURE_REASON);
-    let mut set = vec![(X_REDRIVE_COUNT, AttributeValue::number(next))];
-    if let Some(sent) = m.first_sent_at() {
-        set.push((X_FIRST_SENT_AT, AttributeValue::number(sent)));
-    }
-    let attributes =
-        attributes::copy_attributes(&original, set).map_err(|_| ArchiveReason::AttributeLimit)?;
-    if attributes::message_size(&m.body, &attributes) > MAX_MESSAGE_BYTES {
-        return Err(ArchiveReason::SizeLimit);
-    }
     let (group_id, deduplication_id) = if main_is_fifo {
         let group = m.group_id().unwrap_or("resq").to_owned();
         (
@@ -349,11 +372,12 @@ mod tests {
             classify(&carried, &rules(), NOW),
             Decision::Archive(ArchiveReason::TtlExpired)
         );
-        // TTL wins over the cap, the cap over permanence
+        // the message's own reasons win over the one that comes with time (so a retried
+        // archive finds the same entry), the cap over permanence
         let both = msg(&[count("9"), permanent("X")[0].clone()], NOW - 30 * HOUR);
         assert_eq!(
             classify(&both, &rules(), NOW),
-            Decision::Archive(ArchiveReason::TtlExpired)
+            Decision::Archive(ArchiveReason::RedriveCap)
         );
         let capped_permanent = msg(&[count("9"), permanent("X")[0].clone()], NOW);
         assert_eq!(
@@ -476,6 +500,44 @@ mod tests {
         let big = [copy("a", half + 1), copy("b", half), copy("c", 1)];
         let refs: Vec<&RedriveCopy> = big.iter().collect();
         assert_eq!(plan_sends(&refs, true), vec![0..1, 1..3]);
+    }
+
+    #[test]
+    fn an_archive_reason_does_not_change_as_the_message_ages() {
+        // GIVEN messages archived for a reason of their own, whose delete failed: seen again
+        // a day later, past the TTL, each gets the same reason (and so the same entry)
+        let archive = Rules {
+            permanent_action: PermanentAction::Archive,
+            ..rules()
+        };
+        let ten: Vec<(String, AttributeValue)> = (0..10)
+            .map(|i| (format!("a{i}"), AttributeValue::string("v")))
+            .collect();
+        let mut crowded = msg(&[], NOW);
+        crowded.message_attributes = ten.into_iter().collect();
+        let mut huge = msg(&[], NOW);
+        huge.body = "x".repeat(MAX_MESSAGE_BYTES - 20);
+        for (m, r) in [
+            (msg(&[count("3")], NOW), &rules()),
+            (msg(&[count("x")], NOW), &rules()),
+            (msg(&permanent("MALFORMED_JSON"), NOW), &archive),
+            (crowded, &rules()),
+            (huge, &rules()),
+        ] {
+            let now = classify(&m, r, NOW);
+            assert!(matches!(now, Decision::Archive(_)), "{now:?}");
+            assert_eq!(classify(&m, r, NOW + 48 * HOUR), now);
+        }
+        // a kept permanent failure is archived by its TTL (it was never archived before)
+        let kept = msg(&permanent("MALFORMED_JSON"), NOW);
+        assert_eq!(
+            classify(&kept, &rules(), NOW),
+            Decision::Keep(Keep::Permanent)
+        );
+        assert_eq!(
+            classify(&kept, &rules(), NOW + 48 * HOUR),
+            Decision::Archive(ArchiveReason::TtlExpired)
+        );
     }
 
     #[test]

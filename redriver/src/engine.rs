@@ -28,6 +28,7 @@ use resq::reason::ArchiveReason;
 use resq::store::ObjectStore;
 use serde::{Deserialize, Serialize};
 
+use crate::breaker::{self, Breaker};
 use crate::classify::{self, Decision, DlqMessage, Keep, MAX_BATCH, RedriveCopy, Rules};
 use crate::ports::{Alarms, Receipt, RedriveQueues};
 use crate::ratelimit::TokenBucket;
@@ -66,6 +67,10 @@ pub struct Summary {
     /// Which alarm, or why its state is unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause_reason: Option<String>,
+    /// An alarm of the breaker cleared a short while ago: this run replayed at most this many
+    /// (a probe), not its full budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<u32>,
     /// Messages received from the DLQ.
     pub received: u64,
     /// Copies confirmed in the main queue (their DLQ message deleted or being deleted).
@@ -78,7 +83,8 @@ pub struct Summary {
     /// Of those, permanent failures kept for a human (hidden until their TTL, see `resq dlq
     /// peek --kept`).
     pub kept: u64,
-    /// Kept messages made visible again for this run (a selective run by reason).
+    /// Kept messages made visible again for this run (a selective run by reason; a dry run
+    /// counts those it would bring back, and changes nothing).
     pub unhidden: u64,
     /// Not moved because a send or archive write failed or was not confirmed: still in the
     /// DLQ.
@@ -117,6 +123,9 @@ pub struct Redriver<Q, S, A> {
 struct Deadlines {
     /// Nothing new starts after this.
     stop_at: Instant,
+    /// Receives, archive writes and sends end by this, done or not, leaving the deletes that
+    /// follow them time to run.
+    work_by: Instant,
     /// Every call ends by this, done or not.
     settle_by: Instant,
 }
@@ -160,6 +169,20 @@ struct RunState {
 }
 
 impl RunState {
+    fn apply(&mut self, verdict: Breaker) {
+        match verdict {
+            Breaker::Closed => {}
+            Breaker::Open(reason) => self.pause(reason),
+            Breaker::HalfOpen { budget, reason } => {
+                if budget < self.max_messages {
+                    tracing::warn!(reason = %reason, budget, "replaying a probe only");
+                    self.max_messages = budget;
+                    self.summary.probe = Some(budget);
+                }
+            }
+        }
+    }
+
     fn pause(&mut self, reason: String) {
         tracing::warn!(reason = %reason, "replay paused by the circuit breaker; archiving goes on");
         self.summary.paused = true;
@@ -252,6 +275,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         let margin = self.config.common.deadline_margin;
         let times = Deadlines {
             stop_at: deadline.checked_sub(margin).unwrap_or(started),
+            work_by: deadline.checked_sub(margin / 2).unwrap_or(started),
             settle_by: deadline.checked_sub(margin / 4).unwrap_or(started),
         };
         let mut st = RunState {
@@ -259,6 +283,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 dry_run: request.dry_run,
                 paused: false,
                 pause_reason: None,
+                probe: None,
                 received: 0,
                 redriven: 0,
                 archived: BTreeMap::new(),
@@ -292,9 +317,8 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         };
 
         // breaker
-        if let Some(reason) = self.breaker(times.settle_by).await {
-            st.pause(reason);
-        }
+        let verdict = self.breaker(times.settle_by).await;
+        st.apply(verdict);
         // unhide: a selective run by reason reaches the kept messages of that reason
         if let Some(reason) = request.reason.clone()
             && !st.rules.paused
@@ -305,7 +329,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         let bucket = TokenBucket::new(request.rate_per_second);
         let dlq_is_fifo = self.config.common.dlq_url.ends_with(".fifo");
         loop {
-            if st.replays >= u64::from(request.max_messages) {
+            if st.replays >= u64::from(st.max_messages) {
                 st.summary.stopped_by = StopReason::MaxMessages;
                 break;
             }
@@ -324,7 +348,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 .clamp(30, 43_200) as i32;
             let received_at = Instant::now();
             let batch = match tokio::time::timeout_at(
-                times.settle_by.into(),
+                times.work_by.into(),
                 self.queues.receive(want, visibility, wait),
             )
             .await
@@ -359,7 +383,8 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             self.delete_confirmed(&mut st, deletes, times).await;
             if st.pending_keep.len() >= keep::MAX_ENTRIES_PER_LIST {
                 let pending = std::mem::take(&mut st.pending_keep);
-                self.keep_and_hide(pending, times).await;
+                let unlisted = self.keep_and_hide(pending, times).await;
+                st.held.extend(unlisted);
             }
             if out_of_time {
                 st.summary.stopped_by = StopReason::Deadline;
@@ -383,16 +408,16 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
 
     /// `Some(reason)` when replay must not run: an alarm in `ALARM`, or states that cannot be
     /// read (in time).
-    async fn breaker(&self, until: Instant) -> Option<String> {
+    async fn breaker(&self, until: Instant) -> Breaker {
         let names = &self.config.pause_on_alarms;
         if names.is_empty() {
-            return None;
+            return Breaker::Closed;
         }
-        match tokio::time::timeout_at(until.into(), self.alarms.in_alarm(names)).await {
-            Ok(Ok(firing)) if firing.is_empty() => None,
-            Ok(Ok(firing)) => Some(format!("alarm in ALARM: {}", firing.join(", "))),
-            Ok(Err(e)) => Some(format!("alarm state unknown, not replaying blind: {e}")),
-            Err(_) => Some("alarm state unknown (no answer in time), not replaying blind".into()),
+        let now = now_ms();
+        match tokio::time::timeout_at(until.into(), self.alarms.states(names)).await {
+            Ok(Ok(states)) => breaker::decide(names, Ok(&states), now),
+            Ok(Err(e)) => breaker::decide(names, Err(&e.to_string()), now),
+            Err(_) => breaker::decide(names, Err("no answer in time"), now),
         }
     }
 
@@ -422,6 +447,11 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             return;
         }
         let asked = changes.len() as u64;
+        if st.summary.dry_run {
+            // a dry run changes nothing: it says how many a real run would bring back
+            st.summary.unhidden = asked;
+            return;
+        }
         if let Ok(failed) = tokio::time::timeout_at(
             times.settle_by.into(),
             self.queues.change_visibility(changes),
@@ -527,8 +557,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             .map(|(i, (m, reason, last))| async move {
                 (i, self.archive(m, *reason, last.clone()).await)
             });
-        let done =
-            resq::lambda::run_until(writes, resq::sqs::CALLS_IN_FLIGHT, times.settle_by).await;
+        let done = resq::lambda::run_until(writes, resq::sqs::CALLS_IN_FLIGHT, times.work_by).await;
         let mut confirmed = vec![None; archives.len()];
         for (i, ok) in done {
             confirmed[i] = Some(ok);
@@ -589,9 +618,8 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 && Instant::now() >= st.next_breaker_check
             {
                 st.next_breaker_check = Instant::now() + self.breaker_recheck;
-                if let Some(reason) = self.breaker(times.settle_by).await {
-                    st.pause(reason);
-                }
+                let verdict = self.breaker(times.settle_by).await;
+                st.apply(verdict);
             }
             let mut sendable = 0;
             let budget = u64::from(st.max_messages).saturating_sub(st.replays) as usize;
@@ -620,22 +648,20 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             let batch: Vec<&RedriveCopy> = send.iter().map(|&i| &replays[i].1).collect();
             let sent_at = Instant::now();
             let redriven_before = st.summary.redriven;
-            let results = match tokio::time::timeout_at(
-                times.settle_by.into(),
-                self.queues.send_batch(&batch),
-            )
-            .await
-            {
-                Ok(Ok(results)) => results,
-                Ok(Err(e)) => vec![Some(e.to_string()); send.len()],
-                Err(_) => {
-                    // unknown whether SQS took them: neither deleted nor released; they
-                    // reappear after their visibility timeout (a FIFO resend is deduplicated)
-                    st.summary.failed += send.len() as u64;
-                    out_of_time = true;
-                    continue;
-                }
-            };
+            let results =
+                match tokio::time::timeout_at(times.work_by.into(), self.queues.send_batch(&batch))
+                    .await
+                {
+                    Ok(Ok(results)) => results,
+                    Ok(Err(e)) => vec![Some(e.to_string()); send.len()],
+                    Err(_) => {
+                        // unknown whether SQS took them: neither deleted nor released; they
+                        // reappear after their visibility timeout (a FIFO resend is deduplicated)
+                        st.summary.failed += send.len() as u64;
+                        out_of_time = true;
+                        continue;
+                    }
+                };
             for (&i, result) in send.iter().zip(results) {
                 let m = &replays[i].0;
                 match result {
@@ -666,25 +692,42 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         if deletes.is_empty() {
             return;
         }
-        match tokio::time::timeout_at(times.settle_by.into(), self.queues.delete(deletes)).await {
-            Ok(failed) => {
-                for ((id, _), why) in failed {
-                    st.summary.delete_failed += 1;
-                    tracing::warn!(message_id = %id, error_code = "DLQ_DELETE_FAILED", error_details = %why, "moved but not deleted from the DLQ; it will be seen again");
+        // A message that was moved but not deleted is moved again when it reappears: a second
+        // archive attempt finds its entry, but a second replay is a duplicate copy. So a
+        // failed delete is tried once more while its receipt handle still holds.
+        let mut pending = deletes;
+        for attempt in 0..2 {
+            match tokio::time::timeout_at(times.settle_by.into(), self.queues.delete(pending)).await
+            {
+                Ok(failed) if failed.is_empty() => return,
+                Ok(failed) if attempt == 0 => {
+                    pending = failed.into_iter().map(|(r, _)| r).collect();
+                }
+                Ok(failed) => {
+                    for ((id, _), why) in failed {
+                        st.summary.delete_failed += 1;
+                        tracing::warn!(message_id = %id, error_code = "DLQ_DELETE_FAILED", error_details = %why, "moved but not deleted from the DLQ; it will be seen again (an archive finds its entry; a replay is sent again)");
+                    }
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        error_code = "DLQ_DELETE_DEADLINE",
+                        "deletes not confirmed before the deadline margin; those messages will be seen again (an archive finds its entry; a replay is sent again)"
+                    );
+                    return;
                 }
             }
-            Err(_) => tracing::warn!(
-                error_code = "DLQ_DELETE_DEADLINE",
-                "deletes not confirmed before the deadline margin; those messages will be seen again (their archive entries are kept, a FIFO resend is deduplicated)"
-            ),
         }
     }
 
     /// Writes the pending kept messages to the keep list, then hides them until their TTL.
-    /// Not written (in time): not hidden either; they come back after the run.
-    async fn keep_and_hide(&self, pending: Vec<PendingKeep>, times: Deadlines) {
+    /// When the list is not written (in time), they are not hidden either: their receipts are
+    /// returned, to be released at the end of the run (released earlier, the run would read
+    /// them again).
+    async fn keep_and_hide(&self, pending: Vec<PendingKeep>, times: Deadlines) -> Vec<Receipt> {
         if pending.is_empty() {
-            return;
+            return Vec::new();
         }
         let now = now_ms();
         let (kept, hides): (Vec<KeptMessage>, Vec<(Receipt, i32)>) = pending
@@ -714,14 +757,8 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 Ok(Err(e)) => e.to_string(),
                 _ => "not confirmed before the deadline margin".to_owned(),
             };
-            tracing::warn!(error_code = "KEEP_LIST_FAILED", error_details = %why, count = kept.len(), "keep list not written: kept messages are released, not hidden (a hidden message must be reachable)");
-            let release: Vec<(Receipt, i32)> = hides.into_iter().map(|(r, _)| (r, 0)).collect();
-            let _ = tokio::time::timeout_at(
-                times.settle_by.into(),
-                self.queues.change_visibility(release),
-            )
-            .await;
-            return;
+            tracing::warn!(error_code = "KEEP_LIST_FAILED", error_details = %why, count = kept.len(), "keep list not written: kept messages are released after the run, not hidden (a hidden message must be reachable)");
+            return hides.into_iter().map(|(r, _)| r).collect();
         }
         match tokio::time::timeout_at(times.settle_by.into(), self.queues.change_visibility(hides))
             .await
@@ -735,11 +772,15 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 "kept messages not hidden before the deadline margin; they come back after the run"
             ),
         }
+        Vec::new()
     }
 
-    /// Lists and hides the kept messages, and releases what was held for the run,
-    /// concurrently.
+    /// Lists and hides the kept messages, then releases what was held for the run (kept
+    /// messages that could not be listed with it).
     async fn settle_run(&self, st: &mut RunState, times: Deadlines) {
+        let pending = std::mem::take(&mut st.pending_keep);
+        let unlisted = self.keep_and_hide(pending, times).await;
+        st.held.extend(unlisted);
         let held = std::mem::take(&mut st.held);
         let release = async {
             if held.is_empty() {
@@ -761,8 +802,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 ),
             }
         };
-        let pending = std::mem::take(&mut st.pending_keep);
-        futures::join!(release, self.keep_and_hide(pending, times));
+        release.await;
     }
 
     async fn archive(
@@ -827,10 +867,10 @@ mod tests {
     use resq::store::MemoryStore;
     use std::sync::{Arc, Mutex};
 
-    struct NoAlarms(Result<Vec<String>, PortError>);
+    struct NoAlarms(Result<Vec<crate::ports::AlarmState>, PortError>);
 
     impl Alarms for NoAlarms {
-        async fn in_alarm(&self, _: &[String]) -> Result<Vec<String>, PortError> {
+        async fn states(&self, _: &[String]) -> Result<Vec<crate::ports::AlarmState>, PortError> {
             self.0.clone()
         }
     }
@@ -1314,7 +1354,7 @@ mod phases {
             MemoryStore::default(),
             FixedAlarms::default(),
         );
-        alarms.set_in_alarm(&["replays-failing"]);
+        alarms.set("replays-failing", true, Duration::from_secs(60), 10.0);
         let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
         let now = now_ms();
         dlq.push(dlq_message("expired", now - 25 * HOUR_MS, &[]));
@@ -1353,10 +1393,11 @@ mod phases {
         for i in 0..40 {
             dlq.push(dlq_message(&format!("m{i}"), now_ms(), &[]));
         }
+        alarms.set("replays-failing", false, Duration::from_secs(3600), 10.0);
         let flip = alarms.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            flip.set_in_alarm(&["replays-failing"]);
+            flip.set("replays-failing", true, Duration::ZERO, 10.0);
         });
         let r = Redriver::new(&dlq, &store, alarms.as_ref(), cfg.clone())
             .with_receive_wait(0)
@@ -1376,6 +1417,31 @@ mod phases {
         assert_eq!(dlq.len() as u64, 40 - summary.redriven);
         assert_eq!(dlq.visible(), dlq.len());
         assert!(alarms.reads() >= 2);
+    }
+
+    #[tokio::test]
+    async fn after_the_alarm_clears_a_run_replays_a_probe_not_its_budget() {
+        // GIVEN 100 replayable messages and the breaker's alarm back in OK two minutes ago
+        // (threshold 4 a minute)
+        let (dlq, store, alarms) = (
+            MemoryDlq::default(),
+            MemoryStore::default(),
+            FixedAlarms::default(),
+        );
+        let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
+        for i in 0..100 {
+            dlq.push(dlq_message(&format!("m{i}"), now_ms(), &[]));
+        }
+        alarms.set("replays-failing", false, Duration::from_secs(120), 4.0);
+        // WHEN a scheduled run happens
+        let probe = scheduled(&dlq, &store, &alarms, &cfg).await;
+        // THEN it replays a probe of 5: enough to trip the alarm again if they fail
+        assert_eq!((probe.redriven, probe.probe), (5, Some(5)), "{probe:?}");
+        assert!(!probe.paused);
+        // AND once the alarm has been OK for a while, runs replay with their full budget
+        alarms.set("replays-failing", false, Duration::from_secs(3600), 4.0);
+        let full = scheduled(&dlq, &store, &alarms, &cfg).await;
+        assert_eq!((full.redriven, full.probe), (95, None));
     }
 
     #[tokio::test]
@@ -1490,6 +1556,16 @@ mod phases {
         dlq.push(dlq_message("other", now_ms(), &permanent("MALFORMED_JSON")));
         let first = scheduled(&dlq, &store, &alarms, &cfg).await;
         assert_eq!((first.kept, dlq.visible()), (2, 0));
+        // a dry run first says what it would bring back, and changes nothing
+        let dry = RunRequest {
+            dry_run: true,
+            reason: Some("VALIDATION_FAILED".into()),
+            ..RunRequest::defaults(&cfg)
+        };
+        let r = Redriver::new(&dlq, &store, &alarms, cfg.clone()).with_receive_wait(0);
+        let summary = r.run(&dry, Instant::now() + Duration::from_secs(60)).await;
+        assert_eq!((summary.unhidden, summary.redriven), (1, 0), "{summary:?}");
+        assert_eq!(dlq.visible(), 0, "a dry run changes nothing");
         // WHEN an operator replays VALIDATION_FAILED after a fix
         let request = RunRequest {
             reason: Some("VALIDATION_FAILED".into()),

@@ -3,6 +3,7 @@
 #![deny(clippy::all)]
 #![warn(missing_docs)]
 
+pub mod breaker;
 pub mod classify;
 pub mod engine;
 pub mod memory;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use resq::backoff::MAX_VISIBILITY_TIMEOUT;
 
 use crate::classify::{DlqMessage, RedriveCopy};
-use crate::ports::{Alarms, PortError, Receipt, RedriveQueues};
+use crate::ports::{AlarmState, Alarms, PortError, Receipt, RedriveQueues};
 
 type SendFault = Box<dyn Fn(&RedriveCopy) -> bool + Send + Sync>;
 
@@ -226,10 +226,10 @@ impl RedriveQueues for MemoryDlq {
     }
 }
 
-/// Alarm states a test sets; `Err` to make them unreadable.
+/// Alarm states a test sets; `Err` to make them unreadable. An alarm not set does not exist.
 #[derive(Debug)]
 pub struct FixedAlarms {
-    state: Mutex<Result<Vec<String>, PortError>>,
+    state: Mutex<Result<Vec<AlarmState>, PortError>>,
     reads: Mutex<u64>,
 }
 
@@ -243,9 +243,24 @@ impl Default for FixedAlarms {
 }
 
 impl FixedAlarms {
-    /// The alarms now in `ALARM` (the others are `OK`).
-    pub fn set_in_alarm(&self, names: &[&str]) {
-        *lock(&self.state) = Ok(names.iter().map(|n| (*n).to_owned()).collect());
+    /// Sets one alarm: in `ALARM` or not, its last change `changed_ago` before now, its
+    /// threshold per 60 s period.
+    pub fn set(&self, name: &str, in_alarm: bool, changed_ago: Duration, threshold: f64) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let state = AlarmState {
+            name: name.to_owned(),
+            in_alarm,
+            changed_at_ms: Some(now.saturating_sub(changed_ago).as_millis() as u64),
+            period: Some(Duration::from_secs(60)),
+            threshold: Some(threshold),
+        };
+        let mut all = lock(&self.state);
+        let mut list = all.as_ref().cloned().unwrap_or_default();
+        list.retain(|s| s.name != name);
+        list.push(state);
+        *all = Ok(list);
     }
 
     /// Makes the states unreadable.
@@ -260,11 +275,13 @@ impl FixedAlarms {
 }
 
 impl Alarms for FixedAlarms {
-    async fn in_alarm(&self, names: &[String]) -> Result<Vec<String>, PortError> {
+    async fn states(&self, names: &[String]) -> Result<Vec<AlarmState>, PortError> {
         *lock(&self.reads) += 1;
-        lock(&self.state)
-            .clone()
-            .map(|firing| firing.into_iter().filter(|f| names.contains(f)).collect())
+        lock(&self.state).clone().map(|all| {
+            all.into_iter()
+                .filter(|s| names.contains(&s.name))
+                .collect()
+        })
     }
 }
 
@@ -301,10 +318,10 @@ impl<T: RedriveQueues> RedriveQueues for &T {
 }
 
 impl<T: Alarms> Alarms for &T {
-    fn in_alarm(
+    fn states(
         &self,
         names: &[String],
-    ) -> impl std::future::Future<Output = Result<Vec<String>, PortError>> + Send {
-        (**self).in_alarm(names)
+    ) -> impl std::future::Future<Output = Result<Vec<AlarmState>, PortError>> + Send {
+        (**self).states(names)
     }
 }

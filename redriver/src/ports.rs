@@ -1,12 +1,13 @@
 //! The redriver's ports (queues, alarms) and their AWS adapters.
 
-use std::collections::HashMap;
 use std::future::Future;
+use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{AlarmType, StateValue};
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use resq::attributes::AttributeValue;
 
+pub use crate::breaker::AlarmState;
 use crate::classify::{DlqMessage, MAX_BATCH, RedriveCopy};
 
 /// A call that did not go through.
@@ -48,12 +49,12 @@ pub trait RedriveQueues: Send + Sync {
 
 /// Alarm states for the circuit breaker.
 pub trait Alarms: Send + Sync {
-    /// The names among `names` currently in `ALARM`. `Err` when they cannot be read or one
-    /// does not exist (the breaker then stays open: nothing is replayed blind).
-    fn in_alarm(
+    /// The states of the alarms among `names` that exist (a missing one is left out; the
+    /// breaker then stays open). `Err` when they cannot be read.
+    fn states(
         &self,
         names: &[String],
-    ) -> impl Future<Output = Result<Vec<String>, PortError>> + Send;
+    ) -> impl Future<Output = Result<Vec<AlarmState>, PortError>> + Send;
 }
 
 /// [`RedriveQueues`] on real SQS.
@@ -173,7 +174,7 @@ impl CloudWatchAlarms {
 }
 
 impl Alarms for CloudWatchAlarms {
-    async fn in_alarm(&self, names: &[String]) -> Result<Vec<String>, PortError> {
+    async fn states(&self, names: &[String]) -> Result<Vec<AlarmState>, PortError> {
         let out = self
             .client
             .describe_alarms()
@@ -183,29 +184,39 @@ impl Alarms for CloudWatchAlarms {
             .send()
             .await
             .map_err(PortError::from_sdk)?;
-        let mut found: HashMap<String, bool> = HashMap::new();
+        let millis = |t: Option<&aws_sdk_cloudwatch::primitives::DateTime>| {
+            t.and_then(|t| t.to_millis().ok())
+                .and_then(|ms| u64::try_from(ms).ok())
+        };
+        let mut states = Vec::new();
         for a in out.metric_alarms() {
-            found.insert(
-                a.alarm_name().unwrap_or_default().to_owned(),
-                a.state_value() == Some(&StateValue::Alarm),
-            );
-        }
-        for a in out.composite_alarms() {
-            found.insert(
-                a.alarm_name().unwrap_or_default().to_owned(),
-                a.state_value() == Some(&StateValue::Alarm),
-            );
-        }
-        if let Some(missing) = names.iter().find(|n| !found.contains_key(*n)) {
-            return Err(PortError {
-                code: Some("AlarmNotFound".into()),
-                message: format!("alarm {missing:?} named in PAUSE_ON_ALARMS does not exist"),
+            states.push(AlarmState {
+                name: a.alarm_name().unwrap_or_default().to_owned(),
+                in_alarm: a.state_value() == Some(&StateValue::Alarm),
+                // when the state value last changed (not any update of the alarm)
+                changed_at_ms: millis(
+                    a.state_transitioned_timestamp()
+                        .or(a.state_updated_timestamp()),
+                ),
+                period: a
+                    .period()
+                    .and_then(|p| u64::try_from(p).ok())
+                    .map(Duration::from_secs),
+                threshold: a.threshold(),
             });
         }
-        Ok(names
-            .iter()
-            .filter(|n| found.get(*n) == Some(&true))
-            .cloned()
-            .collect())
+        for a in out.composite_alarms() {
+            states.push(AlarmState {
+                name: a.alarm_name().unwrap_or_default().to_owned(),
+                in_alarm: a.state_value() == Some(&StateValue::Alarm),
+                changed_at_ms: millis(
+                    a.state_transitioned_timestamp()
+                        .or(a.state_updated_timestamp()),
+                ),
+                period: None,
+                threshold: None,
+            });
+        }
+        Ok(states)
     }
 }

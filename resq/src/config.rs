@@ -86,6 +86,9 @@ pub struct RedriverConfig {
 /// Highest accepted `REDRIVE_RATE_PER_SECOND` (SQS's own move task tops out at 500/s).
 pub const MAX_RATE_PER_SECOND: f64 = 3000.0;
 
+/// Lowest accepted `DEADLINE_MARGIN_MS`.
+pub const MIN_DEADLINE_MARGIN_MS: u64 = 200;
+
 /// The DLQ's message retention (the template's, and SQS's maximum): 14 days.
 pub const DLQ_RETENTION_SECONDS: u64 = 1_209_600;
 /// How long before the DLQ's retention ends a message must be past its TTL, so that scheduled
@@ -243,10 +246,12 @@ impl CommonConfig {
             )?,
             // 0 would archive every message on first sight.
             max_redrive_attempts: vars.number("MAX_REDRIVE_ATTEMPTS", 3, 1..=1000)?,
+            // at least 200 ms: the functions split the margin between their last phases (the
+            // settling calls, the response, the metrics); with none they would answer late
             deadline_margin: Duration::from_millis(vars.number(
                 "DEADLINE_MARGIN_MS",
                 1000,
-                0..=900_000,
+                MIN_DEADLINE_MARGIN_MS..=900_000,
             )?),
         })
     }
@@ -411,6 +416,8 @@ mod tests {
             ("BACKOFF_MAX_SECONDS", "50000"),
             ("BACKOFF_MAX_SECONDS", "1"),
             ("DEADLINE_MARGIN_MS", "soon"),
+            ("DEADLINE_MARGIN_MS", "0"),
+            ("DEADLINE_MARGIN_MS", "199"),
             ("DLQ_URL", "orders-dlq"),
         ] {
             let mut v = REQUIRED.to_vec();

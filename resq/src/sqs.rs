@@ -281,6 +281,20 @@ pub async fn delete(
     .await
 }
 
+/// A queue's ARN.
+pub async fn queue_arn(client: &aws_sdk_sqs::Client, queue_url: &str) -> Result<String, AwsError> {
+    client
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(AwsError::from_sdk)?
+        .attributes
+        .and_then(|mut a| a.remove(&aws_sdk_sqs::types::QueueAttributeName::QueueArn))
+        .ok_or_else(|| AwsError::local(format!("{queue_url} has no QueueArn")))
+}
+
 /// A queue's depth: (`ApproximateNumberOfMessages`, `ApproximateNumberOfMessagesNotVisible`).
 pub async fn depth(client: &aws_sdk_sqs::Client, queue_url: &str) -> Result<(u64, u64), AwsError> {
     use aws_sdk_sqs::types::QueueAttributeName as Q;

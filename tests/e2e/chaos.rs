@@ -6,18 +6,12 @@ use std::time::Duration;
 
 use resq_cli::chaos::{self, ChaosOptions, MAX_REDRIVE_ATTEMPTS};
 use resq_cli::demo::{DemoOptions, Plan};
-use resq_e2e::{function_binary, moto_binary, translated_template};
+use resq_e2e::{function_binary, moto_binary, translated_template_file};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
     let dir = std::env::temp_dir().join(format!("resq-chaos-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let template = dir.join("template.json");
-    std::fs::write(
-        &template,
-        translated_template(resq_cli::local::ARTIFACT_BUCKET).to_string(),
-    )
-    .unwrap();
+    let template = translated_template_file(&dir);
     let opts = ChaosOptions {
         demo: DemoOptions {
             orders: 500,

@@ -252,11 +252,25 @@ async fn dlq_replay_dry_run_first_then_selectively() {
         reason: Some("VALIDATION_FAILED".into()),
         older_than: None,
     };
-    let dry = dlq::replay(&ctx, request(true), 3, resq::config::PermanentAction::Keep).await;
+    let dry = dlq::replay(
+        &ctx,
+        request(true),
+        3,
+        Duration::from_secs(86_400),
+        resq::config::PermanentAction::Keep,
+    )
+    .await;
     assert_eq!((dry.dry_run, dry.redriven, dry.skipped), (true, 1, 1));
     assert_eq!(stack.depth(&stack.dlq).await, (2, 0));
     assert_eq!(stack.depth(&stack.main).await, (0, 0));
-    let real = dlq::replay(&ctx, request(false), 3, resq::config::PermanentAction::Keep).await;
+    let real = dlq::replay(
+        &ctx,
+        request(false),
+        3,
+        Duration::from_secs(86_400),
+        resq::config::PermanentAction::Keep,
+    )
+    .await;
     assert_eq!((real.redriven, real.skipped, real.failed), (1, 1, 0));
     let main = stack.receive_n(&stack.main, 1).await;
     assert_eq!(main[0].body(), Some(order_body("o-fixed").as_str()));

@@ -222,3 +222,34 @@ pub async fn drain_view(stack: &Stack, queue: &Queue) -> Vec<Message> {
     }
     all
 }
+
+/// A function binary behind the local Lambda runtime, configured for the stack (plus `extra`,
+/// JSON logs), its output in `log`.
+pub fn runtime_function(
+    stack: &Stack,
+    name: &str,
+    extra: &[(&str, &str)],
+    log: &std::path::Path,
+) -> resq_cli::chaos::runtime::Function {
+    let mut env: Vec<(String, String)> = stack.env().into_iter().collect();
+    env.extend(
+        [
+            ("AWS_ENDPOINT_URL", stack.moto.endpoint.as_str()),
+            ("AWS_REGION", REGION),
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_LAMBDA_LOG_FORMAT", "JSON"),
+        ]
+        .iter()
+        .chain(extra)
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    resq_cli::chaos::runtime::Function::new(
+        name,
+        &resq_e2e::function_binary(name),
+        env,
+        log,
+        Duration::from_secs(20),
+    )
+    .expect("the function binary")
+}

@@ -3,7 +3,6 @@
 //! or the SPEC's outcome, never a silent drop.
 
 use std::process::Command;
-use std::time::Duration;
 
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue;
@@ -12,29 +11,11 @@ use resq_cli::chaos::runtime::{Function, Outcome};
 use resq_e2e::{REGION, Stack, StackOptions, function_binary};
 use serde_json::{Value, json};
 
-use crate::helpers::{attr, number_attr, order_body, send, string_attr};
+use crate::helpers::{attr, number_attr, order_body, runtime_function, send, string_attr};
 
 fn function(stack: &Stack, name: &str) -> Function {
-    let mut env: Vec<(String, String)> = stack.env().into_iter().collect();
-    env.extend(
-        [
-            ("AWS_ENDPOINT_URL", stack.moto.endpoint.as_str()),
-            ("AWS_REGION", REGION),
-            ("AWS_ACCESS_KEY_ID", "test"),
-            ("AWS_SECRET_ACCESS_KEY", "test"),
-            ("AWS_LAMBDA_LOG_FORMAT", "JSON"),
-        ]
-        .map(|(k, v)| (k.to_owned(), v.to_owned())),
-    );
     let log = std::env::temp_dir().join(format!("resq-hostile-{name}-{}.log", std::process::id()));
-    Function::new(
-        name,
-        &function_binary(name),
-        env,
-        &log,
-        Duration::from_secs(20),
-    )
-    .unwrap()
+    runtime_function(stack, name, &[], &log)
 }
 
 async fn invoke(f: &mut Function, event: &Value) -> Outcome {

@@ -4,15 +4,14 @@
 //! as INFO). Whatever the level, every metric line must get through; the other lines follow
 //! the level.
 
-use std::time::Duration;
 
 use resq::telemetry::LogLevel;
 use resq_cli::chaos::runtime::{Function, Outcome};
-use resq_e2e::{REGION, Stack, StackOptions, function_binary, translated_template};
+use resq_e2e::{REGION, Stack, StackOptions, translated_template};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::helpers::{order_body, send};
+use crate::helpers::{order_body, runtime_function, send};
 
 fn function(
     stack: &Stack,
@@ -21,27 +20,7 @@ fn function(
     log: &std::path::Path,
     metrics: mpsc::UnboundedSender<Value>,
 ) -> Function {
-    let mut env: Vec<(String, String)> = stack.env().into_iter().collect();
-    env.extend(
-        [
-            ("AWS_ENDPOINT_URL", stack.moto.endpoint.as_str()),
-            ("AWS_REGION", REGION),
-            ("AWS_ACCESS_KEY_ID", "test"),
-            ("AWS_SECRET_ACCESS_KEY", "test"),
-            ("AWS_LAMBDA_LOG_FORMAT", "JSON"),
-            ("AWS_LAMBDA_LOG_LEVEL", level),
-        ]
-        .map(|(k, v)| (k.to_owned(), v.to_owned())),
-    );
-    Function::new(
-        name,
-        &function_binary(name),
-        env,
-        log,
-        Duration::from_secs(20),
-    )
-    .unwrap()
-    .forward_metrics(metrics)
+    runtime_function(stack, name, &[("AWS_LAMBDA_LOG_LEVEL", level)], log).forward_metrics(metrics)
 }
 
 #[tokio::test]
@@ -117,6 +96,11 @@ async fn every_metric_line_survives_every_log_level_the_template_allows() {
         let warned = text.contains("sent to the DLQ as a permanent failure");
         let informed = text.contains("batch done");
         assert_eq!(warned, level <= LogLevel::Warn, "{level_name}: {text}");
+        // a warning names its record whatever the level (the Logs Insights query needs it)
+        for line in text.lines().filter(|l| l.contains("sent to the DLQ")) {
+            let v: Value = serde_json::from_str(line).unwrap();
+            assert!(v["span"]["messageId"].is_string(), "{level_name}: {line}");
+        }
         assert_eq!(informed, level <= LogLevel::Info, "{level_name}: {text}");
         let _ = std::fs::remove_file(&log);
     }

@@ -6,18 +6,12 @@
 use std::time::Duration;
 
 use resq_cli::soak::{self, MAX_REDRIVE_ATTEMPTS, SoakOptions};
-use resq_e2e::{function_binary, localstack_python, translated_template};
+use resq_e2e::{function_binary, localstack_python, translated_template_file};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_time_nothing_is_lost_starved_or_replayed_past_the_cap_and_the_breaker_holds() {
     let dir = std::env::temp_dir().join(format!("resq-soak-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let template = dir.join("template.json");
-    std::fs::write(
-        &template,
-        translated_template(resq_cli::local::ARTIFACT_BUCKET).to_string(),
-    )
-    .unwrap();
+    let template = translated_template_file(&dir);
     let opts = SoakOptions {
         localstack_python: localstack_python(),
         template,

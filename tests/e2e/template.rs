@@ -360,6 +360,11 @@ fn functions_are_rust_on_arm64_with_json_logs_and_the_spec_environment() {
         redriver["ReservedConcurrentExecutions"], 1,
         "at most one redriver run at a time"
     );
+    assert_eq!(
+        number(&t["Parameters"]["DeadlineMarginMs"]["MinValue"]),
+        resq::config::MIN_DEADLINE_MARGIN_MS as f64,
+        "the template and the functions accept the same margins"
+    );
     let invoke = resources_of(&t, "AWS::Lambda::EventInvokeConfig");
     assert_eq!(
         invoke[0].1["Properties"]["DestinationConfig"]["OnFailure"]["Destination"],

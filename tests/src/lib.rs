@@ -251,16 +251,7 @@ async fn create_queue(
         .expect("create queue")
         .queue_url
         .expect("queue url");
-    let arn = sqs
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .expect("queue arn")
-        .attributes
-        .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
-        .expect("queue arn");
+    let arn = resq::sqs::queue_arn(sqs, &url).await.expect("queue arn");
     Queue { url, arn }
 }
 
@@ -294,6 +285,15 @@ pub fn translated_template(artifact_bucket: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(&out).expect("translated template");
     let _ = std::fs::remove_file(&out);
     serde_json::from_str(&text).expect("translated template is JSON")
+}
+
+/// [`translated_template`] written to `dir/template.json` (what `resq chaos` and `resq soak`
+/// read); returns its path.
+pub fn translated_template_file(dir: &std::path::Path) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("template directory");
+    let path = dir.join("template.json");
+    std::fs::write(&path, translated_template("resq-artifacts").to_string()).expect("template");
+    path
 }
 
 /// A function binary of the workspace (`consumer`, `redriver`): `cargo test --workspace` builds

@@ -18,7 +18,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::sqs::SqsBatchResponse;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use resq::config::PermanentAction;
@@ -340,7 +339,7 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
 /// The audit counts effect writes by object versions, so the bucket must be versioned. The
 /// template versions it, but moto's CloudFormation skips `VersioningConfiguration`: this puts
 /// it in place before the first write.
-async fn ensure_versioned(ctx: &Context) -> Result<(), CliError> {
+pub async fn ensure_versioned(ctx: &Context) -> Result<(), CliError> {
     use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
     ctx.s3
         .put_bucket_versioning()
@@ -477,23 +476,18 @@ async fn event_source_mapping(
         match consumer.invoke(&event.to_string(), kill_after).await? {
             Outcome::Response(body) => {
                 typical = (typical * 3 + began.elapsed()) / 4;
-                match serde_json::from_str::<SqsBatchResponse>(&body) {
+                match crate::local::settle_answer(&ctx.sqs, &outputs.main_queue_url, &batch, &body)
+                    .await
+                {
                     Ok(response) => {
                         state.processed.fetch_add(
                             (batch.len() - response.batch_item_failures.len()) as u64,
                             Ordering::Relaxed,
                         );
-                        crate::local::delete_done(
-                            &ctx.sqs,
-                            &outputs.main_queue_url,
-                            &batch,
-                            &response,
-                        )
-                        .await;
                     }
                     Err(e) => {
                         state.function_errors.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(error = %e, body, "the consumer's response is not a batch response");
+                        tracing::error!(error = %e, "the consumer's answer");
                     }
                 }
             }

@@ -357,8 +357,18 @@ async fn log_pipeline(
     metrics: Option<mpsc::UnboundedSender<serde_json::Value>>,
 ) {
     use std::io::Write;
-    let mut lines = tokio::io::BufReader::new(stream).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut reader = tokio::io::BufReader::new(stream);
+    let mut raw = Vec::new();
+    // bytes, not UTF-8 lines: a stray byte must not stop the reading (the function would
+    // then block on a full pipe)
+    while let Ok(n) = reader.read_until(b'\n', &mut raw).await {
+        if n == 0 {
+            break;
+        }
+        let line = String::from_utf8_lossy(&raw)
+            .trim_end_matches(['\n', '\r'])
+            .to_owned();
+        raw.clear();
         if filter.is_some_and(|level| !resq::lambda::application_log_kept(&line, level)) {
             continue;
         }
