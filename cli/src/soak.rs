@@ -230,6 +230,9 @@ pub async fn run(opts: &SoakOptions) -> Result<SoakReport, CliError> {
         })?;
     std::fs::create_dir_all(&opts.log_dir)
         .map_err(|e| CliError::Usage(format!("cannot create {}: {e}", opts.log_dir.display())))?;
+    for log in ["consumer.log", "redriver.log"] {
+        let _ = std::fs::remove_file(opts.log_dir.join(log)); // this run's logs only
+    }
     let localstack = LocalStack::start(&opts.localstack_python)?;
     let config = localstack.sdk_config().await;
     let ctx = deploy(&config).await?;

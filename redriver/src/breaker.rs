@@ -3,7 +3,7 @@
 //!
 //! - **open**: an alarm is in `ALARM`, does not exist, or cannot be read: replay nothing (the
 //!   run still archives);
-//! - **half-open**: an alarm returned to `OK` a short while ago ([`probe_window`]): replay a
+//! - **half-open**: an alarm left `ALARM` a short while ago ([`probe_window`]): replay a
 //!   probe of a few messages, as many as can trip the alarm again if they fail (its threshold
 //!   plus one), so that a downstream still down costs a handful of replays, not a run's budget;
 //! - **closed**: replay with the full budget.
@@ -23,6 +23,9 @@ pub struct AlarmState {
     pub period: Option<Duration>,
     /// Its threshold, for a metric alarm.
     pub threshold: Option<f64>,
+    /// Its last change of state was out of `ALARM` (`Some(false)`: out of
+    /// `INSUFFICIENT_DATA`, as a new alarm's first evaluation; `None`: not known).
+    pub left_alarm: Option<bool>,
 }
 
 /// The breaker's verdict for a run.
@@ -42,12 +45,10 @@ pub enum Breaker {
 }
 
 /// How long after an alarm leaves `ALARM` runs only probe: long enough for a failing probe's
-/// metric to reach the alarm and trip it again (a few periods, five minutes at least).
+/// metric to reach the alarm and trip it again: five of its periods (five minutes for the
+/// template's), five minutes when the period is not known.
 pub fn probe_window(period: Option<Duration>) -> Duration {
-    period
-        .map(|p| p * 5)
-        .unwrap_or_default()
-        .max(Duration::from_secs(300))
+    period.map_or(Duration::from_secs(300), |p| p * 5)
 }
 
 /// The probe's size: enough failed replays to trip the alarm again (threshold + 1), 10 when the
@@ -57,6 +58,12 @@ pub fn probe_budget(threshold: Option<f64>) -> u32 {
         .filter(|t| t.is_finite() && *t >= 0.0)
         .map_or(10, |t| (t.floor() as u32).saturating_add(1))
         .max(1)
+}
+
+/// The alarm changed state within its [`probe_window`] before `now_ms`.
+pub fn recently_changed(s: &AlarmState, now_ms: u64) -> bool {
+    s.changed_at_ms
+        .is_some_and(|at| now_ms.saturating_sub(at) < probe_window(s.period).as_millis() as u64)
 }
 
 /// The verdict for `names` given what was read of them (`Err`: they could not be read).
@@ -81,10 +88,11 @@ pub fn decide(names: &[String], read: Result<&[AlarmState], &str>, now_ms: u64) 
             "alarm {missing:?} named in PAUSE_ON_ALARMS does not exist; not replaying blind"
         ));
     }
-    let recent = states.iter().filter(|s| names.contains(&s.name)).find(|s| {
-        s.changed_at_ms
-            .is_some_and(|at| now_ms.saturating_sub(at) < probe_window(s.period).as_millis() as u64)
-    });
+    // a change out of ALARM, or one that cannot be told apart from it
+    let recent = states
+        .iter()
+        .filter(|s| names.contains(&s.name) && s.left_alarm != Some(false))
+        .find(|s| recently_changed(s, now_ms));
     match recent {
         Some(s) => Breaker::HalfOpen {
             budget: probe_budget(s.threshold),
@@ -107,6 +115,7 @@ mod tests {
             changed_at_ms: Some(NOW - changed_ago_s * 1000),
             period: Some(Duration::from_secs(60)),
             threshold: Some(10.0),
+            left_alarm: Some(!in_alarm),
         }
     }
 
@@ -140,6 +149,16 @@ mod tests {
         let mut unknown = state("replays-failing", false, 0);
         unknown.changed_at_ms = None;
         assert_eq!(decide(&names, Ok(&[unknown]), NOW), Breaker::Closed);
+        // a new alarm's first OK (out of INSUFFICIENT_DATA) is no reason to probe …
+        let mut created = state("replays-failing", false, 10);
+        created.left_alarm = Some(false);
+        assert_eq!(decide(&names, Ok(&[created.clone()]), NOW), Breaker::Closed);
+        // … but a change that cannot be told apart from leaving ALARM is
+        created.left_alarm = None;
+        assert!(matches!(
+            decide(&names, Ok(&[created]), NOW),
+            Breaker::HalfOpen { .. }
+        ));
     }
 
     #[test]
@@ -151,6 +170,10 @@ mod tests {
         assert_eq!(probe_budget(Some(f64::NAN)), 10);
         assert_eq!(
             probe_window(Some(Duration::from_secs(10))),
+            Duration::from_secs(50)
+        );
+        assert_eq!(
+            probe_window(Some(Duration::from_secs(60))),
             Duration::from_secs(300)
         );
         assert_eq!(

@@ -243,8 +243,8 @@ impl Default for FixedAlarms {
 }
 
 impl FixedAlarms {
-    /// Sets one alarm: in `ALARM` or not, its last change `changed_ago` before now, its
-    /// threshold per 60 s period.
+    /// Sets one alarm: in `ALARM` or not (then it left `ALARM`), its last change `changed_ago`
+    /// before now, its threshold per 60 s period.
     pub fn set(&self, name: &str, in_alarm: bool, changed_ago: Duration, threshold: f64) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -255,6 +255,7 @@ impl FixedAlarms {
             changed_at_ms: Some(now.saturating_sub(changed_ago).as_millis() as u64),
             period: Some(Duration::from_secs(60)),
             threshold: Some(threshold),
+            left_alarm: Some(!in_alarm),
         };
         let mut all = lock(&self.state);
         let mut list = all.as_ref().cloned().unwrap_or_default();

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use aws_sdk_cloudwatch::types::{AlarmType, StateValue};
+use aws_sdk_cloudwatch::types::{AlarmType, HistoryItemType, ScanBy, StateValue};
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use resq::attributes::AttributeValue;
 
@@ -173,6 +173,33 @@ impl CloudWatchAlarms {
     }
 }
 
+impl CloudWatchAlarms {
+    /// Whether the alarm's last change of state was out of `ALARM`, from its history
+    /// (`None` when the history cannot be read or does not say).
+    async fn left_alarm(&self, name: &str, now: &StateValue) -> Option<bool> {
+        let out = self
+            .client
+            .describe_alarm_history()
+            .alarm_name(name)
+            .history_item_type(HistoryItemType::StateUpdate)
+            .scan_by(ScanBy::TimestampDescending)
+            .max_records(10)
+            .send()
+            .await
+            .ok()?;
+        let latest = out
+            .alarm_history_items()
+            .iter()
+            .max_by_key(|i| i.timestamp().and_then(|t| t.to_millis().ok()))?;
+        let data: serde_json::Value = serde_json::from_str(latest.history_data()?).ok()?;
+        let (old, new) = (
+            data["oldState"]["stateValue"].as_str()?,
+            data["newState"]["stateValue"].as_str()?,
+        );
+        (new == now.as_str()).then_some(old == StateValue::Alarm.as_str())
+    }
+}
+
 impl Alarms for CloudWatchAlarms {
     async fn states(&self, names: &[String]) -> Result<Vec<AlarmState>, PortError> {
         let out = self
@@ -188,9 +215,10 @@ impl Alarms for CloudWatchAlarms {
             t.and_then(|t| t.to_millis().ok())
                 .and_then(|ms| u64::try_from(ms).ok())
         };
-        let mut states = Vec::new();
+        // (state, its value) of every alarm found, metric and composite
+        let mut found: Vec<(AlarmState, Option<StateValue>)> = Vec::new();
         for a in out.metric_alarms() {
-            states.push(AlarmState {
+            let state = AlarmState {
                 name: a.alarm_name().unwrap_or_default().to_owned(),
                 in_alarm: a.state_value() == Some(&StateValue::Alarm),
                 // when the state value last changed (not any update of the alarm)
@@ -203,10 +231,12 @@ impl Alarms for CloudWatchAlarms {
                     .and_then(|p| u64::try_from(p).ok())
                     .map(Duration::from_secs),
                 threshold: a.threshold(),
-            });
+                left_alarm: None,
+            };
+            found.push((state, a.state_value().cloned()));
         }
         for a in out.composite_alarms() {
-            states.push(AlarmState {
+            let state = AlarmState {
                 name: a.alarm_name().unwrap_or_default().to_owned(),
                 in_alarm: a.state_value() == Some(&StateValue::Alarm),
                 changed_at_ms: millis(
@@ -215,7 +245,23 @@ impl Alarms for CloudWatchAlarms {
                 ),
                 period: None,
                 threshold: None,
-            });
+                left_alarm: None,
+            };
+            found.push((state, a.state_value().cloned()));
+        }
+        // only a recent change out of ALARM makes the breaker half-open: ask which it was
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut states = Vec::with_capacity(found.len());
+        for (mut s, value) in found {
+            if let Some(value) = value
+                && !s.in_alarm
+                && crate::breaker::recently_changed(&s, now)
+            {
+                s.left_alarm = self.left_alarm(&s.name, &value).await;
+            }
+            states.push(s);
         }
         Ok(states)
     }

@@ -4,7 +4,6 @@
 //! as INFO). Whatever the level, every metric line must get through; the other lines follow
 //! the level.
 
-
 use resq::telemetry::LogLevel;
 use resq_cli::chaos::runtime::{Function, Outcome};
 use resq_e2e::{REGION, Stack, StackOptions, translated_template};
