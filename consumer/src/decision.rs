@@ -86,17 +86,24 @@ struct Payload {
     records: Vec<Box<RawValue>>,
 }
 
-/// What is read of a record that does not decode as a whole: enough to report it.
+/// What is read of a record that does not decode as a whole: enough to report it. Each field
+/// is kept raw and read on its own, so that one of the wrong type does not hide the others.
 #[derive(Deserialize)]
 struct RecordHead {
     #[serde(rename = "messageId", default)]
-    message_id: Option<String>,
+    message_id: Option<Box<RawValue>>,
     #[serde(rename = "receiptHandle", default)]
-    receipt_handle: Option<String>,
+    receipt_handle: Option<Box<RawValue>>,
     #[serde(rename = "eventSource", default)]
-    event_source: Option<String>,
+    event_source: Option<Box<RawValue>>,
     #[serde(rename = "eventSourceARN", default)]
-    event_source_arn: Option<String>,
+    event_source_arn: Option<Box<RawValue>>,
+}
+
+/// A raw field's text, when it is a string.
+fn text(raw: &Option<Box<RawValue>>) -> Option<String> {
+    raw.as_ref()
+        .and_then(|r| serde_json::from_str::<String>(r.get()).ok())
 }
 
 /// Its FIFO group, when that much can be read.
@@ -188,9 +195,8 @@ fn record_from(index: usize, m: SqsMessage) -> Result<Record, EventError> {
 fn unreadable(index: usize, raw: &str, error: String) -> Result<Record, EventError> {
     let head: RecordHead = serde_json::from_str(raw)
         .map_err(|_| EventError::NotSqs(format!("record {index} is not an SQS record: {error}")))?;
-    check_source(index, head.event_source.as_deref())?;
-    let message_id = head
-        .message_id
+    check_source(index, text(&head.event_source).as_deref())?;
+    let message_id = text(&head.message_id)
         .filter(|id| !id.is_empty())
         .ok_or(EventError::MissingMessageId { index })?;
     let group_id = serde_json::from_str::<RecordGroup>(raw)
@@ -198,7 +204,7 @@ fn unreadable(index: usize, raw: &str, error: String) -> Result<Record, EventErr
         .and_then(|g| g.attributes.group);
     Ok(Record {
         message_id,
-        receipt_handle: head.receipt_handle.unwrap_or_default(),
+        receipt_handle: text(&head.receipt_handle).unwrap_or_default(),
         body: None,
         attributes: BTreeMap::new(),
         message_attributes: MessageAttributes::new(),
@@ -206,7 +212,7 @@ fn unreadable(index: usize, raw: &str, error: String) -> Result<Record, EventErr
         receive_count: 1,
         redrive_count: RedriveCount::Count(0),
         group_id,
-        source_arn: head.event_source_arn,
+        source_arn: text(&head.event_source_arn),
         unreadable: Some(error),
     })
 }
@@ -349,13 +355,14 @@ impl Failure {
 }
 
 /// A replayed copy (`x-redrive-count` ≥ 1) that failed again, counted once per replay: on its
-/// first receive (`ApproximateReceiveCount` 1), when it ran and failed or was found not to be
-/// an order. Retries of the same copy are not counted again; neither is a record that never
-/// ran (not started, held behind its FIFO group) or was archived unrun.
+/// first receive (`ApproximateReceiveCount` 1), when it ran and failed, was found not to be an
+/// order, or was held behind a failure of its FIFO group (a FIFO probe of a few groups must be
+/// able to trip the alarm). Retries of the same copy are not counted again; neither is a
+/// record the deadline kept from starting, nor one archived unrun.
 pub fn replay_failed(record: &Record, outcome: &Outcome) -> bool {
     let replayed = matches!(record.redrive_count, RedriveCount::Count(n) if n >= 1);
     let failed = match outcome {
-        Outcome::Failed(f) => f.ran(),
+        Outcome::Failed(f) => f.ran() || *f == Failure::GroupBlocked,
         Outcome::DeadLettered(_) => true,
         Outcome::Archived(reason) => {
             matches!(
@@ -643,7 +650,10 @@ mod tests {
             "b64",
             json!({"messageAttributes": {"a": {"dataType": "Binary", "binaryValue": "not base64!"}}}),
         );
-        let wrong_type = rec("typed", json!({"attributes": 5}));
+        let wrong_type = rec(
+            "typed",
+            json!({"attributes": 5, "eventSourceARN": 5, "receiptHandle": ["x"]}),
+        );
         let raw = format!(
             r#"{{"Records": [{ok}, {bad_b64}, {{"eventSource": "aws:sqs", "messageId": "surrogate", "receiptHandle": "rh-s", "body": "\ud800"}}, {wrong_type}]}}"#
         );
@@ -655,8 +665,13 @@ mod tests {
         for (r, id) in records[1..].iter().zip(["b64", "surrogate", "typed"]) {
             assert_eq!(r.message_id, id);
             assert!(r.unreadable.is_some(), "{id}");
-            assert!(!r.receipt_handle.is_empty(), "{id}");
         }
+        assert!(!records[1].receipt_handle.is_empty());
+        assert!(!records[2].receipt_handle.is_empty());
+        assert_eq!(
+            records[3].receipt_handle, "",
+            "a receiptHandle of the wrong type is none"
+        );
         assert!(
             records[1].unreadable.as_ref().unwrap().contains("base64")
                 || records[1].unreadable.as_ref().unwrap().contains("Invalid"),
@@ -877,11 +892,12 @@ mod tests {
         // the same replay failing again on later receives: not counted again
         r.receive_count = 2;
         assert!(!replay_failed(&r, &transient));
-        // held back or archived unrun, or processed: not a failed replay
+        // held behind a failure of its FIFO group: counted (the group's replays failed)
         r.receive_count = 1;
+        assert!(replay_failed(&r, &Outcome::Failed(Failure::GroupBlocked)));
+        // not started, archived unrun, or processed: not a failed replay
         for o in [
             Outcome::Failed(Failure::NotStarted),
-            Outcome::Failed(Failure::GroupBlocked),
             Outcome::Archived(ArchiveReason::RedriveCap),
             Outcome::Processed,
         ] {

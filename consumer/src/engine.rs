@@ -360,7 +360,13 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
                 span.record("error_details", details.as_str());
                 match tokio::time::timeout_at(until.into(), self.queues.send_to_dlq(&[&copy])).await
                 {
-                    Ok(Ok(results)) => sent_outcome(&reason, results.into_iter().next().flatten()),
+                    Ok(Ok(results)) => sent_outcome(
+                        &reason,
+                        results
+                            .into_iter()
+                            .next()
+                            .unwrap_or_else(|| Some("not reported by the DLQ send".to_owned())),
+                    ),
                     Ok(Err(e)) => sent_outcome(&reason, Some(e.to_string())),
                     Err(_) => unsettled(),
                 }

@@ -21,6 +21,8 @@ pub struct AlarmState {
     pub changed_at_ms: Option<u64>,
     /// Its period, for a metric alarm.
     pub period: Option<Duration>,
+    /// Its evaluation periods, for a metric alarm (the template's hold).
+    pub evaluation_periods: Option<u32>,
     /// Its threshold, for a metric alarm.
     pub threshold: Option<f64>,
     /// Its last change of state was out of `ALARM` (`Some(false)`: out of
@@ -44,26 +46,32 @@ pub enum Breaker {
     Open(String),
 }
 
-/// How long after an alarm leaves `ALARM` runs only probe: long enough for a failing probe's
-/// metric to reach the alarm and trip it again: five of its periods (five minutes for the
-/// template's), five minutes when the period is not known.
-pub fn probe_window(period: Option<Duration>) -> Duration {
-    period.map_or(Duration::from_secs(300), |p| p * 5)
+/// How long after an alarm leaves `ALARM` runs only probe: as long as it held `ALARM` after the
+/// last breach (its evaluation periods: the template's hold, 15 minutes), and at least five of
+/// its periods, so that a failing probe's metric reaches it and trips it again, and so that a
+/// scheduled run falls inside even when runs are late; 15 minutes when not known.
+pub fn probe_window(s: &AlarmState) -> Duration {
+    match s.period {
+        Some(p) => p * s.evaluation_periods.unwrap_or(1).max(5),
+        None => Duration::from_secs(900),
+    }
 }
 
-/// The probe's size: enough failed replays to trip the alarm again (threshold + 1), 10 when the
-/// threshold is unknown.
+/// The probe's size: twice what trips the alarm again (threshold + 1), so that it does even
+/// when its failures fall into two of the alarm's periods; 20 when the threshold is unknown.
 pub fn probe_budget(threshold: Option<f64>) -> u32 {
     threshold
         .filter(|t| t.is_finite() && *t >= 0.0)
-        .map_or(10, |t| (t.floor() as u32).saturating_add(1))
-        .max(1)
+        .map_or(20, |t| {
+            (t.floor() as u32).saturating_add(1).saturating_mul(2)
+        })
+        .max(2)
 }
 
 /// The alarm changed state within its [`probe_window`] before `now_ms`.
 pub fn recently_changed(s: &AlarmState, now_ms: u64) -> bool {
     s.changed_at_ms
-        .is_some_and(|at| now_ms.saturating_sub(at) < probe_window(s.period).as_millis() as u64)
+        .is_some_and(|at| now_ms.saturating_sub(at) < probe_window(s).as_millis() as u64)
 }
 
 /// The verdict for `names` given what was read of them (`Err`: they could not be read).
@@ -88,11 +96,12 @@ pub fn decide(names: &[String], read: Result<&[AlarmState], &str>, now_ms: u64) 
             "alarm {missing:?} named in PAUSE_ON_ALARMS does not exist; not replaying blind"
         ));
     }
-    // a change out of ALARM, or one that cannot be told apart from it
+    // a change out of ALARM, or one that cannot be told apart from it; the smallest probe
     let recent = states
         .iter()
         .filter(|s| names.contains(&s.name) && s.left_alarm != Some(false))
-        .find(|s| recently_changed(s, now_ms));
+        .filter(|s| recently_changed(s, now_ms))
+        .min_by_key(|s| probe_budget(s.threshold));
     match recent {
         Some(s) => Breaker::HalfOpen {
             budget: probe_budget(s.threshold),
@@ -114,6 +123,7 @@ mod tests {
             in_alarm,
             changed_at_ms: Some(NOW - changed_ago_s * 1000),
             period: Some(Duration::from_secs(60)),
+            evaluation_periods: Some(15),
             threshold: Some(10.0),
             left_alarm: Some(!in_alarm),
         }
@@ -133,19 +143,27 @@ mod tests {
             decide(&names, Ok(&[state("replays-failing", true, 3600)]), NOW),
             Breaker::Open(r) if r.contains("ALARM")
         ));
-        // cleared two minutes ago: a probe of threshold + 1
+        // cleared two minutes ago: a probe of twice threshold + 1
         assert_eq!(
             decide(&names, Ok(&[state("replays-failing", false, 120)]), NOW),
             Breaker::HalfOpen {
-                budget: 11,
+                budget: 22,
                 reason: "alarm replays-failing cleared recently: replaying a probe".into()
             }
         );
-        // long ago (the window is 5 periods, 5 minutes at least)
+        // long ago (the window is the alarm's hold: 15 periods of a minute)
         assert_eq!(
-            decide(&names, Ok(&[state("replays-failing", false, 301)]), NOW),
+            decide(&names, Ok(&[state("replays-failing", false, 901)]), NOW),
             Breaker::Closed
         );
+        // several cleared: the smallest probe
+        let mut low = state("dlq-depth", false, 60);
+        low.threshold = Some(1.0);
+        let both = vec!["replays-failing".to_owned(), "dlq-depth".to_owned()];
+        assert!(matches!(
+            decide(&both, Ok(&[state("replays-failing", false, 60), low]), NOW),
+            Breaker::HalfOpen { budget: 4, .. }
+        ));
         let mut unknown = state("replays-failing", false, 0);
         unknown.changed_at_ms = None;
         assert_eq!(decide(&names, Ok(&[unknown]), NOW), Breaker::Closed);
@@ -162,24 +180,23 @@ mod tests {
     }
 
     #[test]
-    fn probes_are_small_and_windows_cover_a_few_periods() {
-        assert_eq!(probe_budget(Some(10.0)), 11);
-        assert_eq!(probe_budget(Some(0.0)), 1);
-        assert_eq!(probe_budget(Some(2.5)), 3);
-        assert_eq!(probe_budget(None), 10);
-        assert_eq!(probe_budget(Some(f64::NAN)), 10);
+    fn probes_trip_the_alarm_again_and_windows_cover_the_hold() {
+        assert_eq!(probe_budget(Some(10.0)), 22);
+        assert_eq!(probe_budget(Some(0.0)), 2);
+        assert_eq!(probe_budget(Some(2.5)), 6);
+        assert_eq!(probe_budget(None), 20);
+        assert_eq!(probe_budget(Some(f64::NAN)), 20);
+        let mut s = state("a", false, 0);
+        // the template's: 15 periods of a minute
+        assert_eq!(probe_window(&s), Duration::from_secs(900));
+        s.evaluation_periods = Some(3);
+        s.period = Some(Duration::from_secs(10));
         assert_eq!(
-            probe_window(Some(Duration::from_secs(10))),
-            Duration::from_secs(50)
+            probe_window(&s),
+            Duration::from_secs(50),
+            "five periods at least"
         );
-        assert_eq!(
-            probe_window(Some(Duration::from_secs(60))),
-            Duration::from_secs(300)
-        );
-        assert_eq!(
-            probe_window(Some(Duration::from_secs(300))),
-            Duration::from_secs(1500)
-        );
-        assert_eq!(probe_window(None), Duration::from_secs(300));
+        s.period = None;
+        assert_eq!(probe_window(&s), Duration::from_secs(900));
     }
 }

@@ -244,7 +244,7 @@ impl Default for FixedAlarms {
 
 impl FixedAlarms {
     /// Sets one alarm: in `ALARM` or not (then it left `ALARM`), its last change `changed_ago`
-    /// before now, its threshold per 60 s period.
+    /// before now, its threshold per 60 s period, held 15 periods.
     pub fn set(&self, name: &str, in_alarm: bool, changed_ago: Duration, threshold: f64) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -254,6 +254,7 @@ impl FixedAlarms {
             in_alarm,
             changed_at_ms: Some(now.saturating_sub(changed_ago).as_millis() as u64),
             period: Some(Duration::from_secs(60)),
+            evaluation_periods: Some(15),
             threshold: Some(threshold),
             left_alarm: Some(!in_alarm),
         };

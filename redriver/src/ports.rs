@@ -173,32 +173,52 @@ impl CloudWatchAlarms {
     }
 }
 
+/// How long the breaker waits for an alarm's history before it assumes the alarm left `ALARM`
+/// (and probes).
+const HISTORY_WAIT: Duration = Duration::from_secs(2);
+
 impl CloudWatchAlarms {
-    /// Whether the alarm's last change of state was out of `ALARM`, from its history
-    /// (`None` when the history cannot be read or does not say).
-    async fn left_alarm(&self, name: &str, now: &StateValue) -> Option<bool> {
-        let out = self
+    /// Whether the alarm left `ALARM` since `since_ms`, from its history (`None` when the
+    /// history cannot be read in time or does not say).
+    async fn left_alarm(&self, name: &str, since_ms: u64) -> Option<bool> {
+        let call = self
             .client
             .describe_alarm_history()
             .alarm_name(name)
+            .alarm_types(AlarmType::MetricAlarm)
+            .alarm_types(AlarmType::CompositeAlarm)
             .history_item_type(HistoryItemType::StateUpdate)
             .scan_by(ScanBy::TimestampDescending)
             .max_records(10)
-            .send()
-            .await
-            .ok()?;
-        let latest = out
-            .alarm_history_items()
-            .iter()
-            .max_by_key(|i| i.timestamp().and_then(|t| t.to_millis().ok()))?;
-        let data: serde_json::Value = serde_json::from_str(latest.history_data()?).ok()?;
-        let (old, new) = (
-            data["oldState"]["stateValue"].as_str()?,
-            data["newState"]["stateValue"].as_str()?,
-        );
-        (new == now.as_str()).then_some(old == StateValue::Alarm.as_str())
+            .send();
+        let out = tokio::time::timeout(HISTORY_WAIT, call).await.ok()?.ok()?;
+        let mut seen = false;
+        for item in out.alarm_history_items() {
+            let at = item
+                .timestamp()
+                .and_then(|t| t.to_millis().ok())
+                .and_then(|ms| u64::try_from(ms).ok());
+            let Some(data) = item
+                .history_data()
+                .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            else {
+                continue;
+            };
+            seen = true;
+            // any exit from ALARM inside the window (ALARM → INSUFFICIENT_DATA → OK counts)
+            if at.is_some_and(|at| at + HISTORY_SLACK_MS >= since_ms)
+                && data["oldState"]["stateValue"] == StateValue::Alarm.as_str()
+            {
+                return Some(true);
+            }
+        }
+        seen.then_some(false)
     }
 }
+
+/// Some emulators stamp a history item with the time of the change before it: accept items
+/// a little older than the window.
+const HISTORY_SLACK_MS: u64 = 60_000;
 
 impl Alarms for CloudWatchAlarms {
     async fn states(&self, names: &[String]) -> Result<Vec<AlarmState>, PortError> {
@@ -215,8 +235,7 @@ impl Alarms for CloudWatchAlarms {
             t.and_then(|t| t.to_millis().ok())
                 .and_then(|ms| u64::try_from(ms).ok())
         };
-        // (state, its value) of every alarm found, metric and composite
-        let mut found: Vec<(AlarmState, Option<StateValue>)> = Vec::new();
+        let mut found: Vec<AlarmState> = Vec::new();
         for a in out.metric_alarms() {
             let state = AlarmState {
                 name: a.alarm_name().unwrap_or_default().to_owned(),
@@ -230,10 +249,11 @@ impl Alarms for CloudWatchAlarms {
                     .period()
                     .and_then(|p| u64::try_from(p).ok())
                     .map(Duration::from_secs),
+                evaluation_periods: a.evaluation_periods().and_then(|n| u32::try_from(n).ok()),
                 threshold: a.threshold(),
                 left_alarm: None,
             };
-            found.push((state, a.state_value().cloned()));
+            found.push(state);
         }
         for a in out.composite_alarms() {
             let state = AlarmState {
@@ -244,25 +264,22 @@ impl Alarms for CloudWatchAlarms {
                         .or(a.state_updated_timestamp()),
                 ),
                 period: None,
+                evaluation_periods: None,
                 threshold: None,
                 left_alarm: None,
             };
-            found.push((state, a.state_value().cloned()));
+            found.push(state);
         }
         // only a recent change out of ALARM makes the breaker half-open: ask which it was
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let mut states = Vec::with_capacity(found.len());
-        for (mut s, value) in found {
-            if let Some(value) = value
-                && !s.in_alarm
-                && crate::breaker::recently_changed(&s, now)
-            {
-                s.left_alarm = self.left_alarm(&s.name, &value).await;
+        for s in found.iter_mut() {
+            if !s.in_alarm && crate::breaker::recently_changed(s, now) {
+                let since = now.saturating_sub(crate::breaker::probe_window(s).as_millis() as u64);
+                s.left_alarm = self.left_alarm(&s.name, since).await;
             }
-            states.push(s);
         }
-        Ok(states)
+        Ok(found)
     }
 }
