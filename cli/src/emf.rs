@@ -71,8 +71,6 @@ pub struct MetricForwarder {
     tx: mpsc::UnboundedSender<Value>,
     /// Datums accepted by CloudWatch so far.
     pub sent: Arc<AtomicU64>,
-    /// PutMetricData calls that failed.
-    pub failed: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -81,8 +79,7 @@ impl MetricForwarder {
     pub fn start(client: aws_sdk_cloudwatch::Client) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
         let sent = Arc::new(AtomicU64::new(0));
-        let failed = Arc::new(AtomicU64::new(0));
-        let (s, f) = (sent.clone(), failed.clone());
+        let s = sent.clone();
         let task = tokio::spawn(async move {
             while let Some(doc) = rx.recv().await {
                 let mut by_namespace: std::collections::BTreeMap<String, Vec<MetricDatum>> =
@@ -103,19 +100,13 @@ impl MetricForwarder {
                             s.fetch_add(n, Ordering::Relaxed);
                         }
                         Err(e) => {
-                            f.fetch_add(1, Ordering::Relaxed);
                             tracing::warn!(error = %resq::sqs::AwsError::from_sdk(e), "metric forwarding: PutMetricData failed");
                         }
                     }
                 }
             }
         });
-        Self {
-            tx,
-            sent,
-            failed,
-            task,
-        }
+        Self { tx, sent, task }
     }
 
     /// Where a runtime sends the EMF documents its function printed.

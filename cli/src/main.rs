@@ -629,10 +629,11 @@ async fn soak(args: &SoakArgs) -> Result<(), CliError> {
             .join(", ")
     );
     println!(
-        "{} s, {}settled; {} metric data points forwarded to CloudWatch",
+        "{} s, {}settled; {} metric data points forwarded to CloudWatch; {} function errors",
         report.elapsed.as_secs(),
         if report.settled { "" } else { "NOT " },
-        report.metrics_forwarded
+        report.metrics_forwarded,
+        report.function_errors
     );
     let failures = report.failures();
     for f in &failures {

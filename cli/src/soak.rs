@@ -120,6 +120,8 @@ pub struct SoakReport {
     pub alarm_states: Vec<(u64, String)>,
     /// Datums put into CloudWatch from the functions' metric lines.
     pub metrics_forwarded: u64,
+    /// Invocations that failed, timed out or did not answer with a response.
+    pub function_errors: u64,
     /// Where every order ended.
     pub audit: Audit,
     /// The pipeline drained before the time limit.
@@ -207,7 +209,6 @@ struct State {
     /// Runs that replayed something while not paused, with when they ended.
     unpaused_replays: Mutex<Vec<Instant>>,
     last_run_moved: AtomicU64,
-    invocations: AtomicU64,
     function_errors: AtomicU64,
     alarm: Mutex<Vec<(Instant, StateValue)>>,
 }
@@ -320,6 +321,7 @@ pub async fn run(opts: &SoakOptions) -> Result<SoakReport, CliError> {
         alarm_cleared: driven.alarm_cleared,
         alarm_states,
         metrics_forwarded: forwarder.sent.load(Ordering::Relaxed),
+        function_errors: state.function_errors.load(Ordering::Relaxed),
         audit,
         settled: driven.settled,
         elapsed: started.elapsed(),
@@ -527,7 +529,6 @@ async fn event_source_mapping(
             continue;
         }
         let event = resq::sqs_event::lambda_event(&batch, main_arn, REGION);
-        state.invocations.fetch_add(1, Ordering::Relaxed);
         match consumer.invoke(&event.to_string(), None).await? {
             Outcome::Response(body) => {
                 if let Err(e) = settle_answer(&ctx.sqs, &ctx.main_queue_url, &batch, &body).await {

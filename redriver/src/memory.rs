@@ -22,14 +22,6 @@ struct Stored {
     receives: u32,
 }
 
-#[derive(Default)]
-struct Calls {
-    receives: u64,
-    sends: u64,
-    deletes: u64,
-    visibility: u64,
-}
-
 /// A DLQ and its main queue, in memory.
 #[derive(Default)]
 pub struct MemoryDlq {
@@ -39,7 +31,6 @@ pub struct MemoryDlq {
     seq: Mutex<u64>,
     fail_send: Mutex<Option<SendFault>>,
     delay: Mutex<Duration>,
-    calls: Mutex<Calls>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -111,12 +102,6 @@ impl MemoryDlq {
         *lock(&self.delay) = delay;
     }
 
-    /// Calls made: (receives, sends, deletes, visibility changes).
-    pub fn calls(&self) -> (u64, u64, u64, u64) {
-        let c = lock(&self.calls);
-        (c.receives, c.sends, c.deletes, c.visibility)
-    }
-
     async fn wait(&self) {
         let delay = *lock(&self.delay);
         if !delay.is_zero() {
@@ -133,7 +118,6 @@ impl RedriveQueues for MemoryDlq {
         _wait_seconds: i32,
     ) -> Result<Vec<DlqMessage>, PortError> {
         self.wait().await;
-        lock(&self.calls).receives += 1;
         let now = self.now();
         let mut out = Vec::new();
         let mut dlq = lock(&self.dlq);
@@ -162,7 +146,6 @@ impl RedriveQueues for MemoryDlq {
 
     async fn send_batch(&self, copies: &[&RedriveCopy]) -> Result<Vec<Option<String>>, PortError> {
         self.wait().await;
-        lock(&self.calls).sends += 1;
         let fault = lock(&self.fail_send);
         let mut main = lock(&self.main);
         Ok(copies
@@ -180,7 +163,6 @@ impl RedriveQueues for MemoryDlq {
 
     async fn delete(&self, receipts: Vec<Receipt>) -> Vec<(Receipt, String)> {
         self.wait().await;
-        lock(&self.calls).deletes += receipts.len().div_ceil(10) as u64;
         let mut dlq = lock(&self.dlq);
         let mut failed = Vec::new();
         for r in receipts {
@@ -199,7 +181,6 @@ impl RedriveQueues for MemoryDlq {
 
     async fn change_visibility(&self, changes: Vec<(Receipt, i32)>) -> Vec<(Receipt, String)> {
         self.wait().await;
-        lock(&self.calls).visibility += changes.len().div_ceil(10) as u64;
         let now = self.now();
         let mut dlq = lock(&self.dlq);
         let mut failed = Vec::new();
@@ -226,7 +207,7 @@ impl RedriveQueues for MemoryDlq {
     }
 }
 
-/// Alarm states a test sets; `Err` to make them unreadable. An alarm not set does not exist.
+/// Alarm states a test sets. An alarm not set does not exist.
 #[derive(Debug)]
 pub struct FixedAlarms {
     state: Mutex<Result<Vec<AlarmState>, PortError>>,
@@ -263,11 +244,6 @@ impl FixedAlarms {
         list.retain(|s| s.name != name);
         list.push(state);
         *all = Ok(list);
-    }
-
-    /// Makes the states unreadable.
-    pub fn set_unreadable(&self, error: PortError) {
-        *lock(&self.state) = Err(error);
     }
 
     /// How often the states were read.

@@ -173,6 +173,28 @@ impl CloudWatchAlarms {
     }
 }
 
+/// What a metric and a composite alarm both tell: name, state, when the state value last
+/// changed (not any update of the alarm).
+fn alarm_state(
+    name: Option<&str>,
+    value: Option<&StateValue>,
+    transitioned: Option<&aws_sdk_cloudwatch::primitives::DateTime>,
+    updated: Option<&aws_sdk_cloudwatch::primitives::DateTime>,
+) -> AlarmState {
+    AlarmState {
+        name: name.unwrap_or_default().to_owned(),
+        in_alarm: value == Some(&StateValue::Alarm),
+        changed_at_ms: transitioned
+            .or(updated)
+            .and_then(|t| t.to_millis().ok())
+            .and_then(|ms| u64::try_from(ms).ok()),
+        period: None,
+        evaluation_periods: None,
+        threshold: None,
+        left_alarm: None,
+    }
+}
+
 /// How long the breaker waits for an alarm's history before it assumes the alarm left `ALARM`
 /// (and probes).
 const HISTORY_WAIT: Duration = Duration::from_secs(2);
@@ -231,44 +253,30 @@ impl Alarms for CloudWatchAlarms {
             .send()
             .await
             .map_err(PortError::from_sdk)?;
-        let millis = |t: Option<&aws_sdk_cloudwatch::primitives::DateTime>| {
-            t.and_then(|t| t.to_millis().ok())
-                .and_then(|ms| u64::try_from(ms).ok())
-        };
         let mut found: Vec<AlarmState> = Vec::new();
         for a in out.metric_alarms() {
-            let state = AlarmState {
-                name: a.alarm_name().unwrap_or_default().to_owned(),
-                in_alarm: a.state_value() == Some(&StateValue::Alarm),
-                // when the state value last changed (not any update of the alarm)
-                changed_at_ms: millis(
-                    a.state_transitioned_timestamp()
-                        .or(a.state_updated_timestamp()),
-                ),
+            found.push(AlarmState {
                 period: a
                     .period()
                     .and_then(|p| u64::try_from(p).ok())
                     .map(Duration::from_secs),
                 evaluation_periods: a.evaluation_periods().and_then(|n| u32::try_from(n).ok()),
                 threshold: a.threshold(),
-                left_alarm: None,
-            };
-            found.push(state);
+                ..alarm_state(
+                    a.alarm_name(),
+                    a.state_value(),
+                    a.state_transitioned_timestamp(),
+                    a.state_updated_timestamp(),
+                )
+            });
         }
         for a in out.composite_alarms() {
-            let state = AlarmState {
-                name: a.alarm_name().unwrap_or_default().to_owned(),
-                in_alarm: a.state_value() == Some(&StateValue::Alarm),
-                changed_at_ms: millis(
-                    a.state_transitioned_timestamp()
-                        .or(a.state_updated_timestamp()),
-                ),
-                period: None,
-                evaluation_periods: None,
-                threshold: None,
-                left_alarm: None,
-            };
-            found.push(state);
+            found.push(alarm_state(
+                a.alarm_name(),
+                a.state_value(),
+                a.state_transitioned_timestamp(),
+                a.state_updated_timestamp(),
+            ));
         }
         // only a recent change out of ALARM makes the breaker half-open: ask which it was
         let now = std::time::SystemTime::now()
