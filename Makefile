@@ -21,43 +21,61 @@ export AWS_DEFAULT_REGION ?= us-east-1
 
 LOCAL_ENV := target/local.env
 WATCH_PORT ?= 9010
+# The emulator of demo, chaos and local: moto (default; the template deploys with its
+# functions) or localstack (SQS fast at depth, alarms that evaluate). `make local` defaults
+# to localstack, the soak always runs on it.
+INSTALLS := --moto-server $(VENV)/bin/moto_server --localstack-python $(VENV_LOCALSTACK)/bin/python
+# One build for every target: the feature set `make test` compiles, so `make demo` after
+# `make test` (or the other way round) compiles nothing again.
+BUILD := cargo build --workspace --all-targets
+CONSUMER_EVENT ?= events/sqs-batch.json
+REDRIVER_EVENT ?= events/redrive-manual.json
 ORDERS ?= 1000
 CHAOS_ORDERS ?= 10000
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := consumer_event redriver_message
 
-.PHONY: setup test lint fmt build deploy arm-target clean translate demo chaos soak fuzz local watch invoke-consumer invoke-redriver bench
+.PHONY: setup test lint fmt build deploy arm-target clean translate demo chaos soak fuzz local watch invoke-consumer invoke-redriver bench install
 
 ## setup: create the tool venvs (moto server, cargo-lambda, aws-sam-cli, cfn-lint; checkov and
 ## LocalStack apart)
 setup: $(TOOLS) $(CHECKOV) $(LOCALSTACK)
 
 $(TOOLS): requirements-dev.txt
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@echo "installing the dev tools into $(VENV): moto, cargo-lambda, SAM CLI, cfn-lint (first time about 40 s)"
+	@start=$$(date +%s); $(PYTHON) -m venv $(VENV) && \
+	  $(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt && \
+	  echo "  $(VENV) ready in $$(( $$(date +%s) - start )) s"
 	touch $@
 
 $(CHECKOV): requirements-checkov.txt
-	$(PYTHON) -m venv $(VENV_CHECKOV)
-	$(VENV_CHECKOV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+	@echo "installing checkov into $(VENV_CHECKOV) (first time about 40 s)"
+	@start=$$(date +%s); $(PYTHON) -m venv $(VENV_CHECKOV) && \
+	  $(VENV_CHECKOV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt && \
+	  echo "  $(VENV_CHECKOV) ready in $$(( $$(date +%s) - start )) s"
 	touch $@
 
 $(LOCALSTACK): requirements-localstack.txt
 	@test -n "$(PYTHON_LOCALSTACK)" || { echo "LocalStack needs Python 3.12+: none found (pyenv's 3.13.0, python3.13, python3.12); set PYTHON_LOCALSTACK"; exit 1; }
-	@echo "installing LocalStack into $(VENV_LOCALSTACK) (about a minute, 500 MB)"
-	"$(PYTHON_LOCALSTACK)" -m venv $(VENV_LOCALSTACK)
-	$(VENV_LOCALSTACK)/bin/pip install --quiet --disable-pip-version-check -r requirements-localstack.txt
+	@echo "installing LocalStack into $(VENV_LOCALSTACK) with $(PYTHON_LOCALSTACK) (first time about a minute, 500 MB)"
+	@start=$$(date +%s); "$(PYTHON_LOCALSTACK)" -m venv $(VENV_LOCALSTACK) && \
+	  $(VENV_LOCALSTACK)/bin/pip install --quiet --disable-pip-version-check -r requirements-localstack.txt && \
+	  echo "  $(VENV_LOCALSTACK) ready in $$(( $$(date +%s) - start )) s"
 	touch $@
 
 $(BENCH_TOOLS): bench/requirements.txt
+	@echo "installing Powertools and boto3 into $(VENV_BENCH) for the comparison"
 	$(PYTHON) -m venv $(VENV_BENCH)
 	$(VENV_BENCH)/bin/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	touch $@
 
-## test: unit tests and the end-to-end tests against a moto server (and LocalStack, for the
-## soak) the tests start themselves
+## test: unit tests and the end-to-end tests against a moto server the tests start themselves,
+## then the end-to-end tests again against LocalStack (the soak runs on LocalStack only)
 test: $(TOOLS) $(LOCALSTACK)
+	@echo "compiling the workspace and its tests (first time about 6 min on 2 cores), then running them"
 	MOTO_SERVER=$(CURDIR)/$(VENV)/bin/moto_server LOCALSTACK_PYTHON=$(CURDIR)/$(VENV_LOCALSTACK)/bin/python cargo test --workspace --all-targets
+	@echo "the end-to-end tests again, on LocalStack"
+	E2E_EMULATOR=localstack MOTO_SERVER=$(CURDIR)/$(VENV)/bin/moto_server LOCALSTACK_PYTHON=$(CURDIR)/$(VENV_LOCALSTACK)/bin/python cargo test --workspace --test e2e
 
 ## lint: rustfmt, clippy (warnings are errors), and the template: sam validate (+ --lint),
 ## cfn-lint on the template and on its SAM translation, checkov (0 failed; skips carry reasons)
@@ -93,21 +111,21 @@ translate: $(TOOLS)
 	$(VENV)/bin/python infra/translate.py infra/template.yaml $(TRANSLATED)
 
 ## demo: the whole pipeline on a local emulator (1,000 orders, faults included), then an audit
-demo: $(TOOLS) translate
-	cargo build -q -p cli
-	./target/debug/resq demo --orders $(ORDERS) --moto-server $(VENV)/bin/moto_server --template $(TRANSLATED)
+demo: $(TOOLS) $(if $(filter localstack,$(EMULATOR)),$(LOCALSTACK)) translate
+	$(BUILD)
+	./target/debug/resq-local demo --orders $(ORDERS) --emulator $(or $(EMULATOR),moto) $(INSTALLS) --template $(TRANSLATED)
 
 ## chaos: the real function binaries on the local emulator with 5 % of their AWS calls failing
 ## and both killed at random (10,000 orders), then an audit; fails if anything is lost or doubled
-chaos: $(TOOLS) translate
-	cargo build -q -p consumer -p redriver -p cli
-	./target/debug/resq chaos --orders $(CHAOS_ORDERS) --moto-server $(VENV)/bin/moto_server --template $(TRANSLATED) --consumer-bin target/debug/consumer --redriver-bin target/debug/redriver
+chaos: $(TOOLS) $(if $(filter localstack,$(EMULATOR)),$(LOCALSTACK)) translate
+	$(BUILD)
+	./target/debug/resq-local chaos --orders $(CHAOS_ORDERS) --emulator $(or $(EMULATOR),moto) $(INSTALLS) --template $(TRANSLATED) --consumer-bin target/debug/consumer --redriver-bin target/debug/redriver
 
 ## soak: the pipeline over time on LocalStack (schedule every 2 s, TTL a minute, the alarm's
 ## period 10 s): a burst of permanent failures, a downstream outage, recovery; then an audit
 soak: $(TOOLS) $(LOCALSTACK) translate
-	cargo build -q -p consumer -p redriver -p cli
-	./target/debug/resq soak --localstack-python $(VENV_LOCALSTACK)/bin/python --template $(TRANSLATED) --consumer-bin target/debug/consumer --redriver-bin target/debug/redriver
+	$(BUILD)
+	./target/debug/resq-local soak --localstack-python $(VENV_LOCALSTACK)/bin/python --template $(TRANSLATED) --consumer-bin target/debug/consumer --redriver-bin target/debug/redriver
 
 ## fuzz: each cargo-fuzz target for FUZZ_SECONDS (not in CI); prints the executions run.
 ## Installs cargo-fuzz if missing; builds without a sanitizer, so a stable toolchain does.
@@ -122,22 +140,41 @@ fuzz:
 	  echo "fuzz: target=$$t seconds=$(FUZZ_SECONDS) executions=$$(grep -o 'stat::number_of_executed_units: [0-9]*' target/fuzz-$$t.log | grep -o '[0-9]*$$') corpus=$$(ls fuzz/corpus/$$t | wc -l)"; \
 	done
 
-## local: a local emulator with the stack, and target/local.env for `make watch` (until Ctrl-C)
-local: $(TOOLS) translate
-	cargo build -q -p cli
-	./target/debug/resq local --moto-server $(VENV)/bin/moto_server --template $(TRANSLATED) --env-file $(LOCAL_ENV)
+## local: the live pipeline (until Ctrl-C): the emulator (LocalStack unless EMULATOR=moto) with
+## the stack, Lambda's event source mapping and the redriver's schedule (SCHEDULE_SECONDS, else
+## the template's), invoking `make watch` while it runs, else the built binaries
+local: $(TOOLS) $(if $(filter moto,$(EMULATOR)),,$(LOCALSTACK)) translate
+	$(BUILD)
+	./target/debug/resq-local up --emulator $(or $(EMULATOR),localstack) $(INSTALLS) --template $(TRANSLATED) --env-file $(LOCAL_ENV) --watch-port $(WATCH_PORT) $(if $(SCHEDULE_SECONDS),--schedule-seconds $(SCHEDULE_SECONDS))
 
-## watch: cargo lambda watch on 127.0.0.1, the functions pointed at the local stack (make local first)
+## watch: cargo lambda watch on 127.0.0.1 with the local stack's environment (make local first);
+## edits rebuild the function, and the next invocation runs them. Metric lines go to the stack's
+## CloudWatch as Lambda's log pipeline would send them.
 watch: $(TOOLS)
 	@test -f $(LOCAL_ENV) || { echo "no local stack: run 'make local' in another terminal first"; exit 1; }
-	cargo lambda watch --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT) --env-file $(LOCAL_ENV)
+	@echo "compiling the functions as cargo lambda watch runs them (first time about 3 min on 2 cores)"
+	$(BUILD)
+	cargo build
+	@echo "cargo lambda watch on 127.0.0.1:$(WATCH_PORT); make local's pipeline now invokes it"
+	set -o pipefail; cargo lambda watch --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT) --env-file $(LOCAL_ENV) 2>&1 | ./target/debug/resq-local watch-logs --env-file $(LOCAL_ENV)
 
-## invoke-consumer / invoke-redriver: send the committed fixture events to `make watch`
+## invoke-consumer / invoke-redriver: send a fixture event to `make watch`, its times moved to
+## now (CONSUMER_EVENT / REDRIVER_EVENT: your own event file)
 invoke-consumer: $(TOOLS)
-	cargo lambda invoke consumer --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT) --data-file events/sqs-batch.json
+	$(BUILD)
+	@mkdir -p target/events
+	./target/debug/resq-local event $(CONSUMER_EVENT) > target/events/consumer.json
+	cargo lambda invoke consumer --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT) --data-file target/events/consumer.json
 
 invoke-redriver: $(TOOLS)
-	cargo lambda invoke redriver --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT) --data-file events/redrive-manual.json
+	$(BUILD)
+	@mkdir -p target/events
+	./target/debug/resq-local event $(REDRIVER_EVENT) > target/events/redriver.json
+	cargo lambda invoke redriver --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT) --data-file target/events/redriver.json
+
+## install: the operator's tool `resq` on your PATH (~/.cargo/bin)
+install:
+	cargo install --locked --path cli
 
 fmt:
 	cargo fmt --all

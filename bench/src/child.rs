@@ -93,7 +93,7 @@ pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
 /// One run of resq's redriver: DLQ → main queue at `rate`, until the DLQ is empty.
 pub async fn redrive(endpoint: &str, dlq: &str, main: &str, rate: f64) -> Result<Value, String> {
     quiet_json_logs();
-    let sdk = resq_cli::emulator::local_sdk_config(endpoint).await;
+    let sdk = resq_local::emulator::local_sdk_config(endpoint).await;
     let config = RedriverConfig::from_vars(&vars(vec![
         ("MAIN_QUEUE_URL", main.into()),
         ("DLQ_URL", dlq.into()),

@@ -13,7 +13,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::proxy::{Log, Request, classify};
-use resq_cli::http::{next_request, serve_on_thread};
+use resq_local::http::{next_request, serve_on_thread};
 
 #[derive(Debug, Clone)]
 struct Message {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use resq_cli::http::{next_request, serve_on_thread};
+use resq_local::http::{next_request, serve_on_thread};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 

@@ -267,7 +267,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
     let figures = consumer(o)?;
 
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
-    let moto = resq_cli::emulator::MotoServer::start(&o.moto).map_err(|e| e.to_string())?;
+    let moto = resq_local::emulator::MotoServer::start(&o.moto).map_err(|e| e.to_string())?;
     let upstream = moto
         .endpoint
         .trim_start_matches("http://")
@@ -275,7 +275,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
         .map_err(|e| format!("moto endpoint: {e}"))?;
     let proxy = CountingProxy::start(upstream)?;
     let sqs = rt.block_on(async {
-        aws_sdk_sqs::Client::new(&resq_cli::emulator::local_sdk_config(&moto.endpoint).await)
+        aws_sdk_sqs::Client::new(&resq_local::emulator::local_sdk_config(&moto.endpoint).await)
     });
     let env = Env {
         o,
@@ -626,7 +626,7 @@ fn feed(
         .build()
         .map_err(|e| e.to_string())?;
     let sqs = rt.block_on(async {
-        aws_sdk_sqs::Client::new(&resq_cli::emulator::local_sdk_config(endpoint).await)
+        aws_sdk_sqs::Client::new(&resq_local::emulator::local_sdk_config(endpoint).await)
     });
     let started = std::time::Instant::now();
     while fed < n {

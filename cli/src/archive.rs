@@ -32,34 +32,49 @@ pub async fn list(
 
 /// Every key under `prefix` in the context's bucket, following continuation tokens.
 pub async fn list_keys(ctx: &Context, prefix: &str) -> Result<Vec<String>, CliError> {
-    use resq::store::ObjectStore;
-    resq::store::S3Store::new(ctx.s3.clone(), &ctx.bucket)
-        .list(prefix)
-        .await
-        .map_err(|e| CliError::Usage(e.to_string()))
+    let bucket = ctx.archive_bucket()?;
+    let mut keys = Vec::new();
+    let mut token = None;
+    loop {
+        let out = ctx
+            .s3
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .set_continuation_token(token)
+            .send()
+            .await
+            .map_err(|e| CliError::aws(format!("listing s3://{bucket}/{prefix}"), e))?;
+        keys.extend(
+            out.contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_owned)),
+        );
+        match out.next_continuation_token() {
+            Some(t) => token = Some(t.to_owned()),
+            None => break,
+        }
+    }
+    Ok(keys)
 }
 
 /// Every stored version under `prefix` (one key per version: a key written twice is listed
 /// twice). The bucket is versioned, so this counts writes, not only objects.
 pub async fn list_versions(ctx: &Context, prefix: &str) -> Result<Vec<String>, CliError> {
+    let bucket = ctx.archive_bucket()?;
     let mut keys = Vec::new();
     let (mut key_marker, mut version_marker) = (None, None);
     loop {
         let out = ctx
             .s3
             .list_object_versions()
-            .bucket(&ctx.bucket)
+            .bucket(bucket)
             .prefix(prefix)
             .set_key_marker(key_marker)
             .set_version_id_marker(version_marker)
             .send()
             .await
-            .map_err(|e| {
-                CliError::aws(
-                    format!("listing versions of s3://{}/{prefix}", ctx.bucket),
-                    e,
-                )
-            })?;
+            .map_err(|e| CliError::aws(format!("listing versions of s3://{bucket}/{prefix}"), e))?;
         keys.extend(
             out.versions()
                 .iter()
@@ -76,24 +91,24 @@ pub async fn list_versions(ctx: &Context, prefix: &str) -> Result<Vec<String>, C
 
 /// One archive entry.
 pub async fn show(ctx: &Context, key: &str) -> Result<ArchiveEnvelope, CliError> {
+    let bucket = ctx.archive_bucket()?;
     let out = ctx
         .s3
         .get_object()
-        .bucket(&ctx.bucket)
+        .bucket(bucket)
         .key(key)
         .send()
         .await
-        .map_err(|e| CliError::aws(format!("reading s3://{}/{key}", ctx.bucket), e))?;
+        .map_err(|e| CliError::aws(format!("reading s3://{bucket}/{key}"), e))?;
     let bytes = out
         .body
         .collect()
         .await
-        .map_err(|e| CliError::Usage(format!("reading s3://{}/{key}: {e}", ctx.bucket)))?
+        .map_err(|e| CliError::Failed(format!("reading s3://{bucket}/{key}: {e}")))?
         .into_bytes();
     serde_json::from_slice(&bytes).map_err(|e| {
-        CliError::Usage(format!(
-            "s3://{}/{key} is not an archive entry: {e}",
-            ctx.bucket
+        CliError::Failed(format!(
+            "s3://{bucket}/{key} is not an archive entry ({e}): `resq archive ls` lists the entries"
         ))
     })
 }
@@ -104,6 +119,7 @@ pub async fn show(ctx: &Context, key: &str) -> Result<ArchiveEnvelope, CliError>
 /// archived as `TTL_EXPIRED` at once). The entry stays in the archive as the record of what
 /// happened. Returns the new message id.
 pub async fn restore(ctx: &Context, key: &str, dry_run: bool) -> Result<Option<String>, CliError> {
+    let queue_url = ctx.main_queue()?;
     let envelope = show(ctx, key).await?;
     let mut attrs = envelope.original_message.message_attributes.clone();
     for name in [
@@ -124,10 +140,10 @@ pub async fn restore(ctx: &Context, key: &str, dry_run: bool) -> Result<Option<S
     let mut send = ctx
         .sqs
         .send_message()
-        .queue_url(&ctx.main_queue_url)
+        .queue_url(queue_url)
         .message_body(&envelope.original_message.body)
         .set_message_attributes(Some(sdk_attrs).filter(|a| !a.is_empty()));
-    if ctx.main_queue_url.ends_with(".fifo") {
+    if queue_url.ends_with(".fifo") {
         let group = envelope
             .original_message
             .attributes
@@ -141,6 +157,6 @@ pub async fn restore(ctx: &Context, key: &str, dry_run: bool) -> Result<Option<S
     let out = send
         .send()
         .await
-        .map_err(|e| CliError::aws(format!("restoring {key} to {}", ctx.main_queue_url), e))?;
+        .map_err(|e| CliError::aws(format!("restoring {key} to {queue_url}"), e))?;
     Ok(out.message_id)
 }

@@ -2,7 +2,9 @@
 
 use crate::CliError;
 
-/// The resources a command works on.
+/// The resources a command works on. A command asks for the names it uses through
+/// [`Context::main_queue`], [`Context::dlq`] and [`Context::archive_bucket`], which say which
+/// flag is missing; the fields hold them as given, empty when not given.
 #[derive(Debug, Clone)]
 pub struct Context {
     /// SQS client.
@@ -11,11 +13,11 @@ pub struct Context {
     pub s3: aws_sdk_s3::Client,
     /// CloudWatch client.
     pub cloudwatch: aws_sdk_cloudwatch::Client,
-    /// The orders queue.
+    /// The orders queue; empty when not given.
     pub main_queue_url: String,
-    /// Its DLQ.
+    /// Its DLQ; empty when not given.
     pub dlq_url: String,
-    /// The archive bucket.
+    /// The archive bucket; empty when not given.
     pub bucket: String,
 }
 
@@ -58,26 +60,42 @@ impl Endpoint {
     }
 }
 
+/// Where to find a name: the stack output that holds it.
+macro_rules! from_output {
+    ($output:literal) => {
+        concat!(
+            "the stack output ",
+            $output,
+            " has it (`sam list stack-outputs --stack-name STACK` lists them)"
+        )
+    };
+}
+
 impl Context {
-    /// Builds the context; every name must be given.
+    /// Builds the context. The names are optional here: each command asks for those it uses
+    /// (see [`Context::main_queue`]). The region must be known (`--region`, `AWS_REGION` or the
+    /// profile's), unless an endpoint is given.
     pub async fn new(
         endpoint: &Endpoint,
         main_queue_url: Option<String>,
         dlq_url: Option<String>,
         bucket: Option<String>,
     ) -> Result<Self, CliError> {
-        let need = |v: Option<String>, flag: &str, var: &str| {
-            v.filter(|s| !s.trim().is_empty()).ok_or_else(|| {
-                CliError::Usage(format!(
-                    "{flag} (or {var}) is required: the stack's outputs list it"
-                ))
-            })
-        };
-        let main_queue_url = need(main_queue_url, "--queue-url", "MAIN_QUEUE_URL")?;
-        let dlq_url = need(dlq_url, "--dlq-url", "DLQ_URL")?;
-        let bucket = need(bucket, "--bucket", "ARCHIVE_BUCKET")?;
+        let given = |v: Option<String>| v.map(|s| s.trim().to_owned()).unwrap_or_default();
         let config = endpoint.sdk_config().await;
-        Ok(Self::from_config(&config, main_queue_url, dlq_url, bucket))
+        if config.region().is_none() {
+            return Err(CliError::Missing {
+                flag: "--region",
+                var: "AWS_REGION",
+                hint: "the region the stack is deployed in (or a region in your AWS profile)",
+            });
+        }
+        Ok(Self::from_config(
+            &config,
+            given(main_queue_url),
+            given(dlq_url),
+            given(bucket),
+        ))
     }
 
     /// The context over an SDK configuration already loaded.
@@ -95,5 +113,82 @@ impl Context {
             dlq_url,
             bucket,
         }
+    }
+
+    /// The orders queue's URL, or which flag gives it.
+    pub fn main_queue(&self) -> Result<&str, CliError> {
+        need(
+            &self.main_queue_url,
+            "--queue-url",
+            "MAIN_QUEUE_URL",
+            from_output!("OrdersQueueUrl"),
+        )
+    }
+
+    /// The DLQ's URL, or which flag gives it.
+    pub fn dlq(&self) -> Result<&str, CliError> {
+        need(
+            &self.dlq_url,
+            "--dlq-url",
+            "DLQ_URL",
+            from_output!("DeadLetterQueueUrl"),
+        )
+    }
+
+    /// The archive bucket, or which flag gives it.
+    pub fn archive_bucket(&self) -> Result<&str, CliError> {
+        need(
+            &self.bucket,
+            "--bucket",
+            "ARCHIVE_BUCKET",
+            from_output!("ArchiveBucketName"),
+        )
+    }
+}
+
+fn need<'a>(
+    value: &'a str,
+    flag: &'static str,
+    var: &'static str,
+    hint: &'static str,
+) -> Result<&'a str, CliError> {
+    let value = value.trim();
+    if value.is_empty() {
+        Err(CliError::Missing { flag, var, hint })
+    } else {
+        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(main: &str, dlq: &str, bucket: &str) -> Context {
+        let config = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .build();
+        Context::from_config(&config, main.into(), dlq.into(), bucket.into())
+    }
+
+    #[test]
+    fn a_name_is_asked_for_only_when_used() {
+        let ctx = context("", "", "resq-archive");
+        assert_eq!(ctx.archive_bucket().unwrap(), "resq-archive");
+        let err = ctx.main_queue().unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert_eq!(
+            err.to_string(),
+            "--queue-url (or MAIN_QUEUE_URL) is required: the stack output OrdersQueueUrl has it (`sam list stack-outputs --stack-name STACK` lists them)"
+        );
+        assert!(ctx.dlq().unwrap_err().to_string().starts_with(
+            "--dlq-url (or DLQ_URL) is required: the stack output DeadLetterQueueUrl has it"
+        ));
+        let ctx = context("http://q/1/orders", " ", "");
+        assert_eq!(ctx.main_queue().unwrap(), "http://q/1/orders");
+        assert!(ctx.dlq().is_err());
+        assert!(ctx.archive_bucket().unwrap_err().to_string().starts_with(
+            "--bucket (or ARCHIVE_BUCKET) is required: the stack output ArchiveBucketName has it"
+        ));
     }
 }

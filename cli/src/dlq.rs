@@ -65,14 +65,21 @@ fn peeked(m: &DlqMessage, now_ms: u64) -> Peeked {
 /// `x-failure-reason`. Returns how many were made visible. The next scheduled run keeps and
 /// hides them again unless something replays them first.
 pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, CliError> {
-    let store = resq::store::S3Store::new(ctx.s3.clone(), &ctx.bucket);
-    let hidden = resq::keep::still_hidden(&store, &ctx.dlq_url, chrono::Utc::now())
+    let (dlq_url, bucket) = (ctx.dlq()?, ctx.archive_bucket()?);
+    let store = resq::store::S3Store::new(ctx.s3.clone(), bucket);
+    let hidden = resq::keep::still_hidden(&store, dlq_url, chrono::Utc::now())
         .await
-        .map_err(|e| {
-            CliError::Usage(format!(
-                "reading the keep list in s3://{}/kept/: {e}",
-                ctx.bucket
-            ))
+        .map_err(|e| CliError::Aws {
+            what: format!("reading the keep list in s3://{bucket}/kept/"),
+            source: resq::sqs::AwsError {
+                kind: if e.code.is_some() {
+                    resq::sqs::AwsErrorKind::Service
+                } else {
+                    resq::sqs::AwsErrorKind::Other
+                },
+                code: e.code,
+                message: e.message,
+            },
         })?;
     let changes: Vec<(redriver::ports::Receipt, i32)> = hidden
         .into_iter()
@@ -80,15 +87,28 @@ pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, C
         .map(|k| ((k.message_id, k.receipt_handle), 0))
         .collect();
     let asked = changes.len();
-    let queues = SqsRedriveQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, &ctx.dlq_url);
+    let queues = SqsRedriveQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, dlq_url);
     let failed = queues.change_visibility(changes).await;
     // a handle that no longer works belongs to a message already visible, replayed or archived
     Ok(asked - failed.len())
 }
 
+/// Checks that the DLQ answers (credentials, endpoint, permission), before a command reads
+/// it; returns its depth (visible, in flight).
+pub async fn reach(ctx: &Context) -> Result<(u64, u64), CliError> {
+    let dlq_url = ctx.dlq()?;
+    resq::sqs::depth(&ctx.sqs, dlq_url)
+        .await
+        .map_err(|source| CliError::Aws {
+            what: format!("reading {dlq_url}"),
+            source,
+        })
+}
+
 /// Lists DLQ messages without removing any: each is received, shown, and made visible again.
 pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliError> {
-    let queues = SqsRedriveQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, &ctx.dlq_url);
+    let dlq_url = ctx.dlq()?;
+    let queues = SqsRedriveQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, dlq_url);
     let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
     let mut shown = Vec::new();
     let mut seen = Vec::new();
@@ -98,7 +118,7 @@ pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliErro
             .receive(10, 60, 0)
             .await
             .map_err(|source| CliError::Aws {
-                what: format!("receiving from {}", ctx.dlq_url),
+                what: format!("receiving from {dlq_url}"),
                 source,
             })?;
         if batch.is_empty() {
@@ -127,8 +147,32 @@ pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliErro
     Ok(shown)
 }
 
+/// Checks what a replay needs before it starts: the orders queue (replays go there), the DLQ
+/// (answering: credentials, endpoint, permission) and the bucket (archives, the keep list).
+pub async fn ready_to_replay(ctx: &Context) -> Result<(), CliError> {
+    ctx.main_queue()?;
+    ctx.archive_bucket()?;
+    reach(ctx).await.map(|_| ())
+}
+
+/// Why a replay's result is a failure, if it is: messages not moved, or a DLQ that stopped
+/// answering. Nothing is lost either way: what was not moved stays in the DLQ.
+pub fn replay_failure(summary: &Summary) -> Option<String> {
+    if summary.stopped_by == redriver::engine::StopReason::ReceiveError {
+        Some("receiving from the DLQ failed part-way (the error is logged above); what was not moved stays in the DLQ".into())
+    } else if summary.failed > 0 {
+        Some(format!(
+            "{} messages were not moved (a send or an archive write failed); they stay in the DLQ and a later replay retries them",
+            summary.failed
+        ))
+    } else {
+        None
+    }
+}
+
 /// Replays the DLQ through the redriver engine (same rules, rate limit and summary as the
-/// scheduled function).
+/// scheduled function). The context must name the orders queue, the DLQ and the bucket
+/// ([`ready_to_replay`] checks them).
 pub async fn replay(
     ctx: &Context,
     request: RunRequest,

@@ -84,8 +84,9 @@ pub fn valid(order_id: &str, rng: &mut impl Rng) -> String {
     json!({"orderId": order_id, "userId": format!("u-{}", rng.random_range(1..=1000)), "items": items, "currency": "EUR"}).to_string()
 }
 
-/// Generates `count` orders `{prefix}{n}`: `malformed_pct` % not JSON, `invalid_pct` % invalid,
-/// the rest valid.
+/// Generates `count` orders `{prefix}{n}`: `malformed_pct` % not JSON, `invalid_pct` %
+/// invalid (each share rounded to whole orders: 10 % of 20 is exactly 2), the rest valid, in
+/// random places.
 pub fn generate(
     prefix: &str,
     count: usize,
@@ -93,17 +94,30 @@ pub fn generate(
     invalid_pct: f64,
     rng: &mut impl Rng,
 ) -> Vec<Outgoing> {
-    (0..count)
-        .map(|n| {
+    use rand::seq::SliceRandom;
+    let share = |pct: f64| ((count as f64 * pct / 100.0).round() as usize).min(count);
+    let malformed = share(malformed_pct);
+    let invalid = share(invalid_pct).min(count - malformed);
+    let mut kinds: Vec<Kind> = std::iter::repeat_n(Kind::Malformed, malformed)
+        .chain(std::iter::repeat_n(Kind::Invalid, invalid))
+        .chain(std::iter::repeat_n(
+            Kind::Valid,
+            count - malformed - invalid,
+        ))
+        .collect();
+    kinds.shuffle(rng);
+    kinds
+        .into_iter()
+        .enumerate()
+        .map(|(n, kind)| {
             let order_id = format!("{prefix}{n:06}");
-            let roll: f64 = rng.random_range(0.0..100.0);
-            if roll < malformed_pct {
+            if kind == Kind::Malformed {
                 Outgoing {
                     body: format!("{{\"orderId\":\"{order_id}\",\"items\":[{{"),
                     order_id,
                     kind: Kind::Malformed,
                 }
-            } else if roll < malformed_pct + invalid_pct {
+            } else if kind == Kind::Invalid {
                 Outgoing {
                     body: json!({"orderId": order_id, "userId": "u-1", "items": []}).to_string(),
                     order_id,
@@ -137,8 +151,16 @@ mod tests {
                 Kind::Invalid => assert_eq!(verdict.unwrap_err().code, "VALIDATION_FAILED"),
             }
         }
-        let malformed = orders.iter().filter(|o| o.kind == Kind::Malformed).count();
-        assert!((20..=60).contains(&malformed), "{malformed}");
+        let count = |k: Kind| orders.iter().filter(|o| o.kind == k).count();
+        assert_eq!(count(Kind::Malformed), 40);
+        assert_eq!(count(Kind::Invalid), 40);
+        assert_eq!(count(Kind::Valid), 320);
+        // the shares are exact at small counts too, and never more than the count
+        let few = generate("o-", 20, 10.0, 0.0, &mut StdRng::seed_from_u64(4));
+        assert_eq!(few.iter().filter(|o| o.kind == Kind::Malformed).count(), 2);
+        let all = generate("o-", 3, 80.0, 80.0, &mut StdRng::seed_from_u64(5));
+        assert_eq!(all.iter().filter(|o| o.kind == Kind::Valid).count(), 0);
+        assert_eq!(all.len(), 3);
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub async fn send(
     orders: &[Outgoing],
     attrs: impl Fn(&Outgoing) -> HashMap<String, MessageAttributeValue>,
 ) -> Result<SendReport, CliError> {
-    send_to(ctx, &ctx.main_queue_url, orders, attrs).await
+    send_to(ctx, ctx.main_queue()?, orders, attrs).await
 }
 
 /// Sends orders to `queue_url` (the soak puts replayable messages straight into the DLQ, as
@@ -46,7 +46,7 @@ pub async fn send_to(
                     .message_body(&o.body)
                     .set_message_attributes(Some(attrs(o)).filter(|a| !a.is_empty()))
                     .build()
-                    .map_err(|e| CliError::Usage(e.to_string()))
+                    .map_err(|e| CliError::Failed(e.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let out = ctx
@@ -97,7 +97,7 @@ pub struct Status {
 /// Reads depths, oldest ages and alarm states.
 pub async fn status(ctx: &Context, alarm_prefix: &str) -> Result<Status, CliError> {
     let mut queues = Vec::new();
-    for (label, url) in [("orders", &ctx.main_queue_url), ("dlq", &ctx.dlq_url)] {
+    for (label, url) in [("orders", ctx.main_queue()?), ("dlq", ctx.dlq()?)] {
         let (visible, in_flight) =
             resq::sqs::depth(&ctx.sqs, url)
                 .await
@@ -132,7 +132,7 @@ pub async fn status(ctx: &Context, alarm_prefix: &str) -> Result<Status, CliErro
             });
         queues.push(QueueState {
             label,
-            url: url.clone(),
+            url: url.to_owned(),
             visible,
             in_flight,
             oldest_age_seconds: age,

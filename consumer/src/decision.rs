@@ -86,6 +86,150 @@ struct Payload {
     records: Vec<Box<RawValue>>,
 }
 
+/// The consumer's payload as the function reads it from the Lambda runtime: an
+/// [`SqsInvocation`], or why the payload is not one. Reading it never fails for JSON: a payload
+/// the runtime could not deserialize would be answered before the handler runs, and logged by
+/// the runtime in Rust's debug form; this way the handler returns the reason as the
+/// invocation's error, one readable sentence in the log and in the function error.
+#[derive(Debug)]
+pub struct Invocation(pub Result<SqsInvocation, EventError>);
+
+impl<'de> Deserialize<'de> for Invocation {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(InvocationVisitor)
+    }
+}
+
+fn not_sqs(why: impl Into<String>) -> Invocation {
+    Invocation(Err(EventError::NotSqs(why.into())))
+}
+
+/// What a JSON value is, for a message.
+fn json_kind(kind: &str) -> String {
+    format!("the payload is {kind}, not an object with `Records`")
+}
+
+struct InvocationVisitor;
+
+impl<'de> serde::de::Visitor<'de> for InvocationVisitor {
+    type Value = Invocation;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an SQS event")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Invocation, A::Error> {
+        let mut records: Option<Result<Vec<Box<RawValue>>, String>> = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key != "Records" {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            } else if records.is_some() {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                records = Some(Err("duplicate field `Records`".into()));
+            } else {
+                records = Some(map.next_value::<RecordsField>()?.0);
+            }
+        }
+        Ok(match records {
+            None => not_sqs("missing field `Records`"),
+            Some(Ok(records)) => Invocation(Ok(SqsInvocation(records))),
+            Some(Err(why)) => not_sqs(why),
+        })
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Invocation, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(not_sqs(json_kind("a list")))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Invocation, E> {
+        Ok(not_sqs(json_kind("a string")))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Invocation, E> {
+        Ok(not_sqs(json_kind("true or false")))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Invocation, E> {
+        Ok(not_sqs(json_kind("a number")))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Invocation, E> {
+        Ok(not_sqs(json_kind("a number")))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Invocation, E> {
+        Ok(not_sqs(json_kind("a number")))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Invocation, E> {
+        Ok(not_sqs(json_kind("null")))
+    }
+}
+
+/// `Records`: its records kept raw, or why it is not a list.
+struct RecordsField(Result<Vec<Box<RawValue>>, String>);
+
+impl<'de> Deserialize<'de> for RecordsField {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(RecordsVisitor)
+    }
+}
+
+fn records_not_a_list(kind: &str) -> RecordsField {
+    RecordsField(Err(format!("`Records` is {kind}, not a list of records")))
+}
+
+struct RecordsVisitor;
+
+impl<'de> serde::de::Visitor<'de> for RecordsVisitor {
+    type Value = RecordsField;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of SQS records")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<RecordsField, A::Error> {
+        let mut records = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(record) = seq.next_element::<Box<RawValue>>()? {
+            records.push(record);
+        }
+        Ok(RecordsField(Ok(records)))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<RecordsField, A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(records_not_a_list("an object"))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<RecordsField, E> {
+        Ok(records_not_a_list("a string"))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<RecordsField, E> {
+        Ok(records_not_a_list("true or false"))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<RecordsField, E> {
+        Ok(records_not_a_list("a number"))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<RecordsField, E> {
+        Ok(records_not_a_list("a number"))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<RecordsField, E> {
+        Ok(records_not_a_list("a number"))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<RecordsField, E> {
+        Ok(records_not_a_list("null"))
+    }
+}
+
 /// What is read of a record that does not decode as a whole: enough to report it. Each field
 /// is kept raw and read on its own, so that one of the wrong type does not hide the others.
 #[derive(Deserialize)]
@@ -157,8 +301,11 @@ pub fn records_from(event: SqsEvent) -> Result<Vec<Record>, EventError> {
 fn check_source(index: usize, source: Option<&str>) -> Result<(), EventError> {
     match source {
         Some("aws:sqs") => Ok(()),
-        other => Err(EventError::NotSqs(format!(
-            "record {index} has eventSource {other:?}, expected \"aws:sqs\""
+        Some(other) => Err(EventError::NotSqs(format!(
+            "record {index} has eventSource \"{other}\", expected \"aws:sqs\""
+        ))),
+        None => Err(EventError::NotSqs(format!(
+            "record {index} has no eventSource, expected \"aws:sqs\""
         ))),
     }
 }
@@ -631,6 +778,77 @@ mod tests {
             Err(EventError::MissingMessageId { index: 1 })
         );
         assert_eq!(parse_event(json!({"Records": []})), Ok(vec![]));
+    }
+
+    /// What the function reads through the runtime's deserializer ([`Invocation`]).
+    fn as_the_function_reads(raw: &str) -> Result<Vec<Record>, String> {
+        let jd = &mut serde_json::Deserializer::from_str(raw);
+        let invocation: Invocation =
+            serde_path_to_error::deserialize(jd).expect("reading JSON never fails");
+        read_records(invocation.0.map_err(|e| e.to_string())?.0).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_payload_that_is_not_an_sqs_event_is_read_as_the_reason() {
+        for (raw, says) in [
+            (
+                r#"{"detail-type": "Scheduled Event", "detail": {"a": [1, 2]}}"#,
+                "missing field `Records`",
+            ),
+            (
+                "[1, 2]",
+                "the payload is a list, not an object with `Records`",
+            ),
+            (
+                r#""orders""#,
+                "the payload is a string, not an object with `Records`",
+            ),
+            ("null", "the payload is null, not an object with `Records`"),
+            ("7", "the payload is a number"),
+            ("true", "the payload is true or false"),
+            (
+                r#"{"Records": {"a": [1]}}"#,
+                "`Records` is an object, not a list of records",
+            ),
+            (
+                r#"{"Records": "x"}"#,
+                "`Records` is a string, not a list of records",
+            ),
+            (
+                r#"{"Records": null}"#,
+                "`Records` is null, not a list of records",
+            ),
+            (
+                r#"{"Records": [], "Records": []}"#,
+                "duplicate field `Records`",
+            ),
+            (
+                r#"{"Records": [{"eventSource": "aws:s3", "messageId": "m"}]}"#,
+                "record 0 has eventSource \"aws:s3\", expected \"aws:sqs\"",
+            ),
+            (
+                r#"{"Records": [{"messageId": "m"}]}"#,
+                "record 0 has no eventSource, expected \"aws:sqs\"",
+            ),
+        ] {
+            let err = as_the_function_reads(raw).unwrap_err();
+            assert!(err.starts_with("not an SQS event: "), "{raw}: {err}");
+            assert!(err.contains(says), "{raw}: {err}");
+            for debug in ["Some(", "None", "Error(", "{"] {
+                assert!(!err.contains(debug), "{raw}: {err}");
+            }
+        }
+        // an SQS event reads as before, records raw
+        let event = json!({"Records": [rec("a", json!({})), rec("b", json!({"body": "x"}))], "extra": {"k": [1]}});
+        let records = as_the_function_reads(&event.to_string()).unwrap();
+        assert_eq!(
+            records
+                .iter()
+                .map(|r| r.message_id.as_str())
+                .collect::<Vec<_>>(),
+            vec!["a", "b"]
+        );
+        assert_eq!(as_the_function_reads(r#"{"Records": []}"#), Ok(vec![]));
     }
 
     /// What the runtime does with the invocation's bytes (lambda_runtime's deserializer).

@@ -266,7 +266,7 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
             error_details = field::Empty,
         );
         if !record.dropped_attributes.is_empty() {
-            span.in_scope(|| tracing::warn!(dropped = ?record.dropped_attributes, "list-valued message attributes are not supported by SQS and are not copied"));
+            span.in_scope(|| tracing::warn!(dropped = %record.dropped_attributes.join(", "), "list-valued message attributes are not supported by SQS and are not copied"));
         }
         let dlq_is_fifo = self.config.common.dlq_url.ends_with(".fifo");
         let disposition = match check {

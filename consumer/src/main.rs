@@ -6,18 +6,39 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use std::process::ExitCode;
+
 use consumer::Consumer;
-use consumer::decision::SqsInvocation;
+use consumer::decision::{EventError, Invocation};
 use consumer::handler::RecordOrder;
 use consumer::queues::SqsQueues;
-use lambda_runtime::{Error, LambdaEvent, run, service_fn};
+use lambda_runtime::{Diagnostic, Error, LambdaEvent, run, service_fn};
 use resq::config::ConsumerConfig;
 use resq::store::S3Store;
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
+fn main() -> ExitCode {
+    // before the runtime's threads exist
+    resq::lambda::drop_sequential_concurrency_setting();
+    let served = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::from)
+        .and_then(|runtime| runtime.block_on(serve()));
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // the messages of the error and its causes, never Rust's debug form (what
+            // returning it from main would print)
+            eprintln!("consumer: {}", resq::sqs::error_chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve() -> Result<(), Error> {
     resq::telemetry::init_tracing();
     let config = ConsumerConfig::from_env()?;
+    resq::config::lambda_environment(&resq::config::process_env())?;
     let aws = resq::aws::load_config().await;
     let sqs = aws_sdk_sqs::Client::new(&aws);
     let s3 = resq::aws::s3_client(&aws);
@@ -29,13 +50,61 @@ async fn main() -> Result<(), Error> {
     // its own, so one that does not decode fails alone. A payload that is not an SQS event
     // fails the invocation with "not an SQS event: …", naming the offending field.
     run(service_fn(
-        move |event: LambdaEvent<SqsInvocation>| async move {
+        move |event: LambdaEvent<Invocation>| async move {
             let deadline = resq::lambda::deadline_instant(event.context.deadline);
+            let invocation = event.payload.0.map_err(InvocationError)?;
             consumer
-                .handle_invocation(event.payload, deadline)
+                .handle_invocation(invocation, deadline)
                 .await
-                .map_err(Error::from)
+                .map_err(InvocationError)
         },
     ))
     .await
+}
+
+/// An invocation's error as the runtime reports it (`errorType`, `errorMessage`) and logs it.
+/// The runtime logs a handler's error in its debug form: here that form is the message.
+struct InvocationError(EventError);
+
+impl std::fmt::Debug for InvocationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl From<InvocationError> for Diagnostic {
+    fn from(e: InvocationError) -> Self {
+        let error_type = match e.0 {
+            EventError::NotSqs(_) => "NotAnSqsEvent",
+            EventError::MissingMessageId { .. } => "RecordWithoutMessageId",
+        };
+        Diagnostic {
+            error_type: error_type.to_owned(),
+            error_message: e.0.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_invocation_error_is_logged_and_reported_as_its_message() {
+        let e = InvocationError(EventError::NotSqs("missing field `Records`".into()));
+        let message = "not an SQS event: missing field `Records`; the consumer must be invoked by an SQS event source mapping";
+        assert_eq!(format!("{e:?}"), message);
+        let d = Diagnostic::from(e);
+        assert_eq!(
+            (d.error_type.as_str(), d.error_message.as_str()),
+            ("NotAnSqsEvent", message)
+        );
+        let d = Diagnostic::from(InvocationError(EventError::MissingMessageId { index: 2 }));
+        assert_eq!(d.error_type, "RecordWithoutMessageId");
+        assert!(
+            d.error_message.starts_with("SQS record 2 has no messageId"),
+            "{}",
+            d.error_message
+        );
+    }
 }

@@ -71,10 +71,10 @@ impl QueuePort for MemoryQueues {
     ) -> Result<Vec<Option<String>>, QueueError> {
         self.call(messages.len()).await;
         if self.fail_send.load(Ordering::SeqCst) {
-            return Err(QueueError {
-                code: Some("InternalError".into()),
-                message: "injected DLQ send failure".into(),
-            });
+            return Err(QueueError::service(
+                "InternalError",
+                "injected DLQ send failure",
+            ));
         }
         self.sent
             .lock()

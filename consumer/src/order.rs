@@ -34,8 +34,15 @@ impl OrderId {
             .chars()
             .find(|c| !c.is_ascii_graphic() || matches!(c, '/' | '\\'))
         {
+            let shown = if c.is_control() {
+                format!("the control character U+{:04X}", u32::from(c))
+            } else if c.is_ascii() {
+                format!("'{c}'")
+            } else {
+                format!("'{c}' (U+{:04X})", u32::from(c))
+            };
             return Err(format!(
-                "orderId contains {c:?}; only printable ASCII without spaces, '/' or '\\' is allowed"
+                "orderId contains {shown}; only printable ASCII without spaces, '/' or '\\' is allowed"
             ));
         }
         Ok(Self(raw.to_owned()))
@@ -417,6 +424,14 @@ mod tests {
             (
                 r#"{"orderId":"a b","userId":"u","items":[{"productId":"p","quantity":1}]}"#,
                 "orderId contains ' '",
+            ),
+            (
+                "{\"orderId\":\"a\\nb\",\"userId\":\"u\",\"items\":[{\"productId\":\"p\",\"quantity\":1}]}",
+                "orderId contains the control character U+000A;",
+            ),
+            (
+                r#"{"orderId":"café","userId":"u","items":[{"productId":"p","quantity":1}]}"#,
+                "orderId contains 'é' (U+00E9);",
             ),
             (
                 r#"{"orderId":"o","userId":" ","items":[{"productId":"p","quantity":1}]}"#,

@@ -93,7 +93,7 @@ pub fn decide(names: &[String], read: Result<&[AlarmState], &str>, now_ms: u64) 
     }
     if let Some(missing) = names.iter().find(|n| !states.iter().any(|s| &s.name == *n)) {
         return Breaker::Open(format!(
-            "alarm {missing:?} named in PAUSE_ON_ALARMS does not exist; not replaying blind"
+            "alarm \"{missing}\" named in PAUSE_ON_ALARMS does not exist; not replaying blind"
         ));
     }
     // a change out of ALARM, or one that cannot be told apart from it; the smallest probe

@@ -486,7 +486,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         let mut plan = CyclePlan::default();
         for m in batch {
             if !m.dropped_attributes.is_empty() {
-                tracing::warn!(message_id = %m.message_id, dropped = ?m.dropped_attributes, "list-valued attributes are not supported by SQS and are not copied");
+                tracing::warn!(message_id = %m.message_id, dropped = %m.dropped_attributes.join(", "), "list-valued attributes are not supported by SQS and are not copied");
             }
             match classify::classify(&m, &st.rules, now) {
                 Decision::Keep(Keep::Permanent) => {
@@ -1178,10 +1178,7 @@ mod tests {
     #[tokio::test]
     async fn unreadable_alarm_states_pause_replay() {
         let sqs = sqs(vec![message(0, None)], send_failing(&[]), &[]);
-        let err = PortError {
-            code: Some("AccessDenied".into()),
-            message: "not allowed".into(),
-        };
+        let err = PortError::service("AccessDenied", "not allowed");
         let summary = run(
             &sqs,
             &MemoryStore::default(),

@@ -6,7 +6,9 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use lambda_runtime::{Error, LambdaEvent, run, service_fn};
+use std::process::ExitCode;
+
+use lambda_runtime::{Diagnostic, Error, LambdaEvent, run, service_fn};
 use redriver::Redriver;
 use redriver::ports::{CloudWatchAlarms, SqsRedriveQueues};
 use redriver::request::RunRequest;
@@ -14,10 +16,29 @@ use resq::config::RedriverConfig;
 use resq::store::S3Store;
 use serde_json::Value;
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
+fn main() -> ExitCode {
+    // before the runtime's threads exist
+    resq::lambda::drop_sequential_concurrency_setting();
+    let served = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::from)
+        .and_then(|runtime| runtime.block_on(serve()));
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // the messages of the error and its causes, never Rust's debug form (what
+            // returning it from main would print)
+            eprintln!("redriver: {}", resq::sqs::error_chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve() -> Result<(), Error> {
     resq::telemetry::init_tracing();
     let config = RedriverConfig::from_env()?;
+    resq::config::lambda_environment(&resq::config::process_env())?;
     let aws = resq::aws::load_config().await;
     let queues = SqsRedriveQueues::new(
         aws_sdk_sqs::Client::new(&aws),
@@ -29,10 +50,66 @@ async fn main() -> Result<(), Error> {
     let redriver = Redriver::new(queues, store, alarms, config.clone());
     let (redriver, config) = (&redriver, &config);
     run(service_fn(move |event: LambdaEvent<Value>| async move {
-        let request = RunRequest::from_event(event.payload, config)?;
+        let request = RunRequest::from_event(event.payload, config)
+            .map_err(|e| InvocationError::new("InvalidInput", e))?;
         let deadline = resq::lambda::deadline_instant(event.context.deadline);
         let summary = redriver.run(&request, deadline).await;
-        Ok::<_, Error>(serde_json::to_value(summary)?)
+        serde_json::to_value(summary).map_err(|e| InvocationError::new("SummaryNotWritten", e))
     }))
     .await
+}
+
+/// An invocation's error as the runtime reports it (`errorType`, `errorMessage`) and logs it.
+/// The runtime logs a handler's error in its debug form: here that form is the message.
+struct InvocationError {
+    error_type: &'static str,
+    message: String,
+}
+
+impl InvocationError {
+    fn new(error_type: &'static str, e: impl std::fmt::Display) -> Self {
+        Self {
+            error_type,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Debug for InvocationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<InvocationError> for Diagnostic {
+    fn from(e: InvocationError) -> Self {
+        Diagnostic {
+            error_type: e.error_type.to_owned(),
+            error_message: e.message,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redriver::request::RequestError;
+
+    #[test]
+    fn an_invocation_error_is_logged_and_reported_as_its_message() {
+        let e = InvocationError::new(
+            "InvalidInput",
+            RequestError("maxMessages must be at least 1".into()),
+        );
+        assert_eq!(
+            format!("{e:?}"),
+            "invalid redriver input: maxMessages must be at least 1"
+        );
+        let d = Diagnostic::from(e);
+        assert_eq!(d.error_type, "InvalidInput");
+        assert_eq!(
+            d.error_message,
+            "invalid redriver input: maxMessages must be at least 1"
+        );
+    }
 }

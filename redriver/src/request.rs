@@ -39,6 +39,9 @@ pub struct RunRequest {
     pub older_than: Option<Duration>,
 }
 
+/// What the redriver takes, for messages.
+const EXPECTED: &str = "the redriver takes an EventBridge scheduled event, or a manual payload with dryRun, maxMessages, ratePerSecond, reason or olderThanSeconds";
+
 /// The input is neither a scheduled event nor a valid manual payload.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid redriver input: {0}")]
@@ -62,11 +65,23 @@ impl RunRequest {
         let overrides = match event {
             Value::Null => Overrides::default(),
             Value::Object(ref obj) if obj.get("detail-type").is_some() || obj.get("source").is_some() => {
-                match obj.get("source").and_then(Value::as_str) {
-                    Some("aws.events") | Some("aws.scheduler") => Overrides::default(),
-                    other => {
+                match obj.get("source") {
+                    Some(Value::String(s)) if s == "aws.events" || s == "aws.scheduler" => {
+                        Overrides::default()
+                    }
+                    Some(Value::String(other)) => {
                         return Err(RequestError(format!(
-                            "an event from {other:?}; expected an EventBridge scheduled event or a manual payload"
+                            "event source \"{other}\" is not aws.events (a scheduled run) or aws.scheduler; {EXPECTED}"
+                        )));
+                    }
+                    Some(other) => {
+                        return Err(RequestError(format!(
+                            "event source {other} is not aws.events (a scheduled run) or aws.scheduler; {EXPECTED}"
+                        )));
+                    }
+                    None => {
+                        return Err(RequestError(format!(
+                            "an event with a detail-type but no source; {EXPECTED}"
                         )));
                     }
                 }
@@ -76,7 +91,17 @@ impl RunRequest {
                     "{e}; a manual payload takes dryRun (bool), maxMessages (n ≥ 1), ratePerSecond (r > 0), reason (string), olderThanSeconds (n ≥ 0)"
                 ))
             })?,
-            other => return Err(RequestError(format!("expected a JSON object, got {other}"))),
+            other => {
+                let kind = match other {
+                    Value::Array(_) => "a list",
+                    Value::String(_) => "a string",
+                    Value::Number(_) => "a number",
+                    _ => "true or false",
+                };
+                return Err(RequestError(format!(
+                    "the input is {kind}, not a JSON object; {EXPECTED}"
+                )));
+            }
         };
         if let Some(d) = overrides.dry_run {
             request.dry_run = d;
@@ -164,16 +189,33 @@ mod tests {
             (json!({"ratePerSecond": 0}), "ratePerSecond must be above 0"),
             (json!({"reason": " "}), "reason must not be empty"),
             (json!({"dryRun": "yes"}), "invalid type"),
-            (json!([1]), "expected a JSON object"),
+            (json!([1]), "the input is a list, not a JSON object"),
+            (json!("run"), "the input is a string, not a JSON object"),
             (
                 json!({"source": "aws.s3", "detail-type": "Object Created"}),
                 "aws.s3",
+            ),
+            (
+                json!({"source": "aws.ec2", "detail-type": "EC2 Instance State-change Notification"}),
+                "event source \"aws.ec2\" is not aws.events (a scheduled run) or aws.scheduler; the redriver takes an EventBridge scheduled event, or a manual payload",
+            ),
+            (
+                json!({"source": 7, "detail-type": "Scheduled Event"}),
+                "event source 7 is not aws.events",
+            ),
+            (
+                json!({"detail-type": "Scheduled Event"}),
+                "an event with a detail-type but no source",
             ),
         ] {
             let err = RunRequest::from_event(event.clone(), &config())
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(needle), "{event}: {err}");
+            assert!(err.starts_with("invalid redriver input: "), "{err}");
+            for debug in ["Some(", "None", "Object {", "String("] {
+                assert!(!err.contains(debug), "{event}: {err}");
+            }
         }
     }
 }

@@ -20,7 +20,7 @@ pub enum ConfigError {
         hint: &'static str,
     },
     /// A variable holds a value that cannot be used.
-    #[error("{var}={value:?} is invalid: expected {expected}")]
+    #[error("{var}=\"{value}\" is invalid: expected {expected}")]
     Invalid {
         /// The variable.
         var: &'static str,
@@ -202,6 +202,23 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
             }),
         }
     }
+}
+
+/// What a function's binary needs from Lambda's runtime environment (the runtime client reads
+/// these and panics when one is missing). Checked at start-up so that a binary started outside
+/// Lambda says what it needs.
+pub fn lambda_environment(vars: &Vars<impl Fn(&str) -> Option<String>>) -> Result<(), ConfigError> {
+    const HINT: &str = "Lambda sets it; to run the function on this machine use `cargo lambda watch` (make watch) and invoke it with `cargo lambda invoke`";
+    for var in [
+        "AWS_LAMBDA_RUNTIME_API",
+        "AWS_LAMBDA_FUNCTION_NAME",
+        "AWS_LAMBDA_FUNCTION_VERSION",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+    ] {
+        vars.required(var, HINT)?;
+    }
+    vars.number("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", 128_i32, 1..=i32::MAX)?;
+    Ok(())
 }
 
 /// Reads the process environment.
@@ -430,5 +447,60 @@ mod tests {
             );
             assert!(err.to_string().starts_with(var), "{err}");
         }
+    }
+
+    #[test]
+    fn messages_name_the_variable_the_value_and_what_is_allowed() {
+        let mut v = REQUIRED.to_vec();
+        v.push(("CONSUMER_CONCURRENCY", "abc"));
+        let err = ConsumerConfig::from_vars(&vars(&v))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "CONSUMER_CONCURRENCY=\"abc\" is invalid: expected a whole number from 1 to 1000"
+        );
+        let mut v = REQUIRED.to_vec();
+        v.push(("PERMANENT_ACTION", "delete"));
+        let err = RedriverConfig::from_vars(&vars(&v))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "PERMANENT_ACTION=\"delete\" is invalid: expected keep or archive"
+        );
+        let err = ConsumerConfig::from_vars(&vars(&REQUIRED[1..]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "MAIN_QUEUE_URL is not set; resq needs the URL of the orders queue"
+        );
+    }
+
+    #[test]
+    fn outside_lambda_the_runtime_variables_are_named() {
+        let lambda = [
+            ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
+            ("AWS_LAMBDA_FUNCTION_NAME", "consumer"),
+            ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST"),
+            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256"),
+        ];
+        assert_eq!(lambda_environment(&vars(&lambda)), Ok(()));
+        let err = lambda_environment(&vars(&lambda[1..])).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("AWS_LAMBDA_RUNTIME_API is not set; Lambda sets it; to run the function on this machine use `cargo lambda watch`"),
+            "{err}"
+        );
+        let mut odd = lambda.to_vec();
+        odd[3] = ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "lots");
+        assert!(matches!(
+            lambda_environment(&vars(&odd)),
+            Err(ConfigError::Invalid {
+                var: "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+                ..
+            })
+        ));
     }
 }

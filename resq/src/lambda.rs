@@ -28,6 +28,20 @@ pub fn deadline_from(deadline_epoch_ms: u64, now_epoch_ms: u64, now: Instant) ->
     now + Duration::from_millis(deadline_epoch_ms - now_epoch_ms)
 }
 
+/// Removes `AWS_LAMBDA_MAX_CONCURRENCY` when it is `1`, as `cargo lambda watch` sets it: the
+/// functions handle one invocation at a time, which is what `1` asks for, and the Lambda runtime
+/// would otherwise warn on every start that it runs sequentially. Any other value stays (the
+/// warning is then right). Call it first thing in `main`, before the async runtime starts any
+/// thread: changing the environment is only sound while a single thread runs.
+pub fn drop_sequential_concurrency_setting() {
+    const NAME: &str = "AWS_LAMBDA_MAX_CONCURRENCY";
+    if std::env::var(NAME).is_ok_and(|v| v.trim() == "1") {
+        // SAFETY: called before any other thread exists (see above), so nothing reads the
+        // environment concurrently.
+        unsafe { std::env::remove_var(NAME) };
+    }
+}
+
 /// Runs `tasks`, up to `in_flight` at once, until all are done or `until` passes, and returns
 /// the results of those that finished, in the order they finished. Tasks still running at
 /// `until` are dropped: their calls may or may not have taken effect, which callers treat as

@@ -2,7 +2,9 @@
 
 use std::future::Future;
 
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_s3::error::ProvideErrorMetadata;
+
+use crate::sqs::error_chain;
 use aws_sdk_s3::primitives::ByteStream;
 
 /// What a conditional put found.
@@ -48,7 +50,7 @@ where
 {
     StoreError {
         code: err.code().map(str::to_owned),
-        message: format!("{what}: {}", DisplayErrorContext(err)),
+        message: format!("{what}: {}", error_chain(err)),
     }
 }
 
@@ -147,7 +149,7 @@ impl ObjectStore for S3Store {
                         .code()
                         .map(str::to_owned)
                         .or_else(|| status.map(|s| format!("HTTP{s}"))),
-                    message: format!("s3://{}/{key}: {}", self.bucket, DisplayErrorContext(&err)),
+                    message: format!("s3://{}/{key}: {}", self.bucket, error_chain(&err)),
                 })
             }
         }

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use resq_cli::chaos::{self, ChaosOptions, MAX_REDRIVE_ATTEMPTS};
-use resq_cli::demo::{DemoOptions, Plan};
-use resq_e2e::{function_binary, moto_binary, translated_template_file};
+use resq_e2e::{emulator_kind, function_binary, installs, translated_template_file};
+use resq_local::chaos::{self, ChaosOptions, MAX_REDRIVE_ATTEMPTS};
+use resq_local::demo::{DemoOptions, Plan};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
@@ -19,7 +19,8 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
             invalid_pct: 2.5,
             flaky_pct: 10.0,
             doomed_pct: 3.0,
-            moto_server: moto_binary(),
+            emulator: emulator_kind(),
+            installs: installs(),
             template,
             max_duration: Duration::from_secs(600),
             seed: 11,

@@ -14,7 +14,7 @@ use crate::helpers::*;
 
 async fn context(stack: &Stack) -> Context {
     let endpoint = Endpoint {
-        endpoint_url: Some(stack.moto.endpoint.clone()),
+        endpoint_url: Some(stack.emulator.endpoint().to_owned()),
         region: Some("us-east-1".into()),
     };
     Context::new(
@@ -427,7 +427,7 @@ async fn archive_ls_show_and_restore() {
 #[tokio::test]
 async fn the_demo_audit_finds_every_order_or_reports_it_lost() {
     use resq::store::ObjectStore;
-    use resq_cli::demo::{DEMO_ORDER_ATTRIBUTE, Plan, audit};
+    use resq_local::demo::{DEMO_ORDER_ATTRIBUTE, Plan, audit};
     let stack = Stack::start(StackOptions::default()).await;
     let ctx = context(&stack).await;
     let tag = |id: &str| vec![(DEMO_ORDER_ATTRIBUTE, string_attr(id))];

@@ -230,11 +230,11 @@ pub fn runtime_function(
     name: &str,
     extra: &[(&str, &str)],
     log: &std::path::Path,
-) -> resq_cli::chaos::runtime::Function {
+) -> resq_local::chaos::runtime::Function {
     let mut env: Vec<(String, String)> = stack.env().into_iter().collect();
     env.extend(
         [
-            ("AWS_ENDPOINT_URL", stack.moto.endpoint.as_str()),
+            ("AWS_ENDPOINT_URL", stack.emulator.endpoint()),
             ("AWS_REGION", REGION),
             ("AWS_ACCESS_KEY_ID", "test"),
             ("AWS_SECRET_ACCESS_KEY", "test"),
@@ -244,7 +244,7 @@ pub fn runtime_function(
         .chain(extra)
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
     );
-    resq_cli::chaos::runtime::Function::new(
+    resq_local::chaos::runtime::Function::new(
         name,
         &resq_e2e::function_binary(name),
         env,

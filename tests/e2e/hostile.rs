@@ -7,8 +7,8 @@ use std::process::Command;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use resq::attributes::MAX_MESSAGE_BYTES;
-use resq_cli::chaos::runtime::{Function, Outcome};
 use resq_e2e::{REGION, Stack, StackOptions, function_binary};
+use resq_local::chaos::runtime::{Function, Outcome};
 use serde_json::{Value, json};
 
 use crate::helpers::{attr, number_attr, order_body, runtime_function, send, string_attr};
@@ -151,15 +151,18 @@ async fn hostile_records_get_the_spec_outcome() {
         .binary_value(Blob::new(vec![0xff, 0xfe, 0x00, 0xc3]))
         .build()
         .unwrap();
-    // a valid order of exactly 1 MiB, and a malformed body of exactly 1 MiB
+    // a valid order of exactly 1 MiB, and a malformed message of exactly 1 MiB: SQS counts the
+    // attributes too (body + each attribute's name, type and value; moto does not, LocalStack
+    // and AWS do), so its body is 1 MiB less its tag
     let mut big_order: Value = serde_json::from_str(&order_body("big")).unwrap();
     big_order["note"] = json!("");
     let pad = MAX_MESSAGE_BYTES - big_order.to_string().len();
     big_order["note"] = json!("n".repeat(pad));
     let big_order = big_order.to_string();
-    let big_malformed = format!("{{{}", "x".repeat(MAX_MESSAGE_BYTES - 1));
+    let tag_bytes = "tag".len() + "String".len() + "big-malformed".len();
+    let big_malformed = format!("{{{}", "x".repeat(MAX_MESSAGE_BYTES - tag_bytes - 1));
     assert_eq!(
-        (big_order.len(), big_malformed.len()),
+        (big_order.len(), big_malformed.len() + tag_bytes),
         (MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES)
     );
 
@@ -231,7 +234,7 @@ async fn hostile_records_get_the_spec_outcome() {
     let envelope: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(
         envelope["originalMessage"]["body"].as_str().map(str::len),
-        Some(MAX_MESSAGE_BYTES)
+        Some(MAX_MESSAGE_BYTES - tag_bytes)
     );
     // -1 and 1e309 are unreadable counts; " 3" reads as 3, the cap: the last replay, which
     // runs; "4 " is past the cap

@@ -5,8 +5,8 @@
 //! the level.
 
 use resq::telemetry::LogLevel;
-use resq_cli::chaos::runtime::{Function, Outcome};
 use resq_e2e::{REGION, Stack, StackOptions, translated_template};
+use resq_local::chaos::runtime::{Function, Outcome};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 

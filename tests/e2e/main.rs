@@ -1,4 +1,5 @@
-//! End-to-end tests against a real SQS/S3 API: a moto server each test starts on 127.0.0.1.
+//! End-to-end tests against a real SQS/S3 API: a moto server each test starts on 127.0.0.1,
+//! or LocalStack with `E2E_EMULATOR=localstack` (`make test` runs the suite on both).
 //! Messages are sent and received for real; the Lambda event is built from what was received,
 //! exactly as Lambda's SQS poller builds it.
 
@@ -9,6 +10,7 @@ mod fixtures;
 mod helpers;
 mod hostile;
 mod levels;
+mod live;
 mod redriver;
 mod soak;
 mod template;

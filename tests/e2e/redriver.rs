@@ -166,7 +166,7 @@ async fn a_seeded_dlq_ends_in_exactly_the_documented_state() {
         "hidden until its TTL (24 h away), within SQS's 12 h: {hidden_for} s"
     );
     let ctx = resq_cli::context::Context::from_config(
-        &stack.moto.sdk_config().await,
+        &stack.emulator.sdk_config().await,
         stack.main.url.clone(),
         dlq.url.clone(),
         stack.bucket.clone(),

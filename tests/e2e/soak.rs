@@ -5,11 +5,14 @@
 
 use std::time::Duration;
 
-use resq_cli::soak::{self, MAX_REDRIVE_ATTEMPTS, SoakOptions};
 use resq_e2e::{function_binary, localstack_python, translated_template_file};
+use resq_local::soak::{self, MAX_REDRIVE_ATTEMPTS, SoakOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_time_nothing_is_lost_starved_or_replayed_past_the_cap_and_the_breaker_holds() {
+    if resq_e2e::emulator_kind() == resq_e2e::EmulatorKind::Localstack {
+        return; // it runs on LocalStack in the suite's first run already
+    }
     let dir = std::env::temp_dir().join(format!("resq-soak-{}", std::process::id()));
     let template = translated_template_file(&dir);
     let opts = SoakOptions {
@@ -51,7 +54,7 @@ async fn over_time_nothing_is_lost_starved_or_replayed_past_the_cap_and_the_brea
         report
             .audit
             .table
-            .get(&(resq_cli::demo::Plan::Malformed, "archived")),
+            .get(&(resq_local::demo::Plan::Malformed, "archived")),
         Some(&500),
         "{:?}",
         report.audit.table

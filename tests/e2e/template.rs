@@ -461,11 +461,104 @@ fn queue_settings_follow_the_rules() {
     );
 }
 
+/// On LocalStack (`E2E_EMULATOR=localstack`), the stack as the local pipeline deploys it there:
+/// without the Lambda resources (they need Docker), every other resource created by its
+/// CloudFormation, which moto's skips: each alarm of the template (the metric-math ones too),
+/// the bucket's versioning, the DLQ's retention. The functions' names stand where they were
+/// referred to.
+#[tokio::test]
+async fn on_localstack_the_stack_without_functions_has_every_alarm() {
+    if resq_e2e::emulator_kind() != resq_e2e::EmulatorKind::Localstack {
+        return; // moto: the next test deploys the whole template
+    }
+    let emulator = resq_e2e::emulator();
+    let config = emulator.sdk_config().await;
+    let template = translated_template("resq-artifacts");
+    let outputs = resq_local::stack::deploy_stack(
+        resq_e2e::EmulatorKind::Localstack,
+        &config,
+        &template.to_string(),
+        "resq-ls",
+        &[("MaxReceiveCount", "4")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(outputs.consumer_function, "resq-ls-consumer");
+    assert_eq!(outputs.redriver_function, "resq-ls-redriver");
+    let resolver = resq_local::stack::Resolver::new(&template, "resq-ls", &[]);
+    let mut expected: Vec<String> = template["Resources"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|r| r["Type"] == "AWS::CloudWatch::Alarm")
+        .map(|r| resolver.value(&r["Properties"]["AlarmName"]).unwrap())
+        .collect();
+    expected.sort();
+    let cloudwatch = aws_sdk_cloudwatch::Client::new(&config);
+    let alarms = cloudwatch
+        .describe_alarms()
+        .alarm_name_prefix("resq-ls-")
+        .send()
+        .await
+        .unwrap();
+    let mut created: Vec<String> = alarms
+        .metric_alarms()
+        .iter()
+        .filter_map(|a| a.alarm_name().map(str::to_owned))
+        .collect();
+    created.sort();
+    assert_eq!(created, expected);
+    for math in ["resq-ls-dlq-depth", "resq-ls-poison-archived"] {
+        assert!(created.iter().any(|a| a == math), "{math} in {created:?}");
+    }
+    // an alarm on a function watches the name the local functions publish under
+    let errors = alarms
+        .metric_alarms()
+        .iter()
+        .find(|a| a.alarm_name() == Some("resq-ls-consumer-errors"))
+        .unwrap();
+    assert_eq!(errors.dimensions()[0].value(), Some("resq-ls-consumer"));
+    let s3 = resq::aws::s3_client(&config);
+    let versioning = s3
+        .get_bucket_versioning()
+        .bucket(&outputs.bucket)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(versioning.status().map(|s| s.as_str()), Some("Enabled"));
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    use aws_sdk_sqs::types::QueueAttributeName as Q;
+    let attrs = sqs
+        .get_queue_attributes()
+        .queue_url(&outputs.main_queue_url)
+        .attribute_names(Q::All)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    let redrive: Value = serde_json::from_str(&attrs[&Q::RedrivePolicy]).unwrap();
+    assert_eq!(number(&redrive["maxReceiveCount"]), 4.0);
+    let dlq = sqs
+        .get_queue_attributes()
+        .queue_url(&outputs.dlq_url)
+        .attribute_names(Q::MessageRetentionPeriod)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    assert_eq!(dlq[&Q::MessageRetentionPeriod], "1209600");
+}
+
 /// Deploys the translated template into moto's CloudFormation. moto skips what it cannot
 /// create (alarms, the dashboard, topic and bucket policies, the invoke config); those are
 /// checked on the translation above.
 #[tokio::test]
 async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order() {
+    if resq_e2e::emulator_kind() != resq_e2e::EmulatorKind::Moto {
+        return; // LocalStack cannot create the functions: the test above instead
+    }
     let moto = resq_e2e::moto();
     let config = moto.sdk_config().await;
     let s3 = resq::aws::s3_client(&config);
@@ -628,7 +721,7 @@ async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order
     );
 
     // (the emulator would "run" the mapping itself, in Docker, which is not here)
-    resq_cli::local::disable_emulator_mappings(&config)
+    resq_local::stack::disable_emulator_mappings(&config)
         .await
         .unwrap();
 

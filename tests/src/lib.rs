@@ -1,5 +1,6 @@
-//! Helpers for resq's end-to-end tests: a moto server started on 127.0.0.1 (a free port) and
-//! stopped afterwards, SDK clients pointed at it, and the queues and bucket of a resq stack.
+//! Helpers for resq's end-to-end tests: a local AWS started on 127.0.0.1 (a free port) and
+//! stopped afterwards — moto, or LocalStack with `E2E_EMULATOR=localstack` (`make test` runs
+//! the suite on both) — SDK clients pointed at it, and the queues and bucket of a resq stack.
 #![deny(clippy::all)]
 #![warn(missing_docs)]
 
@@ -9,7 +10,7 @@ use std::process::Command;
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
 
-pub use resq_cli::emulator::{MotoServer, REGION};
+pub use resq_local::emulator::{Emulator, EmulatorKind, Installs, MotoServer, REGION};
 
 /// Where the moto server binary is: `MOTO_SERVER`, else the workspace's `.venv`.
 pub fn moto_binary() -> PathBuf {
@@ -35,6 +36,31 @@ pub fn moto() -> MotoServer {
         .unwrap_or_else(|e| panic!("{e}; set MOTO_SERVER to use another install"))
 }
 
+/// The emulator this run of the suite uses: `E2E_EMULATOR` (`moto`, the default, or
+/// `localstack`).
+pub fn emulator_kind() -> EmulatorKind {
+    match std::env::var("E2E_EMULATOR").as_deref() {
+        Ok("localstack") => EmulatorKind::Localstack,
+        Ok("moto") | Err(_) => EmulatorKind::Moto,
+        Ok(other) => panic!("E2E_EMULATOR={other}: use moto or localstack"),
+    }
+}
+
+/// Where the emulators are installed.
+pub fn installs() -> Installs {
+    Installs {
+        moto_server: moto_binary(),
+        localstack_python: localstack_python(),
+    }
+}
+
+/// Starts this run's emulator for one test (stopped when the handle drops).
+pub fn emulator() -> Emulator {
+    Emulator::start(emulator_kind(), &installs()).unwrap_or_else(|e| {
+        panic!("{e}; set MOTO_SERVER or LOCALSTACK_PYTHON to use another install")
+    })
+}
+
 /// A queue of the stack.
 #[derive(Debug, Clone)]
 pub struct Queue {
@@ -46,8 +72,8 @@ pub struct Queue {
 
 /// The emulator plus a resq stack on it: main queue, DLQ, archive bucket.
 pub struct Stack {
-    /// The server (stopped on drop).
-    pub moto: MotoServer,
+    /// The emulator (stopped on drop).
+    pub emulator: Emulator,
     /// SQS client.
     pub sqs: aws_sdk_sqs::Client,
     /// S3 client.
@@ -84,10 +110,10 @@ impl Default for StackOptions {
 }
 
 impl Stack {
-    /// Starts moto and creates the stack.
+    /// Starts the emulator and creates the stack.
     pub async fn start(options: StackOptions) -> Self {
-        let moto = moto();
-        let config = moto.sdk_config().await;
+        let emulator = emulator();
+        let config = emulator.sdk_config().await;
         let sqs = aws_sdk_sqs::Client::new(&config);
         let s3 = resq::aws::s3_client(&config);
         let cloudwatch = aws_sdk_cloudwatch::Client::new(&config);
@@ -131,7 +157,7 @@ impl Stack {
             .await
             .expect("enable versioning");
         Self {
-            moto,
+            emulator,
             sqs,
             s3,
             cloudwatch,

@@ -20,7 +20,7 @@ pub struct MotoServer {
 }
 
 /// A free port on 127.0.0.1.
-pub(crate) fn free_port() -> Result<u16, CliError> {
+pub fn free_port() -> Result<u16, CliError> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -28,7 +28,7 @@ pub(crate) fn free_port() -> Result<u16, CliError> {
 }
 
 /// `GET path` on 127.0.0.1:`port` answers 200 (an emulator's readiness probe).
-pub(crate) fn http_ok(port: u16, path: &str) -> bool {
+pub fn http_ok(port: u16, path: &str) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
@@ -139,5 +139,76 @@ impl Drop for MotoServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Which local AWS to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EmulatorKind {
+    /// moto server: every service resq's template uses, CloudFormation with Lambda functions;
+    /// its SQS slows down with queue depth and its CloudWatch never evaluates an alarm.
+    Moto,
+    /// LocalStack: SQS that stays fast at depth, CloudWatch that evaluates alarms, SNS;
+    /// CloudFormation without Lambda functions (they need Docker), so the stack is deployed
+    /// without them ([`crate::stack::without_functions`]).
+    Localstack,
+}
+
+impl std::fmt::Display for EmulatorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Moto => "moto",
+            Self::Localstack => "localstack",
+        })
+    }
+}
+
+/// Where each emulator is installed (`make` puts them in `.venv` and `.venv-localstack`).
+#[derive(Debug, Clone)]
+pub struct Installs {
+    /// moto's `moto_server`.
+    pub moto_server: std::path::PathBuf,
+    /// LocalStack's Python (its venv's interpreter).
+    pub localstack_python: std::path::PathBuf,
+}
+
+/// A running local AWS; stopped when dropped.
+pub enum Emulator {
+    /// moto server.
+    Moto(MotoServer),
+    /// LocalStack.
+    LocalStack(crate::localstack::LocalStack),
+}
+
+impl Emulator {
+    /// Starts the emulator of `kind` and waits until it answers.
+    pub fn start(kind: EmulatorKind, installs: &Installs) -> Result<Self, CliError> {
+        Ok(match kind {
+            EmulatorKind::Moto => Self::Moto(MotoServer::start(&installs.moto_server)?),
+            EmulatorKind::Localstack => Self::LocalStack(crate::localstack::LocalStack::start(
+                &installs.localstack_python,
+            )?),
+        })
+    }
+
+    /// Which one this is.
+    pub fn kind(&self) -> EmulatorKind {
+        match self {
+            Self::Moto(_) => EmulatorKind::Moto,
+            Self::LocalStack(_) => EmulatorKind::Localstack,
+        }
+    }
+
+    /// `http://127.0.0.1:{port}`.
+    pub fn endpoint(&self) -> &str {
+        match self {
+            Self::Moto(m) => &m.endpoint,
+            Self::LocalStack(l) => &l.endpoint,
+        }
+    }
+
+    /// The SDK configuration for it (region us-east-1, dummy credentials).
+    pub async fn sdk_config(&self) -> aws_config::SdkConfig {
+        local_sdk_config(self.endpoint()).await
     }
 }

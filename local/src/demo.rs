@@ -19,10 +19,11 @@ use resq::store::S3Store;
 use tokio::sync::watch;
 
 use crate::CliError;
-use crate::context::Context;
-use crate::emulator::MotoServer;
-use crate::local::{Counters, Pipeline, PipelineSettings, deploy_stack};
-use crate::orders::{self, Kind, Outgoing};
+use crate::emulator::{Emulator, EmulatorKind, Installs};
+use crate::pipeline::{Counters, Pipeline, PipelineSettings};
+use crate::stack::deploy_stack;
+use resq_cli::context::Context;
+use resq_cli::orders::{self, Kind, Outgoing};
 
 /// Every demo message carries its order id here, so the audit finds malformed ones too.
 pub const DEMO_ORDER_ATTRIBUTE: &str = "demo-order-id";
@@ -40,8 +41,10 @@ pub struct DemoOptions {
     pub flaky_pct: f64,
     /// % failing every time (they end in the archive after the redrive cap).
     pub doomed_pct: f64,
-    /// The moto server binary.
-    pub moto_server: PathBuf,
+    /// Which emulator.
+    pub emulator: EmulatorKind,
+    /// Where the emulators are installed.
+    pub installs: Installs,
     /// The translated template (`infra/translate.py` output).
     pub template: PathBuf,
     /// Stop waiting for the pipeline to settle after this long.
@@ -151,20 +154,25 @@ pub struct Audit {
     pub max_redrives: u32,
     /// Plan × where it ended → count.
     pub table: BTreeMap<(Plan, &'static str), usize>,
+    /// The emulator it ran on.
+    pub emulator: Option<EmulatorKind>,
 }
 
 impl Audit {
     /// The demo's last line.
     pub fn summary_line(&self) -> String {
         format!(
-            "summary: sent={} processed={} dead_lettered={} archived={} in_queues={} lost={} duplicate_effects={}",
+            "summary: sent={} processed={} dead_lettered={} archived={} in_queues={} lost={} duplicate_effects={}{}",
             self.sent,
             self.processed,
             self.dead_lettered,
             self.archived,
             self.in_queues,
             self.lost.len(),
-            self.duplicate_effects
+            self.duplicate_effects,
+            self.emulator
+                .map(|e| format!(" emulator={e}"))
+                .unwrap_or_default()
         )
     }
 }
@@ -235,11 +243,13 @@ pub async fn run(opts: &DemoOptions) -> Result<Audit, CliError> {
             opts.template.display()
         ))
     })?;
-    let moto = MotoServer::start(&opts.moto_server)?;
-    println!("moto server on {}", moto.endpoint);
-    let config = moto.sdk_config().await;
+    println!("starting {} …", opts.emulator);
+    let emulator = Emulator::start(opts.emulator, &opts.installs)?;
+    println!("{} on {}", opts.emulator, emulator.endpoint());
+    let config = emulator.sdk_config().await;
     // short timeouts so the demo settles in about two minutes
     let outputs = deploy_stack(
+        opts.emulator,
         &config,
         &template,
         "resq-demo",
@@ -321,8 +331,9 @@ pub async fn run(opts: &DemoOptions) -> Result<Audit, CliError> {
     let ((), sent) = tokio::join!(pipeline.run(stop_rx), driver);
     let sent = sent?;
     println!("pipeline stopped; auditing every order …");
-    let audit = audit(&ctx, &plans, sent).await?;
-    drop(moto);
+    let mut audit = audit(&ctx, &plans, sent).await?;
+    audit.emulator = Some(opts.emulator);
+    drop(emulator);
     Ok(audit)
 }
 
@@ -349,7 +360,7 @@ async fn drive(
                 .iter()
                 .map(|(o, _, _)| o.clone())
                 .collect();
-            match crate::status::send(ctx, &chunk, order_tag).await {
+            match resq_cli::status::send(ctx, &chunk, order_tag).await {
                 Ok(report) if report.failed.is_empty() => next += chunk.len(),
                 Ok(report) => {
                     break Err(CliError::Usage(format!(
@@ -415,11 +426,11 @@ pub async fn audit(
 ) -> Result<Audit, CliError> {
     // the permanent failures the redriver kept are hidden in the DLQ until their TTL: made
     // visible first, as an operator would (`resq dlq peek --kept`)
-    crate::dlq::unhide_kept(ctx, None).await?;
+    resq_cli::dlq::unhide_kept(ctx, None).await?;
     let mut found: HashMap<String, &'static str> = HashMap::new();
     // the order records: every stored version is one effect write
     let mut writes: HashMap<String, usize> = HashMap::new();
-    for k in crate::archive::list_versions(ctx, "orders/").await? {
+    for k in resq_cli::archive::list_versions(ctx, "orders/").await? {
         if let Some(id) = k
             .strip_prefix("orders/")
             .and_then(|k| k.strip_suffix(".json"))
@@ -429,8 +440,8 @@ pub async fn audit(
         }
     }
     let mut max_redrives = 0;
-    for key in crate::archive::list(ctx, None, None).await? {
-        let envelope = crate::archive::show(ctx, &key).await?;
+    for key in resq_cli::archive::list(ctx, None, None).await? {
+        let envelope = resq_cli::archive::show(ctx, &key).await?;
         max_redrives = max_redrives.max(envelope.metadata.redrive_count.unwrap_or(0));
         if let Some(id) = envelope
             .original_message

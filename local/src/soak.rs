@@ -36,13 +36,13 @@ use tokio::sync::watch;
 use crate::CliError;
 use crate::chaos::faults::FaultProxy;
 use crate::chaos::runtime::{Function, Outcome};
-use crate::context::Context;
 use crate::demo::{self, Audit, Downstream, Plan};
 use crate::emf::MetricForwarder;
 use crate::emulator::REGION;
-use crate::local::{gather_batch, next_tick, schedule_ticks, settle_answer};
 use crate::localstack::LocalStack;
-use crate::orders::{self, Outgoing};
+use crate::pipeline::{gather_batch, next_tick, schedule_ticks, settle_answer};
+use resq_cli::context::Context;
+use resq_cli::orders::{self, Outgoing};
 
 /// The stack name (the alarm's and the functions' names derive from it).
 pub const STACK: &str = "resq-soak";
@@ -292,7 +292,7 @@ pub async fn run(opts: &SoakOptions) -> Result<SoakReport, CliError> {
     c?;
     r?;
     let driven = driven?;
-    crate::dlq::unhide_kept(&ctx, None).await?;
+    resq_cli::dlq::unhide_kept(&ctx, None).await?;
     let audit = demo::audit(&ctx, &driven.plans, driven.plans.len()).await?;
     let proxy_max = lock(&proxy.stats.redrive_counts)
         .values()
@@ -681,7 +681,7 @@ async fn send_orders(
     plan: Plan,
     plans: &mut HashMap<String, Plan>,
 ) -> Result<(), CliError> {
-    let report = crate::status::send(ctx, orders, demo::order_tag).await?;
+    let report = resq_cli::status::send(ctx, orders, demo::order_tag).await?;
     if !report.failed.is_empty() {
         return Err(CliError::Usage(format!(
             "LocalStack refused {} orders",
@@ -757,7 +757,7 @@ async fn phases(
         &mut rng,
     );
     // straight into the DLQ, where SQS's redrive policy would put them
-    let report = crate::status::send_to(ctx, &ctx.dlq_url, &probes, demo::order_tag).await?;
+    let report = resq_cli::status::send_to(ctx, &ctx.dlq_url, &probes, demo::order_tag).await?;
     if !report.failed.is_empty() {
         return Err(CliError::Usage("LocalStack refused a probe".into()));
     }

@@ -24,11 +24,12 @@ use resq::config::PermanentAction;
 use tokio::sync::watch;
 
 use crate::CliError;
-use crate::context::Context;
 use crate::demo::{self, Audit, DemoOptions, Downstream, Plan};
-use crate::emulator::{MotoServer, REGION};
-use crate::local::{StackOutputs, deploy_stack, gather_batch, next_tick, schedule_ticks};
+use crate::emulator::{Emulator, REGION};
+use crate::pipeline::{gather_batch, next_tick, schedule_ticks};
+use crate::stack::{StackOutputs, deploy_stack};
 use faults::{FaultProxy, FaultStats};
+use resq_cli::context::Context;
 use runtime::{Function, Outcome};
 
 /// What a chaos run does.
@@ -112,7 +113,7 @@ impl ChaosReport {
     /// The run's last line.
     pub fn summary_line(&self) -> String {
         format!(
-            "chaos: orders={} processed={} archived={} in_queues={} lost={} duplicate_effects={} max_redrives={} kills={} injected_faults={}",
+            "chaos: orders={} processed={} archived={} in_queues={} lost={} duplicate_effects={} max_redrives={} kills={} injected_faults={}{}",
             self.audit.sent,
             self.audit.processed,
             self.audit.archived,
@@ -121,7 +122,11 @@ impl ChaosReport {
             self.duplicate_effects(),
             self.max_redrives(),
             self.consumer_kills + self.redriver_kills,
-            self.injected_faults
+            self.injected_faults,
+            self.audit
+                .emulator
+                .map(|e| format!(" emulator={e}"))
+                .unwrap_or_default()
         )
     }
 
@@ -225,9 +230,11 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
     })?;
     std::fs::create_dir_all(&opts.log_dir)
         .map_err(|e| CliError::Usage(format!("cannot create {}: {e}", opts.log_dir.display())))?;
-    let moto = MotoServer::start(&opts.demo.moto_server)?;
-    let config = moto.sdk_config().await;
+    println!("starting {} …", opts.demo.emulator);
+    let emulator = Emulator::start(opts.demo.emulator, &opts.demo.installs)?;
+    let config = emulator.sdk_config().await;
     let outputs = deploy_stack(
+        opts.demo.emulator,
         &config,
         &template,
         "resq-chaos",
@@ -248,11 +255,11 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
         .map(|(o, p, _)| (o.order_id.clone(), *p))
         .collect();
     let downstream = Downstream::of(&planned);
-    let upstream = moto
-        .endpoint
+    let upstream = emulator
+        .endpoint()
         .trim_start_matches("http://")
         .parse()
-        .map_err(|e| CliError::Usage(format!("emulator address {}: {e}", moto.endpoint)))?;
+        .map_err(|e| CliError::Usage(format!("emulator address {}: {e}", emulator.endpoint())))?;
     let proxy = FaultProxy::start(
         upstream,
         opts.fault_pct / 100.0,
@@ -260,8 +267,13 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
         opts.demo.seed ^ 0x5eed,
     )?;
     println!(
-        "moto on {}, fault proxy on {} ({}% of calls fail), stack resq-chaos: {} → {}",
-        moto.endpoint, proxy.endpoint, opts.fault_pct, outputs.main_queue_url, outputs.dlq_url
+        "{} on {}, fault proxy on {} ({}% of calls fail), stack resq-chaos: {} → {}",
+        opts.demo.emulator,
+        emulator.endpoint(),
+        proxy.endpoint,
+        opts.fault_pct,
+        outputs.main_queue_url,
+        outputs.dlq_url
     );
 
     let env = function_env(opts, &outputs, &proxy.endpoint);
@@ -303,10 +315,11 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
     let settled = settled?;
     println!("pipeline stopped; waiting for messages in flight to come back …");
     // kept permanent failures stay hidden until their TTL: made visible as an operator would
-    crate::dlq::unhide_kept(&ctx, None).await?;
+    resq_cli::dlq::unhide_kept(&ctx, None).await?;
     wait_until_nothing_in_flight(&ctx, REDRIVER_TIMEOUT + Duration::from_secs(35)).await;
     println!("auditing every order …");
-    let audit = demo::audit(&ctx, &plans, state.sent.load(Ordering::Relaxed)).await?;
+    let mut audit = demo::audit(&ctx, &plans, state.sent.load(Ordering::Relaxed)).await?;
+    audit.emulator = Some(opts.demo.emulator);
     let stats = &proxy.stats;
     let duplicate_writes_seen = lock(&stats.order_writes)
         .values()
@@ -317,7 +330,7 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
         .copied()
         .max()
         .unwrap_or(0);
-    drop(moto);
+    drop(emulator);
     Ok(ChaosReport {
         audit,
         duplicate_writes_seen,
@@ -476,8 +489,13 @@ async fn event_source_mapping(
         match consumer.invoke(&event.to_string(), kill_after).await? {
             Outcome::Response(body) => {
                 typical = (typical * 3 + began.elapsed()) / 4;
-                match crate::local::settle_answer(&ctx.sqs, &outputs.main_queue_url, &batch, &body)
-                    .await
+                match crate::pipeline::settle_answer(
+                    &ctx.sqs,
+                    &outputs.main_queue_url,
+                    &batch,
+                    &body,
+                )
+                .await
                 {
                     Ok(response) => {
                         state.processed.fetch_add(
@@ -588,7 +606,7 @@ async fn schedule(
 /// two redriver runs since then, the last of which moved nothing.
 async fn drive(
     ctx: &Context,
-    planned: &[(crate::orders::Outgoing, Plan, u32)],
+    planned: &[(resq_cli::orders::Outgoing, Plan, u32)],
     state: &State,
     stats: &FaultStats,
     opts: &ChaosOptions,
@@ -610,7 +628,7 @@ async fn drive(
                 .iter()
                 .map(|(o, _, _)| o.clone())
                 .collect();
-            let report = crate::status::send(ctx, &chunk, demo::order_tag).await?;
+            let report = resq_cli::status::send(ctx, &chunk, demo::order_tag).await?;
             if !report.failed.is_empty() {
                 break Err(CliError::Usage(format!(
                     "the emulator refused {} orders",

@@ -2,13 +2,12 @@
 //! functions: Lambda's SQS event source mapping for the consumer (receive, build the event,
 //! invoke, delete what was not reported failed) and the EventBridge schedule for the redriver.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::sqs::SqsBatchResponse;
-use aws_sdk_cloudformation::types::{Capability, Parameter};
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use consumer::Consumer;
 use consumer::handler::OrderHandler;
@@ -21,142 +20,8 @@ use resq::metrics;
 use resq::store::S3Store;
 use tokio::sync::watch;
 
-use crate::CliError;
 use crate::emulator::REGION;
-
-/// Where the translated template expects the functions' code (placeholders in the emulator).
-pub const ARTIFACT_BUCKET: &str = "resq-artifacts";
-
-/// The stack outputs the pipeline needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StackOutputs {
-    /// `OrdersQueueUrl`.
-    pub main_queue_url: String,
-    /// `OrdersQueueArn`.
-    pub main_queue_arn: String,
-    /// `DeadLetterQueueUrl`.
-    pub dlq_url: String,
-    /// `ArchiveBucketName`.
-    pub bucket: String,
-}
-
-impl StackOutputs {
-    /// The operator tools' context for this stack.
-    pub fn context(&self, config: &aws_config::SdkConfig) -> crate::context::Context {
-        crate::context::Context::from_config(
-            config,
-            self.main_queue_url.clone(),
-            self.dlq_url.clone(),
-            self.bucket.clone(),
-        )
-    }
-}
-
-/// Deploys the translated template (`infra/translate.py` output) into the emulator's
-/// CloudFormation with `parameters`, and returns its outputs.
-pub async fn deploy_stack(
-    config: &aws_config::SdkConfig,
-    template_json: &str,
-    stack_name: &str,
-    parameters: &[(&str, &str)],
-) -> Result<StackOutputs, CliError> {
-    let s3 = resq::aws::s3_client(config);
-    s3.create_bucket()
-        .bucket(ARTIFACT_BUCKET)
-        .send()
-        .await
-        .map_err(|e| CliError::aws("creating the artifact bucket", e))?;
-    for f in ["ConsumerFunction", "RedriverFunction"] {
-        // the emulator stores the code; the pipeline runs the functions in this process
-        s3.put_object()
-            .bucket(ARTIFACT_BUCKET)
-            .key(format!("{f}.zip"))
-            .body(b"placeholder".to_vec().into())
-            .send()
-            .await
-            .map_err(|e| CliError::aws("uploading placeholder code", e))?;
-    }
-    let cfn = aws_sdk_cloudformation::Client::new(config);
-    let params: Vec<Parameter> = parameters
-        .iter()
-        .map(|(k, v)| {
-            Parameter::builder()
-                .parameter_key(*k)
-                .parameter_value(*v)
-                .build()
-        })
-        .collect();
-    cfn.create_stack()
-        .stack_name(stack_name)
-        .template_body(template_json)
-        .capabilities(Capability::CapabilityIam)
-        .set_parameters(Some(params))
-        .send()
-        .await
-        .map_err(|e| CliError::aws(format!("creating stack {stack_name}"), e))?;
-    let stacks = cfn
-        .describe_stacks()
-        .stack_name(stack_name)
-        .send()
-        .await
-        .map_err(|e| CliError::aws("describing the stack", e))?;
-    let stack = stacks
-        .stacks()
-        .first()
-        .ok_or_else(|| CliError::Usage(format!("stack {stack_name} was not created")))?;
-    let status = stack
-        .stack_status()
-        .map(|s| s.as_str().to_owned())
-        .unwrap_or_default();
-    if status != "CREATE_COMPLETE" {
-        return Err(CliError::Usage(format!(
-            "stack {stack_name}: {status} {}",
-            stack.stack_status_reason().unwrap_or_default()
-        )));
-    }
-    disable_emulator_mappings(config).await?;
-    let outputs: HashMap<&str, &str> = stack
-        .outputs()
-        .iter()
-        .filter_map(|o| Some((o.output_key()?, o.output_value()?)))
-        .collect();
-    let get = |k: &str| {
-        outputs
-            .get(k)
-            .map(|v| (*v).to_owned())
-            .ok_or_else(|| CliError::Usage(format!("stack output {k} missing")))
-    };
-    Ok(StackOutputs {
-        main_queue_url: get("OrdersQueueUrl")?,
-        main_queue_arn: get("OrdersQueueArn")?,
-        dlq_url: get("DeadLetterQueueUrl")?,
-        bucket: get("ArchiveBucketName")?,
-    })
-}
-
-/// The emulator would run the stack's event source mapping itself (invoking the function in
-/// Docker, which is not here, and taking orders off the queue); disabled, the pipeline's
-/// pollers take its place.
-pub async fn disable_emulator_mappings(config: &aws_config::SdkConfig) -> Result<(), CliError> {
-    let lambda = aws_sdk_lambda::Client::new(config);
-    let mappings = lambda
-        .list_event_source_mappings()
-        .send()
-        .await
-        .map_err(|e| CliError::aws("listing event source mappings", e))?;
-    for m in mappings.event_source_mappings() {
-        if let Some(uuid) = m.uuid() {
-            lambda
-                .update_event_source_mapping()
-                .uuid(uuid)
-                .enabled(false)
-                .send()
-                .await
-                .map_err(|e| CliError::aws("disabling the emulator's event source mapping", e))?;
-        }
-    }
-    Ok(())
-}
+use crate::stack::StackOutputs;
 
 /// Counts across the pipeline's invocations.
 #[derive(Debug, Default)]

@@ -1,0 +1,467 @@
+//! `resq-local`: the developer's local pipeline (`make local`, `make demo`, `make chaos`,
+//! `make soak`, the invoke targets). Wiring only: parse, run, print.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use resq_local::CliError;
+use resq_local::emulator::{EmulatorKind, Installs};
+
+/// resq's local pipeline: the stack on a local AWS (moto or LocalStack) with what AWS runs
+/// around the functions, and the runs built on it.
+#[derive(Parser, Debug)]
+#[command(name = "resq-local", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The live pipeline: the emulator with the stack, Lambda's event source mapping in front
+    /// of the consumer, the schedule in front of the redriver, their metrics into CloudWatch.
+    /// Invokes through `cargo lambda watch` while it runs, else the built binaries. Until Ctrl-C.
+    Up(UpArgs),
+    /// Run the whole pipeline on a local emulator with faults, then audit every order.
+    Demo(DemoArgs),
+    /// The pipeline with the real function binaries, faults injected into their AWS calls and
+    /// the processes killed at random, then an audit: nothing lost, no effect doubled.
+    Chaos(ChaosArgs),
+    /// The pipeline over time, compressed, on LocalStack: a burst of permanent failures, a
+    /// downstream outage that makes replays fail (the replays-failing alarm must pause replay),
+    /// then recovery; fails if anything was lost, doubled, starved or replayed past the cap.
+    Soak(SoakArgs),
+    /// Print a fixture event with its times moved to now (the newest becomes now), for
+    /// `cargo lambda invoke --data-file`.
+    Event {
+        /// The event file (e.g. events/sqs-batch.json).
+        file: PathBuf,
+    },
+    /// `make watch`'s log pipe: echo `cargo lambda watch`'s output, and put the functions'
+    /// metric (EMF) lines into the local stack's CloudWatch under the stack's function names.
+    WatchLogs {
+        /// The env file `make local` wrote.
+        #[arg(long, default_value = "target/local.env")]
+        env_file: PathBuf,
+    },
+}
+
+#[derive(Args, Debug)]
+struct EmulatorArgs {
+    /// Which local AWS.
+    #[arg(long, env = "EMULATOR", value_enum, default_value_t = EmulatorKind::Moto)]
+    emulator: EmulatorKind,
+    /// The moto server binary.
+    #[arg(long, default_value = ".venv/bin/moto_server")]
+    moto_server: PathBuf,
+    /// LocalStack's Python (its venv).
+    #[arg(long, default_value = ".venv-localstack/bin/python")]
+    localstack_python: PathBuf,
+}
+
+impl EmulatorArgs {
+    fn installs(&self) -> Installs {
+        Installs {
+            moto_server: self.moto_server.clone(),
+            localstack_python: self.localstack_python.clone(),
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+struct UpArgs {
+    #[command(flatten)]
+    emulator: EmulatorArgs,
+    /// The translated template.
+    #[arg(long, default_value = "target/infra/template.json")]
+    template: PathBuf,
+    /// The stack's name.
+    #[arg(long, default_value = "resq-local")]
+    stack_name: String,
+    /// Where to write the functions' environment (for `make watch` and for `resq`).
+    #[arg(long, default_value = "target/local.env")]
+    env_file: PathBuf,
+    /// Where `cargo lambda watch` listens.
+    #[arg(long, env = "WATCH_PORT", default_value_t = 9010)]
+    watch_port: u16,
+    /// The consumer binary, used while watch is not running.
+    #[arg(long, default_value = "target/debug/consumer")]
+    consumer_bin: PathBuf,
+    /// The redriver binary.
+    #[arg(long, default_value = "target/debug/redriver")]
+    redriver_bin: PathBuf,
+    /// Where the binaries' logs go.
+    #[arg(long, default_value = "target/local")]
+    log_dir: PathBuf,
+    /// Seconds between scheduled redriver runs (the template's schedule when absent).
+    #[arg(long, env = "SCHEDULE_SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    schedule_seconds: Option<u64>,
+    /// Seconds between SQS metric publications (SQS publishes every minute).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    metrics_seconds: u64,
+}
+
+#[derive(Args, Debug)]
+struct SoakArgs {
+    /// LocalStack's Python (its venv).
+    #[arg(long, default_value = ".venv-localstack/bin/python")]
+    localstack_python: PathBuf,
+    /// The translated template (the replays-failing alarm's definition).
+    #[arg(long, default_value = "target/infra/template.json")]
+    template: PathBuf,
+    /// The consumer binary.
+    #[arg(long, default_value = "target/debug/consumer")]
+    consumer_bin: PathBuf,
+    /// The redriver binary.
+    #[arg(long, default_value = "target/debug/redriver")]
+    redriver_bin: PathBuf,
+    /// Where the functions' logs go.
+    #[arg(long, default_value = "target/soak")]
+    log_dir: PathBuf,
+    /// Seconds between scheduled redriver runs.
+    #[arg(long, default_value_t = 2)]
+    schedule_seconds: u64,
+    /// MAX_MESSAGES_PER_RUN.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    max_messages_per_run: u32,
+    /// Permanent failures in the burst per message of a run's budget.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    burst_factor: u32,
+    /// Orders sent while the downstream is down.
+    #[arg(long, default_value_t = 40)]
+    outage_orders: usize,
+    /// ARCHIVE_AFTER_SECONDS (the TTL, scaled down).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(60..))]
+    ttl_seconds: u64,
+    /// The replays-failing alarm's period in seconds (the template's 60, scaled down).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(10..=60))]
+    alarm_period_seconds: u64,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    max_seconds: u64,
+    /// Random seed.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Orders to send.
+    #[arg(long, default_value_t = 1000)]
+    orders: usize,
+    /// Percentage that is not JSON.
+    #[arg(long, default_value_t = 3.0, value_parser = percent)]
+    malformed_pct: f64,
+    /// Percentage that is an invalid order.
+    #[arg(long, default_value_t = 2.0, value_parser = percent)]
+    invalid_pct: f64,
+    /// Percentage failing transiently 1–3 times, then succeeding.
+    #[arg(long, default_value_t = 8.0, value_parser = percent)]
+    flaky_pct: f64,
+    /// Percentage failing every time (archived after the redrive cap).
+    #[arg(long, default_value_t = 2.0, value_parser = percent)]
+    doomed_pct: f64,
+    #[command(flatten)]
+    emulator: EmulatorArgs,
+    /// The translated template.
+    #[arg(long, default_value = "target/infra/template.json")]
+    template: PathBuf,
+    /// Give up waiting for the pipeline to settle after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    max_seconds: u64,
+    /// Random seed.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+#[derive(Args, Debug)]
+struct ChaosArgs {
+    /// Orders to send.
+    #[arg(long, default_value_t = 10_000)]
+    orders: usize,
+    /// Percentage that is not JSON.
+    #[arg(long, default_value_t = 2.5, value_parser = percent)]
+    malformed_pct: f64,
+    /// Percentage that is an invalid order.
+    #[arg(long, default_value_t = 2.5, value_parser = percent)]
+    invalid_pct: f64,
+    /// Percentage whose downstream fails a random number of times (1 to --max-flaky-failures).
+    #[arg(long, default_value_t = 10.0, value_parser = percent)]
+    flaky_pct: f64,
+    /// A flaky order fails at most this many times (more than maxReceiveCount, 3: some go
+    /// through the DLQ and back).
+    #[arg(long, default_value_t = 5)]
+    max_flaky_failures: u32,
+    /// Percentage whose downstream always fails (archived after the redrive cap).
+    #[arg(long, default_value_t = 3.0, value_parser = percent)]
+    doomed_pct: f64,
+    /// Percentage of the functions' SQS and S3 calls that fail (throttling, 5xx, lost answers).
+    #[arg(long, default_value_t = 5.0, value_parser = percent)]
+    fault_pct: f64,
+    /// Kill the consumer mid-batch at least this many times.
+    #[arg(long, default_value_t = 5)]
+    consumer_kills: u32,
+    /// Kill the redriver mid-run at least this many times.
+    #[arg(long, default_value_t = 5)]
+    redriver_kills: u32,
+    /// The consumer binary.
+    #[arg(long, default_value = "target/debug/consumer")]
+    consumer_bin: PathBuf,
+    /// The redriver binary.
+    #[arg(long, default_value = "target/debug/redriver")]
+    redriver_bin: PathBuf,
+    /// Where the functions' logs go.
+    #[arg(long, default_value = "target/chaos")]
+    log_dir: PathBuf,
+    /// `AWS_MAX_ATTEMPTS` for the functions (1: the SDK does not retry, resq sees every fault).
+    #[arg(long, default_value_t = 1)]
+    sdk_attempts: u32,
+    /// The redriver's PERMANENT_ACTION (the template's default, `keep`: the kept permanent
+    /// failures are hidden until their TTL, and the audit makes them visible first).
+    #[arg(long, default_value = "keep", value_parser = ["keep", "archive"])]
+    permanent_action: String,
+    #[command(flatten)]
+    emulator: EmulatorArgs,
+    /// The translated template.
+    #[arg(long, default_value = "target/infra/template.json")]
+    template: PathBuf,
+    /// Give up waiting for the pipeline to settle after this many seconds.
+    #[arg(long, default_value_t = 3600)]
+    max_seconds: u64,
+    /// Random seed.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+async fn chaos(args: &ChaosArgs) -> Result<(), CliError> {
+    let opts = resq_local::chaos::ChaosOptions {
+        demo: resq_local::demo::DemoOptions {
+            orders: args.orders,
+            malformed_pct: args.malformed_pct,
+            invalid_pct: args.invalid_pct,
+            flaky_pct: args.flaky_pct,
+            doomed_pct: args.doomed_pct,
+            emulator: args.emulator.emulator,
+            installs: args.emulator.installs(),
+            template: args.template.clone(),
+            max_duration: Duration::from_secs(args.max_seconds),
+            seed: args.seed,
+        },
+        max_flaky_failures: args.max_flaky_failures,
+        fault_pct: args.fault_pct,
+        consumer_kills: args.consumer_kills,
+        redriver_kills: args.redriver_kills,
+        consumer_bin: args.consumer_bin.clone(),
+        redriver_bin: args.redriver_bin.clone(),
+        log_dir: args.log_dir.clone(),
+        sdk_attempts: args.sdk_attempts,
+        permanent_action: if args.permanent_action == "keep" {
+            resq::config::PermanentAction::Keep
+        } else {
+            resq::config::PermanentAction::Archive
+        },
+    };
+    // Ctrl-C drops the run: the emulator and the function processes die with their handles.
+    let report = tokio::select! {
+        report = resq_local::chaos::run(&opts) => report?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("resq: interrupted; emulator and functions stopped");
+            std::process::exit(130);
+        }
+    };
+    println!("\n{}", resq_local::demo::table(&report.audit));
+    println!("{}", report.details());
+    let failures = report.failures(&opts);
+    for f in &failures {
+        println!("FAILED: {f}");
+    }
+    println!("{}", report.summary_line());
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Usage(failures.join("; ")))
+    }
+}
+
+async fn soak(args: &SoakArgs) -> Result<(), CliError> {
+    let opts = resq_local::soak::SoakOptions {
+        localstack_python: args.localstack_python.clone(),
+        template: args.template.clone(),
+        consumer_bin: args.consumer_bin.clone(),
+        redriver_bin: args.redriver_bin.clone(),
+        log_dir: args.log_dir.clone(),
+        schedule_every: Duration::from_secs(args.schedule_seconds.max(1)),
+        max_messages_per_run: args.max_messages_per_run,
+        burst_factor: args.burst_factor,
+        warmup_orders: 20,
+        outage_orders: args.outage_orders,
+        recovery_orders: 20,
+        ttl: Duration::from_secs(args.ttl_seconds),
+        alarm_period: Duration::from_secs(args.alarm_period_seconds),
+        hold_periods: 3,
+        threshold: 2,
+        max_duration: Duration::from_secs(args.max_seconds),
+        seed: args.seed,
+    };
+    // Ctrl-C drops the run: LocalStack and the function processes die with their handles.
+    let report = tokio::select! {
+        report = resq_local::soak::run(&opts) => report?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("resq: interrupted; LocalStack and functions stopped");
+            std::process::exit(130);
+        }
+    };
+    println!("\n{}", resq_local::demo::table(&report.audit));
+    println!(
+        "alarm states (s: state): {}",
+        report
+            .alarm_states
+            .iter()
+            .map(|(at, s)| format!("{at}: {s}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "{} s, {}settled; {} metric data points forwarded to CloudWatch; {} function errors",
+        report.elapsed.as_secs(),
+        if report.settled { "" } else { "NOT " },
+        report.metrics_forwarded,
+        report.function_errors
+    );
+    let failures = report.failures();
+    for f in &failures {
+        println!("FAILED: {f}");
+    }
+    println!("{}", report.summary_line());
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Usage(failures.join("; ")))
+    }
+}
+
+async fn demo(args: &DemoArgs) -> Result<(), CliError> {
+    let opts = resq_local::demo::DemoOptions {
+        orders: args.orders,
+        malformed_pct: args.malformed_pct,
+        invalid_pct: args.invalid_pct,
+        flaky_pct: args.flaky_pct,
+        doomed_pct: args.doomed_pct,
+        emulator: args.emulator.emulator,
+        installs: args.emulator.installs(),
+        template: args.template.clone(),
+        max_duration: Duration::from_secs(args.max_seconds),
+        seed: args.seed,
+    };
+    // Ctrl-C drops the demo future: the emulator handle kills moto on the way out.
+    let audit = tokio::select! {
+        audit = resq_local::demo::run(&opts) => audit?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("resq: interrupted; emulator stopped");
+            std::process::exit(130);
+        }
+    };
+    println!("\n{}", resq_local::demo::table(&audit));
+    if !audit.lost.is_empty() {
+        println!("lost orders: {}", audit.lost.join(", "));
+    }
+    println!("{}", audit.summary_line());
+    if audit.lost.is_empty() && audit.duplicate_effects == 0 {
+        Ok(())
+    } else {
+        Err(CliError::Usage(format!(
+            "{} orders were lost, {} order effects doubled",
+            audit.lost.len(),
+            audit.duplicate_effects
+        )))
+    }
+}
+
+fn percent(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        _ => Err(format!("\"{s}\" is not a percentage from 0 to 100")),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // the functions' own warnings (failed records, retries) on stderr; RUST_LOG to see more
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+    let result = match &cli.command {
+        Command::Up(args) => up(args).await,
+        Command::Demo(args) => demo(args).await,
+        Command::Chaos(args) => chaos(args).await,
+        Command::Soak(args) => soak(args).await,
+        Command::Event { file } => event(file),
+        Command::WatchLogs { env_file } => watch_logs(env_file).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("resq-local: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn up(args: &UpArgs) -> Result<(), CliError> {
+    let opts = resq_local::live::UpOptions {
+        emulator: args.emulator.emulator,
+        installs: args.emulator.installs(),
+        template: args.template.clone(),
+        stack_name: args.stack_name.clone(),
+        env_file: args.env_file.clone(),
+        watch_port: args.watch_port,
+        consumer_bin: args.consumer_bin.clone(),
+        redriver_bin: args.redriver_bin.clone(),
+        log_dir: args.log_dir.clone(),
+        schedule: args.schedule_seconds.map(Duration::from_secs),
+        metrics_every: Duration::from_secs(args.metrics_seconds),
+    };
+    resq_local::live::up(&opts, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+}
+
+fn event(file: &std::path::Path) -> Result<(), CliError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", file.display())))?;
+    let mut event: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| CliError::Usage(format!("{} is not JSON: {e}", file.display())))?;
+    resq_local::event::stamp(&mut event, chrono::Utc::now().timestamp_millis());
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&event).unwrap_or_default()
+    );
+    Ok(())
+}
+
+async fn watch_logs(env_file: &std::path::Path) -> Result<(), CliError> {
+    let text = std::fs::read_to_string(env_file).map_err(|e| {
+        CliError::Usage(format!(
+            "cannot read {}: {e} (run make local in another terminal first)",
+            env_file.display()
+        ))
+    })?;
+    let var = |name: &str| resq_local::live::env_file_var(&text, name);
+    let endpoint = var("AWS_ENDPOINT_URL").ok_or_else(|| {
+        CliError::Usage(format!("{} has no AWS_ENDPOINT_URL", env_file.display()))
+    })?;
+    let renames = var(resq_local::live::FUNCTIONS_VAR).unwrap_or_default();
+    let config = resq_local::emulator::local_sdk_config(&endpoint).await;
+    let forwarder =
+        resq_local::emf::MetricForwarder::start(aws_sdk_cloudwatch::Client::new(&config));
+    resq_local::live::forward_watch_logs(tokio::io::stdin(), forwarder.sender(), &renames).await;
+    Ok(())
+}
