@@ -63,10 +63,10 @@ struct SendArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     count: Option<u32>,
     /// Percentage of generated orders that are not JSON.
-    #[arg(long, default_value_t = 0.0, value_parser = percent)]
+    #[arg(long, default_value_t = 0.0, value_parser = resq_cli::orders::percent)]
     malformed_pct: f64,
     /// Percentage of generated orders that are invalid.
-    #[arg(long, default_value_t = 0.0, value_parser = percent)]
+    #[arg(long, default_value_t = 0.0, value_parser = resq_cli::orders::percent)]
     invalid_pct: f64,
     /// Prefix of generated order ids.
     #[arg(long, default_value = "ORD-")]
@@ -145,13 +145,6 @@ enum ArchiveCommand {
         #[arg(long)]
         dry_run: bool,
     },
-}
-
-fn percent(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
-        _ => Err(format!("\"{s}\" is not a percentage from 0 to 100")),
-    }
 }
 
 fn rate(s: &str) -> Result<f64, String> {

@@ -84,6 +84,14 @@ pub fn valid(order_id: &str, rng: &mut impl Rng) -> String {
     json!({"orderId": order_id, "userId": format!("u-{}", rng.random_range(1..=1000)), "items": items, "currency": "EUR"}).to_string()
 }
 
+/// A percentage flag (`--malformed-pct 10`): a number from 0 to 100.
+pub fn percent(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        _ => Err(format!("\"{s}\" is not a percentage from 0 to 100")),
+    }
+}
+
 /// Generates `count` orders `{prefix}{n}`: `malformed_pct` % not JSON, `invalid_pct` %
 /// invalid (each share rounded to whole orders: 10 % of 20 is exactly 2), the rest valid, in
 /// random places.

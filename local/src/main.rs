@@ -152,16 +152,16 @@ struct DemoArgs {
     #[arg(long, default_value_t = 1000)]
     orders: usize,
     /// Percentage that is not JSON.
-    #[arg(long, default_value_t = 3.0, value_parser = percent)]
+    #[arg(long, default_value_t = 3.0, value_parser = resq_cli::orders::percent)]
     malformed_pct: f64,
     /// Percentage that is an invalid order.
-    #[arg(long, default_value_t = 2.0, value_parser = percent)]
+    #[arg(long, default_value_t = 2.0, value_parser = resq_cli::orders::percent)]
     invalid_pct: f64,
     /// Percentage failing transiently 1–3 times, then succeeding.
-    #[arg(long, default_value_t = 8.0, value_parser = percent)]
+    #[arg(long, default_value_t = 8.0, value_parser = resq_cli::orders::percent)]
     flaky_pct: f64,
     /// Percentage failing every time (archived after the redrive cap).
-    #[arg(long, default_value_t = 2.0, value_parser = percent)]
+    #[arg(long, default_value_t = 2.0, value_parser = resq_cli::orders::percent)]
     doomed_pct: f64,
     #[command(flatten)]
     emulator: EmulatorArgs,
@@ -182,23 +182,23 @@ struct ChaosArgs {
     #[arg(long, default_value_t = 10_000)]
     orders: usize,
     /// Percentage that is not JSON.
-    #[arg(long, default_value_t = 2.5, value_parser = percent)]
+    #[arg(long, default_value_t = 2.5, value_parser = resq_cli::orders::percent)]
     malformed_pct: f64,
     /// Percentage that is an invalid order.
-    #[arg(long, default_value_t = 2.5, value_parser = percent)]
+    #[arg(long, default_value_t = 2.5, value_parser = resq_cli::orders::percent)]
     invalid_pct: f64,
     /// Percentage whose downstream fails a random number of times (1 to --max-flaky-failures).
-    #[arg(long, default_value_t = 10.0, value_parser = percent)]
+    #[arg(long, default_value_t = 10.0, value_parser = resq_cli::orders::percent)]
     flaky_pct: f64,
     /// A flaky order fails at most this many times (more than maxReceiveCount, 3: some go
     /// through the DLQ and back).
     #[arg(long, default_value_t = 5)]
     max_flaky_failures: u32,
     /// Percentage whose downstream always fails (archived after the redrive cap).
-    #[arg(long, default_value_t = 3.0, value_parser = percent)]
+    #[arg(long, default_value_t = 3.0, value_parser = resq_cli::orders::percent)]
     doomed_pct: f64,
     /// Percentage of the functions' SQS and S3 calls that fail (throttling, 5xx, lost answers).
-    #[arg(long, default_value_t = 5.0, value_parser = percent)]
+    #[arg(long, default_value_t = 5.0, value_parser = resq_cli::orders::percent)]
     fault_pct: f64,
     /// Kill the consumer mid-batch at least this many times.
     #[arg(long, default_value_t = 5)]
@@ -376,13 +376,6 @@ async fn demo(args: &DemoArgs) -> Result<(), CliError> {
             audit.lost.len(),
             audit.duplicate_effects
         )))
-    }
-}
-
-fn percent(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
-        _ => Err(format!("\"{s}\" is not a percentage from 0 to 100")),
     }
 }
 

@@ -24,9 +24,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_sdk_cloudwatch::operation::put_metric_alarm::PutMetricAlarmInput;
 use aws_sdk_cloudwatch::operation::put_metric_alarm::builders::PutMetricAlarmInputBuilder;
-use aws_sdk_cloudwatch::types::{ComparisonOperator, Dimension, StateValue, Statistic};
+use aws_sdk_cloudwatch::types::StateValue;
 use aws_sdk_sqs::types::QueueAttributeName;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -41,6 +40,7 @@ use crate::emf::MetricForwarder;
 use crate::emulator::REGION;
 use crate::localstack::LocalStack;
 use crate::pipeline::{gather_batch, next_tick, schedule_ticks, settle_answer};
+use crate::stack::Resolver;
 use resq_cli::context::Context;
 use resq_cli::orders::{self, Outgoing};
 
@@ -391,25 +391,6 @@ async fn queue_arn(ctx: &Context, url: &str) -> Result<String, CliError> {
         })
 }
 
-/// A property of the template resolved for the soak's stack: `Ref` to a parameter (the soak's
-/// value, else its default), `Fn::Sub` of `${AWS::StackName}`, or a literal.
-fn resolve(template: &Value, v: &Value, params: &HashMap<&str, String>) -> Option<String> {
-    if let Some(p) = v.get("Ref").and_then(Value::as_str) {
-        return params.get(p).cloned().or_else(|| {
-            let d = &template["Parameters"][p]["Default"];
-            d.as_str()
-                .map(str::to_owned)
-                .or_else(|| d.as_f64().map(|n| n.to_string()))
-        });
-    }
-    if let Some(s) = v.get("Fn::Sub").and_then(Value::as_str) {
-        return Some(s.replace("${AWS::StackName}", STACK));
-    }
-    v.as_str()
-        .map(str::to_owned)
-        .or_else(|| v.as_f64().map(|n| n.to_string()))
-}
-
 /// The template's `ReplaysFailingAlarm`, as `PutMetricAlarm` for the soak's stack: every
 /// property from the template, the period scaled down to `alarm_period`, the hold and the
 /// threshold as the soak's parameter values. Alarm actions are left out (no topic here).
@@ -417,60 +398,26 @@ pub fn replays_failing_alarm(
     template: &Value,
     opts: &SoakOptions,
 ) -> Result<PutMetricAlarmInputBuilder, CliError> {
-    let p = &template["Resources"]["ReplaysFailingAlarm"]["Properties"];
-    if !p.is_object() {
-        return Err(CliError::Usage(
-            "the template has no ReplaysFailingAlarm".into(),
-        ));
-    }
-    let params = HashMap::from([
-        ("ReplaysFailingThreshold", opts.threshold.to_string()),
-        ("ReplaysFailingHoldMinutes", opts.hold_periods.to_string()),
-    ]);
-    let get = |k: &str| {
-        resolve(template, &p[k], &params)
-            .ok_or_else(|| CliError::Usage(format!("ReplaysFailingAlarm: {k} unresolved")))
-    };
-    let number = |k: &str| -> Result<f64, CliError> {
-        get(k)?
-            .parse::<f64>()
-            .map_err(|e| CliError::Usage(format!("ReplaysFailingAlarm: {k}: {e}")))
-    };
-    let dimensions = p["Dimensions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|d| {
-            Ok(Dimension::builder()
-                .name(d["Name"].as_str().unwrap_or_default())
-                .value(resolve(template, &d["Value"], &params).ok_or_else(|| {
-                    CliError::Usage("ReplaysFailingAlarm: a dimension is unresolved".into())
-                })?)
-                .build())
-        })
-        .collect::<Result<Vec<_>, CliError>>()?;
-    let mut put = PutMetricAlarmInput::builder()
-        .alarm_name(get("AlarmName")?)
-        .namespace(get("Namespace")?)
-        .metric_name(get("MetricName")?)
-        .set_dimensions(Some(dimensions))
-        .statistic(Statistic::from(get("Statistic")?.as_str()))
-        .period(opts.alarm_period.as_secs() as i32)
-        .evaluation_periods(number("EvaluationPeriods")? as i32)
-        .threshold(number("Threshold")?)
-        .comparison_operator(ComparisonOperator::from(
-            get("ComparisonOperator")?.as_str(),
-        ))
-        .treat_missing_data(get("TreatMissingData")?);
-    if p.get("DatapointsToAlarm").is_some() {
-        put = put.datapoints_to_alarm(number("DatapointsToAlarm")? as i32);
-    }
-    if number("Period")? < opts.alarm_period.as_secs_f64() {
+    let (threshold, hold) = (opts.threshold.to_string(), opts.hold_periods.to_string());
+    let r = Resolver::new(
+        template,
+        STACK,
+        &[
+            ("ReplaysFailingThreshold", threshold.as_str()),
+            ("ReplaysFailingHoldMinutes", hold.as_str()),
+        ],
+    );
+    let period = r.number(
+        &template["Resources"]["ReplaysFailingAlarm"]["Properties"]["Period"],
+        "ReplaysFailingAlarm Period",
+    )?;
+    if period < opts.alarm_period.as_secs_f64() {
         return Err(CliError::Usage(
             "the soak's alarm period must scale the template's down".into(),
         ));
     }
-    Ok(put)
+    Ok(crate::stack::alarm(template, "ReplaysFailingAlarm", &r)?
+        .period(opts.alarm_period.as_secs() as i32))
 }
 
 fn function_env(

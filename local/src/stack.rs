@@ -214,27 +214,31 @@ pub async fn disable_emulator_mappings(config: &aws_config::SdkConfig) -> Result
     Ok(())
 }
 
-/// moto's CloudFormation skips `AWS::CloudWatch::Alarm`: this puts the template's simple
-/// metric alarms through the API instead (the two metric-math alarms are left out), so the
-/// redriver finds the alarm it pauses on and `resq status` lists them. moto never evaluates an
-/// alarm: they keep their first state. Returns how many were put.
-pub async fn put_alarms(
+/// The template's metric alarm `id` as `PutMetricAlarm`, every property resolved by `r`
+/// (alarm actions left out: no topic here). `Err` for a metric-math alarm or an unresolved
+/// property.
+pub fn alarm(
     template: &Value,
+    id: &str,
     r: &Resolver<'_>,
-    cloudwatch: &aws_sdk_cloudwatch::Client,
-) -> Result<usize, CliError> {
+) -> Result<
+    aws_sdk_cloudwatch::operation::put_metric_alarm::builders::PutMetricAlarmInputBuilder,
+    CliError,
+> {
+    use aws_sdk_cloudwatch::operation::put_metric_alarm::PutMetricAlarmInput;
     use aws_sdk_cloudwatch::types::{ComparisonOperator, Dimension, Statistic};
-    let mut put = 0;
-    for (id, res) in template["Resources"].as_object().into_iter().flatten() {
-        let p = &res["Properties"];
-        if res["Type"] != "AWS::CloudWatch::Alarm" || p.get("MetricName").is_none() {
-            continue;
-        }
-        let get = |k: &str| {
-            r.value(&p[k])
-                .ok_or_else(|| CliError::Usage(format!("{id}: {k} unresolved")))
-        };
-        let dimensions = p["Dimensions"]
+    let p = &template["Resources"][id]["Properties"];
+    if p.get("MetricName").is_none() {
+        return Err(CliError::Usage(format!(
+            "the template has no metric alarm {id}"
+        )));
+    }
+    let get = |k: &str| {
+        r.value(&p[k])
+            .ok_or_else(|| CliError::Usage(format!("{id}: {k} unresolved")))
+    };
+    let dimensions =
+        p["Dimensions"]
             .as_array()
             .into_iter()
             .flatten()
@@ -247,28 +251,43 @@ pub async fn put_alarms(
                     .build())
             })
             .collect::<Result<Vec<_>, CliError>>()?;
-        let mut alarm = cloudwatch
-            .put_metric_alarm()
-            .alarm_name(get("AlarmName")?)
-            .namespace(get("Namespace")?)
-            .metric_name(get("MetricName")?)
-            .set_dimensions(Some(dimensions))
-            .statistic(Statistic::from(get("Statistic")?.as_str()))
-            .period(r.number(&p["Period"], "Period")? as i32)
-            .evaluation_periods(r.number(&p["EvaluationPeriods"], "EvaluationPeriods")? as i32)
-            .threshold(r.number(&p["Threshold"], "Threshold")?)
-            .comparison_operator(ComparisonOperator::from(
-                get("ComparisonOperator")?.as_str(),
-            ))
-            .treat_missing_data(get("TreatMissingData")?);
-        if p.get("DatapointsToAlarm").is_some() {
-            alarm =
-                alarm.datapoints_to_alarm(
-                    r.number(&p["DatapointsToAlarm"], "DatapointsToAlarm")? as i32
-                );
+    let mut alarm = PutMetricAlarmInput::builder()
+        .alarm_name(get("AlarmName")?)
+        .namespace(get("Namespace")?)
+        .metric_name(get("MetricName")?)
+        .set_dimensions(Some(dimensions))
+        .statistic(Statistic::from(get("Statistic")?.as_str()))
+        .period(r.number(&p["Period"], "Period")? as i32)
+        .evaluation_periods(r.number(&p["EvaluationPeriods"], "EvaluationPeriods")? as i32)
+        .threshold(r.number(&p["Threshold"], "Threshold")?)
+        .comparison_operator(ComparisonOperator::from(
+            get("ComparisonOperator")?.as_str(),
+        ))
+        .treat_missing_data(get("TreatMissingData")?);
+    if p.get("DatapointsToAlarm").is_some() {
+        alarm = alarm
+            .datapoints_to_alarm(r.number(&p["DatapointsToAlarm"], "DatapointsToAlarm")? as i32);
+    }
+    Ok(alarm)
+}
+
+/// moto's CloudFormation skips `AWS::CloudWatch::Alarm`: this puts the template's simple
+/// metric alarms through the API instead (the two metric-math alarms are left out), so the
+/// redriver finds the alarm it pauses on and `resq status` lists them. moto never evaluates an
+/// alarm: they keep their first state. Returns how many were put.
+pub async fn put_alarms(
+    template: &Value,
+    r: &Resolver<'_>,
+    cloudwatch: &aws_sdk_cloudwatch::Client,
+) -> Result<usize, CliError> {
+    let mut put = 0;
+    for (id, res) in template["Resources"].as_object().into_iter().flatten() {
+        if res["Type"] != "AWS::CloudWatch::Alarm" || res["Properties"].get("MetricName").is_none()
+        {
+            continue;
         }
-        alarm
-            .send()
+        alarm(template, id, r)?
+            .send_with(cloudwatch)
             .await
             .map_err(|e| CliError::aws(format!("putting alarm {id}"), e))?;
         put += 1;

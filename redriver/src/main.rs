@@ -17,22 +17,7 @@ use resq::store::S3Store;
 use serde_json::Value;
 
 fn main() -> ExitCode {
-    // before the runtime's threads exist
-    resq::lambda::drop_sequential_concurrency_setting();
-    let served = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(Error::from)
-        .and_then(|runtime| runtime.block_on(serve()));
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // the messages of the error and its causes, never Rust's debug form (what
-            // returning it from main would print)
-            eprintln!("redriver: {}", resq::sqs::error_chain(e.as_ref()));
-            ExitCode::FAILURE
-        }
-    }
+    resq::lambda::main("redriver", serve)
 }
 
 async fn serve() -> Result<(), Error> {

@@ -42,6 +42,30 @@ pub fn drop_sequential_concurrency_setting() {
     }
 }
 
+/// A function's `main`: drops the sequential concurrency setting (see
+/// [`drop_sequential_concurrency_setting`]) while one thread runs, then runs `serve` on a
+/// multi-threaded tokio runtime. An error ends the process with exit code 1 and
+/// `{function}: {the messages of the error and its causes}` on stderr, never Rust's debug form
+/// (which returning the error from `main` would print).
+pub fn main<F>(function: &str, serve: impl FnOnce() -> F) -> std::process::ExitCode
+where
+    F: std::future::Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>>,
+{
+    drop_sequential_concurrency_setting();
+    let served = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+        .and_then(|runtime| runtime.block_on(serve()));
+    match served {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{function}: {}", crate::sqs::error_chain(e.as_ref()));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs `tasks`, up to `in_flight` at once, until all are done or `until` passes, and returns
 /// the results of those that finished, in the order they finished. Tasks still running at
 /// `until` are dropped: their calls may or may not have taken effect, which callers treat as
