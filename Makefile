@@ -150,27 +150,29 @@ local: $(TOOLS) $(if $(filter moto,$(EMULATOR)),,$(LOCALSTACK)) translate
 ## watch: cargo lambda watch on 127.0.0.1 with the local stack's environment (make local first);
 ## edits rebuild the function, and the next invocation runs them. Metric lines go to the stack's
 ## CloudWatch as Lambda's log pipeline would send them.
-watch: $(TOOLS)
+watch: $(TOOLS) target/debug/resq-local
 	@test -f $(LOCAL_ENV) || { echo "no local stack: run 'make local' in another terminal first"; exit 1; }
 	@echo "compiling the functions as cargo lambda watch runs them (first time about 3 min on 2 cores)"
-	$(BUILD)
 	cargo build
 	@echo "cargo lambda watch on 127.0.0.1:$(WATCH_PORT); make local's pipeline now invokes it"
 	set -o pipefail; cargo lambda watch --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT) --env-file $(LOCAL_ENV) 2>&1 | ./target/debug/resq-local watch-logs --env-file $(LOCAL_ENV)
 
 ## invoke-consumer / invoke-redriver: send a fixture event to `make watch`, its times moved to
 ## now (CONSUMER_EVENT / REDRIVER_EVENT: your own event file)
-invoke-consumer: $(TOOLS)
-	$(BUILD)
+invoke-consumer: $(TOOLS) target/debug/resq-local
 	@mkdir -p target/events
 	./target/debug/resq-local event $(CONSUMER_EVENT) > target/events/consumer.json
 	cargo lambda invoke consumer --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT) --data-file target/events/consumer.json
 
-invoke-redriver: $(TOOLS)
-	$(BUILD)
+invoke-redriver: $(TOOLS) target/debug/resq-local
 	@mkdir -p target/events
 	./target/debug/resq-local event $(REDRIVER_EVENT) > target/events/redriver.json
 	cargo lambda invoke redriver --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT) --data-file target/events/redriver.json
+
+# resq-local as `make local` built it (the invoke targets and watch's log pipe need only that:
+# no rebuild of the workspace next to a running watch)
+target/debug/resq-local:
+	$(BUILD)
 
 ## install: the operator's tool `resq` on your PATH (~/.cargo/bin)
 install:

@@ -137,9 +137,18 @@ pub async fn up(
         metrics: forwarder.sender(),
     };
     print_banner(opts, &emulator, &outputs, &around, schedule);
+    if watch_listens(opts.watch_port).await {
+        println!(
+            "WARNING: cargo lambda watch already listens on 127.0.0.1:{}: it still has the environment of the stack it started with (another endpoint, another bucket). Restart make watch.",
+            opts.watch_port
+        );
+    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let invocations = Arc::new(AtomicU64::new(0));
+    // watch runs one invocation of a function at a time: pollers take turns there, so no batch
+    // waits in its queue (with its visibility timeout running) behind a rebuild
+    let watch_turn = Arc::new(tokio::sync::Mutex::new(()));
     let pollers = (0..around.max_concurrency.max(1)).map(|_| {
         event_source_mapping(
             consumer.clone(),
@@ -148,6 +157,7 @@ pub async fn up(
             &around,
             stop_rx.clone(),
             invocations.clone(),
+            watch_turn.clone(),
         )
     });
     let run = async {
@@ -167,6 +177,11 @@ pub async fn up(
         tokio::pin!(run);
         tokio::select! {
             _ = &mut run => {}
+            () = emulator_gone(emulator.endpoint()) => {
+                println!("the emulator at {} stopped answering; stopping", emulator.endpoint());
+                let _ = stop_tx.send(true);
+                let _ = tokio::time::timeout(Duration::from_secs(3), &mut run).await;
+            }
             () = stop => {
                 let _ = stop_tx.send(true);
                 // the pipeline finishes what it is doing (an invocation, a receive), briefly
@@ -182,6 +197,22 @@ pub async fn up(
     drop(forwarder);
     drop(emulator);
     Ok(())
+}
+
+/// Returns once the emulator has refused three connections in a row, two seconds apart.
+async fn emulator_gone(endpoint: &str) {
+    let addr = endpoint.trim_start_matches("http://").to_owned();
+    let mut refused = 0;
+    while refused < 3 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let up = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::net::TcpStream::connect(addr.as_str()),
+        )
+        .await
+        .is_ok_and(|c| c.is_ok());
+        refused = if up { 0 } else { refused + 1 };
+    }
 }
 
 fn aws_env(endpoint: &str) -> Vec<(String, String)> {
@@ -490,9 +521,16 @@ async fn event_source_mapping(
     around: &AroundFunctions,
     stop: watch::Receiver<bool>,
     invocations: Arc<AtomicU64>,
+    watch_turn: Arc<tokio::sync::Mutex<()>>,
 ) {
+    let watch_port = consumer.watch_port;
     let mut invoker = Invoker::new(consumer);
     while !*stop.borrow() {
+        let _turn = if watch_listens(watch_port).await {
+            Some(watch_turn.lock().await)
+        } else {
+            None
+        };
         let batch = gather_batch(
             &ctx.sqs,
             &outputs.main_queue_url,
@@ -510,18 +548,18 @@ async fn event_source_mapping(
         match outcome {
             Outcome::Response(body) => {
                 match settle_answer(&ctx.sqs, &outputs.main_queue_url, &batch, &body).await {
-                    Ok(r) if r.batch_item_failures.is_empty() => println!(
+                    Ok(failed) if failed.is_empty() => println!(
                         "consumer ({via}, {ms} ms): {} records settled and deleted",
                         batch.len()
                     ),
-                    Ok(r) => println!(
+                    Ok(failed) => println!(
                         "consumer ({via}, {ms} ms): {} records, {} reported failed (they come back after their backoff), the rest deleted",
                         batch.len(),
-                        r.batch_item_failures.len()
+                        failed.len()
                     ),
-                    Err(e) => {
-                        println!("consumer ({via}, {ms} ms): function error: {e}; nothing deleted")
-                    }
+                    Err(e) => println!(
+                        "consumer ({via}, {ms} ms): the whole batch failed: {e}; nothing deleted"
+                    ),
                 }
             }
             other => println!(

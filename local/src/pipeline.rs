@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::sqs::SqsBatchResponse;
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use consumer::Consumer;
 use consumer::handler::OrderHandler;
@@ -69,7 +68,8 @@ pub struct PipelineSettings {
 }
 
 async fn receive(sqs: &aws_sdk_sqs::Client, url: &str, max: i32, wait: i32) -> Vec<Message> {
-    sqs.receive_message()
+    match sqs
+        .receive_message()
         .queue_url(url)
         .max_number_of_messages(max.clamp(1, 10))
         .wait_time_seconds(wait)
@@ -77,11 +77,15 @@ async fn receive(sqs: &aws_sdk_sqs::Client, url: &str, max: i32, wait: i32) -> V
         .message_attribute_names("All")
         .send()
         .await
-        .map(|o| o.messages.unwrap_or_default())
-        .unwrap_or_else(|e| {
+    {
+        Ok(o) => o.messages.unwrap_or_default(),
+        Err(e) => {
             tracing::warn!(error = %resq::sqs::AwsError::from_sdk(e), "poller: receive failed");
+            // as Lambda's pollers do: back off instead of spinning on a failing queue
+            tokio::time::sleep(Duration::from_secs(1)).await;
             Vec::new()
-        })
+        }
+    }
 }
 
 /// What Lambda's SQS poller does before an invocation: a long poll of up to one second, then
@@ -112,19 +116,50 @@ pub async fn gather_batch(
     batch
 }
 
-/// What Lambda's SQS poller does after a successful invocation: deletes every record of the
-/// batch the response did not report failed. (After a function error it deletes nothing.)
+/// What Lambda's SQS poller makes of a function's response for a batch whose message ids are
+/// `batch_ids`, as AWS documents it ("Reporting batch item failures"): the ids reported failed,
+/// or `Err` when the whole batch counts as failed.
+///
+/// - complete success: an empty or `null` response, no or a `null` or empty
+///   `batchItemFailures`;
+/// - the listed records failed: each `itemIdentifier` a message id of the batch;
+/// - complete failure: a response that is not JSON, or an `itemIdentifier` that is empty,
+///   `null`, missing or not a message id of the batch.
+pub fn batch_failures(body: &str, batch_ids: &[&str]) -> Result<HashSet<String>, String> {
+    let body = body.trim();
+    if body.is_empty() || body == "null" {
+        return Ok(HashSet::new());
+    }
+    let doc: serde_json::Value = serde_json::from_str(body)
+        .map_err(|e| format!("the response is not JSON ({e}): {body}"))?;
+    let failures = match &doc {
+        serde_json::Value::Object(o) => o.get("batchItemFailures"),
+        _ => None,
+    };
+    let Some(failures) = failures.filter(|f| !f.is_null()) else {
+        return Ok(HashSet::new());
+    };
+    let failures = failures
+        .as_array()
+        .ok_or_else(|| format!("batchItemFailures is not a list: {body}"))?;
+    failures
+        .iter()
+        .map(|f| match f.get("itemIdentifier").and_then(|v| v.as_str()) {
+            Some(id) if !id.is_empty() && batch_ids.contains(&id) => Ok(id.to_owned()),
+            _ => Err(format!(
+                "an itemIdentifier that is not a message id of the batch: {f}"
+            )),
+        })
+        .collect()
+}
+
+/// Deletes every record of the batch not in `failed` (by message id).
 pub async fn delete_done(
     sqs: &aws_sdk_sqs::Client,
     url: &str,
     batch: &[Message],
-    response: &SqsBatchResponse,
+    failed: &HashSet<String>,
 ) {
-    let failed: HashSet<&str> = response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
     let done: Vec<&str> = batch
         .iter()
         .filter(|m| !failed.contains(m.message_id().unwrap_or_default()))
@@ -135,19 +170,19 @@ pub async fn delete_done(
     }
 }
 
-/// What Lambda's SQS poller does with a function's answer: a batch response deletes what it
-/// did not report failed; anything else is a function error and deletes nothing. `Err` says
-/// why the answer was not a batch response.
+/// What Lambda's SQS poller does with a function's response ([`batch_failures`]): deletes what
+/// it did not report failed and returns the failed ids; when the whole batch counts as failed,
+/// deletes nothing and says why.
 pub async fn settle_answer(
     sqs: &aws_sdk_sqs::Client,
     url: &str,
     batch: &[Message],
     body: &str,
-) -> Result<SqsBatchResponse, String> {
-    let response = serde_json::from_str::<SqsBatchResponse>(body)
-        .map_err(|e| format!("not a batch response ({e}): {body}"))?;
-    delete_done(sqs, url, batch, &response).await;
-    Ok(response)
+) -> Result<HashSet<String>, String> {
+    let ids: Vec<&str> = batch.iter().filter_map(|m| m.message_id()).collect();
+    let failed = batch_failures(body, &ids)?;
+    delete_done(sqs, url, batch, &failed).await;
+    Ok(failed)
 }
 
 /// An EventBridge-like schedule: a tick every `period`, a late one delayed rather than doubled
@@ -272,13 +307,13 @@ impl<H: OrderHandler> Pipeline<H> {
         );
         c.archived
             .fetch_add(report.metrics.get(metrics::ARCHIVED), Ordering::Relaxed);
-        delete_done(
-            &self.sqs,
-            &self.outputs.main_queue_url,
-            batch,
-            &report.response,
-        )
-        .await;
+        let failed = report
+            .response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.clone())
+            .collect();
+        delete_done(&self.sqs, &self.outputs.main_queue_url, batch, &failed).await;
     }
 
     /// The EventBridge schedule: one redriver run per period, never two at once.
@@ -299,6 +334,50 @@ impl<H: OrderHandler> Pipeline<H> {
             );
             c.archived
                 .fetch_add(summary.archived.values().sum(), Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IDS: [&str; 3] = ["a", "b", "c"];
+
+    fn failed(ids: &[&str]) -> HashSet<String> {
+        ids.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn complete_success_as_lambda_reads_it() {
+        for body in [
+            "",
+            "null",
+            "{}",
+            r#"{"batchItemFailures": null}"#,
+            r#"{"batchItemFailures": []}"#,
+        ] {
+            assert_eq!(batch_failures(body, &IDS), Ok(failed(&[])), "{body:?}");
+        }
+    }
+
+    #[test]
+    fn listed_records_fail_alone() {
+        let body = r#"{"batchItemFailures": [{"itemIdentifier": "b"}, {"itemIdentifier": "c"}]}"#;
+        assert_eq!(batch_failures(body, &IDS), Ok(failed(&["b", "c"])));
+    }
+
+    #[test]
+    fn a_bad_identifier_or_a_bad_response_fails_the_whole_batch() {
+        for body in [
+            "not json",
+            r#"{"batchItemFailures": [{"itemIdentifier": ""}]}"#,
+            r#"{"batchItemFailures": [{"itemIdentifier": null}]}"#,
+            r#"{"batchItemFailures": [{"itemId": "a"}]}"#,
+            r#"{"batchItemFailures": [{"itemIdentifier": "a"}, {"itemIdentifier": "zz"}]}"#,
+            r#"{"batchItemFailures": "a"}"#,
+        ] {
+            assert!(batch_failures(body, &IDS).is_err(), "{body}");
         }
     }
 }

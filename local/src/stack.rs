@@ -499,6 +499,16 @@ impl<'a> Resolver<'a> {
         scalar(v)
     }
 
+    /// The value of `v` as a number, `default` when the template leaves it out (a value that
+    /// is there but does not resolve is an error, not the default).
+    pub fn number_or(&self, v: &Value, what: &str, default: f64) -> Result<f64, CliError> {
+        if v.is_null() {
+            Ok(default)
+        } else {
+            self.number(v, what)
+        }
+    }
+
     /// The value of `v` as a number.
     pub fn number(&self, v: &Value, what: &str) -> Result<f64, CliError> {
         self.value(v)
@@ -567,15 +577,17 @@ pub fn around_functions(template: &Value, r: &Resolver<'_>) -> Result<AroundFunc
     };
     Ok(AroundFunctions {
         batch_size: r.number(&mapping["BatchSize"], "BatchSize")? as i32,
-        batching_window: Duration::from_secs_f64(
-            r.value(&mapping["MaximumBatchingWindowInSeconds"])
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0.0),
-        ),
-        max_concurrency: r
-            .value(&mapping["ScalingConfig"]["MaximumConcurrency"])
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(2),
+        batching_window: Duration::from_secs_f64(r.number_or(
+            &mapping["MaximumBatchingWindowInSeconds"],
+            "MaximumBatchingWindowInSeconds",
+            0.0,
+        )?),
+        // Lambda's default without a ScalingConfig is up to 1,000 at once: locally, 10
+        max_concurrency: r.number_or(
+            &mapping["ScalingConfig"]["MaximumConcurrency"],
+            "MaximumConcurrency",
+            10.0,
+        )? as usize,
         consumer_timeout: Duration::from_secs_f64(
             r.number(&consumer["Timeout"], "consumer Timeout")?,
         ),
@@ -585,9 +597,12 @@ pub fn around_functions(template: &Value, r: &Resolver<'_>) -> Result<AroundFunc
         schedule: rate(&schedule)?,
         consumer_env: env(consumer)?,
         redriver_env: env(redriver)?,
-        log_level: r
-            .value(&consumer["LoggingConfig"]["ApplicationLogLevel"])
-            .unwrap_or_else(|| "INFO".into()),
+        log_level: match &consumer["LoggingConfig"]["ApplicationLogLevel"] {
+            Value::Null => "INFO".into(),
+            v => r.value(v).ok_or_else(|| {
+                CliError::Usage("the consumer's ApplicationLogLevel is unresolved".into())
+            })?,
+        },
     })
 }
 
@@ -677,6 +692,12 @@ mod tests {
             Some("33")
         );
         assert_eq!(r.value(&json!({"Ref": "Nope"})), None);
+        assert_eq!(r.number_or(&Value::Null, "absent", 3.0).unwrap(), 3.0);
+        assert_eq!(r.number_or(&json!({"Ref": "T"}), "T", 3.0).unwrap(), 30.0);
+        assert!(
+            r.number_or(&json!({"Ref": "Nope"}), "unresolved", 3.0)
+                .is_err()
+        );
     }
 
     #[test]

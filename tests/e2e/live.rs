@@ -35,6 +35,7 @@ async fn watch_stand_in(
     env: Vec<(String, String)>,
     dir: std::path::PathBuf,
     served: Arc<AtomicU64>,
+    fail_next: Arc<AtomicU64>,
     cloudwatch: aws_sdk_cloudwatch::Client,
 ) {
     let renames = env_file_var(
@@ -63,12 +64,13 @@ async fn watch_stand_in(
         .expect("the watch port is free");
     let functions: Arc<tokio::sync::Mutex<HashMap<String, Function>>> = Arc::default();
     while let Ok((mut conn, _)) = listener.accept().await {
-        let (env, dir, served, functions, log_pipe) = (
+        let (env, dir, served, functions, log_pipe, fail_next) = (
             env.clone(),
             dir.clone(),
             served.clone(),
             functions.clone(),
             log_pipe.clone(),
+            fail_next.clone(),
         );
         tokio::spawn(async move {
             let mut buf = Vec::new();
@@ -84,6 +86,20 @@ async fn watch_stand_in(
                 .to_owned();
             let event = String::from_utf8_lossy(request.body(&buf)).into_owned();
             served.fetch_add(1, Ordering::Relaxed);
+            if name == "consumer"
+                && fail_next
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                // a function error, as watch reports one
+                let body = r#"{"errorType":"Injected","errorMessage":"the test failed this invocation"}"#;
+                let response = format!(
+                    "HTTP/1.1 500 Internal Server Error\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(response.as_bytes()).await;
+                return;
+            }
             let mut functions = functions.lock().await;
             let f = functions.entry(name.clone()).or_insert_with(|| {
                 Function::new(
@@ -217,11 +233,13 @@ async fn the_live_pipeline_processes_orders_dead_letters_bad_ones_and_follows_wa
 
     // watch comes up: the next orders go to it
     let served = Arc::new(AtomicU64::new(0));
+    let fail_next = Arc::new(AtomicU64::new(0));
     tokio::spawn(watch_stand_in(
         watch_port,
         env_vars(&text),
         dir.clone(),
         served.clone(),
+        fail_next.clone(),
         ctx.cloudwatch.clone(),
     ));
     let second = orders::generate("LIVE-B-", 10, 0.0, 10.0, &mut rand::rng());
@@ -316,6 +334,50 @@ async fn the_live_pipeline_processes_orders_dead_letters_bad_ones_and_follows_wa
         names.contains(&format!("{STACK}-consumer-errors").as_str()),
         "{names:?}"
     );
+
+    // a function error: nothing of the batch is deleted (it waits out the visibility timeout),
+    // Lambda's Errors metric counts it, and on LocalStack the consumer-errors alarm goes off
+    fail_next.store(1, Ordering::SeqCst);
+    let third = orders::generate("LIVE-C-", 1, 0.0, 0.0, &mut rand::rng());
+    resq_cli::status::send(&ctx, &third, |_| HashMap::new())
+        .await
+        .unwrap();
+    wait_for("the failed invocation", Duration::from_secs(30), || async {
+        fail_next.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        resq::sqs::depth(&ctx.sqs, &ctx.main_queue_url).await.unwrap(),
+        (0, 1),
+        "the failed batch stays in the queue, in flight"
+    );
+    wait_for("Lambda's Errors metric", Duration::from_secs(30), || async {
+        metric_sum(&ctx, "AWS/Lambda", "Errors", &consumer).await == 1.0
+    })
+    .await;
+    if emulator_kind() == resq_e2e::EmulatorKind::Localstack {
+        // LocalStack evaluates a 1 × 60 s alarm every minute
+        wait_for(
+            "the consumer-errors alarm in ALARM",
+            Duration::from_secs(150),
+            || async {
+                ctx.cloudwatch
+                    .describe_alarms()
+                    .alarm_names(format!("{STACK}-consumer-errors"))
+                    .send()
+                    .await
+                    .ok()
+                    .and_then(|o| {
+                        o.metric_alarms()
+                            .first()
+                            .and_then(|a| a.state_value().cloned())
+                    })
+                    == Some(aws_sdk_cloudwatch::types::StateValue::Alarm)
+            },
+        )
+        .await;
+    }
 
     let _ = stop_tx.send(());
     pipeline.await.unwrap().unwrap();

@@ -11,7 +11,8 @@ use resq_local::soak::{self, MAX_REDRIVE_ATTEMPTS, SoakOptions};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_time_nothing_is_lost_starved_or_replayed_past_the_cap_and_the_breaker_holds() {
     if resq_e2e::emulator_kind() == resq_e2e::EmulatorKind::Localstack {
-        return; // it runs on LocalStack in the suite's first run already
+        eprintln!("skipped: the soak runs on LocalStack in the suite's first run already");
+        return;
     }
     let dir = std::env::temp_dir().join(format!("resq-soak-{}", std::process::id()));
     let template = translated_template_file(&dir);

@@ -469,7 +469,8 @@ fn queue_settings_follow_the_rules() {
 #[tokio::test]
 async fn on_localstack_the_stack_without_functions_has_every_alarm() {
     if resq_e2e::emulator_kind() != resq_e2e::EmulatorKind::Localstack {
-        return; // moto: the next test deploys the whole template
+        eprintln!("skipped on moto: the next test deploys the whole template there");
+        return;
     }
     let emulator = resq_e2e::emulator();
     let config = emulator.sdk_config().await;
@@ -557,7 +558,8 @@ async fn on_localstack_the_stack_without_functions_has_every_alarm() {
 #[tokio::test]
 async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order() {
     if resq_e2e::emulator_kind() != resq_e2e::EmulatorKind::Moto {
-        return; // LocalStack cannot create the functions: the test above instead
+        eprintln!("skipped on LocalStack: it cannot create the functions (the test above instead)");
+        return;
     }
     let moto = resq_e2e::moto();
     let config = moto.sdk_config().await;

@@ -497,11 +497,10 @@ async fn event_source_mapping(
                 )
                 .await
                 {
-                    Ok(response) => {
-                        state.processed.fetch_add(
-                            (batch.len() - response.batch_item_failures.len()) as u64,
-                            Ordering::Relaxed,
-                        );
+                    Ok(failed) => {
+                        state
+                            .processed
+                            .fetch_add((batch.len() - failed.len()) as u64, Ordering::Relaxed);
                     }
                     Err(e) => {
                         state.function_errors.fetch_add(1, Ordering::Relaxed);
