@@ -177,6 +177,12 @@ fn day(s: &str) -> Result<String, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // `resq dlq peek | head`: a closed pipe ends the output quietly, as for any Unix tool,
+    // instead of a panic on the next print
+    // SAFETY: restores the default disposition of one signal; no handler runs Rust code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     // the functions' own warnings (failed records, retries) on stderr; RUST_LOG to see more
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -92,7 +92,8 @@ async fn watch_stand_in(
                     .is_ok()
             {
                 // a function error, as watch reports one
-                let body = r#"{"errorType":"Injected","errorMessage":"the test failed this invocation"}"#;
+                let body =
+                    r#"{"errorType":"Injected","errorMessage":"the test failed this invocation"}"#;
                 let response = format!(
                     "HTTP/1.1 500 Internal Server Error\r\ncontent-length: {}\r\n\r\n{body}",
                     body.len()
@@ -348,13 +349,17 @@ async fn the_live_pipeline_processes_orders_dead_letters_bad_ones_and_follows_wa
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        resq::sqs::depth(&ctx.sqs, &ctx.main_queue_url).await.unwrap(),
+        resq::sqs::depth(&ctx.sqs, &ctx.main_queue_url)
+            .await
+            .unwrap(),
         (0, 1),
         "the failed batch stays in the queue, in flight"
     );
-    wait_for("Lambda's Errors metric", Duration::from_secs(30), || async {
-        metric_sum(&ctx, "AWS/Lambda", "Errors", &consumer).await == 1.0
-    })
+    wait_for(
+        "Lambda's Errors metric",
+        Duration::from_secs(30),
+        || async { metric_sum(&ctx, "AWS/Lambda", "Errors", &consumer).await == 1.0 },
+    )
     .await;
     if emulator_kind() == resq_e2e::EmulatorKind::Localstack {
         // LocalStack evaluates a 1 × 60 s alarm every minute
