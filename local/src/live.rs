@@ -456,17 +456,9 @@ async fn watch_listens(port: u16) -> bool {
 /// function error as an error document (watch answers 500), anything else an error. The
 /// first invocation after an edit waits for watch to rebuild the function.
 async fn invoke_watch(port: u16, function: &str, event: &str) -> Result<Outcome, String> {
-    let io = async {
-        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        let request = format!(
-            "POST /2015-03-31/functions/{function}/invocations HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{event}",
-            event.len()
-        );
-        conn.write_all(request.as_bytes()).await?;
-        let mut raw = Vec::new();
-        conn.read_to_end(&mut raw).await?;
-        Ok::<_, std::io::Error>(raw)
-    };
+    let addr = format!("127.0.0.1:{port}");
+    let path = format!("/2015-03-31/functions/{function}/invocations");
+    let io = post(&addr, &path, "Content-Type: application/json\r\n", event);
     // a rebuild can take minutes on a cold target directory
     let raw = tokio::time::timeout(Duration::from_secs(900), io)
         .await
@@ -479,6 +471,20 @@ async fn invoke_watch(port: u16, function: &str, event: &str) -> Result<Outcome,
     } else {
         Outcome::Error(format!("HTTP {status}: {body}"))
     })
+}
+
+/// One HTTP/1.1 `POST` to `addr` (`host:port`) with `headers` (each ending `\r\n`) and
+/// `body`, on a connection of its own; the raw response, read to the end.
+async fn post(addr: &str, path: &str, headers: &str, body: &str) -> std::io::Result<Vec<u8>> {
+    let mut conn = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    conn.read_to_end(&mut raw).await?;
+    Ok(raw)
 }
 
 /// A complete HTTP/1.1 response's status and body (by `Content-Length`, chunked, or to the
@@ -715,17 +721,12 @@ pub async fn oldest_sent_ms(endpoint: &str, queue_url: &str) -> Option<u64> {
     let addr = endpoint.trim_start_matches("http://");
     // a ReceiveMessage in SQS's JSON protocol, answered from the store without receiving
     let body = json!({ "QueueUrl": queue_url }).to_string();
-    let io = async {
-        let mut conn = tokio::net::TcpStream::connect(addr).await?;
-        let request = format!(
-            "POST /_aws/sqs/messages?ShowInvisible=true&ShowDelayed=true HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-amz-json-1.0\r\nX-Amz-Target: AmazonSQS.ReceiveMessage\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        conn.write_all(request.as_bytes()).await?;
-        let mut raw = Vec::new();
-        conn.read_to_end(&mut raw).await?;
-        Ok::<_, std::io::Error>(raw)
-    };
+    let io = post(
+        addr,
+        "/_aws/sqs/messages?ShowInvisible=true&ShowDelayed=true",
+        "Content-Type: application/x-amz-json-1.0\r\nX-Amz-Target: AmazonSQS.ReceiveMessage\r\n",
+        &body,
+    );
     let raw = tokio::time::timeout(Duration::from_secs(5), io)
         .await
         .ok()?
