@@ -11,6 +11,18 @@ pub mod errors;
 pub mod orders;
 pub mod status;
 
+/// The tools' own logs (and the in-process functions' warnings) on stderr, at ERROR unless
+/// `RUST_LOG` says otherwise.
+pub fn init_stderr_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
 /// A command failed; the message says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {

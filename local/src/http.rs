@@ -1,10 +1,11 @@
 //! Just enough HTTP/1.1 for the local tools that sit between a client and the emulator (the
 //! bench's counting proxy, the chaos run's fault proxy and its Lambda runtime API): reading
-//! one request off a connection, and serving connections on a loopback port.
+//! one request off a connection, and serving connections on a loopback port; and for the live
+//! pipeline's own calls (watch's `Invoke`, LocalStack's message listing): one `POST`, read back.
 
 use std::net::SocketAddr;
 
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Listens on a free 127.0.0.1 port and runs `serve` for each connection, on a thread (and
@@ -118,4 +119,65 @@ pub async fn next_request<R: tokio::io::AsyncRead + Unpin>(
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// One HTTP/1.1 `POST` to `addr` (`host:port`) with `headers` (each ending `\r\n`) and
+/// `body`, on a connection of its own; the raw response, read to the end.
+pub async fn post(addr: &str, path: &str, headers: &str, body: &str) -> std::io::Result<Vec<u8>> {
+    let mut conn = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    conn.read_to_end(&mut raw).await?;
+    Ok(raw)
+}
+
+/// A complete HTTP/1.1 response's status and body (by `Content-Length`, chunked, or to the
+/// end of the connection).
+pub fn http_response(raw: &[u8]) -> Option<(u16, String)> {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
+    let mut body = raw[split + 4..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+            let size =
+                usize::from_str_radix(String::from_utf8_lossy(&rest[..eol]).trim(), 16).ok()?;
+            if size == 0 {
+                break;
+            }
+            let start = eol + 2;
+            out.extend_from_slice(rest.get(start..start + size)?);
+            rest = rest.get(start + size + 2..).unwrap_or_default();
+        }
+        body = out;
+    } else if let Some(len) = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        body.truncate(len);
+    }
+    Some((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_responses_by_length_chunked_and_to_the_end() {
+        let by_length = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}extra";
+        assert_eq!(http_response(by_length), Some((200, "{}".into())));
+        let chunked = b"HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+        assert_eq!(http_response(chunked), Some((500, "abcde".into())));
+        let to_end = b"HTTP/1.1 404 Not Found\r\n\r\nmissing";
+        assert_eq!(http_response(to_end), Some((404, "missing".into())));
+        assert_eq!(http_response(b"garbage"), None);
+    }
 }

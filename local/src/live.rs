@@ -22,13 +22,14 @@ use std::time::{Duration, Instant};
 use aws_sdk_cloudwatch::primitives::DateTime;
 use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 
 use crate::CliError;
 use crate::chaos::runtime::{Function, Outcome};
 use crate::emf::MetricForwarder;
 use crate::emulator::{Emulator, EmulatorKind, Installs, REGION};
+use crate::http::{http_response, post};
 use crate::pipeline::{gather_batch, next_tick, settle_answer};
 use crate::stack::{AroundFunctions, Resolver, StackOutputs, around_functions, deploy_stack};
 
@@ -384,10 +385,10 @@ impl Invoker {
 
     /// Invokes with `event`; the answer, where it ran, and how long it took. Publishes
     /// Lambda's own metrics for the invocation.
-    async fn invoke(&mut self, event: &str) -> (Via, Outcome, Duration) {
+    async fn invoke(&mut self, event: &str, via_watch: bool) -> (Via, Outcome, Duration) {
         let started = Instant::now();
         let l = &self.lambda;
-        let (via, outcome) = if watch_listens(l.watch_port).await {
+        let (via, outcome) = if via_watch {
             if let Some(mut p) = self.process.take() {
                 p.kill().await; // watch took over
             }
@@ -484,51 +485,6 @@ async fn invoke_watch(port: u16, function: &str, event: &str) -> Result<Outcome,
     })
 }
 
-/// One HTTP/1.1 `POST` to `addr` (`host:port`) with `headers` (each ending `\r\n`) and
-/// `body`, on a connection of its own; the raw response, read to the end.
-async fn post(addr: &str, path: &str, headers: &str, body: &str) -> std::io::Result<Vec<u8>> {
-    let mut conn = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    conn.write_all(request.as_bytes()).await?;
-    let mut raw = Vec::new();
-    conn.read_to_end(&mut raw).await?;
-    Ok(raw)
-}
-
-/// A complete HTTP/1.1 response's status and body (by `Content-Length`, chunked, or to the
-/// end of the connection).
-pub fn http_response(raw: &[u8]) -> Option<(u16, String)> {
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
-    let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
-    let mut body = raw[split + 4..].to_vec();
-    if head.contains("transfer-encoding: chunked") {
-        let mut out = Vec::new();
-        let mut rest = &body[..];
-        while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
-            let size =
-                usize::from_str_radix(String::from_utf8_lossy(&rest[..eol]).trim(), 16).ok()?;
-            if size == 0 {
-                break;
-            }
-            let start = eol + 2;
-            out.extend_from_slice(rest.get(start..start + size)?);
-            rest = rest.get(start + size + 2..).unwrap_or_default();
-        }
-        body = out;
-    } else if let Some(len) = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse::<usize>().ok())
-    {
-        body.truncate(len);
-    }
-    Some((status, String::from_utf8_lossy(&body).into_owned()))
-}
-
 /// One of the event source mapping's pollers: receive a batch (batch size, window), invoke,
 /// delete what the response did not report failed; after a function error, delete nothing.
 async fn event_source_mapping(
@@ -543,6 +499,8 @@ async fn event_source_mapping(
     let watch_port = consumer.watch_port;
     let mut invoker = Invoker::new(consumer);
     while !*stop.borrow() {
+        // the turn is taken before the receive; the route is chosen again at the invocation
+        // (watch may have come up during the receive and the batching window)
         let _turn = if watch_listens(watch_port).await {
             Some(watch_turn.lock().await)
         } else {
@@ -560,7 +518,9 @@ async fn event_source_mapping(
         }
         let event = resq::sqs_event::lambda_event(&batch, &outputs.main_queue_arn, REGION);
         invocations.fetch_add(1, Ordering::Relaxed);
-        let (via, outcome, took) = invoker.invoke(&event.to_string()).await;
+        let (via, outcome, took) = invoker
+            .invoke(&event.to_string(), watch_listens(watch_port).await)
+            .await;
         let ms = took.as_millis();
         match outcome {
             Outcome::Response(body) => {
@@ -607,7 +567,10 @@ async fn scheduler(redriver: Lambda, every: Duration, mut stop: watch::Receiver<
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while next_tick(&mut ticks, &mut stop).await {
-        let (via, outcome, took) = invoker.invoke(&scheduled_event().to_string()).await;
+        let via_watch = watch_listens(invoker.lambda.watch_port).await;
+        let (via, outcome, took) = invoker
+            .invoke(&scheduled_event().to_string(), via_watch)
+            .await;
         let ms = took.as_millis();
         match outcome {
             Outcome::Response(body) => println!("redriver ({via}, {ms} ms): {}", run_line(&body)),
@@ -803,17 +766,6 @@ pub fn rename_function(doc: &mut Value, renames: &[(&str, &str)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn http_responses_by_length_chunked_and_to_the_end() {
-        let by_length = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}extra";
-        assert_eq!(http_response(by_length), Some((200, "{}".into())));
-        let chunked = b"HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
-        assert_eq!(http_response(chunked), Some((500, "abcde".into())));
-        let to_end = b"HTTP/1.1 404 Not Found\r\n\r\nmissing";
-        assert_eq!(http_response(to_end), Some((404, "missing".into())));
-        assert_eq!(http_response(b"garbage"), None);
-    }
 
     #[test]
     fn lambda_metrics_are_an_emf_document_in_aws_lambda() {

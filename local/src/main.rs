@@ -383,13 +383,7 @@ async fn demo(args: &DemoArgs) -> Result<(), CliError> {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     // the functions' own warnings (failed records, retries) on stderr; RUST_LOG to see more
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+    resq_cli::init_stderr_tracing();
     let result = match &cli.command {
         Command::Up(args) => up(args).await,
         Command::Demo(args) => demo(args).await,
