@@ -252,17 +252,42 @@ async fn a_dry_run_changes_nothing() {
     assert!(stack.keys("").await.is_empty());
 }
 
+/// Puts alarm `name` into `state` so that it stays there when evaluated: an emulator that
+/// evaluates alarms (LocalStack, as AWS does) moves a merely set state back to what the
+/// alarm's data say, so the data (10 in the last minute of the alarm's own metric) and the
+/// threshold (5 for `ALARM`, 1,000 for `OK`) agree with the state that is set.
 async fn alarm(stack: &Stack, name: &str, state: StateValue) {
+    let threshold = if state == StateValue::Alarm {
+        5.0
+    } else {
+        1000.0
+    };
+    stack
+        .cloudwatch
+        .put_metric_data()
+        .namespace("resq-test")
+        .metric_data(
+            aws_sdk_cloudwatch::types::MetricDatum::builder()
+                .metric_name(name)
+                .value(10.0)
+                .timestamp(aws_sdk_cloudwatch::primitives::DateTime::from_secs(
+                    chrono::Utc::now().timestamp() - 5,
+                ))
+                .build(),
+        )
+        .send()
+        .await
+        .expect("put metric data");
     stack
         .cloudwatch
         .put_metric_alarm()
         .alarm_name(name)
-        .namespace("resq")
-        .metric_name("RedriveReturned")
+        .namespace("resq-test")
+        .metric_name(name)
         .statistic(Statistic::Sum)
         .period(60)
         .evaluation_periods(1)
-        .threshold(5.0)
+        .threshold(threshold)
         .comparison_operator(ComparisonOperator::GreaterThanThreshold)
         .send()
         .await
