@@ -137,24 +137,25 @@ pub async fn restore(ctx: &Context, key: &str, dry_run: bool) -> Result<Option<S
         what: format!("restoring {key}"),
         source,
     })?;
-    let mut send = ctx
+    let send = ctx
         .sqs
         .send_message()
         .queue_url(queue_url)
         .message_body(&envelope.original_message.body)
         .set_message_attributes(Some(sdk_attrs).filter(|a| !a.is_empty()));
-    if queue_url.ends_with(".fifo") {
-        let group = envelope
+    let (group_id, deduplication_id) = resq::fifo::copy_ids(
+        resq::fifo::is_fifo(queue_url),
+        envelope
             .original_message
             .attributes
             .get("MessageGroupId")
-            .cloned()
-            .unwrap_or_else(|| "resq".into());
-        send = send
-            .message_group_id(group)
-            .message_deduplication_id(format!("restore-{}", envelope.original_message.message_id));
-    }
+            .map(String::as_str),
+        resq::fifo::Copy::Restore,
+        &envelope.original_message.message_id,
+    );
     let out = send
+        .set_message_group_id(group_id)
+        .set_message_deduplication_id(deduplication_id)
         .send()
         .await
         .map_err(|e| CliError::aws(format!("restoring {key} to {queue_url}"), e))?;

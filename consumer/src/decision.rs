@@ -369,7 +369,7 @@ pub fn is_fifo(records: &[Record]) -> bool {
     records
         .iter()
         .find_map(|r| r.source_arn.as_deref())
-        .is_some_and(|arn| arn.ends_with(".fifo"))
+        .is_some_and(resq::fifo::is_fifo)
 }
 
 /// Lanes run concurrently; records within a lane run in order. Standard queues: one record
@@ -680,20 +680,12 @@ pub fn dead_letter_copy(
     if size > MAX_MESSAGE_BYTES {
         return Err(CopyRefused::SizeLimit { size });
     }
-    let (group_id, deduplication_id) = if dlq_is_fifo {
-        let group = record.group_id.clone().unwrap_or_else(|| "resq".to_owned());
-        (
-            Some(group),
-            Some(
-                format!("permanent-{}", record.message_id)
-                    .chars()
-                    .take(128)
-                    .collect(),
-            ),
-        )
-    } else {
-        (None, None)
-    };
+    let (group_id, deduplication_id) = resq::fifo::copy_ids(
+        dlq_is_fifo,
+        record.group_id.as_deref(),
+        resq::fifo::Copy::DeadLetter,
+        &record.message_id,
+    );
     Ok(OutgoingMessage {
         body,
         attributes,

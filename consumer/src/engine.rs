@@ -20,7 +20,7 @@ use resq::archive::{ArchiveFacts, Archiver, OriginalMessage};
 use resq::attributes::{self, RedriveCount};
 use resq::config::ConsumerConfig;
 use resq::metrics::{self, Metrics};
-use resq::reason::ArchiveReason;
+use resq::reason::{ArchiveReason, ErrorCode};
 use resq::sqs::OutgoingMessage;
 use resq::store::ObjectStore;
 use serde_json::Value;
@@ -29,8 +29,7 @@ use tracing::{Instrument, Span, field};
 use crate::decision::{
     self, Disposition, EventError, Failure, Outcome, Phases, Record, SqsInvocation,
 };
-use crate::handler::{HandlerError, OrderHandler, RecordMeta};
-use crate::order::{Order, Rejection, parse_order};
+use crate::handler::{HandlerError, MessageHandler, RecordMeta, Rejection};
 use crate::queues::QueuePort;
 
 /// Who archive entries are signed by.
@@ -56,7 +55,7 @@ pub struct BatchReport {
     pub metrics: Metrics,
 }
 
-impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
+impl<H: MessageHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
     /// A consumer over its ports.
     pub fn new(handler: H, queues: Q, store: S, config: ConsumerConfig) -> Self {
         Self {
@@ -251,9 +250,9 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         // The checks are pure: run them first so the record's span is created once, with the
         // orderId already known (recording it later costs a second formatting of the fields).
         let check = self.check(record);
-        let order_id = match &check {
-            Check::Order(order) => Some(order.order_id.as_str()),
-            Check::Rejected(rejection) => rejection.order_id.as_deref(),
+        let business_id = match &check {
+            Check::Valid(message) => Some(self.handler.business_id(message)),
+            Check::Rejected(rejection) => rejection.business_id.as_deref(),
             Check::OverCap(_) | Check::Unreadable(_) => None,
         };
         // At ERROR level so that it is on whatever AWS_LAMBDA_LOG_LEVEL allows: at WARN an INFO
@@ -261,14 +260,14 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         let span = tracing::error_span!(
             "record",
             messageId = %record.message_id,
-            orderId = order_id,
+            orderId = business_id,
             error_code = field::Empty,
             error_details = field::Empty,
         );
         if !record.dropped_attributes.is_empty() {
             span.in_scope(|| tracing::warn!(dropped = %record.dropped_attributes.join(", "), "list-valued message attributes are not supported by SQS and are not copied"));
         }
-        let dlq_is_fifo = self.config.common.dlq_url.ends_with(".fifo");
+        let dlq_is_fifo = resq::fifo::is_fifo(&self.config.common.dlq_url);
         let disposition = match check {
             Check::Unreadable(why) => Disposition::Retry(Failure::Unreadable(why)),
             Check::OverCap(reason) => Disposition::Archive {
@@ -276,11 +275,11 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
                 last_error: None,
             },
             Check::Rejected(rejection) => {
-                decision::dead_letter(record, rejection.code, &rejection.details, dlq_is_fifo)
+                decision::dead_letter(record, &rejection.code, &rejection.details, dlq_is_fifo)
             }
-            Check::Order(order) => {
+            Check::Valid(message) => {
                 let work =
-                    AssertUnwindSafe(self.run_handler(record, &order).instrument(span.clone()))
+                    AssertUnwindSafe(self.run_handler(record, &message).instrument(span.clone()))
                         .catch_unwind();
                 match tokio::time::timeout_at(stop_by.into(), work).await {
                     Ok(Ok(Ok(()))) => Disposition::Ack,
@@ -290,9 +289,11 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
                     Ok(Ok(Err(HandlerError::Permanent { code, details }))) => {
                         decision::dead_letter(record, &code, &details, dlq_is_fifo)
                     }
-                    Ok(Err(panic)) => transient("HANDLER_PANIC", panic_message(&panic)),
+                    Ok(Err(panic)) => {
+                        transient(ErrorCode::HandlerPanic.code(), panic_message(&panic))
+                    }
                     Err(_) => transient(
-                        "RECORD_TIMEOUT",
+                        ErrorCode::RecordTimeout.code(),
                         "still running at the deadline margin; abandoned so the batch can report",
                     ),
                 }
@@ -311,7 +312,7 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         (disposition, span)
     }
 
-    async fn run_handler(&self, record: &Record, order: &Order) -> Result<(), HandlerError> {
+    async fn run_handler(&self, record: &Record, message: &H::Message) -> Result<(), HandlerError> {
         let meta = RecordMeta {
             message_id: &record.message_id,
             receive_count: record.receive_count,
@@ -320,11 +321,11 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
                 RedriveCount::Invalid => 0,
             },
         };
-        self.handler.handle(order, &meta).await
+        self.handler.handle(message, &meta).await
     }
 
     /// SPEC §3 steps 1 and 2: the redrive cap, then parsing and validation.
-    fn check(&self, record: &Record) -> Check {
+    fn check(&self, record: &Record) -> Check<H::Message> {
         if let Some(why) = &record.unreadable {
             return Check::Unreadable(why.clone());
         }
@@ -334,8 +335,8 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         ) {
             return Check::OverCap(reason);
         }
-        match parse_order(record.body.as_deref()) {
-            Ok(order) => Check::Order(order),
+        match self.handler.parse(record.body.as_deref()) {
+            Ok(message) => Check::Valid(message),
             Err(rejection) => Check::Rejected(rejection),
         }
     }
@@ -468,8 +469,12 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
                 }
                 Outcome::Failed(Failure::Transient { code, details })
                     if matches!(
-                        code.as_str(),
-                        "DLQ_SEND_FAILED" | "ARCHIVE_FAILED" | "SETTLE_DEADLINE"
+                        ErrorCode::from_code(code),
+                        Some(
+                            ErrorCode::DlqSendFailed
+                                | ErrorCode::ArchiveFailed
+                                | ErrorCode::SettleDeadline
+                        )
                     ) =>
                 {
                     span.record("error_code", code.as_str());
@@ -502,12 +507,12 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
                     for (change, why) in failed {
                         // The record is still reported failed; it comes back after the queue's
                         // own visibility timeout instead of the backoff.
-                        tracing::warn!(message_id = %change.message_id, error_code = "VISIBILITY_CHANGE_FAILED", error_details = %why, "could not back the message off");
+                        tracing::warn!(message_id = %change.message_id, error_code = ErrorCode::VisibilityChangeFailed.code(), error_details = %why, "could not back the message off");
                     }
                 }
                 Err(_) => tracing::warn!(
                     planned,
-                    error_code = "VISIBILITY_CHANGE_DEADLINE",
+                    error_code = ErrorCode::VisibilityChangeDeadline.code(),
                     "backoff not confirmed before the deadline margin; those records come back after the queue's visibility timeout"
                 ),
             }
@@ -551,15 +556,15 @@ impl<H: OrderHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
 }
 
 /// What the pure checks found for a record.
-enum Check {
+enum Check<M> {
     /// It could not be read: report it failed.
     Unreadable(String),
     /// Over the redrive cap: archive it.
     OverCap(ArchiveReason),
-    /// Not an order: dead-letter it.
+    /// Not a valid message: dead-letter it.
     Rejected(Rejection),
-    /// A valid order: run the handler.
-    Order(Order),
+    /// A valid message: run the handler.
+    Valid(M),
 }
 
 fn transient_failure(code: &str, details: impl Into<String>) -> Failure {
@@ -578,7 +583,7 @@ fn sent_outcome(reason: &str, why: Option<String>) -> Outcome {
     match why {
         None => Outcome::DeadLettered(reason.to_owned()),
         Some(why) => Outcome::Failed(transient_failure(
-            "DLQ_SEND_FAILED",
+            ErrorCode::DlqSendFailed.code(),
             format!("permanent failure {reason} could not be sent to the DLQ: {why}"),
         )),
     }
@@ -589,7 +594,7 @@ fn written_outcome(result: Result<ArchiveReason, resq::store::StoreError>) -> Ou
     match result {
         Ok(reason) => Outcome::Archived(reason),
         Err(e) => Outcome::Failed(transient_failure(
-            "ARCHIVE_FAILED",
+            ErrorCode::ArchiveFailed.code(),
             format!("archive not written, message kept in the queue: {e}"),
         )),
     }
@@ -598,7 +603,7 @@ fn written_outcome(result: Result<ArchiveReason, resq::store::StoreError>) -> Ou
 /// A DLQ copy or archive entry not confirmed in time: the record is retried.
 fn unsettled() -> Outcome {
     Outcome::Failed(transient_failure(
-        "SETTLE_DEADLINE",
+        ErrorCode::SettleDeadline.code(),
         "its DLQ copy or archive entry was not confirmed before the deadline margin; SQS delivers it again",
     ))
 }
@@ -608,14 +613,14 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "the order handler panicked".to_owned())
+        .unwrap_or_else(|| "the handler panicked".to_owned())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::decision::SqsInvocation;
-    use crate::handler::RecordOrder;
+    use crate::handler::{OrderHandler, RecordOrder};
     use crate::memory::MemoryQueues;
     use crate::order::Order;
     use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON};

@@ -1,11 +1,18 @@
-//! The order handler port (what users implement) and the shipped reference handler.
+//! The handler ports (what users implement) and the shipped reference order handler.
+//!
+//! The engine runs a [`MessageHandler`]: parse and validate a body into the team's own message
+//! type (a [`Rejection`] is a permanent failure), then apply its effect (a [`HandlerError`]
+//! says transient or permanent). For orders, [`OrderHandler`] is the effect alone: every
+//! `OrderHandler` is a `MessageHandler` of [`Order`] that parses with
+//! [`parse_order`](crate::order::parse_order). See docs/design.md, "Consumer".
 
 use std::future::Future;
 
+use resq::reason::FailureReason;
 use resq::store::{ObjectStore, PutOutcome};
 use serde_json::json;
 
-use crate::order::Order;
+use crate::order::{Order, parse_order};
 
 /// Facts about the record an order came in, for handlers that need them.
 #[derive(Debug, Clone, Copy)]
@@ -55,6 +62,90 @@ impl HandlerError {
             code: code.into(),
             details: details.into(),
         }
+    }
+}
+
+/// Why a body is not a valid message: a permanent failure. The record goes to the DLQ with
+/// `x-failure-class=permanent` and `x-failure-reason` = [`Rejection::code`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {details}")]
+pub struct Rejection {
+    /// The failure reason (`MALFORMED_JSON`, `VALIDATION_FAILED`, or the handler's own).
+    pub code: String,
+    /// What is wrong, in words.
+    pub details: String,
+    /// The business id when one could be read, for log correlation.
+    pub business_id: Option<String>,
+}
+
+impl Rejection {
+    /// A body that is not JSON (or no body): `MALFORMED_JSON`.
+    pub fn malformed(details: impl Into<String>) -> Self {
+        Self::new(FailureReason::MalformedJson.code(), details)
+    }
+
+    /// JSON that breaks the message's rules: `VALIDATION_FAILED`.
+    pub fn invalid(details: impl Into<String>) -> Self {
+        Self::new(FailureReason::ValidationFailed.code(), details)
+    }
+
+    /// A rejection with a failure reason of the handler's own.
+    pub fn new(code: impl Into<String>, details: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            details: details.into(),
+            business_id: None,
+        }
+    }
+
+    /// The same rejection, naming the business id it read.
+    pub fn with_business_id(mut self, business_id: Option<String>) -> Self {
+        self.business_id = business_id;
+        self
+    }
+}
+
+/// What the engine runs for each record that is under the redrive cap: the team's own message
+/// type, its parsing and validation, and its effect.
+pub trait MessageHandler: Send + Sync {
+    /// A valid message.
+    type Message: Send + Sync;
+
+    /// Parses and validates one body (`None`: the record had none). `Err` is permanent: the
+    /// record goes to the DLQ with the rejection's code.
+    fn parse(&self, body: Option<&str>) -> Result<Self::Message, Rejection>;
+
+    /// The message's business id: what its effect is keyed by (never the SQS message id,
+    /// which changes on every redrive), logged as the record's correlation id (`orderId`).
+    fn business_id<'m>(&self, message: &'m Self::Message) -> &'m str;
+
+    /// Applies the message's effect. Must be idempotent by business id: at-least-once
+    /// delivery and redrive both deliver the same message again.
+    fn handle(
+        &self,
+        message: &Self::Message,
+        meta: &RecordMeta<'_>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send;
+}
+
+/// Every order handler is a message handler of [`Order`], parsed by [`parse_order`].
+impl<H: OrderHandler> MessageHandler for H {
+    type Message = Order;
+
+    fn parse(&self, body: Option<&str>) -> Result<Order, Rejection> {
+        parse_order(body)
+    }
+
+    fn business_id<'m>(&self, order: &'m Order) -> &'m str {
+        order.order_id.as_str()
+    }
+
+    fn handle(
+        &self,
+        order: &Order,
+        meta: &RecordMeta<'_>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send {
+        OrderHandler::handle(self, order, meta)
     }
 }
 

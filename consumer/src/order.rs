@@ -5,7 +5,6 @@
 
 use std::borrow::Cow;
 
-use resq::reason::{MALFORMED_JSON, VALIDATION_FAILED};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -102,33 +101,16 @@ impl PartialEq for Order {
     }
 }
 
-/// Why a body is not an order: a permanent failure.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{code}: {details}")]
-pub struct Rejection {
-    /// `MALFORMED_JSON` or `VALIDATION_FAILED`.
-    pub code: &'static str,
-    /// What is wrong, in words.
-    pub details: String,
-    /// The `orderId` when one could be read, for log correlation.
-    pub order_id: Option<String>,
-}
+pub use crate::handler::Rejection;
 
 /// Parses and validates one body.
 pub fn parse_order(body: Option<&str>) -> Result<Order, Rejection> {
-    let body = body.ok_or_else(|| Rejection {
-        code: MALFORMED_JSON,
-        details: "the message has no body".into(),
-        order_id: None,
-    })?;
+    let body = body.ok_or_else(|| Rejection::malformed("the message has no body"))?;
     if let Some(order) = fast_path(body) {
         return Ok(order);
     }
-    let document: Value = serde_json::from_str(body).map_err(|e| Rejection {
-        code: MALFORMED_JSON,
-        details: format!("body is not JSON: {e}"),
-        order_id: None,
-    })?;
+    let document: Value = serde_json::from_str(body)
+        .map_err(|e| Rejection::malformed(format!("body is not JSON: {e}")))?;
     validate(document)
 }
 
@@ -154,7 +136,7 @@ struct TypedItem<'a> {
 /// rule. Anything else (`None`) takes the full path, which names every problem; both paths
 /// accept exactly the same orders (the tests check it).
 fn fast_path(body: &str) -> Option<Order> {
-    let t: Typed = serde_json::from_str(body).ok()?;
+    let t: Typed<'_> = serde_json::from_str(body).ok()?;
     let blank = |s: &str| s.trim().is_empty();
     if t.items.is_empty()
         || blank(&t.user_id)
@@ -180,10 +162,8 @@ fn fast_path(body: &str) -> Option<Order> {
 }
 
 fn validate(document: Value) -> Result<Order, Rejection> {
-    let invalid = |problems: Vec<String>, order_id: Option<String>| Rejection {
-        code: VALIDATION_FAILED,
-        details: problems.join("; "),
-        order_id,
+    let invalid = |problems: Vec<String>, order_id: Option<String>| {
+        Rejection::invalid(problems.join("; ")).with_business_id(order_id)
     };
     let Some(obj) = document.as_object() else {
         return Err(invalid(
@@ -235,10 +215,9 @@ fn validate(document: Value) -> Result<Order, Rejection> {
             order_id,
             user_id,
             items,
-            document: serde_json::value::to_raw_value(&document).map_err(|e| Rejection {
-                code: MALFORMED_JSON,
-                details: format!("body cannot be kept as JSON: {e}"),
-                order_id: raw_id.clone(),
+            document: serde_json::value::to_raw_value(&document).map_err(|e| {
+                Rejection::malformed(format!("body cannot be kept as JSON: {e}"))
+                    .with_business_id(raw_id.clone())
             })?,
         }),
         _ => Err(invalid(problems, raw_id)),
@@ -378,9 +357,9 @@ mod tests {
     #[test]
     fn malformed_json() {
         for body in ["{", "not json", "", "{\"orderId\": }"] {
-            assert_eq!(reject(body).code, MALFORMED_JSON, "{body:?}");
+            assert_eq!(reject(body).code, "MALFORMED_JSON", "{body:?}");
         }
-        assert_eq!(parse_order(None).unwrap_err().code, MALFORMED_JSON);
+        assert_eq!(parse_order(None).unwrap_err().code, "MALFORMED_JSON");
     }
 
     #[test]
@@ -388,8 +367,8 @@ mod tests {
         let r = reject(
             r#"{"orderId":"A1","items":[{"productId":"p","quantity":0},{"quantity":1.5},"x"]}"#,
         );
-        assert_eq!(r.code, VALIDATION_FAILED);
-        assert_eq!(r.order_id.as_deref(), Some("A1"));
+        assert_eq!(r.code, "VALIDATION_FAILED");
+        assert_eq!(r.business_id.as_deref(), Some("A1"));
         for expected in [
             "userId is missing",
             "items[0].quantity must be a positive integer, got 0",
@@ -455,7 +434,7 @@ mod tests {
             ),
         ] {
             let r = reject(body);
-            assert_eq!(r.code, VALIDATION_FAILED, "{body}");
+            assert_eq!(r.code, "VALIDATION_FAILED", "{body}");
             assert!(
                 r.details.contains(needle),
                 "{needle:?} not in {:?}",

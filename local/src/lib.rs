@@ -3,7 +3,6 @@
 //! schedule, Lambda's log pipeline into CloudWatch, the runtime API), and the runs built on
 //! them: the live pipeline (`resq-local up`, `make local`), the demo, the chaos run and the
 //! soak. The operator's tool (`resq`, crate `cli`) works against AWS and knows nothing of this.
-#![deny(clippy::all)]
 #![warn(missing_docs)]
 
 pub mod chaos;

@@ -220,8 +220,8 @@ struct ChaosArgs {
     sdk_attempts: u32,
     /// The redriver's PERMANENT_ACTION (the template's default, `keep`: the kept permanent
     /// failures are hidden until their TTL, and the audit makes them visible first).
-    #[arg(long, default_value = "keep", value_parser = ["keep", "archive"])]
-    permanent_action: String,
+    #[arg(long, default_value_t = resq::config::PermanentAction::Keep)]
+    permanent_action: resq::config::PermanentAction,
     #[command(flatten)]
     emulator: EmulatorArgs,
     /// The translated template.
@@ -257,11 +257,7 @@ async fn chaos(args: &ChaosArgs) -> Result<(), CliError> {
         redriver_bin: args.redriver_bin.clone(),
         log_dir: args.log_dir.clone(),
         sdk_attempts: args.sdk_attempts,
-        permanent_action: if args.permanent_action == "keep" {
-            resq::config::PermanentAction::Keep
-        } else {
-            resq::config::PermanentAction::Archive
-        },
+        permanent_action: args.permanent_action,
     };
     // Ctrl-C drops the run: the emulator and the function processes die with their handles.
     let report = tokio::select! {

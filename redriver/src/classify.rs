@@ -217,20 +217,14 @@ pub fn redrive_copy(m: &DlqMessage, main_is_fifo: bool) -> Result<RedriveCopy, A
         RedriveCount::Count(n) => u64::from(n) + 1,
         RedriveCount::Invalid => return Err(ArchiveReason::InvalidRedriveCount),
     };
-    let (group_id, deduplication_id) = if main_is_fifo {
-        let group = m.group_id().unwrap_or("resq").to_owned();
-        (
-            Some(group),
-            Some(
-                format!("redrive-{next}-{}", m.message_id)
-                    .chars()
-                    .take(128)
-                    .collect(),
-            ),
-        )
-    } else {
-        (None, None)
-    };
+    let (group_id, deduplication_id) = resq::fifo::copy_ids(
+        main_is_fifo,
+        m.group_id(),
+        resq::fifo::Copy::Replay {
+            redrive_count: next,
+        },
+        &m.message_id,
+    );
     Ok(RedriveCopy {
         body: m.body.clone(),
         attributes,

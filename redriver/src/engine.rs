@@ -26,7 +26,7 @@ use resq::attributes::RedriveCount;
 use resq::config::RedriverConfig;
 use resq::keep::{self, KeptMessage};
 use resq::metrics::{self, Metrics};
-use resq::reason::ArchiveReason;
+use resq::reason::{ArchiveReason, ErrorCode};
 use resq::store::ObjectStore;
 use serde::{Deserialize, Serialize};
 
@@ -332,7 +332,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         }
 
         let bucket = TokenBucket::new(request.rate_per_second);
-        let dlq_is_fifo = self.config.common.dlq_url.ends_with(".fifo");
+        let dlq_is_fifo = resq::fifo::is_fifo(&self.config.common.dlq_url);
         loop {
             if st.replays >= u64::from(st.max_messages) {
                 st.summary.stopped_by = StopReason::MaxMessages;
@@ -364,7 +364,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 }
                 Ok(Ok(b)) => b,
                 Ok(Err(e)) => {
-                    tracing::error!(error_code = "RECEIVE_FAILED", error_details = %e, "cannot receive from the DLQ");
+                    tracing::error!(error_code = ErrorCode::ReceiveFailed.code(), error_details = %e, "cannot receive from the DLQ");
                     st.summary.stopped_by = StopReason::ReceiveError;
                     break;
                 }
@@ -439,7 +439,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         {
             Ok(Ok(h)) => h,
             Ok(Err(e)) => {
-                tracing::warn!(error_code = "KEEP_LIST_UNREADABLE", error_details = %e, "kept messages hidden by earlier runs stay hidden until their TTL");
+                tracing::warn!(error_code = ErrorCode::KeepListUnreadable.code(), error_details = %e, "kept messages hidden by earlier runs stay hidden until their TTL");
                 return;
             }
             Err(_) => return,
@@ -481,7 +481,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         received_at: Instant,
         dlq_is_fifo: bool,
     ) -> CyclePlan {
-        let main_is_fifo = self.config.common.main_queue_url.ends_with(".fifo");
+        let main_is_fifo = resq::fifo::is_fifo(&self.config.common.main_queue_url);
         let now = now_ms();
         let mut plan = CyclePlan::default();
         for m in batch {
@@ -599,7 +599,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         bucket: &TokenBucket,
         times: Deadlines,
     ) -> (Vec<Receipt>, bool) {
-        let main_is_fifo = self.config.common.main_queue_url.ends_with(".fifo");
+        let main_is_fifo = resq::fifo::is_fifo(&self.config.common.main_queue_url);
         let copies: Vec<&RedriveCopy> = replays.iter().map(|(_, c)| c).collect();
         let mut deletes = Vec::new();
         let mut out_of_time = false;
@@ -678,7 +678,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                     }
                     Some(why) => {
                         st.summary.failed += 1;
-                        tracing::warn!(message_id = %m.message_id, error_code = "REDRIVE_SEND_FAILED", error_details = %why, "not replayed; left in the DLQ");
+                        tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::RedriveSendFailed.code(), error_details = %why, "not replayed; left in the DLQ");
                         if let Some(g) = &replays[i].1.group_id {
                             st.failed_groups.insert(g.clone());
                         }
@@ -713,7 +713,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 Ok(failed) => {
                     for ((id, _), why) in failed {
                         st.summary.delete_failed += 1;
-                        tracing::warn!(message_id = %id, error_code = "DLQ_DELETE_FAILED", error_details = %why, "moved but not deleted from the DLQ; it will be seen again (an archive finds its entry; a replay is sent again)");
+                        tracing::warn!(message_id = %id, error_code = ErrorCode::DlqDeleteFailed.code(), error_details = %why, "moved but not deleted from the DLQ; it will be seen again (an archive finds its entry; a replay is sent again)");
                     }
                     return;
                 }
@@ -721,7 +721,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                     // not known which went through: counted as not deleted
                     st.summary.delete_failed += pending_count;
                     tracing::warn!(
-                        error_code = "DLQ_DELETE_DEADLINE",
+                        error_code = ErrorCode::DlqDeleteDeadline.code(),
                         "deletes not confirmed before the deadline margin; those messages will be seen again (an archive finds its entry; a replay is sent again)"
                     );
                     return;
@@ -766,7 +766,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 Ok(Err(e)) => e.to_string(),
                 _ => "not confirmed before the deadline margin".to_owned(),
             };
-            tracing::warn!(error_code = "KEEP_LIST_FAILED", error_details = %why, count = kept.len(), "keep list not written: kept messages are released after the run, not hidden (a hidden message must be reachable)");
+            tracing::warn!(error_code = ErrorCode::KeepListFailed.code(), error_details = %why, count = kept.len(), "keep list not written: kept messages are released after the run, not hidden (a hidden message must be reachable)");
             return hides.into_iter().map(|(r, _)| r).collect();
         }
         match tokio::time::timeout_at(times.settle_by.into(), self.queues.change_visibility(hides))
@@ -777,7 +777,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 tracing::warn!(count = failed.len(), error_details = %failed[0].1, "kept messages not hidden; they come back after the run")
             }
             Err(_) => tracing::warn!(
-                error_code = "KEEP_HIDE_DEADLINE",
+                error_code = ErrorCode::KeepHideDeadline.code(),
                 "kept messages not hidden before the deadline margin; they come back after the run"
             ),
         }
@@ -849,7 +849,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 true
             }
             Err(e) => {
-                tracing::warn!(message_id = %m.message_id, error_code = "ARCHIVE_FAILED", error_details = %e, "not archived; left in the DLQ");
+                tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::ArchiveFailed.code(), error_details = %e, "not archived; left in the DLQ");
                 false
             }
         }

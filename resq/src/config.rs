@@ -57,13 +57,44 @@ pub struct ConsumerConfig {
     pub backoff: Backoff,
 }
 
-/// What the redriver does with permanent failures (`PERMANENT_ACTION`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the redriver does with permanent failures (`PERMANENT_ACTION`): `keep` or
+/// `archive`, in any case, as [`FromStr`] reads it and [`Display`](std::fmt::Display) writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PermanentAction {
     /// Leave them in the DLQ for a human (default).
+    #[default]
     Keep,
     /// Archive them to S3 (`PERMANENT_FAILURE`) and delete them from the DLQ.
     Archive,
+}
+
+impl PermanentAction {
+    /// The value as `PERMANENT_ACTION` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Keep => "keep",
+            Self::Archive => "archive",
+        }
+    }
+}
+
+impl std::fmt::Display for PermanentAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PermanentAction {
+    type Err = String;
+
+    /// `keep` or `archive`, in any case, surrounding whitespace ignored.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "keep" => Ok(Self::Keep),
+            "archive" => Ok(Self::Archive),
+            _ => Err(format!("\"{s}\" is not keep or archive")),
+        }
+    }
 }
 
 /// The redriver's settings.
@@ -82,6 +113,23 @@ pub struct RedriverConfig {
     /// `PAUSE_ON_ALARMS`: alarm names that stop replay while in `ALARM`.
     pub pause_on_alarms: Vec<String>,
 }
+
+/// `MAX_REDRIVE_ATTEMPTS` when unset.
+pub const DEFAULT_MAX_REDRIVE_ATTEMPTS: u32 = 3;
+/// `DEADLINE_MARGIN_MS` when unset.
+pub const DEFAULT_DEADLINE_MARGIN_MS: u64 = 1000;
+/// `CONSUMER_CONCURRENCY` when unset.
+pub const DEFAULT_CONSUMER_CONCURRENCY: usize = 10;
+/// `BACKOFF_BASE_SECONDS` when unset.
+pub const DEFAULT_BACKOFF_BASE_SECONDS: u64 = 2;
+/// `BACKOFF_MAX_SECONDS` when unset.
+pub const DEFAULT_BACKOFF_MAX_SECONDS: u64 = 300;
+/// `REDRIVE_RATE_PER_SECOND` when unset.
+pub const DEFAULT_RATE_PER_SECOND: f64 = 10.0;
+/// `MAX_MESSAGES_PER_RUN` when unset.
+pub const DEFAULT_MAX_MESSAGES_PER_RUN: u32 = 1000;
+/// `ARCHIVE_AFTER_SECONDS` when unset: a day.
+pub const DEFAULT_ARCHIVE_AFTER_SECONDS: u64 = 86_400;
 
 /// Highest accepted `REDRIVE_RATE_PER_SECOND` (SQS's own move task tops out at 500/s).
 pub const MAX_RATE_PER_SECOND: f64 = 3000.0;
@@ -107,7 +155,7 @@ impl RedriverConfig {
     /// Parses the redriver's variables from any lookup.
     pub fn from_vars(vars: &Vars<impl Fn(&str) -> Option<String>>) -> Result<Self, ConfigError> {
         let rate = match vars.get("REDRIVE_RATE_PER_SECOND") {
-            None => 10.0,
+            None => DEFAULT_RATE_PER_SECOND,
             Some(raw) => match raw.trim().parse::<f64>() {
                 Ok(r) if r.is_finite() && r > 0.0 && r <= MAX_RATE_PER_SECOND => r,
                 _ => {
@@ -121,20 +169,13 @@ impl RedriverConfig {
                 }
             },
         };
-        let permanent_action = match vars
-            .get("PERMANENT_ACTION")
-            .map(|v| v.trim().to_ascii_lowercase())
-            .as_deref()
-        {
-            None | Some("keep") => PermanentAction::Keep,
-            Some("archive") => PermanentAction::Archive,
-            Some(_) => {
-                return Err(ConfigError::Invalid {
-                    var: "PERMANENT_ACTION",
-                    value: vars.get("PERMANENT_ACTION").unwrap_or_default(),
-                    expected: "keep or archive".into(),
-                });
-            }
+        let permanent_action = match vars.get("PERMANENT_ACTION") {
+            None => PermanentAction::default(),
+            Some(raw) => raw.parse().map_err(|_| ConfigError::Invalid {
+                var: "PERMANENT_ACTION",
+                value: raw,
+                expected: "keep or archive".into(),
+            })?,
         };
         let pause_on_alarms = vars
             .get("PAUSE_ON_ALARMS")
@@ -149,13 +190,17 @@ impl RedriverConfig {
         Ok(Self {
             common: CommonConfig::from_vars(vars)?,
             rate_per_second: rate,
-            max_messages_per_run: vars.number("MAX_MESSAGES_PER_RUN", 1000, 1..=1_000_000)?,
+            max_messages_per_run: vars.number(
+                "MAX_MESSAGES_PER_RUN",
+                DEFAULT_MAX_MESSAGES_PER_RUN,
+                1..=1_000_000,
+            )?,
             // at least a minute: a shorter TTL would archive messages before they could be
             // replayed; at most the DLQ's retention less a day, or a message could reach the
             // end of the retention before a run archives it (nothing may age out unarchived)
             archive_after: Duration::from_secs(vars.number(
                 "ARCHIVE_AFTER_SECONDS",
-                86_400,
+                DEFAULT_ARCHIVE_AFTER_SECONDS,
                 60..=MAX_ARCHIVE_AFTER_SECONDS,
             )?),
             permanent_action,
@@ -262,12 +307,16 @@ impl CommonConfig {
                 "resq needs the S3 bucket that holds the archive and the order records",
             )?,
             // 0 would archive every message on first sight.
-            max_redrive_attempts: vars.number("MAX_REDRIVE_ATTEMPTS", 3, 1..=1000)?,
+            max_redrive_attempts: vars.number(
+                "MAX_REDRIVE_ATTEMPTS",
+                DEFAULT_MAX_REDRIVE_ATTEMPTS,
+                1..=1000,
+            )?,
             // at least 200 ms: the functions split the margin between their last phases (the
             // settling calls, the response, the metrics); with none they would answer late
             deadline_margin: Duration::from_millis(vars.number(
                 "DEADLINE_MARGIN_MS",
-                1000,
+                DEFAULT_DEADLINE_MARGIN_MS,
                 MIN_DEADLINE_MARGIN_MS..=900_000,
             )?),
         })
@@ -283,8 +332,12 @@ impl ConsumerConfig {
     /// Parses the consumer's variables from any lookup.
     pub fn from_vars(vars: &Vars<impl Fn(&str) -> Option<String>>) -> Result<Self, ConfigError> {
         let max = MAX_VISIBILITY_TIMEOUT.as_secs();
-        let base = vars.number("BACKOFF_BASE_SECONDS", 2, 0..=max)?;
-        let cap = vars.number("BACKOFF_MAX_SECONDS", 300, 0..=max)?;
+        let base = vars.number(
+            "BACKOFF_BASE_SECONDS",
+            DEFAULT_BACKOFF_BASE_SECONDS,
+            0..=max,
+        )?;
+        let cap = vars.number("BACKOFF_MAX_SECONDS", DEFAULT_BACKOFF_MAX_SECONDS, 0..=max)?;
         if cap < base {
             return Err(ConfigError::Invalid {
                 var: "BACKOFF_MAX_SECONDS",
@@ -294,7 +347,11 @@ impl ConsumerConfig {
         }
         Ok(Self {
             common: CommonConfig::from_vars(vars)?,
-            concurrency: vars.number("CONSUMER_CONCURRENCY", 10, 1..=1000)?,
+            concurrency: vars.number(
+                "CONSUMER_CONCURRENCY",
+                DEFAULT_CONSUMER_CONCURRENCY,
+                1..=1000,
+            )?,
             backoff: Backoff {
                 base: Duration::from_secs(base),
                 cap: Duration::from_secs(cap),
@@ -324,6 +381,19 @@ mod tests {
         ("DLQ_URL", "http://127.0.0.1:5000/123456789012/orders-dlq"),
         ("ARCHIVE_BUCKET", "resq-archive"),
     ];
+
+    #[test]
+    fn permanent_action_reads_what_it_writes() {
+        for action in [PermanentAction::Keep, PermanentAction::Archive] {
+            assert_eq!(action.to_string().parse(), Ok(action));
+            assert_eq!(
+                format!(" {} ", action.as_str().to_uppercase()).parse(),
+                Ok(action)
+            );
+        }
+        assert_eq!(PermanentAction::default(), PermanentAction::Keep);
+        assert!("delete".parse::<PermanentAction>().is_err());
+    }
 
     #[test]
     fn defaults() {

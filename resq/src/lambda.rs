@@ -106,7 +106,7 @@ pub fn line_level(line: &str) -> crate::telemetry::LogLevel {
         #[serde(borrow, default)]
         timestamp: Option<std::borrow::Cow<'a, str>>,
     }
-    let Ok(head) = serde_json::from_str::<Head>(line.trim()) else {
+    let Ok(head) = serde_json::from_str::<Head<'_>>(line.trim()) else {
         return LogLevel::Info;
     };
     let stamped = head

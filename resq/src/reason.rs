@@ -54,12 +54,131 @@ impl fmt::Display for ArchiveReason {
     }
 }
 
-/// `x-failure-reason` for a body that is not JSON.
-pub const MALFORMED_JSON: &str = "MALFORMED_JSON";
-/// `x-failure-reason` for JSON that is not a valid order.
-pub const VALIDATION_FAILED: &str = "VALIDATION_FAILED";
-/// `x-failure-reason` for a permanent failure whose handler gave no code.
-pub const UNSPECIFIED: &str = "UNSPECIFIED";
+/// The codes of the failures resq itself reports: the `error_code` field of its log lines and,
+/// for a record, the code of its transient failure. (A handler's own codes are its own.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// The handler panicked (transient: the record is retried).
+    HandlerPanic,
+    /// A record still ran at the deadline margin and was abandoned (transient).
+    RecordTimeout,
+    /// A permanent failure's DLQ copy was not confirmed (the record is retried).
+    DlqSendFailed,
+    /// An archive entry was not written (the message stays in its queue).
+    ArchiveFailed,
+    /// A DLQ copy or archive entry was not confirmed before the deadline margin.
+    SettleDeadline,
+    /// A backoff (visibility change) was refused.
+    VisibilityChangeFailed,
+    /// Backoffs were not confirmed before the deadline margin.
+    VisibilityChangeDeadline,
+    /// The redriver could not receive from the DLQ.
+    ReceiveFailed,
+    /// The keep list of earlier runs could not be read.
+    KeepListUnreadable,
+    /// The keep list was not written (kept messages are released, not hidden).
+    KeepListFailed,
+    /// Kept messages were not hidden before the deadline margin.
+    KeepHideDeadline,
+    /// A replay was not confirmed by SQS (the message stays in the DLQ).
+    RedriveSendFailed,
+    /// A moved message could not be deleted from the DLQ (it is seen again).
+    DlqDeleteFailed,
+    /// Deletes were not confirmed before the deadline margin.
+    DlqDeleteDeadline,
+}
+
+impl ErrorCode {
+    /// Every code, in a stable order.
+    pub const ALL: [ErrorCode; 14] = [
+        ErrorCode::HandlerPanic,
+        ErrorCode::RecordTimeout,
+        ErrorCode::DlqSendFailed,
+        ErrorCode::ArchiveFailed,
+        ErrorCode::SettleDeadline,
+        ErrorCode::VisibilityChangeFailed,
+        ErrorCode::VisibilityChangeDeadline,
+        ErrorCode::ReceiveFailed,
+        ErrorCode::KeepListUnreadable,
+        ErrorCode::KeepListFailed,
+        ErrorCode::KeepHideDeadline,
+        ErrorCode::RedriveSendFailed,
+        ErrorCode::DlqDeleteFailed,
+        ErrorCode::DlqDeleteDeadline,
+    ];
+
+    /// The machine code written to logs.
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorCode::HandlerPanic => "HANDLER_PANIC",
+            ErrorCode::RecordTimeout => "RECORD_TIMEOUT",
+            ErrorCode::DlqSendFailed => "DLQ_SEND_FAILED",
+            ErrorCode::ArchiveFailed => "ARCHIVE_FAILED",
+            ErrorCode::SettleDeadline => "SETTLE_DEADLINE",
+            ErrorCode::VisibilityChangeFailed => "VISIBILITY_CHANGE_FAILED",
+            ErrorCode::VisibilityChangeDeadline => "VISIBILITY_CHANGE_DEADLINE",
+            ErrorCode::ReceiveFailed => "RECEIVE_FAILED",
+            ErrorCode::KeepListUnreadable => "KEEP_LIST_UNREADABLE",
+            ErrorCode::KeepListFailed => "KEEP_LIST_FAILED",
+            ErrorCode::KeepHideDeadline => "KEEP_HIDE_DEADLINE",
+            ErrorCode::RedriveSendFailed => "REDRIVE_SEND_FAILED",
+            ErrorCode::DlqDeleteFailed => "DLQ_DELETE_FAILED",
+            ErrorCode::DlqDeleteDeadline => "DLQ_DELETE_DEADLINE",
+        }
+    }
+
+    /// Parses a code as written by [`ErrorCode::code`].
+    pub fn from_code(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.code() == code)
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// The failure reasons (`x-failure-reason`) resq itself writes. A handler's permanent
+/// failures carry codes of its own, made sendable by [`failure_reason`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureReason {
+    /// A body that is not JSON, or no body.
+    MalformedJson,
+    /// JSON that breaks the message's rules.
+    ValidationFailed,
+    /// A permanent failure whose handler gave no code.
+    Unspecified,
+}
+
+impl FailureReason {
+    /// Every reason, in a stable order.
+    pub const ALL: [FailureReason; 3] = [
+        FailureReason::MalformedJson,
+        FailureReason::ValidationFailed,
+        FailureReason::Unspecified,
+    ];
+
+    /// The code written to `x-failure-reason`.
+    pub fn code(self) -> &'static str {
+        match self {
+            FailureReason::MalformedJson => "MALFORMED_JSON",
+            FailureReason::ValidationFailed => "VALIDATION_FAILED",
+            FailureReason::Unspecified => "UNSPECIFIED",
+        }
+    }
+
+    /// Parses a code as written by [`FailureReason::code`] (`None` for a handler's own code).
+    pub fn from_code(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.code() == code)
+    }
+}
+
+impl fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
 /// The longest `x-failure-reason` resq writes, in characters.
 pub const MAX_FAILURE_REASON_CHARS: usize = 128;
 
@@ -67,7 +186,7 @@ pub const MAX_FAILURE_REASON_CHARS: usize = 128;
 /// and characters outside its set (control characters other than tab, newline and carriage
 /// return; U+FFFE and U+FFFF), so a copy carrying such a code could never be sent and the
 /// message would fail every retry. Such characters become `_`, surrounding whitespace goes, the
-/// code is cut at [`MAX_FAILURE_REASON_CHARS`], and an empty code becomes [`UNSPECIFIED`].
+/// code is cut at [`MAX_FAILURE_REASON_CHARS`], and an empty code becomes [`FailureReason::Unspecified`].
 pub fn failure_reason(code: &str) -> String {
     let cleaned: String = code
         .trim()
@@ -81,7 +200,7 @@ pub fn failure_reason(code: &str) -> String {
         .collect();
     let cleaned = cleaned.trim();
     if cleaned.is_empty() {
-        UNSPECIFIED.to_owned()
+        FailureReason::Unspecified.code().to_owned()
     } else {
         cleaned.to_owned()
     }
@@ -98,13 +217,23 @@ mod tests {
             assert_eq!(r.to_string(), r.code());
         }
         assert_eq!(ArchiveReason::from_code("NOPE"), None);
+        for c in ErrorCode::ALL {
+            assert_eq!(ErrorCode::from_code(c.code()), Some(c));
+            assert_eq!(c.to_string(), c.code());
+        }
+        assert_eq!(ErrorCode::from_code("NOPE"), None);
+        for r in FailureReason::ALL {
+            assert_eq!(FailureReason::from_code(r.code()), Some(r));
+            assert_eq!(r.to_string(), r.code());
+        }
+        assert_eq!(FailureReason::from_code("ORDER_REJECTED"), None);
     }
 
     #[test]
     fn failure_reasons_are_never_empty_and_always_sendable() {
         assert_eq!(failure_reason("ORDER_REJECTED"), "ORDER_REJECTED");
-        assert_eq!(failure_reason(""), UNSPECIFIED);
-        assert_eq!(failure_reason("  \t\n "), UNSPECIFIED);
+        assert_eq!(failure_reason(""), "UNSPECIFIED");
+        assert_eq!(failure_reason("  \t\n "), "UNSPECIFIED");
         assert_eq!(failure_reason("\u{0}"), "_");
         assert_eq!(failure_reason(" BAD\u{7}CODE\u{ffff} "), "BAD_CODE_");
         assert_eq!(failure_reason("a\nb"), "a b");

@@ -1,7 +1,6 @@
 //! Helpers for resq's end-to-end tests: a local AWS started on 127.0.0.1 (a free port) and
 //! stopped afterwards — moto, or LocalStack with `E2E_EMULATOR=localstack` (`make test` runs
 //! the suite on both) — SDK clients pointed at it, and the queues and bucket of a resq stack.
-#![deny(clippy::all)]
 #![warn(missing_docs)]
 
 use std::collections::HashMap;

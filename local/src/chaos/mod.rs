@@ -428,13 +428,7 @@ fn function_env(opts: &ChaosOptions, outputs: &StackOutputs, endpoint: &str) -> 
             ("REDRIVE_RATE_PER_SECOND", "200"),
             ("MAX_MESSAGES_PER_RUN", "1000"),
             ("ARCHIVE_AFTER_SECONDS", "86400"),
-            (
-                "PERMANENT_ACTION",
-                match opts.permanent_action {
-                    PermanentAction::Keep => "keep",
-                    PermanentAction::Archive => "archive",
-                },
-            ),
+            ("PERMANENT_ACTION", opts.permanent_action.as_str()),
         ]),
     }
 }
