@@ -10,7 +10,7 @@ use consumer::handler::{HandlerError, OrderHandler, RecordMeta};
 use consumer::memory::MemoryQueues;
 use consumer::order::Order;
 use redriver::Redriver;
-use redriver::ports::{CloudWatchAlarms, SqsRedriveQueues};
+use redriver::ports::{CloudWatchAlarms, SqsQueues};
 use redriver::request::RunRequest;
 use resq::config::{ConsumerConfig, RedriverConfig, Vars};
 use resq::store::MemoryStore;
@@ -104,7 +104,7 @@ pub async fn redrive(endpoint: &str, dlq: &str, main: &str, rate: f64) -> Result
     .map_err(|e| e.to_string())?;
     let request = RunRequest::defaults(&config);
     let engine = Redriver::new(
-        SqsRedriveQueues::new(aws_sdk_sqs::Client::new(&sdk), main, dlq),
+        SqsQueues::new(aws_sdk_sqs::Client::new(&sdk), main, dlq),
         MemoryStore::default(),
         CloudWatchAlarms::new(aws_sdk_cloudwatch::Client::new(&sdk)),
         config,

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use redriver::classify::DlqMessage;
-use redriver::ports::{CloudWatchAlarms, RedriveQueues, SqsRedriveQueues};
+use redriver::ports::{CloudWatchAlarms, RedriveQueues, SqsQueues};
 use redriver::request::RunRequest;
 use redriver::{Redriver, Summary};
 use resq::config::{CommonConfig, PermanentAction, RedriverConfig};
@@ -69,17 +69,9 @@ pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, C
     let store = resq::store::S3Store::new(ctx.s3.clone(), bucket);
     let hidden = resq::keep::still_hidden(&store, dlq_url, chrono::Utc::now())
         .await
-        .map_err(|e| CliError::Aws {
+        .map_err(|source| CliError::Aws {
             what: format!("reading the keep list in s3://{bucket}/kept/"),
-            source: resq::sqs::AwsError {
-                kind: if e.code.is_some() {
-                    resq::sqs::AwsErrorKind::Service
-                } else {
-                    resq::sqs::AwsErrorKind::Other
-                },
-                code: e.code,
-                message: e.message,
-            },
+            source,
         })?;
     let changes: Vec<(redriver::ports::Receipt, i32)> = hidden
         .into_iter()
@@ -87,7 +79,7 @@ pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, C
         .map(|k| ((k.message_id, k.receipt_handle), 0))
         .collect();
     let asked = changes.len();
-    let queues = SqsRedriveQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, dlq_url);
+    let queues = SqsQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, dlq_url);
     let failed = queues.change_visibility(changes).await;
     // a handle that no longer works belongs to a message already visible, replayed or archived
     Ok(asked - failed.len())
@@ -108,7 +100,7 @@ pub async fn reach(ctx: &Context) -> Result<(u64, u64), CliError> {
 /// Lists DLQ messages without removing any: each is received, shown, and made visible again.
 pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliError> {
     let dlq_url = ctx.dlq()?;
-    let queues = SqsRedriveQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, dlq_url);
+    let queues = SqsQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, dlq_url);
     let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
     let mut shown = Vec::new();
     let mut seen = Vec::new();
@@ -194,7 +186,7 @@ pub async fn replay(
         permanent_action,
         pause_on_alarms: Vec::new(),
     };
-    let queues = SqsRedriveQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, &ctx.dlq_url);
+    let queues = SqsQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, &ctx.dlq_url);
     let store = resq::store::S3Store::new(ctx.s3.clone(), &ctx.bucket);
     let redriver = Redriver::new(
         queues,

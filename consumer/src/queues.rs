@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-pub use resq::sqs::OutgoingMessage;
+pub use resq::sqs::{OutgoingMessage, SqsQueues};
 
 /// A visibility change for one received message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,29 +35,8 @@ pub trait QueuePort: Send + Sync {
     ) -> impl Future<Output = Vec<(VisibilityChange, String)>> + Send;
 }
 
-/// [`QueuePort`] on real SQS queues.
-#[derive(Debug, Clone)]
-pub struct SqsQueues {
-    client: aws_sdk_sqs::Client,
-    main_queue_url: String,
-    dlq_url: String,
-}
-
-impl SqsQueues {
-    /// The adapter for the main queue (visibility) and its DLQ (copies).
-    pub fn new(
-        client: aws_sdk_sqs::Client,
-        main_queue_url: impl Into<String>,
-        dlq_url: impl Into<String>,
-    ) -> Self {
-        Self {
-            client,
-            main_queue_url: main_queue_url.into(),
-            dlq_url: dlq_url.into(),
-        }
-    }
-}
-
+/// [`QueuePort`] on real SQS queues: copies go to the DLQ, visibility changes to the main
+/// queue.
 impl QueuePort for SqsQueues {
     async fn send_to_dlq(
         &self,

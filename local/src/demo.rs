@@ -454,17 +454,12 @@ pub async fn audit(
     }
     for (url, place) in [(&ctx.main_queue_url, "orders queue"), (&ctx.dlq_url, "DLQ")] {
         loop {
-            let out = ctx
-                .sqs
-                .receive_message()
-                .queue_url(url)
-                .max_number_of_messages(10)
-                .visibility_timeout(600)
-                .message_attribute_names("All")
-                .send()
+            let msgs = resq::sqs::receive(&ctx.sqs, url, 10, Some(600), 0)
                 .await
-                .map_err(|e| CliError::aws("reading the queues", e))?;
-            let msgs = out.messages.unwrap_or_default();
+                .map_err(|source| CliError::Aws {
+                    what: "reading the queues".into(),
+                    source,
+                })?;
             if msgs.is_empty() {
                 break;
             }

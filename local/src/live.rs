@@ -805,7 +805,11 @@ mod tests {
             probe: None,
             received: 5,
             redriven: 2,
-            archived: [("TTL_EXPIRED".to_owned(), 1), ("REDRIVE_CAP".to_owned(), 2)].into(),
+            archived: [
+                (resq::reason::ArchiveReason::TtlExpired, 1),
+                (resq::reason::ArchiveReason::RedriveCap, 2),
+            ]
+            .into(),
             skipped: 0,
             kept: 1,
             unhidden: 0,

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
+use aws_sdk_sqs::types::Message;
 use consumer::Consumer;
 use consumer::handler::OrderHandler;
 use consumer::queues::SqsQueues;
 use redriver::Redriver;
-use redriver::ports::{CloudWatchAlarms, SqsRedriveQueues};
+use redriver::ports::CloudWatchAlarms;
 use redriver::request::RunRequest;
 use resq::config::{ConsumerConfig, RedriverConfig};
 use resq::metrics;
@@ -68,19 +68,10 @@ pub struct PipelineSettings {
 }
 
 async fn receive(sqs: &aws_sdk_sqs::Client, url: &str, max: i32, wait: i32) -> Vec<Message> {
-    match sqs
-        .receive_message()
-        .queue_url(url)
-        .max_number_of_messages(max.clamp(1, 10))
-        .wait_time_seconds(wait)
-        .message_system_attribute_names(MessageSystemAttributeName::All)
-        .message_attribute_names("All")
-        .send()
-        .await
-    {
-        Ok(o) => o.messages.unwrap_or_default(),
+    match resq::sqs::receive(sqs, url, max, None, wait).await {
+        Ok(messages) => messages,
         Err(e) => {
-            tracing::warn!(error = %resq::sqs::AwsError::from_sdk(e), "poller: receive failed");
+            tracing::warn!(error = %e, "poller: receive failed");
             // as Lambda's pollers do: back off instead of spinning on a failing queue
             tokio::time::sleep(Duration::from_secs(1)).await;
             Vec::new()
@@ -210,7 +201,7 @@ pub struct Pipeline<H> {
     sqs: aws_sdk_sqs::Client,
     outputs: StackOutputs,
     consumer: Consumer<H, SqsQueues, S3Store>,
-    redriver: Redriver<SqsRedriveQueues, S3Store, CloudWatchAlarms>,
+    redriver: Redriver<SqsQueues, S3Store, CloudWatchAlarms>,
     redriver_config: RedriverConfig,
     settings: PipelineSettings,
     /// What happened so far.
@@ -237,7 +228,7 @@ impl<H: OrderHandler> Pipeline<H> {
             consumer_config,
         );
         let redriver = Redriver::new(
-            SqsRedriveQueues::new(sqs.clone(), &outputs.main_queue_url, &outputs.dlq_url),
+            SqsQueues::new(sqs.clone(), &outputs.main_queue_url, &outputs.dlq_url),
             store,
             CloudWatchAlarms::new(aws_sdk_cloudwatch::Client::new(config)),
             redriver_config.clone(),

@@ -81,7 +81,7 @@ pub struct Summary {
     /// Copies confirmed in the main queue (their DLQ message deleted or being deleted).
     pub redriven: u64,
     /// Archive entries written, by reason.
-    pub archived: BTreeMap<String, u64>,
+    pub archived: BTreeMap<ArchiveReason, u64>,
     /// Left in the DLQ on purpose: permanent failures kept, messages outside the selection,
     /// replays held by the breaker or behind a failed send of their FIFO group.
     pub skipped: u64,
@@ -268,9 +268,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         m.add(metrics::REDRIVE_FAILED, s.failed);
         m.add(metrics::REDRIVE_PAUSED, u64::from(s.paused));
         for (reason, n) in &s.archived {
-            if let Some(r) = ArchiveReason::from_code(reason) {
-                m.add_archived_n(r, *n);
-            }
+            m.add_archived_n(*reason, *n);
         }
         m
     }
@@ -531,10 +529,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
     fn account_dry_run(st: &mut RunState, plan: CyclePlan) {
         let mut budget = u64::from(st.max_messages).saturating_sub(st.replays);
         for (m, reason, _) in plan.archives {
-            *st.summary
-                .archived
-                .entry(reason.code().to_owned())
-                .or_default() += 1;
+            *st.summary.archived.entry(reason).or_default() += 1;
             st.hold(&m);
         }
         for (m, _) in plan.replays {
@@ -572,10 +567,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         for ((m, reason, _), ok) in archives.into_iter().zip(confirmed) {
             match ok {
                 Some(true) => {
-                    *st.summary
-                        .archived
-                        .entry(reason.code().to_owned())
-                        .or_default() += 1;
+                    *st.summary.archived.entry(reason).or_default() += 1;
                     st.summary.returned += u64::from(m.is_returned());
                     deletes.push((m.message_id, m.receipt_handle));
                 }
@@ -861,7 +853,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ports::{PortError, SqsRedriveQueues};
+    use crate::ports::{PortError, SqsQueues};
     use aws_sdk_sqs::Client;
     use aws_sdk_sqs::operation::change_message_visibility_batch::ChangeMessageVisibilityBatchOutput;
     use aws_sdk_sqs::operation::delete_message_batch::DeleteMessageBatchOutput;
@@ -1042,7 +1034,7 @@ mod tests {
         deadline: Instant,
     ) -> Summary {
         let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, &sqs.rules);
-        let queues = SqsRedriveQueues::new(
+        let queues = SqsQueues::new(
             client,
             "http://127.0.0.1/1/orders",
             "http://127.0.0.1/1/orders-dlq",
@@ -1341,7 +1333,11 @@ mod phases {
         // WHEN one scheduled run happens
         let run = scheduled(&dlq, &store, &alarms, &cfg).await;
         // THEN all are archived and all five replayed: archiving is not replay work
-        assert_eq!(run.archived.get("TTL_EXPIRED"), Some(&100), "{run:?}");
+        assert_eq!(
+            run.archived.get(&ArchiveReason::TtlExpired),
+            Some(&100),
+            "{run:?}"
+        );
         assert_eq!(run.redriven, 5);
         assert!(dlq.is_empty());
         // and the budget still bounds replays
@@ -1373,8 +1369,8 @@ mod phases {
         let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
         assert!(summary.paused, "{summary:?}");
         assert_eq!(summary.redriven, 0);
-        assert_eq!(summary.archived.get("TTL_EXPIRED"), Some(&1));
-        assert_eq!(summary.archived.get("REDRIVE_CAP"), Some(&1));
+        assert_eq!(summary.archived.get(&ArchiveReason::TtlExpired), Some(&1));
+        assert_eq!(summary.archived.get(&ArchiveReason::RedriveCap), Some(&1));
         assert_eq!(summary.skipped, 1);
         assert!(dlq.main().is_empty());
         assert_eq!(dlq.ids(), vec!["waiting"]);

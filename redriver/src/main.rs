@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use lambda_runtime::{Diagnostic, Error, LambdaEvent, run, service_fn};
 use redriver::Redriver;
-use redriver::ports::{CloudWatchAlarms, SqsRedriveQueues};
+use redriver::ports::{CloudWatchAlarms, SqsQueues};
 use redriver::request::RunRequest;
 use resq::config::RedriverConfig;
 use resq::store::S3Store;
@@ -25,7 +25,7 @@ async fn serve() -> Result<(), Error> {
     let config = RedriverConfig::from_env()?;
     resq::config::lambda_environment(&resq::config::process_env())?;
     let aws = resq::aws::load_config().await;
-    let queues = SqsRedriveQueues::new(
+    let queues = SqsQueues::new(
         aws_sdk_sqs::Client::new(&aws),
         &config.common.main_queue_url,
         &config.common.dlq_url,

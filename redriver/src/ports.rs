@@ -4,11 +4,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{AlarmType, HistoryItemType, ScanBy, StateValue};
-use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
+use aws_sdk_sqs::types::Message;
 use resq::attributes::AttributeValue;
 
 pub use crate::breaker::AlarmState;
-use crate::classify::{DlqMessage, MAX_BATCH, RedriveCopy};
+use crate::classify::{DlqMessage, RedriveCopy};
 
 /// A call that did not go through.
 pub type PortError = resq::sqs::AwsError;
@@ -57,28 +57,7 @@ pub trait Alarms: Send + Sync {
     ) -> impl Future<Output = Result<Vec<AlarmState>, PortError>> + Send;
 }
 
-/// [`RedriveQueues`] on real SQS.
-#[derive(Debug, Clone)]
-pub struct SqsRedriveQueues {
-    client: aws_sdk_sqs::Client,
-    main_queue_url: String,
-    dlq_url: String,
-}
-
-impl SqsRedriveQueues {
-    /// The adapter between the DLQ and the main queue.
-    pub fn new(
-        client: aws_sdk_sqs::Client,
-        main_queue_url: impl Into<String>,
-        dlq_url: impl Into<String>,
-    ) -> Self {
-        Self {
-            client,
-            main_queue_url: main_queue_url.into(),
-            dlq_url: dlq_url.into(),
-        }
-    }
-}
+pub use resq::sqs::SqsQueues;
 
 /// Reads an SDK message into the redriver's form.
 pub fn dlq_message(m: Message) -> DlqMessage {
@@ -107,31 +86,24 @@ pub fn dlq_message(m: Message) -> DlqMessage {
     }
 }
 
-impl RedriveQueues for SqsRedriveQueues {
+/// [`RedriveQueues`] on real SQS: receives, deletes and visibility changes on the DLQ, copies
+/// to the main queue.
+impl RedriveQueues for SqsQueues {
     async fn receive(
         &self,
         max: i32,
         visibility: i32,
         wait_seconds: i32,
     ) -> Result<Vec<DlqMessage>, PortError> {
-        let out = self
-            .client
-            .receive_message()
-            .queue_url(&self.dlq_url)
-            .max_number_of_messages(max.clamp(1, MAX_BATCH as i32))
-            .visibility_timeout(visibility)
-            .wait_time_seconds(wait_seconds)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .map_err(PortError::from_sdk)?;
-        Ok(out
-            .messages
-            .unwrap_or_default()
-            .into_iter()
-            .map(dlq_message)
-            .collect())
+        let messages = resq::sqs::receive(
+            &self.client,
+            &self.dlq_url,
+            max,
+            Some(visibility),
+            wait_seconds,
+        )
+        .await?;
+        Ok(messages.into_iter().map(dlq_message).collect())
     }
 
     async fn send_batch(&self, copies: &[&RedriveCopy]) -> Result<Vec<Option<String>>, PortError> {

@@ -164,10 +164,7 @@ impl<S: ObjectStore> Archiver<S> {
             original_message: message,
             metadata,
         };
-        let body = serde_json::to_vec(&envelope).map_err(|e| StoreError {
-            code: None,
-            message: e.to_string(),
-        })?;
+        let body = serde_json::to_vec(&envelope).map_err(|e| StoreError::local(e.to_string()))?;
         let outcome = self.store.put_if_absent(&key, body).await?;
         Ok((key, outcome))
     }

@@ -81,10 +81,7 @@ pub async fn write(
             written_at: at.timestamp_millis().max(0) as u64,
             messages: chunk.to_vec(),
         };
-        let body = serde_json::to_vec(&list).map_err(|e| StoreError {
-            code: None,
-            message: e.to_string(),
-        })?;
+        let body = serde_json::to_vec(&list).map_err(|e| StoreError::local(e.to_string()))?;
         let key = keep_key(at, run, part);
         store.put_if_absent(&key, body).await?;
         keys.push(key);

@@ -2,8 +2,13 @@
 
 use std::fmt;
 
-/// Why a message was archived to S3 instead of being queued again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Why a message was archived to S3 instead of being queued again. Serialized as its code
+/// (`REDRIVE_CAP`, …), as in archive keys, envelopes and summaries; an unknown code does not
+/// deserialize.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum ArchiveReason {
     /// `x-redrive-count` reached `MAX_REDRIVE_ATTEMPTS`.
     RedriveCap,
@@ -45,6 +50,25 @@ impl ArchiveReason {
     /// Parses a code as written by [`ArchiveReason::code`].
     pub fn from_code(code: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|r| r.code() == code)
+    }
+}
+
+impl From<ArchiveReason> for &'static str {
+    fn from(r: ArchiveReason) -> Self {
+        r.code()
+    }
+}
+
+impl TryFrom<String> for ArchiveReason {
+    type Error = String;
+
+    fn try_from(code: String) -> Result<Self, Self::Error> {
+        Self::from_code(&code).ok_or_else(|| {
+            format!(
+                "\"{code}\" is not an archive reason; one of {}",
+                Self::ALL.map(Self::code).join(", ")
+            )
+        })
     }
 }
 
@@ -217,6 +241,12 @@ mod tests {
             assert_eq!(r.to_string(), r.code());
         }
         assert_eq!(ArchiveReason::from_code("NOPE"), None);
+        for r in ArchiveReason::ALL {
+            let json = serde_json::to_string(&r).unwrap();
+            assert_eq!(json, format!("\"{}\"", r.code()));
+            assert_eq!(serde_json::from_str::<ArchiveReason>(&json).unwrap(), r);
+        }
+        assert!(serde_json::from_str::<ArchiveReason>("\"NOPE\"").is_err());
         for c in ErrorCode::ALL {
             assert_eq!(ErrorCode::from_code(c.code()), Some(c));
             assert_eq!(c.to_string(), c.code());

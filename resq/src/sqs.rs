@@ -101,6 +101,58 @@ pub async fn send_batch(
     Ok(results)
 }
 
+/// The two queues of a resq stack on real SQS: the main queue and its DLQ. Each function
+/// implements its own port (the consumer's `QueuePort`, the redriver's `RedriveQueues`) on
+/// this one adapter; the calls themselves are the functions of this module.
+#[derive(Debug, Clone)]
+pub struct SqsQueues {
+    /// The SQS client.
+    pub client: aws_sdk_sqs::Client,
+    /// `MAIN_QUEUE_URL`.
+    pub main_queue_url: String,
+    /// `DLQ_URL`.
+    pub dlq_url: String,
+}
+
+impl SqsQueues {
+    /// The adapter for a main queue and its DLQ.
+    pub fn new(
+        client: aws_sdk_sqs::Client,
+        main_queue_url: impl Into<String>,
+        dlq_url: impl Into<String>,
+    ) -> Self {
+        Self {
+            client,
+            main_queue_url: main_queue_url.into(),
+            dlq_url: dlq_url.into(),
+        }
+    }
+}
+
+/// One `ReceiveMessage` call as Lambda's poller and the redriver make it: up to `max` (1–10)
+/// messages with every message and system attribute, hidden for `visibility` seconds (`None`:
+/// the queue's own visibility timeout), waiting up to `wait_seconds` for the first.
+pub async fn receive(
+    client: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    max: i32,
+    visibility: Option<i32>,
+    wait_seconds: i32,
+) -> Result<Vec<aws_sdk_sqs::types::Message>, AwsError> {
+    let out = client
+        .receive_message()
+        .queue_url(queue_url)
+        .max_number_of_messages(max.clamp(1, MAX_BATCH as i32))
+        .set_visibility_timeout(visibility)
+        .wait_time_seconds(wait_seconds)
+        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .map_err(AwsError::from_sdk)?;
+    Ok(out.messages.unwrap_or_default())
+}
+
 /// An AWS call that did not go through.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -197,7 +249,7 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
 /// Reads the kind off the chain: the SDK wraps both a credentials failure and a failed
 /// connection in a dispatch failure ([`ConnectorError`]); the connector error's kind, or the
 /// credentials error under it, tells them apart.
-fn kind_of(err: &(dyn std::error::Error + 'static), has_code: bool) -> AwsErrorKind {
+pub(crate) fn kind_of(err: &(dyn std::error::Error + 'static), has_code: bool) -> AwsErrorKind {
     let mut next = Some(err);
     while let Some(e) = next {
         if is_credentials_error(e) {

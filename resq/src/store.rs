@@ -16,16 +16,10 @@ pub enum PutOutcome {
     AlreadyExists,
 }
 
-/// A write that did not happen. Always worth retrying from resq's point of view: the
-/// caller reports the message failed rather than dropping it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct StoreError {
-    /// The service's error code when there was one (`NoSuchBucket`, `AccessDenied`, …).
-    pub code: Option<String>,
-    /// The full error chain, for logs and archive metadata.
-    pub message: String,
-}
+/// A read or write that did not happen: the one AWS error type of resq, its message naming the
+/// object. Always worth retrying from resq's point of view: the caller reports the message
+/// failed rather than dropping it.
+pub type StoreError = crate::sqs::AwsError;
 
 /// Writes objects that must never be overwritten (archive entries, order records, keep
 /// lists), and reads them back.
@@ -48,8 +42,10 @@ fn store_error<E>(err: &aws_sdk_s3::error::SdkError<E>, what: String) -> StoreEr
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
+    let code = err.code().map(str::to_owned);
     StoreError {
-        code: err.code().map(str::to_owned),
+        kind: crate::sqs::kind_of(err, code.is_some()),
+        code,
         message: format!("{what}: {}", error_chain(err)),
     }
 }
@@ -91,10 +87,7 @@ impl ObjectStore for S3Store {
                 .collect()
                 .await
                 .map(|b| Some(b.into_bytes().to_vec()))
-                .map_err(|e| StoreError {
-                    code: None,
-                    message: format!("s3://{}/{key}: {e}", self.bucket),
-                }),
+                .map_err(|e| StoreError::local(format!("s3://{}/{key}: {e}", self.bucket))),
             Err(err) if err.as_service_error().is_some_and(|e| e.is_no_such_key()) => Ok(None),
             Err(err) => Err(store_error(&err, format!("s3://{}/{key}", self.bucket))),
         }
@@ -145,6 +138,7 @@ impl ObjectStore for S3Store {
                     return Ok(PutOutcome::AlreadyExists);
                 }
                 Err(StoreError {
+                    kind: crate::sqs::kind_of(&err, err.code().is_some() || status.is_some()),
                     code: err
                         .code()
                         .map(str::to_owned)
@@ -196,20 +190,20 @@ impl MemoryStore {
 impl ObjectStore for MemoryStore {
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(StoreError {
-                code: Some("InternalError".into()),
-                message: format!("{key}: injected failure"),
-            });
+            return Err(StoreError::service(
+                "InternalError",
+                format!("{key}: injected failure"),
+            ));
         }
         Ok(self.objects().get(key).cloned())
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(StoreError {
-                code: Some("InternalError".into()),
-                message: format!("{prefix}: injected failure"),
-            });
+            return Err(StoreError::service(
+                "InternalError",
+                format!("{prefix}: injected failure"),
+            ));
         }
         Ok(self.keys(prefix))
     }
@@ -217,10 +211,10 @@ impl ObjectStore for MemoryStore {
     async fn put_if_absent(&self, key: &str, body: Vec<u8>) -> Result<PutOutcome, StoreError> {
         self.puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(StoreError {
-                code: Some("InternalError".into()),
-                message: format!("{key}: injected failure"),
-            });
+            return Err(StoreError::service(
+                "InternalError",
+                format!("{key}: injected failure"),
+            ));
         }
         let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
         if objects.contains_key(key) {

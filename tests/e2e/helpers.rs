@@ -161,11 +161,8 @@ pub fn sys_attr(m: &Message, name: aws_sdk_sqs::types::MessageSystemAttributeNam
 }
 
 /// The redriver as `main.rs` wires it, configured from the stack's environment plus `extra`.
-pub type StackRedriver = redriver::Redriver<
-    redriver::ports::SqsRedriveQueues,
-    S3Store,
-    redriver::ports::CloudWatchAlarms,
->;
+pub type StackRedriver =
+    redriver::Redriver<redriver::ports::SqsQueues, S3Store, redriver::ports::CloudWatchAlarms>;
 
 pub fn redriver_config(stack: &Stack, extra: &[(&str, &str)]) -> resq::config::RedriverConfig {
     let mut env = stack.env();
@@ -176,7 +173,7 @@ pub fn redriver_config(stack: &Stack, extra: &[(&str, &str)]) -> resq::config::R
 
 pub fn redriver(stack: &Stack, extra: &[(&str, &str)]) -> StackRedriver {
     let config = redriver_config(stack, extra);
-    let queues = redriver::ports::SqsRedriveQueues::new(
+    let queues = redriver::ports::SqsQueues::new(
         stack.sqs.clone(),
         &config.common.main_queue_url,
         &config.common.dlq_url,

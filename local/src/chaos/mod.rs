@@ -552,20 +552,25 @@ async fn schedule(
         match redriver.invoke(&event.to_string(), kill_after).await? {
             Outcome::Response(body) => {
                 typical = (typical * 3 + began.elapsed()) / 4;
-                let summary: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-                let redriven = summary["redriven"].as_u64().unwrap_or(0);
-                let archived: u64 = summary["archived"]
-                    .as_object()
-                    .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
-                    .unwrap_or(0);
+                let summary = match serde_json::from_str::<redriver::Summary>(&body) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // a response that is not a run's summary: counted as a function error
+                        state.function_errors.fetch_add(1, Ordering::Relaxed);
+                        state.last_run_moved.store(u64::MAX, Ordering::Relaxed);
+                        tracing::error!(body, error = %e, "redriver answered something that is not a summary");
+                        continue;
+                    }
+                };
+                let (redriven, archived) = (summary.redriven, summary.archived.values().sum());
                 state.redrive_runs.fetch_add(1, Ordering::Relaxed);
                 state.redriven.fetch_add(redriven, Ordering::Relaxed);
                 state
                     .archived_by_redriver
                     .fetch_add(archived, Ordering::Relaxed);
                 // a run that could not even receive has not shown the DLQ to be settled
-                let moved = if summary["stoppedBy"] == "receiveError"
-                    || summary["failed"].as_u64() != Some(0)
+                let moved = if summary.stopped_by == redriver::engine::StopReason::ReceiveError
+                    || summary.failed != 0
                 {
                     u64::MAX
                 } else {
