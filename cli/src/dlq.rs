@@ -93,6 +93,50 @@ pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, C
     Ok(asked - failed.len())
 }
 
+/// What `resq dlq peek` found: the messages shown, and what to tell the operator about the
+/// others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeekReport {
+    /// With `--kept`: how many kept messages were made visible first.
+    pub unhidden: Option<usize>,
+    /// The messages selected.
+    pub shown: Vec<Peeked>,
+    /// Without `--kept`: DLQ messages in flight after the peek (kept permanent failures, or
+    /// messages a run holds); 0 when unknown.
+    pub hidden: u64,
+}
+
+/// `resq dlq peek`: checks the DLQ answers before anything is changed; with `kept`, makes the
+/// kept permanent failures (of the filter's reason) visible first; then peeks; without
+/// `kept`, counts what stays hidden.
+pub async fn peek_report(
+    ctx: &Context,
+    filter: &Filter,
+    kept: bool,
+) -> Result<PeekReport, CliError> {
+    if kept {
+        ctx.archive_bucket()?;
+    }
+    // the DLQ answers (credentials, endpoint, permission) before anything is changed
+    reach(ctx).await?;
+    let unhidden = if kept {
+        Some(unhide_kept(ctx, filter.reason.as_deref()).await?)
+    } else {
+        None
+    };
+    let shown = peek(ctx, filter).await?;
+    let hidden = if kept {
+        0
+    } else {
+        reach(ctx).await.map_or(0, |(_, in_flight)| in_flight)
+    };
+    Ok(PeekReport {
+        unhidden,
+        shown,
+        hidden,
+    })
+}
+
 /// Checks that the DLQ answers (credentials, endpoint, permission), before a command reads
 /// it; returns its depth (visible, in flight).
 pub async fn reach(ctx: &Context) -> Result<(u64, u64), CliError> {
@@ -157,17 +201,87 @@ pub async fn ready_to_replay(ctx: &Context) -> Result<(), CliError> {
 
 /// Why a replay's result is a failure, if it is: messages not moved, or a DLQ that stopped
 /// answering. Nothing is lost either way: what was not moved stays in the DLQ.
-pub fn replay_failure(summary: &Summary) -> Option<String> {
+pub fn replay_failure(summary: &Summary) -> Option<CliError> {
     if summary.stopped_by == redriver::engine::StopReason::ReceiveError {
-        Some("receiving from the DLQ failed part-way (the error is logged above); what was not moved stays in the DLQ".into())
+        Some(CliError::Failed("receiving from the DLQ failed part-way (the error is logged above); what was not moved stays in the DLQ".into()))
     } else if summary.failed > 0 {
-        Some(format!(
+        Some(CliError::Failed(format!(
             "{} messages were not moved (a send or an archive write failed); they stay in the DLQ and a later replay retries them",
             summary.failed
-        ))
+        )))
     } else {
         None
     }
+}
+
+/// What an operator's redrive was asked to do (`resq dlq redrive`'s flags).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedriveOptions {
+    /// Classify and report; change nothing.
+    pub dry_run: bool,
+    /// Only this `x-failure-reason`.
+    pub failure_reason: Option<String>,
+    /// Only messages at least this old.
+    pub older_than: Option<Duration>,
+    /// Handle at most this many messages.
+    pub max_messages: u32,
+    /// Token-bucket rate.
+    pub rate_per_second: f64,
+    /// The redrive cap (`MAX_REDRIVE_ATTEMPTS`).
+    pub max_redrive_attempts: u32,
+    /// The TTL (`ARCHIVE_AFTER_SECONDS`).
+    pub archive_after: Duration,
+    /// What to do with permanent failures.
+    pub permanent_action: PermanentAction,
+}
+
+impl RedriveOptions {
+    /// The redriver's run request for these options.
+    pub fn run_request(&self) -> RunRequest {
+        RunRequest {
+            dry_run: self.dry_run,
+            max_messages: self.max_messages,
+            rate_per_second: self.rate_per_second,
+            reason: self.failure_reason.clone(),
+            older_than: self.older_than,
+        }
+    }
+}
+
+/// The permanent action an operator asked for: `--permanent-action`, or `archive` when the
+/// old `--archive-permanent` switch is given.
+pub fn permanent_action(chosen: PermanentAction, archive_permanent: bool) -> PermanentAction {
+    if archive_permanent {
+        PermanentAction::Archive
+    } else {
+        chosen
+    }
+}
+
+/// Parses `keep` or `archive` (any case), as the redriver reads `PERMANENT_ACTION`.
+// TODO: use `resq::config::PermanentAction`'s `FromStr` once it has one.
+pub fn parse_permanent_action(s: &str) -> Result<PermanentAction, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "keep" => Ok(PermanentAction::Keep),
+        "archive" => Ok(PermanentAction::Archive),
+        _ => Err(format!(
+            "\"{s}\" is not a permanent action: keep or archive"
+        )),
+    }
+}
+
+/// `resq dlq redrive`: checks what the redrive needs, then runs it. A run that could not
+/// move everything still returns its summary; [`redrive_failure`] says whether it failed.
+pub async fn run_redrive(ctx: &Context, options: &RedriveOptions) -> Result<Summary, CliError> {
+    ready_to_replay(ctx).await?;
+    Ok(replay(
+        ctx,
+        options.run_request(),
+        options.max_redrive_attempts,
+        options.archive_after,
+        options.permanent_action,
+    )
+    .await)
 }
 
 /// Replays the DLQ through the redriver engine (same rules, rate limit and summary as the
@@ -207,4 +321,58 @@ pub async fn replay(
     redriver
         .run(&request, Instant::now() + Duration::from_secs(3600))
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redrive_options_make_the_run_request() {
+        let options = RedriveOptions {
+            dry_run: true,
+            failure_reason: Some("VALIDATION_FAILED".into()),
+            older_than: Some(Duration::from_secs(600)),
+            max_messages: 50,
+            rate_per_second: 2.5,
+            max_redrive_attempts: 3,
+            archive_after: Duration::from_secs(86_400),
+            permanent_action: PermanentAction::Keep,
+        };
+        assert_eq!(
+            options.run_request(),
+            RunRequest {
+                dry_run: true,
+                max_messages: 50,
+                rate_per_second: 2.5,
+                reason: Some("VALIDATION_FAILED".into()),
+                older_than: Some(Duration::from_secs(600)),
+            }
+        );
+    }
+
+    #[test]
+    fn the_permanent_action_from_the_flags() {
+        assert_eq!(parse_permanent_action("keep"), Ok(PermanentAction::Keep));
+        assert_eq!(
+            parse_permanent_action(" Archive "),
+            Ok(PermanentAction::Archive)
+        );
+        assert_eq!(
+            parse_permanent_action("delete").unwrap_err(),
+            "\"delete\" is not a permanent action: keep or archive"
+        );
+        assert_eq!(
+            permanent_action(PermanentAction::Keep, false),
+            PermanentAction::Keep
+        );
+        assert_eq!(
+            permanent_action(PermanentAction::Keep, true),
+            PermanentAction::Archive
+        );
+        assert_eq!(
+            permanent_action(PermanentAction::Archive, false),
+            PermanentAction::Archive
+        );
+    }
 }

@@ -9,6 +9,7 @@ pub mod context;
 pub mod dlq;
 pub mod errors;
 pub mod orders;
+pub mod render;
 pub mod status;
 
 /// The tools' own logs (and the in-process functions' warnings) on stderr, at ERROR unless

@@ -1,13 +1,13 @@
-//! `resq`: the operator tool. Wiring only: parse, build the context, run, print.
+//! `resq`: the operator tool. Wiring only: parse, build the context, run the command, hand
+//! its result to [`resq_cli::render`], map errors to exit codes.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use resq::config::PermanentAction;
 use resq_cli::context::{Context, Endpoint};
-use resq_cli::{CliError, archive, dlq, orders, status};
+use resq_cli::{CliError, archive, dlq, orders, render, status};
 
 /// Keep SQS order pipelines flowing: inspect and operate a resq stack (AWS or a local emulator).
 #[derive(Parser, Debug)]
@@ -190,13 +190,7 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("resq: {e}");
-            if let Some(problem) = resq_cli::errors::classify(&e) {
-                eprintln!(
-                    "resq: {}",
-                    resq_cli::errors::hint(&problem, endpoint_url.as_deref())
-                );
-            }
+            eprint!("{}", render::error(&e, endpoint_url.as_deref()));
             ExitCode::from(e.exit_code())
         }
     }
@@ -213,60 +207,25 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Send(args) => {
             let queue_url = ctx.main_queue()?;
             // clap requires one of --file and --count
-            let batch = match &args.file {
-                Some(path) => orders::from_file(path)?,
-                None => orders::generate(
-                    &args.prefix,
-                    args.count.unwrap_or_default() as usize,
-                    args.malformed_pct,
-                    args.invalid_pct,
-                    &mut rand::rng(),
-                ),
+            let source = match args.file {
+                Some(path) => orders::Source::File(path),
+                None => orders::Source::Generated {
+                    prefix: args.prefix,
+                    count: args.count.unwrap_or_default() as usize,
+                    malformed_pct: args.malformed_pct,
+                    invalid_pct: args.invalid_pct,
+                },
             };
+            let batch = source.load(&mut rand::rng())?;
             let report = status::send(&ctx, &batch, |_| Default::default()).await?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({"sent": report.sent, "failed": report.failed})
-                );
-            } else {
-                println!(
-                    "sent {} of {} orders to {queue_url}",
-                    report.sent,
-                    batch.len(),
-                );
-                for (id, why) in &report.failed {
-                    println!("  not sent: {id}: {why}");
-                }
-            }
-            if !report.failed.is_empty() {
-                return Err(CliError::Failed(format!(
-                    "{} of {} orders were not accepted (listed above)",
-                    report.failed.len(),
-                    batch.len()
-                )));
+            print!("{}", render::send(&report, batch.len(), queue_url, json));
+            if let Some(e) = report.failure(batch.len()) {
+                return Err(e);
             }
         }
         Command::Status { alarm_prefix } => {
             let s = status::status(&ctx, &alarm_prefix).await?;
-            if json {
-                let queues: Vec<_> = s
-                    .queues
-                    .iter()
-                    .map(|q| serde_json::json!({"queue": q.label, "url": q.url, "waiting": q.visible, "inFlight": q.in_flight, "oldestAgeSeconds": q.oldest_age_seconds}))
-                    .collect();
-                let alarms: Vec<_> = s
-                    .alarms
-                    .iter()
-                    .map(|(n, st)| serde_json::json!({"name": n, "state": st}))
-                    .collect();
-                println!(
-                    "{}",
-                    serde_json::json!({"queues": queues, "alarms": alarms})
-                );
-            } else {
-                print!("{s}");
-            }
+            print!("{}", render::status(&s, json));
         }
         Command::Dlq(DlqCommand::Peek {
             reason,
@@ -274,48 +233,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             limit,
             kept,
         }) => {
-            if kept {
-                ctx.archive_bucket()?;
-            }
-            // the DLQ answers (credentials, endpoint, permission) before anything is changed
-            dlq::reach(&ctx).await?;
-            if kept {
-                let n = dlq::unhide_kept(&ctx, reason.as_deref()).await?;
-                eprintln!(
-                    "{n} kept messages made visible (the next scheduled run keeps and hides them again)"
-                );
-            }
             let filter = dlq::Filter {
                 reason,
                 older_than: older_than.map(Duration::from_secs),
                 limit,
             };
-            let shown = dlq::peek(&ctx, &filter).await?;
-            if !kept
-                && let Ok((_, hidden)) = dlq::reach(&ctx).await
-                && hidden > 0
-            {
-                eprintln!(
-                    "{hidden} more DLQ messages are hidden: permanent failures the redriver keeps until their TTL (--kept shows them), or messages a run holds"
-                );
-            }
-            if json {
-                println!("{}", serde_json::to_string(&shown).unwrap_or_default());
-            } else if shown.is_empty() {
-                println!("no DLQ messages match");
-            } else {
-                for p in shown {
-                    println!(
-                        "{}  reason={} class={} redrives={} age={}s\n  {}",
-                        p.message_id,
-                        p.reason.as_deref().unwrap_or("-"),
-                        p.failure_class.as_deref().unwrap_or("-"),
-                        p.redrive_count.as_deref().unwrap_or("0"),
-                        p.age_seconds.map_or("?".into(), |a| a.to_string()),
-                        p.body
-                    );
-                }
-            }
+            let report = dlq::peek_report(&ctx, &filter, kept).await?;
+            eprint!("{}", render::peek_notes(&report));
+            print!("{}", render::peek(&report.shown, json));
         }
         Command::Dlq(DlqCommand::Replay {
             dry_run,
@@ -327,60 +252,39 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             archive_after,
             archive_permanent,
         }) => {
-            let request = redriver::request::RunRequest {
+            let options = dlq::RedriveOptions {
                 dry_run,
+                failure_reason: reason,
+                older_than: older_than.map(Duration::from_secs),
                 max_messages: max,
                 rate_per_second: rate,
-                reason,
-                older_than: older_than.map(Duration::from_secs),
+                max_redrive_attempts: cap,
+                archive_after: Duration::from_secs(archive_after),
+                permanent_action: dlq::permanent_action(
+                    resq::config::PermanentAction::Keep,
+                    archive_permanent,
+                ),
             };
-            dlq::ready_to_replay(&ctx).await?;
-            let action = if archive_permanent {
-                PermanentAction::Archive
-            } else {
-                PermanentAction::Keep
-            };
-            let summary = dlq::replay(
-                &ctx,
-                request,
-                cap,
-                Duration::from_secs(archive_after),
-                action,
-            )
-            .await;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&summary).unwrap_or_default()
-            );
-            if let Some(why) = dlq::replay_failure(&summary) {
-                return Err(CliError::Failed(why));
+            let summary = dlq::run_redrive(&ctx, &options).await?;
+            print!("{}", render::redrive(&summary));
+            if let Some(e) = dlq::replay_failure(&summary) {
+                return Err(e);
             }
-            if dry_run && !json {
-                eprintln!("dry run: nothing was changed; run again without --dry-run to replay");
-            }
+            eprint!("{}", render::redrive_notes(&summary, json));
         }
         Command::Archive(ArchiveCommand::Ls { reason, date }) => {
             let keys = archive::list(&ctx, reason.as_deref(), date.as_deref()).await?;
-            if json {
-                println!("{}", serde_json::to_string(&keys).unwrap_or_default());
-            } else {
-                keys.iter().for_each(|k| println!("{k}"));
-                eprintln!("{} entries", keys.len());
-            }
+            print!("{}", render::archive_keys(&keys, json));
+            eprint!("{}", render::archive_keys_notes(&keys, json));
         }
         Command::Archive(ArchiveCommand::Show { key }) => {
             let envelope = archive::show(&ctx, &key).await?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&envelope).unwrap_or_default()
-            );
+            print!("{}", render::archive_entry(&envelope));
         }
         Command::Archive(ArchiveCommand::Restore { keys, dry_run }) => {
             for key in keys {
-                match archive::restore(&ctx, &key, dry_run).await? {
-                    Some(id) => println!("restored {key} as message {id}"),
-                    None => println!("would restore {key}"),
-                }
+                let id = archive::restore(&ctx, &key, dry_run).await?;
+                print!("{}", render::restored(&key, id.as_deref(), json));
             }
         }
     }

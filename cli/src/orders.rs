@@ -27,6 +27,39 @@ pub struct Outgoing {
     pub kind: Kind,
 }
 
+/// Where `resq send` takes its orders from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// A file: a JSON array, or one document per line (see [`from_file`]).
+    File(std::path::PathBuf),
+    /// Generated (see [`generate`]).
+    Generated {
+        /// Prefix of the order ids.
+        prefix: String,
+        /// How many.
+        count: usize,
+        /// Percentage not JSON.
+        malformed_pct: f64,
+        /// Percentage invalid.
+        invalid_pct: f64,
+    },
+}
+
+impl Source {
+    /// The orders: read from the file, or generated with `rng`.
+    pub fn load(&self, rng: &mut impl Rng) -> Result<Vec<Outgoing>, CliError> {
+        match self {
+            Self::File(path) => from_file(path),
+            Self::Generated {
+                prefix,
+                count,
+                malformed_pct,
+                invalid_pct,
+            } => Ok(generate(prefix, *count, *malformed_pct, *invalid_pct, rng)),
+        }
+    }
+}
+
 /// Reads orders from a file: a JSON array of orders, or one JSON document per line. Lines
 /// that are not JSON are sent as they are (to exercise the DLQ on purpose).
 pub fn from_file(path: &std::path::Path) -> Result<Vec<Outgoing>, CliError> {

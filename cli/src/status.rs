@@ -18,6 +18,18 @@ pub struct SendReport {
     pub failed: Vec<(String, String)>,
 }
 
+impl SendReport {
+    /// The error a send of `total` orders ends with when some were not accepted.
+    pub fn failure(&self, total: usize) -> Option<CliError> {
+        (!self.failed.is_empty()).then(|| {
+            CliError::Failed(format!(
+                "{} of {total} orders were not accepted (listed above)",
+                self.failed.len()
+            ))
+        })
+    }
+}
+
 /// Sends orders to the orders queue, 10 per call, each with the attributes `attrs(order)`.
 pub async fn send(
     ctx: &Context,
@@ -162,33 +174,4 @@ pub async fn status(ctx: &Context, alarm_prefix: &str) -> Result<Status, CliErro
         })
         .collect();
     Ok(Status { queues, alarms })
-}
-
-impl std::fmt::Display for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(
-            f,
-            "{:<8} {:>9} {:>10} {:>12}  url",
-            "queue", "waiting", "in flight", "oldest (s)"
-        )?;
-        for q in &self.queues {
-            let age = q
-                .oldest_age_seconds
-                .map_or("-".to_owned(), |a| format!("{a:.0}"));
-            writeln!(
-                f,
-                "{:<8} {:>9} {:>10} {:>12}  {}",
-                q.label, q.visible, q.in_flight, age, q.url
-            )?;
-        }
-        if self.alarms.is_empty() {
-            writeln!(f, "\nno alarms with that prefix")?;
-        } else {
-            writeln!(f, "\n{:<48} state", "alarm")?;
-            for (name, state) in &self.alarms {
-                writeln!(f, "{name:<48} {state}")?;
-            }
-        }
-        Ok(())
-    }
 }

@@ -126,7 +126,7 @@ async fn status_shows_depths_and_alarm_states() {
         s.alarms,
         vec![("resq-dlq-depth".to_owned(), "ALARM".to_owned())]
     );
-    let table = s.to_string();
+    let table = resq_cli::render::status(&s, false);
     assert!(
         table.contains("resq-dlq-depth") && table.contains("ALARM"),
         "{table}"
