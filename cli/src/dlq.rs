@@ -203,12 +203,11 @@ pub async fn ready_to_replay(ctx: &Context) -> Result<(), CliError> {
 /// answering. Nothing is lost either way: what was not moved stays in the DLQ.
 pub fn replay_failure(summary: &Summary) -> Option<CliError> {
     if summary.stopped_by == redriver::engine::StopReason::ReceiveError {
-        Some(CliError::Failed("receiving from the DLQ failed part-way (the error is logged above); what was not moved stays in the DLQ".into()))
+        Some(CliError::ReceiveStopped)
     } else if summary.failed > 0 {
-        Some(CliError::Failed(format!(
-            "{} messages were not moved (a send or an archive write failed); they stay in the DLQ and a later replay retries them",
-            summary.failed
-        )))
+        Some(CliError::NotMoved {
+            count: summary.failed,
+        })
     } else {
         None
     }
@@ -349,6 +348,29 @@ mod tests {
                 older_than: Some(Duration::from_secs(600)),
             }
         );
+    }
+
+    fn summary(failed: u64, stopped_by: &str) -> Summary {
+        serde_json::from_value(serde_json::json!({
+            "dryRun": false, "paused": false, "received": 4, "redriven": 4 - failed,
+            "archived": {}, "skipped": 0, "kept": 0, "unhidden": 0, "failed": failed,
+            "returned": 0, "deleteFailed": 0, "elapsedMs": 10, "ratePerSecond": 10.0,
+            "stoppedBy": stopped_by
+        }))
+        .expect("a summary")
+    }
+
+    #[test]
+    fn a_redrive_fails_when_it_could_not_move_everything() {
+        assert!(replay_failure(&summary(0, "empty")).is_none());
+        assert!(matches!(
+            replay_failure(&summary(3, "maxMessages")),
+            Some(CliError::NotMoved { count: 3 })
+        ));
+        assert!(matches!(
+            replay_failure(&summary(0, "receiveError")),
+            Some(CliError::ReceiveStopped)
+        ));
     }
 
     #[test]

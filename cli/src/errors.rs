@@ -331,7 +331,12 @@ mod tests {
             )),
             None
         );
-        assert_eq!(classify(&CliError::Usage("x".into())), None);
-        assert_eq!(classify(&CliError::Failed("x".into())), None);
+        assert_eq!(
+            classify(&CliError::NoOrders {
+                path: "orders.json".into()
+            }),
+            None
+        );
+        assert_eq!(classify(&CliError::NotMoved { count: 1 }), None);
     }
 }

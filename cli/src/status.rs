@@ -21,11 +21,9 @@ pub struct SendReport {
 impl SendReport {
     /// The error a send of `total` orders ends with when some were not accepted.
     pub fn failure(&self, total: usize) -> Option<CliError> {
-        (!self.failed.is_empty()).then(|| {
-            CliError::Failed(format!(
-                "{} of {total} orders were not accepted (listed above)",
-                self.failed.len()
-            ))
+        (!self.failed.is_empty()).then_some(CliError::NotAccepted {
+            failed: self.failed.len(),
+            total,
         })
     }
 }
@@ -58,7 +56,10 @@ pub async fn send_to(
                     .message_body(&o.body)
                     .set_message_attributes(Some(attrs(o)).filter(|a| !a.is_empty()))
                     .build()
-                    .map_err(|e| CliError::Failed(e.to_string()))
+                    .map_err(|e| CliError::Request {
+                        what: "a send batch entry",
+                        message: e.to_string(),
+                    })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let out = ctx
