@@ -1,4 +1,4 @@
-//! `resq dlq peek` and `resq dlq replay`.
+//! `resq dlq peek` and `resq dlq redrive`.
 
 use std::time::{Duration, Instant};
 
@@ -61,9 +61,9 @@ fn peeked(m: &DlqMessage, now_ms: u64) -> Peeked {
 }
 
 /// Makes the permanent failures the redriver kept and hid (until their TTL) visible again, so
-/// that a peek or a replay reaches them now; with `reason`, only those of that
+/// that a peek or a redrive reaches them now; with `reason`, only those of that
 /// `x-failure-reason`. Returns how many were made visible. The next scheduled run keeps and
-/// hides them again unless something replays them first.
+/// hides them again unless something redrives them first.
 pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, CliError> {
     let (dlq_url, bucket) = (ctx.dlq()?, ctx.archive_bucket()?);
     let store = resq::store::S3Store::new(ctx.s3.clone(), bucket);
@@ -89,7 +89,7 @@ pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, C
     let asked = changes.len();
     let queues = SqsRedriveQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, dlq_url);
     let failed = queues.change_visibility(changes).await;
-    // a handle that no longer works belongs to a message already visible, replayed or archived
+    // a handle that no longer works belongs to a message already visible, redriven or archived
     Ok(asked - failed.len())
 }
 
@@ -191,17 +191,17 @@ pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliErro
     Ok(shown)
 }
 
-/// Checks what a replay needs before it starts: the orders queue (replays go there), the DLQ
+/// Checks what a redrive needs before it starts: the main queue (replays go there), the DLQ
 /// (answering: credentials, endpoint, permission) and the bucket (archives, the keep list).
-pub async fn ready_to_replay(ctx: &Context) -> Result<(), CliError> {
+pub async fn ready_to_redrive(ctx: &Context) -> Result<(), CliError> {
     ctx.main_queue()?;
     ctx.archive_bucket()?;
     reach(ctx).await.map(|_| ())
 }
 
-/// Why a replay's result is a failure, if it is: messages not moved, or a DLQ that stopped
+/// Why a redrive's result is a failure, if it is: messages not moved, or a DLQ that stopped
 /// answering. Nothing is lost either way: what was not moved stays in the DLQ.
-pub fn replay_failure(summary: &Summary) -> Option<CliError> {
+pub fn redrive_failure(summary: &Summary) -> Option<CliError> {
     if summary.stopped_by == redriver::engine::StopReason::ReceiveError {
         Some(CliError::ReceiveStopped)
     } else if summary.failed > 0 {
@@ -272,8 +272,8 @@ pub fn parse_permanent_action(s: &str) -> Result<PermanentAction, String> {
 /// `resq dlq redrive`: checks what the redrive needs, then runs it. A run that could not
 /// move everything still returns its summary; [`redrive_failure`] says whether it failed.
 pub async fn run_redrive(ctx: &Context, options: &RedriveOptions) -> Result<Summary, CliError> {
-    ready_to_replay(ctx).await?;
-    Ok(replay(
+    ready_to_redrive(ctx).await?;
+    Ok(redrive(
         ctx,
         options.run_request(),
         options.max_redrive_attempts,
@@ -283,10 +283,10 @@ pub async fn run_redrive(ctx: &Context, options: &RedriveOptions) -> Result<Summ
     .await)
 }
 
-/// Replays the DLQ through the redriver engine (same rules, rate limit and summary as the
-/// scheduled function). The context must name the orders queue, the DLQ and the bucket
-/// ([`ready_to_replay`] checks them).
-pub async fn replay(
+/// Redrives the DLQ through the redriver engine (same rules, rate limit and summary as the
+/// scheduled function). The context must name the main queue, the DLQ and the bucket
+/// ([`ready_to_redrive`] checks them).
+pub async fn redrive(
     ctx: &Context,
     request: RunRequest,
     cap: u32,
@@ -362,13 +362,13 @@ mod tests {
 
     #[test]
     fn a_redrive_fails_when_it_could_not_move_everything() {
-        assert!(replay_failure(&summary(0, "empty")).is_none());
+        assert!(redrive_failure(&summary(0, "empty")).is_none());
         assert!(matches!(
-            replay_failure(&summary(3, "maxMessages")),
+            redrive_failure(&summary(3, "maxMessages")),
             Some(CliError::NotMoved { count: 3 })
         ));
         assert!(matches!(
-            replay_failure(&summary(0, "receiveError")),
+            redrive_failure(&summary(0, "receiveError")),
             Some(CliError::ReceiveStopped)
         ));
     }

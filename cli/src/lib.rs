@@ -1,4 +1,4 @@
-//! resq's operator tool: send orders, show queue and alarm state, peek and replay the DLQ,
+//! resq's operator tool: send orders, show queue and alarm state, peek and redrive the DLQ,
 //! list, show and restore the archive. Works against AWS, or a local emulator through
 //! `--endpoint-url`; the local pipeline itself lives in the `local` crate (`resq-local`).
 #![deny(clippy::all)]

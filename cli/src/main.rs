@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
+use resq::config::PermanentAction;
 use resq_cli::context::{Context, Endpoint};
 use resq_cli::{CliError, archive, dlq, orders, render, status};
 
@@ -19,15 +20,25 @@ struct Cli {
     /// AWS region.
     #[arg(long, global = true, env = "AWS_REGION")]
     region: Option<String>,
-    /// The orders queue URL (stack output OrdersQueueUrl).
-    #[arg(long, global = true, env = "MAIN_QUEUE_URL")]
-    queue_url: Option<String>,
+    /// The main queue URL (stack output OrdersQueueUrl).
+    #[arg(
+        long = "main-queue-url",
+        alias = "queue-url",
+        global = true,
+        env = "MAIN_QUEUE_URL"
+    )]
+    main_queue_url: Option<String>,
     /// The DLQ URL (stack output DeadLetterQueueUrl).
     #[arg(long, global = true, env = "DLQ_URL")]
     dlq_url: Option<String>,
     /// The archive bucket (stack output ArchiveBucketName).
-    #[arg(long, global = true, env = "ARCHIVE_BUCKET")]
-    bucket: Option<String>,
+    #[arg(
+        long = "archive-bucket",
+        alias = "bucket",
+        global = true,
+        env = "ARCHIVE_BUCKET"
+    )]
+    archive_bucket: Option<String>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -37,7 +48,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Send orders to the orders queue, from a file or generated.
+    /// Send orders to the main queue, from a file or generated.
     Send(SendArgs),
     /// Queue depths, oldest message ages and alarm states.
     Status {
@@ -45,10 +56,10 @@ enum Command {
         #[arg(long, default_value = "resq-")]
         alarm_prefix: String,
     },
-    /// Inspect and replay the dead-letter queue.
+    /// Inspect and redrive the dead-letter queue.
     #[command(subcommand)]
     Dlq(DlqCommand),
-    /// List, show and restore archived messages.
+    /// List, show and restore archive entries.
     #[command(subcommand)]
     Archive(ArchiveCommand),
 }
@@ -77,56 +88,67 @@ struct SendArgs {
 enum DlqCommand {
     /// Show DLQ messages without removing them.
     Peek {
-        /// Only this x-failure-reason (MALFORMED_JSON, VALIDATION_FAILED, …).
-        #[arg(long)]
-        reason: Option<String>,
+        /// Only this failure reason (x-failure-reason: MALFORMED_JSON, VALIDATION_FAILED, …).
+        #[arg(long = "failure-reason", alias = "reason")]
+        failure_reason: Option<String>,
         /// Only messages at least this many seconds old.
-        #[arg(long)]
-        older_than: Option<u64>,
+        #[arg(long = "older-than-seconds", alias = "older-than")]
+        older_than_seconds: Option<u64>,
         /// At most this many.
         #[arg(long, default_value_t = 20)]
         limit: usize,
-        /// Include the permanent failures the redriver keeps hidden until their TTL: makes
-        /// them visible first (with --reason, those of that reason only).
+        /// Include the kept messages (permanent failures the redriver hides until their TTL):
+        /// makes them visible first (with --failure-reason, those of that reason only).
         #[arg(long)]
         kept: bool,
     },
-    /// Replay DLQ messages into the orders queue through the redriver's rules.
-    Replay {
-        /// Classify and report; change nothing. Run this first.
-        #[arg(long)]
-        dry_run: bool,
-        /// Only this x-failure-reason (replays permanent failures of that reason after a fix).
-        #[arg(long)]
-        reason: Option<String>,
-        /// Only messages at least this many seconds old.
-        #[arg(long)]
-        older_than: Option<u64>,
-        /// Handle at most this many messages.
-        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
-        max: u32,
-        /// Replays per second.
-        #[arg(long, default_value_t = 10.0, value_parser = rate)]
-        rate: f64,
-        /// The redrive cap (MAX_REDRIVE_ATTEMPTS).
-        #[arg(long, env = "MAX_REDRIVE_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
-        cap: u32,
-        /// The TTL (ARCHIVE_AFTER_SECONDS), as the stack's redriver has it.
-        #[arg(long, env = "ARCHIVE_AFTER_SECONDS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(60..=resq::config::MAX_ARCHIVE_AFTER_SECONDS))]
-        archive_after: u64,
-        /// Archive permanent failures instead of keeping them.
-        #[arg(long)]
-        archive_permanent: bool,
-    },
+    /// Redrive DLQ messages into the main queue through the redriver's rules.
+    #[command(alias = "replay")]
+    Redrive(RedriveArgs),
+}
+
+#[derive(Args, Debug)]
+struct RedriveArgs {
+    /// Classify and report; change nothing. Run this first.
+    #[arg(long)]
+    dry_run: bool,
+    /// Only this failure reason (redrives the permanent failures of that reason after a fix).
+    #[arg(long = "failure-reason", alias = "reason")]
+    failure_reason: Option<String>,
+    /// Only messages at least this many seconds old.
+    #[arg(long = "older-than-seconds", alias = "older-than")]
+    older_than_seconds: Option<u64>,
+    /// Handle at most this many messages.
+    #[arg(long = "max-messages", alias = "max", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    max_messages: u32,
+    /// Redriven messages per second.
+    #[arg(long = "rate-per-second", alias = "rate", default_value_t = 10.0, value_parser = rate)]
+    rate_per_second: f64,
+    /// The redrive cap (MAX_REDRIVE_ATTEMPTS).
+    #[arg(long = "max-redrive-attempts", alias = "cap", env = "MAX_REDRIVE_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    max_redrive_attempts: u32,
+    /// The TTL (ARCHIVE_AFTER_SECONDS), as the stack's redriver has it.
+    #[arg(long = "archive-after-seconds", alias = "archive-after", env = "ARCHIVE_AFTER_SECONDS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(60..=resq::config::MAX_ARCHIVE_AFTER_SECONDS))]
+    archive_after_seconds: u64,
+    /// What to do with permanent failures: keep them in the DLQ, or archive them.
+    #[arg(long = "permanent-action", value_name = "keep|archive", default_value = "keep", value_parser = dlq::parse_permanent_action)]
+    permanent_action: PermanentAction,
+    /// The old spelling of --permanent-action archive.
+    #[arg(
+        long = "archive-permanent",
+        hide = true,
+        conflicts_with = "permanent_action"
+    )]
+    archive_permanent: bool,
 }
 
 #[derive(Subcommand, Debug)]
 enum ArchiveCommand {
     /// List archive keys.
     Ls {
-        /// Only this reason (REDRIVE_CAP, TTL_EXPIRED, …).
-        #[arg(long, value_parser = archive_reason)]
-        reason: Option<String>,
+        /// Only this archive reason (REDRIVE_CAP, TTL_EXPIRED, …).
+        #[arg(long = "archive-reason", alias = "reason", value_parser = archive_reason)]
+        archive_reason: Option<String>,
         /// Only this day (YYYY-MM-DD).
         #[arg(long, value_parser = day)]
         date: Option<String>,
@@ -136,7 +158,7 @@ enum ArchiveCommand {
         /// Its key.
         key: String,
     },
-    /// Send archived messages back to the orders queue (redrive count reset).
+    /// Send archived messages back to the main queue (redrive count reset).
     Restore {
         /// Their keys.
         #[arg(required = true)]
@@ -201,7 +223,13 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         endpoint_url: cli.endpoint_url.clone(),
         region: cli.region.clone(),
     };
-    let ctx = Context::new(&endpoint, cli.queue_url, cli.dlq_url, cli.bucket).await?;
+    let ctx = Context::new(
+        &endpoint,
+        cli.main_queue_url,
+        cli.dlq_url,
+        cli.archive_bucket,
+    )
+    .await?;
     let json = cli.json;
     match cli.command {
         Command::Send(args) => {
@@ -228,52 +256,46 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             print!("{}", render::status(&s, json));
         }
         Command::Dlq(DlqCommand::Peek {
-            reason,
-            older_than,
+            failure_reason,
+            older_than_seconds,
             limit,
             kept,
         }) => {
             let filter = dlq::Filter {
-                reason,
-                older_than: older_than.map(Duration::from_secs),
+                reason: failure_reason,
+                older_than: older_than_seconds.map(Duration::from_secs),
                 limit,
             };
             let report = dlq::peek_report(&ctx, &filter, kept).await?;
             eprint!("{}", render::peek_notes(&report));
             print!("{}", render::peek(&report.shown, json));
         }
-        Command::Dlq(DlqCommand::Replay {
-            dry_run,
-            reason,
-            older_than,
-            max,
-            rate,
-            cap,
-            archive_after,
-            archive_permanent,
-        }) => {
+        Command::Dlq(DlqCommand::Redrive(args)) => {
             let options = dlq::RedriveOptions {
-                dry_run,
-                failure_reason: reason,
-                older_than: older_than.map(Duration::from_secs),
-                max_messages: max,
-                rate_per_second: rate,
-                max_redrive_attempts: cap,
-                archive_after: Duration::from_secs(archive_after),
+                dry_run: args.dry_run,
+                failure_reason: args.failure_reason,
+                older_than: args.older_than_seconds.map(Duration::from_secs),
+                max_messages: args.max_messages,
+                rate_per_second: args.rate_per_second,
+                max_redrive_attempts: args.max_redrive_attempts,
+                archive_after: Duration::from_secs(args.archive_after_seconds),
                 permanent_action: dlq::permanent_action(
-                    resq::config::PermanentAction::Keep,
-                    archive_permanent,
+                    args.permanent_action,
+                    args.archive_permanent,
                 ),
             };
             let summary = dlq::run_redrive(&ctx, &options).await?;
             print!("{}", render::redrive(&summary));
-            if let Some(e) = dlq::replay_failure(&summary) {
+            if let Some(e) = dlq::redrive_failure(&summary) {
                 return Err(e);
             }
             eprint!("{}", render::redrive_notes(&summary, json));
         }
-        Command::Archive(ArchiveCommand::Ls { reason, date }) => {
-            let keys = archive::list(&ctx, reason.as_deref(), date.as_deref()).await?;
+        Command::Archive(ArchiveCommand::Ls {
+            archive_reason,
+            date,
+        }) => {
+            let keys = archive::list(&ctx, archive_reason.as_deref(), date.as_deref()).await?;
             print!("{}", render::archive_keys(&keys, json));
             eprint!("{}", render::archive_keys_notes(&keys, json));
         }

@@ -28,7 +28,7 @@ impl SendReport {
     }
 }
 
-/// Sends orders to the orders queue, 10 per call, each with the attributes `attrs(order)`.
+/// Sends orders to the main queue, 10 per call, each with the attributes `attrs(order)`.
 pub async fn send(
     ctx: &Context,
     orders: &[Outgoing],
@@ -101,7 +101,7 @@ pub struct QueueState {
 /// Queues and alarms.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Status {
-    /// The orders queue and the DLQ.
+    /// The main queue (labelled `orders`) and the DLQ.
     pub queues: Vec<QueueState>,
     /// Alarms whose name starts with the prefix, with their state.
     pub alarms: Vec<(String, String)>,
