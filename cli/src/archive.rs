@@ -104,12 +104,16 @@ pub async fn show(ctx: &Context, key: &str) -> Result<ArchiveEnvelope, CliError>
         .body
         .collect()
         .await
-        .map_err(|e| CliError::Failed(format!("reading s3://{bucket}/{key}: {e}")))?
+        .map_err(|e| CliError::Download {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            message: e.to_string(),
+        })?
         .into_bytes();
-    serde_json::from_slice(&bytes).map_err(|e| {
-        CliError::Failed(format!(
-            "s3://{bucket}/{key} is not an archive entry ({e}): `resq archive ls` lists the entries"
-        ))
+    serde_json::from_slice(&bytes).map_err(|e| CliError::NotAnArchiveEntry {
+        bucket: bucket.to_owned(),
+        key: key.to_owned(),
+        reason: e.to_string(),
     })
 }
 

@@ -13,7 +13,7 @@ pub struct Context {
     pub s3: aws_sdk_s3::Client,
     /// CloudWatch client.
     pub cloudwatch: aws_sdk_cloudwatch::Client,
-    /// The orders queue; empty when not given.
+    /// The main queue; empty when not given.
     pub main_queue_url: String,
     /// Its DLQ; empty when not given.
     pub dlq_url: String,
@@ -115,11 +115,11 @@ impl Context {
         }
     }
 
-    /// The orders queue's URL, or which flag gives it.
+    /// The main queue's URL, or which flag gives it.
     pub fn main_queue(&self) -> Result<&str, CliError> {
         need(
             &self.main_queue_url,
-            "--queue-url",
+            "--main-queue-url",
             "MAIN_QUEUE_URL",
             from_output!("OrdersQueueUrl"),
         )
@@ -139,7 +139,7 @@ impl Context {
     pub fn archive_bucket(&self) -> Result<&str, CliError> {
         need(
             &self.bucket,
-            "--bucket",
+            "--archive-bucket",
             "ARCHIVE_BUCKET",
             from_output!("ArchiveBucketName"),
         )
@@ -179,7 +179,7 @@ mod tests {
         assert_eq!(err.exit_code(), 2);
         assert_eq!(
             err.to_string(),
-            "--queue-url (or MAIN_QUEUE_URL) is required: the stack output OrdersQueueUrl has it (`sam list stack-outputs --stack-name STACK` lists them)"
+            "--main-queue-url (or MAIN_QUEUE_URL) is required: the stack output OrdersQueueUrl has it (`sam list stack-outputs --stack-name STACK` lists them)"
         );
         assert!(ctx.dlq().unwrap_err().to_string().starts_with(
             "--dlq-url (or DLQ_URL) is required: the stack output DeadLetterQueueUrl has it"
@@ -188,7 +188,7 @@ mod tests {
         assert_eq!(ctx.main_queue().unwrap(), "http://q/1/orders");
         assert!(ctx.dlq().is_err());
         assert!(ctx.archive_bucket().unwrap_err().to_string().starts_with(
-            "--bucket (or ARCHIVE_BUCKET) is required: the stack output ArchiveBucketName has it"
+            "--archive-bucket (or ARCHIVE_BUCKET) is required: the stack output ArchiveBucketName has it"
         ));
     }
 }

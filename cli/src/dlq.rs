@@ -1,4 +1,4 @@
-//! `resq dlq peek` and `resq dlq replay`.
+//! `resq dlq peek` and `resq dlq redrive`.
 
 use std::time::{Duration, Instant};
 
@@ -61,9 +61,9 @@ fn peeked(m: &DlqMessage, now_ms: u64) -> Peeked {
 }
 
 /// Makes the permanent failures the redriver kept and hid (until their TTL) visible again, so
-/// that a peek or a replay reaches them now; with `reason`, only those of that
+/// that a peek or a redrive reaches them now; with `reason`, only those of that
 /// `x-failure-reason`. Returns how many were made visible. The next scheduled run keeps and
-/// hides them again unless something replays them first.
+/// hides them again unless something redrives them first.
 pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, CliError> {
     let (dlq_url, bucket) = (ctx.dlq()?, ctx.archive_bucket()?);
     let store = resq::store::S3Store::new(ctx.s3.clone(), bucket);
@@ -81,8 +81,52 @@ pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, C
     let asked = changes.len();
     let queues = SqsQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, dlq_url);
     let failed = queues.change_visibility(changes).await;
-    // a handle that no longer works belongs to a message already visible, replayed or archived
+    // a handle that no longer works belongs to a message already visible, redriven or archived
     Ok(asked - failed.len())
+}
+
+/// What `resq dlq peek` found: the messages shown, and what to tell the operator about the
+/// others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeekReport {
+    /// With `--kept`: how many kept messages were made visible first.
+    pub unhidden: Option<usize>,
+    /// The messages selected.
+    pub shown: Vec<Peeked>,
+    /// Without `--kept`: DLQ messages in flight after the peek (kept permanent failures, or
+    /// messages a run holds); 0 when unknown.
+    pub hidden: u64,
+}
+
+/// `resq dlq peek`: checks the DLQ answers before anything is changed; with `kept`, makes the
+/// kept permanent failures (of the filter's reason) visible first; then peeks; without
+/// `kept`, counts what stays hidden.
+pub async fn peek_report(
+    ctx: &Context,
+    filter: &Filter,
+    kept: bool,
+) -> Result<PeekReport, CliError> {
+    if kept {
+        ctx.archive_bucket()?;
+    }
+    // the DLQ answers (credentials, endpoint, permission) before anything is changed
+    reach(ctx).await?;
+    let unhidden = if kept {
+        Some(unhide_kept(ctx, filter.reason.as_deref()).await?)
+    } else {
+        None
+    };
+    let shown = peek(ctx, filter).await?;
+    let hidden = if kept {
+        0
+    } else {
+        reach(ctx).await.map_or(0, |(_, in_flight)| in_flight)
+    };
+    Ok(PeekReport {
+        unhidden,
+        shown,
+        hidden,
+    })
 }
 
 /// Checks that the DLQ answers (credentials, endpoint, permission), before a command reads
@@ -139,33 +183,102 @@ pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliErro
     Ok(shown)
 }
 
-/// Checks what a replay needs before it starts: the orders queue (replays go there), the DLQ
+/// Checks what a redrive needs before it starts: the main queue (replays go there), the DLQ
 /// (answering: credentials, endpoint, permission) and the bucket (archives, the keep list).
-pub async fn ready_to_replay(ctx: &Context) -> Result<(), CliError> {
+pub async fn ready_to_redrive(ctx: &Context) -> Result<(), CliError> {
     ctx.main_queue()?;
     ctx.archive_bucket()?;
     reach(ctx).await.map(|_| ())
 }
 
-/// Why a replay's result is a failure, if it is: messages not moved, or a DLQ that stopped
+/// Why a redrive's result is a failure, if it is: messages not moved, or a DLQ that stopped
 /// answering. Nothing is lost either way: what was not moved stays in the DLQ.
-pub fn replay_failure(summary: &Summary) -> Option<String> {
+pub fn redrive_failure(summary: &Summary) -> Option<CliError> {
     if summary.stopped_by == redriver::engine::StopReason::ReceiveError {
-        Some("receiving from the DLQ failed part-way (the error is logged above); what was not moved stays in the DLQ".into())
+        Some(CliError::ReceiveStopped)
     } else if summary.failed > 0 {
-        Some(format!(
-            "{} messages were not moved (a send or an archive write failed); they stay in the DLQ and a later replay retries them",
-            summary.failed
-        ))
+        Some(CliError::NotMoved {
+            count: summary.failed,
+        })
     } else {
         None
     }
 }
 
-/// Replays the DLQ through the redriver engine (same rules, rate limit and summary as the
-/// scheduled function). The context must name the orders queue, the DLQ and the bucket
-/// ([`ready_to_replay`] checks them).
-pub async fn replay(
+/// What an operator's redrive was asked to do (`resq dlq redrive`'s flags).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedriveOptions {
+    /// Classify and report; change nothing.
+    pub dry_run: bool,
+    /// Only this `x-failure-reason`.
+    pub failure_reason: Option<String>,
+    /// Only messages at least this old.
+    pub older_than: Option<Duration>,
+    /// Handle at most this many messages.
+    pub max_messages: u32,
+    /// Token-bucket rate.
+    pub rate_per_second: f64,
+    /// The redrive cap (`MAX_REDRIVE_ATTEMPTS`).
+    pub max_redrive_attempts: u32,
+    /// The TTL (`ARCHIVE_AFTER_SECONDS`).
+    pub archive_after: Duration,
+    /// What to do with permanent failures.
+    pub permanent_action: PermanentAction,
+}
+
+impl RedriveOptions {
+    /// The redriver's run request for these options.
+    pub fn run_request(&self) -> RunRequest {
+        RunRequest {
+            dry_run: self.dry_run,
+            max_messages: self.max_messages,
+            rate_per_second: self.rate_per_second,
+            reason: self.failure_reason.clone(),
+            older_than: self.older_than,
+        }
+    }
+}
+
+/// The permanent action an operator asked for: `--permanent-action`, or `archive` when the
+/// old `--archive-permanent` switch is given.
+pub fn permanent_action(chosen: PermanentAction, archive_permanent: bool) -> PermanentAction {
+    if archive_permanent {
+        PermanentAction::Archive
+    } else {
+        chosen
+    }
+}
+
+/// Parses `keep` or `archive` (any case), as the redriver reads `PERMANENT_ACTION`.
+// TODO: use `resq::config::PermanentAction`'s `FromStr` once it has one.
+pub fn parse_permanent_action(s: &str) -> Result<PermanentAction, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "keep" => Ok(PermanentAction::Keep),
+        "archive" => Ok(PermanentAction::Archive),
+        _ => Err(format!(
+            "\"{s}\" is not a permanent action: keep or archive"
+        )),
+    }
+}
+
+/// `resq dlq redrive`: checks what the redrive needs, then runs it. A run that could not
+/// move everything still returns its summary; [`redrive_failure`] says whether it failed.
+pub async fn run_redrive(ctx: &Context, options: &RedriveOptions) -> Result<Summary, CliError> {
+    ready_to_redrive(ctx).await?;
+    Ok(redrive(
+        ctx,
+        options.run_request(),
+        options.max_redrive_attempts,
+        options.archive_after,
+        options.permanent_action,
+    )
+    .await)
+}
+
+/// Redrives the DLQ through the redriver engine (same rules, rate limit and summary as the
+/// scheduled function). The context must name the main queue, the DLQ and the bucket
+/// ([`ready_to_redrive`] checks them).
+pub async fn redrive(
     ctx: &Context,
     request: RunRequest,
     cap: u32,
@@ -199,4 +312,81 @@ pub async fn replay(
     redriver
         .run(&request, Instant::now() + Duration::from_secs(3600))
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redrive_options_make_the_run_request() {
+        let options = RedriveOptions {
+            dry_run: true,
+            failure_reason: Some("VALIDATION_FAILED".into()),
+            older_than: Some(Duration::from_secs(600)),
+            max_messages: 50,
+            rate_per_second: 2.5,
+            max_redrive_attempts: 3,
+            archive_after: Duration::from_secs(86_400),
+            permanent_action: PermanentAction::Keep,
+        };
+        assert_eq!(
+            options.run_request(),
+            RunRequest {
+                dry_run: true,
+                max_messages: 50,
+                rate_per_second: 2.5,
+                reason: Some("VALIDATION_FAILED".into()),
+                older_than: Some(Duration::from_secs(600)),
+            }
+        );
+    }
+
+    fn summary(failed: u64, stopped_by: &str) -> Summary {
+        serde_json::from_value(serde_json::json!({
+            "dryRun": false, "paused": false, "received": 4, "redriven": 4 - failed,
+            "archived": {}, "skipped": 0, "kept": 0, "unhidden": 0, "failed": failed,
+            "returned": 0, "deleteFailed": 0, "elapsedMs": 10, "ratePerSecond": 10.0,
+            "stoppedBy": stopped_by
+        }))
+        .expect("a summary")
+    }
+
+    #[test]
+    fn a_redrive_fails_when_it_could_not_move_everything() {
+        assert!(redrive_failure(&summary(0, "empty")).is_none());
+        assert!(matches!(
+            redrive_failure(&summary(3, "maxMessages")),
+            Some(CliError::NotMoved { count: 3 })
+        ));
+        assert!(matches!(
+            redrive_failure(&summary(0, "receiveError")),
+            Some(CliError::ReceiveStopped)
+        ));
+    }
+
+    #[test]
+    fn the_permanent_action_from_the_flags() {
+        assert_eq!(parse_permanent_action("keep"), Ok(PermanentAction::Keep));
+        assert_eq!(
+            parse_permanent_action(" Archive "),
+            Ok(PermanentAction::Archive)
+        );
+        assert_eq!(
+            parse_permanent_action("delete").unwrap_err(),
+            "\"delete\" is not a permanent action: keep or archive"
+        );
+        assert_eq!(
+            permanent_action(PermanentAction::Keep, false),
+            PermanentAction::Keep
+        );
+        assert_eq!(
+            permanent_action(PermanentAction::Keep, true),
+            PermanentAction::Archive
+        );
+        assert_eq!(
+            permanent_action(PermanentAction::Archive, false),
+            PermanentAction::Archive
+        );
+    }
 }

@@ -132,8 +132,8 @@ pub fn hint(problem: &Problem, endpoint: Option<&str>) -> String {
             ),
             None => "AWS did not answer: check your network (and HTTPS_PROXY, behind a proxy) and the region (--region or AWS_REGION)".to_owned(),
         },
-        Problem::NoSuchQueue => "no such queue: check --queue-url and --dlq-url (the stack outputs OrdersQueueUrl and DeadLetterQueueUrl) and that the region (--region or AWS_REGION) is the stack's".to_owned(),
-        Problem::NoSuchBucket => "no such bucket: check --bucket (the stack output ArchiveBucketName) and the account you are signed in to".to_owned(),
+        Problem::NoSuchQueue => "no such queue: check --main-queue-url and --dlq-url (the stack outputs OrdersQueueUrl and DeadLetterQueueUrl) and that the region (--region or AWS_REGION) is the stack's".to_owned(),
+        Problem::NoSuchBucket => "no such bucket: check --archive-bucket (the stack output ArchiveBucketName) and the account you are signed in to".to_owned(),
         Problem::NoSuchKey => "no object at that key: `resq archive ls` lists the archive's keys".to_owned(),
         Problem::AccessDenied {
             action: Some(action),
@@ -306,10 +306,10 @@ mod tests {
             AwsErrorKind::Service,
         );
         assert_eq!(classify(&missing_queue), Some(Problem::NoSuchQueue));
-        assert!(hint(&Problem::NoSuchQueue, None).contains("check --queue-url and --dlq-url"));
+        assert!(hint(&Problem::NoSuchQueue, None).contains("check --main-queue-url and --dlq-url"));
         let bucket = aws(Some("NoSuchBucket"), "x", AwsErrorKind::Service);
         assert_eq!(classify(&bucket), Some(Problem::NoSuchBucket));
-        assert!(hint(&Problem::NoSuchBucket, None).contains("check --bucket"));
+        assert!(hint(&Problem::NoSuchBucket, None).contains("check --archive-bucket"));
         let key = aws(Some("NoSuchKey"), "x", AwsErrorKind::Service);
         assert_eq!(classify(&key), Some(Problem::NoSuchKey));
         assert!(hint(&Problem::NoSuchKey, None).contains("resq archive ls"));
@@ -331,7 +331,12 @@ mod tests {
             )),
             None
         );
-        assert_eq!(classify(&CliError::Usage("x".into())), None);
-        assert_eq!(classify(&CliError::Failed("x".into())), None);
+        assert_eq!(
+            classify(&CliError::NoOrders {
+                path: "orders.json".into()
+            }),
+            None
+        );
+        assert_eq!(classify(&CliError::NotMoved { count: 1 }), None);
     }
 }

@@ -1,4 +1,4 @@
-//! resq's operator tool: send orders, show queue and alarm state, peek and replay the DLQ,
+//! resq's operator tool: send orders, show queue and alarm state, peek and redrive the DLQ,
 //! list, show and restore the archive. Works against AWS, or a local emulator through
 //! `--endpoint-url`; the local pipeline itself lives in the `local` crate (`resq-local`).
 #![warn(missing_docs)]
@@ -8,6 +8,7 @@ pub mod context;
 pub mod dlq;
 pub mod errors;
 pub mod orders;
+pub mod render;
 pub mod status;
 
 /// The tools' own logs (and the in-process functions' warnings) on stderr, at ERROR unless
@@ -25,9 +26,6 @@ pub fn init_stderr_tracing() {
 /// A command failed; the message says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// Bad input: a value the user typed, a file they named. Exit status 2.
-    #[error("{0}")]
-    Usage(String),
     /// A name the command needs was not given (a queue URL, the bucket, the region). Exit
     /// status 2.
     #[error("{flag} (or {var}) is required: {hint}")]
@@ -39,6 +37,25 @@ pub enum CliError {
         /// Where to find the value.
         hint: &'static str,
     },
+    /// The orders file named cannot be read (missing, a directory, not UTF-8 text). Exit
+    /// status 2.
+    #[error("cannot read {}: {source}", path.display())]
+    UnreadableFile {
+        /// The file as named.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The orders file named holds no orders: nothing to send. Exit status 2.
+    #[error("{} holds no orders", path.display())]
+    NoOrders {
+        /// The file as named.
+        path: std::path::PathBuf,
+    },
+    /// Bad input described in words: resq-local's own checks (its options, the tools and
+    /// binaries it starts). Exit status 2.
+    #[error("{0}")]
+    Usage(String),
     /// An AWS call failed. Exit status 1.
     #[error("{what}: {source}")]
     Aws {
@@ -47,10 +64,61 @@ pub enum CliError {
         /// The SDK error chain.
         source: resq::sqs::AwsError,
     },
-    /// The command ran, and what it did is a failure (orders not accepted, messages not
-    /// moved, an object that is not an archive entry). Exit status 1.
-    #[error("{0}")]
-    Failed(String),
+    /// An object's body broke off while it was read. Exit status 1.
+    #[error("reading s3://{bucket}/{key}: {message}")]
+    Download {
+        /// The bucket.
+        bucket: String,
+        /// The object's key.
+        key: String,
+        /// What the SDK said.
+        message: String,
+    },
+    /// The object at a key is not an archive entry (not JSON, or not an envelope). Exit
+    /// status 1.
+    #[error(
+        "s3://{bucket}/{key} is not an archive entry ({reason}): `resq archive ls` lists the entries"
+    )]
+    NotAnArchiveEntry {
+        /// The bucket.
+        bucket: String,
+        /// The object's key.
+        key: String,
+        /// Why it does not parse as an envelope.
+        reason: String,
+    },
+    /// A request could not be built (a bug: resq always sets the fields the SDK requires).
+    /// Exit status 1.
+    #[error("could not build {what}: {message}")]
+    Request {
+        /// Which request.
+        what: &'static str,
+        /// What the SDK said.
+        message: String,
+    },
+    /// SQS did not accept some of the orders sent (each listed with its reason). Exit
+    /// status 1.
+    #[error("{failed} of {total} orders were not accepted (listed above)")]
+    NotAccepted {
+        /// Orders not accepted.
+        failed: usize,
+        /// Orders sent.
+        total: usize,
+    },
+    /// A redrive could not move some messages (a send or an archive write failed); they stay
+    /// in the DLQ. Exit status 1.
+    #[error(
+        "{count} messages were not moved (a send or an archive write failed); they stay in the DLQ and a later redrive retries them"
+    )]
+    NotMoved {
+        /// Messages not moved.
+        count: u64,
+    },
+    /// Receiving from the DLQ failed part-way through a redrive. Exit status 1.
+    #[error(
+        "receiving from the DLQ failed part-way (the error is logged above); what was not moved stays in the DLQ"
+    )]
+    ReceiveStopped,
 }
 
 impl CliError {
@@ -69,8 +137,17 @@ impl CliError {
     /// for a flag the parser rejects), 1 for what happened when the command ran.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Usage(_) | Self::Missing { .. } => 2,
-            Self::Aws { .. } | Self::Failed(_) => 1,
+            Self::Missing { .. }
+            | Self::UnreadableFile { .. }
+            | Self::NoOrders { .. }
+            | Self::Usage(_) => 2,
+            Self::Aws { .. }
+            | Self::Download { .. }
+            | Self::NotAnArchiveEntry { .. }
+            | Self::Request { .. }
+            | Self::NotAccepted { .. }
+            | Self::NotMoved { .. }
+            | Self::ReceiveStopped => 1,
         }
     }
 }
@@ -81,26 +158,91 @@ mod tests {
 
     #[test]
     fn input_problems_exit_2_and_run_problems_exit_1() {
-        assert_eq!(CliError::Usage("x".into()).exit_code(), 2);
         let missing = CliError::Missing {
-            flag: "--bucket",
+            flag: "--archive-bucket",
             var: "ARCHIVE_BUCKET",
             hint: "the stack output ArchiveBucketName has it",
         };
         assert_eq!(missing.exit_code(), 2);
         assert_eq!(
             missing.to_string(),
-            "--bucket (or ARCHIVE_BUCKET) is required: the stack output ArchiveBucketName has it"
+            "--archive-bucket (or ARCHIVE_BUCKET) is required: the stack output ArchiveBucketName has it"
         );
+        let unreadable = CliError::UnreadableFile {
+            path: "/nonexistent/orders.json".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert_eq!(unreadable.exit_code(), 2);
+        assert_eq!(
+            unreadable.to_string(),
+            "cannot read /nonexistent/orders.json: entity not found"
+        );
+        let empty = CliError::NoOrders {
+            path: "orders.json".into(),
+        };
+        assert_eq!(
+            (empty.exit_code(), empty.to_string().as_str()),
+            (2, "orders.json holds no orders")
+        );
+        assert_eq!(CliError::Usage("x".into()).exit_code(), 2);
+
         let aws = CliError::Aws {
             what: "reading q".into(),
             source: resq::sqs::AwsError::service("AccessDenied", "no"),
         };
         assert_eq!(aws.exit_code(), 1);
         assert_eq!(aws.to_string(), "reading q: no");
+        let not_entry = CliError::NotAnArchiveEntry {
+            bucket: "b".into(),
+            key: "archive/x.json".into(),
+            reason: "expected value at line 1 column 1".into(),
+        };
+        assert_eq!(not_entry.exit_code(), 1);
         assert_eq!(
-            CliError::Failed("2 orders were not accepted".into()).exit_code(),
-            1
+            not_entry.to_string(),
+            "s3://b/archive/x.json is not an archive entry (expected value at line 1 column 1): `resq archive ls` lists the entries"
+        );
+        let download = CliError::Download {
+            bucket: "b".into(),
+            key: "k".into(),
+            message: "connection reset".into(),
+        };
+        assert_eq!(
+            (download.exit_code(), download.to_string().as_str()),
+            (1, "reading s3://b/k: connection reset")
+        );
+        let request = CliError::Request {
+            what: "a send batch entry",
+            message: "id was not specified".into(),
+        };
+        assert_eq!(
+            (request.exit_code(), request.to_string().as_str()),
+            (
+                1,
+                "could not build a send batch entry: id was not specified"
+            )
+        );
+        let not_accepted = CliError::NotAccepted {
+            failed: 2,
+            total: 20,
+        };
+        assert_eq!(not_accepted.exit_code(), 1);
+        assert_eq!(
+            not_accepted.to_string(),
+            "2 of 20 orders were not accepted (listed above)"
+        );
+        let not_moved = CliError::NotMoved { count: 4 };
+        assert_eq!(not_moved.exit_code(), 1);
+        assert!(
+            not_moved
+                .to_string()
+                .starts_with("4 messages were not moved (a send or an archive write failed)")
+        );
+        assert_eq!(CliError::ReceiveStopped.exit_code(), 1);
+        assert!(
+            CliError::ReceiveStopped
+                .to_string()
+                .starts_with("receiving from the DLQ failed part-way")
         );
     }
 }

@@ -1,4 +1,5 @@
-//! `resq`: the operator tool. Wiring only: parse, build the context, run, print.
+//! `resq`: the operator tool. Wiring only: parse, build the context, run the command, hand
+//! its result to [`resq_cli::render`], map errors to exit codes.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use resq::config::PermanentAction;
 use resq_cli::context::{Context, Endpoint};
-use resq_cli::{CliError, archive, dlq, orders, status};
+use resq_cli::{CliError, archive, dlq, orders, render, status};
 
 /// Keep SQS order pipelines flowing: inspect and operate a resq stack (AWS or a local emulator).
 #[derive(Parser, Debug)]
@@ -19,15 +20,25 @@ struct Cli {
     /// AWS region.
     #[arg(long, global = true, env = "AWS_REGION")]
     region: Option<String>,
-    /// The orders queue URL (stack output OrdersQueueUrl).
-    #[arg(long, global = true, env = "MAIN_QUEUE_URL")]
-    queue_url: Option<String>,
+    /// The main queue URL (stack output OrdersQueueUrl).
+    #[arg(
+        long = "main-queue-url",
+        alias = "queue-url",
+        global = true,
+        env = "MAIN_QUEUE_URL"
+    )]
+    main_queue_url: Option<String>,
     /// The DLQ URL (stack output DeadLetterQueueUrl).
     #[arg(long, global = true, env = "DLQ_URL")]
     dlq_url: Option<String>,
     /// The archive bucket (stack output ArchiveBucketName).
-    #[arg(long, global = true, env = "ARCHIVE_BUCKET")]
-    bucket: Option<String>,
+    #[arg(
+        long = "archive-bucket",
+        alias = "bucket",
+        global = true,
+        env = "ARCHIVE_BUCKET"
+    )]
+    archive_bucket: Option<String>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -37,7 +48,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Send orders to the orders queue, from a file or generated.
+    /// Send orders to the main queue, from a file or generated.
     Send(SendArgs),
     /// Queue depths, oldest message ages and alarm states.
     Status {
@@ -45,10 +56,10 @@ enum Command {
         #[arg(long, default_value = "resq-")]
         alarm_prefix: String,
     },
-    /// Inspect and replay the dead-letter queue.
+    /// Inspect and redrive the dead-letter queue.
     #[command(subcommand)]
     Dlq(DlqCommand),
-    /// List, show and restore archived messages.
+    /// List, show and restore archive entries.
     #[command(subcommand)]
     Archive(ArchiveCommand),
 }
@@ -77,56 +88,67 @@ struct SendArgs {
 enum DlqCommand {
     /// Show DLQ messages without removing them.
     Peek {
-        /// Only this x-failure-reason (MALFORMED_JSON, VALIDATION_FAILED, …).
-        #[arg(long)]
-        reason: Option<String>,
+        /// Only this failure reason (x-failure-reason: MALFORMED_JSON, VALIDATION_FAILED, …).
+        #[arg(long = "failure-reason", alias = "reason")]
+        failure_reason: Option<String>,
         /// Only messages at least this many seconds old.
-        #[arg(long)]
-        older_than: Option<u64>,
+        #[arg(long = "older-than-seconds", alias = "older-than")]
+        older_than_seconds: Option<u64>,
         /// At most this many.
         #[arg(long, default_value_t = 20)]
         limit: usize,
-        /// Include the permanent failures the redriver keeps hidden until their TTL: makes
-        /// them visible first (with --reason, those of that reason only).
+        /// Include the kept messages (permanent failures the redriver hides until their TTL):
+        /// makes them visible first (with --failure-reason, those of that reason only).
         #[arg(long)]
         kept: bool,
     },
-    /// Replay DLQ messages into the orders queue through the redriver's rules.
-    Replay {
-        /// Classify and report; change nothing. Run this first.
-        #[arg(long)]
-        dry_run: bool,
-        /// Only this x-failure-reason (replays permanent failures of that reason after a fix).
-        #[arg(long)]
-        reason: Option<String>,
-        /// Only messages at least this many seconds old.
-        #[arg(long)]
-        older_than: Option<u64>,
-        /// Handle at most this many messages.
-        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
-        max: u32,
-        /// Replays per second.
-        #[arg(long, default_value_t = 10.0, value_parser = rate)]
-        rate: f64,
-        /// The redrive cap (MAX_REDRIVE_ATTEMPTS).
-        #[arg(long, env = "MAX_REDRIVE_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
-        cap: u32,
-        /// The TTL (ARCHIVE_AFTER_SECONDS), as the stack's redriver has it.
-        #[arg(long, env = "ARCHIVE_AFTER_SECONDS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(60..=resq::config::MAX_ARCHIVE_AFTER_SECONDS))]
-        archive_after: u64,
-        /// Archive permanent failures instead of keeping them.
-        #[arg(long)]
-        archive_permanent: bool,
-    },
+    /// Redrive DLQ messages into the main queue through the redriver's rules.
+    #[command(alias = "replay")]
+    Redrive(RedriveArgs),
+}
+
+#[derive(Args, Debug)]
+struct RedriveArgs {
+    /// Classify and report; change nothing. Run this first.
+    #[arg(long)]
+    dry_run: bool,
+    /// Only this failure reason (redrives the permanent failures of that reason after a fix).
+    #[arg(long = "failure-reason", alias = "reason")]
+    failure_reason: Option<String>,
+    /// Only messages at least this many seconds old.
+    #[arg(long = "older-than-seconds", alias = "older-than")]
+    older_than_seconds: Option<u64>,
+    /// Handle at most this many messages.
+    #[arg(long = "max-messages", alias = "max", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    max_messages: u32,
+    /// Redriven messages per second.
+    #[arg(long = "rate-per-second", alias = "rate", default_value_t = 10.0, value_parser = rate)]
+    rate_per_second: f64,
+    /// The redrive cap (MAX_REDRIVE_ATTEMPTS).
+    #[arg(long = "max-redrive-attempts", alias = "cap", env = "MAX_REDRIVE_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    max_redrive_attempts: u32,
+    /// The TTL (ARCHIVE_AFTER_SECONDS), as the stack's redriver has it.
+    #[arg(long = "archive-after-seconds", alias = "archive-after", env = "ARCHIVE_AFTER_SECONDS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(60..=resq::config::MAX_ARCHIVE_AFTER_SECONDS))]
+    archive_after_seconds: u64,
+    /// What to do with permanent failures: keep them in the DLQ, or archive them.
+    #[arg(long = "permanent-action", value_name = "keep|archive", default_value = "keep", value_parser = dlq::parse_permanent_action)]
+    permanent_action: PermanentAction,
+    /// The old spelling of --permanent-action archive.
+    #[arg(
+        long = "archive-permanent",
+        hide = true,
+        conflicts_with = "permanent_action"
+    )]
+    archive_permanent: bool,
 }
 
 #[derive(Subcommand, Debug)]
 enum ArchiveCommand {
     /// List archive keys.
     Ls {
-        /// Only this reason (REDRIVE_CAP, TTL_EXPIRED, …).
-        #[arg(long, value_parser = archive_reason)]
-        reason: Option<String>,
+        /// Only this archive reason (REDRIVE_CAP, TTL_EXPIRED, …).
+        #[arg(long = "archive-reason", alias = "reason", value_parser = archive_reason)]
+        archive_reason: Option<String>,
         /// Only this day (YYYY-MM-DD).
         #[arg(long, value_parser = day)]
         date: Option<String>,
@@ -136,7 +158,7 @@ enum ArchiveCommand {
         /// Its key.
         key: String,
     },
-    /// Send archived messages back to the orders queue (redrive count reset).
+    /// Send archived messages back to the main queue (redrive count reset).
     Restore {
         /// Their keys.
         #[arg(required = true)]
@@ -190,13 +212,7 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("resq: {e}");
-            if let Some(problem) = resq_cli::errors::classify(&e) {
-                eprintln!(
-                    "resq: {}",
-                    resq_cli::errors::hint(&problem, endpoint_url.as_deref())
-                );
-            }
+            eprint!("{}", render::error(&e, endpoint_url.as_deref()));
             ExitCode::from(e.exit_code())
         }
     }
@@ -207,180 +223,90 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         endpoint_url: cli.endpoint_url.clone(),
         region: cli.region.clone(),
     };
-    let ctx = Context::new(&endpoint, cli.queue_url, cli.dlq_url, cli.bucket).await?;
+    let ctx = Context::new(
+        &endpoint,
+        cli.main_queue_url,
+        cli.dlq_url,
+        cli.archive_bucket,
+    )
+    .await?;
     let json = cli.json;
     match cli.command {
         Command::Send(args) => {
             let queue_url = ctx.main_queue()?;
             // clap requires one of --file and --count
-            let batch = match &args.file {
-                Some(path) => orders::from_file(path)?,
-                None => orders::generate(
-                    &args.prefix,
-                    args.count.unwrap_or_default() as usize,
-                    args.malformed_pct,
-                    args.invalid_pct,
-                    &mut rand::rng(),
-                ),
+            let source = match args.file {
+                Some(path) => orders::Source::File(path),
+                None => orders::Source::Generated {
+                    prefix: args.prefix,
+                    count: args.count.unwrap_or_default() as usize,
+                    malformed_pct: args.malformed_pct,
+                    invalid_pct: args.invalid_pct,
+                },
             };
+            let batch = source.load(&mut rand::rng())?;
             let report = status::send(&ctx, &batch, |_| Default::default()).await?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({"sent": report.sent, "failed": report.failed})
-                );
-            } else {
-                println!(
-                    "sent {} of {} orders to {queue_url}",
-                    report.sent,
-                    batch.len(),
-                );
-                for (id, why) in &report.failed {
-                    println!("  not sent: {id}: {why}");
-                }
-            }
-            if !report.failed.is_empty() {
-                return Err(CliError::Failed(format!(
-                    "{} of {} orders were not accepted (listed above)",
-                    report.failed.len(),
-                    batch.len()
-                )));
+            print!("{}", render::send(&report, batch.len(), queue_url, json));
+            if let Some(e) = report.failure(batch.len()) {
+                return Err(e);
             }
         }
         Command::Status { alarm_prefix } => {
             let s = status::status(&ctx, &alarm_prefix).await?;
-            if json {
-                let queues: Vec<_> = s
-                    .queues
-                    .iter()
-                    .map(|q| serde_json::json!({"queue": q.label, "url": q.url, "waiting": q.visible, "inFlight": q.in_flight, "oldestAgeSeconds": q.oldest_age_seconds}))
-                    .collect();
-                let alarms: Vec<_> = s
-                    .alarms
-                    .iter()
-                    .map(|(n, st)| serde_json::json!({"name": n, "state": st}))
-                    .collect();
-                println!(
-                    "{}",
-                    serde_json::json!({"queues": queues, "alarms": alarms})
-                );
-            } else {
-                print!("{s}");
-            }
+            print!("{}", render::status(&s, json));
         }
         Command::Dlq(DlqCommand::Peek {
-            reason,
-            older_than,
+            failure_reason,
+            older_than_seconds,
             limit,
             kept,
         }) => {
-            if kept {
-                ctx.archive_bucket()?;
-            }
-            // the DLQ answers (credentials, endpoint, permission) before anything is changed
-            dlq::reach(&ctx).await?;
-            if kept {
-                let n = dlq::unhide_kept(&ctx, reason.as_deref()).await?;
-                eprintln!(
-                    "{n} kept messages made visible (the next scheduled run keeps and hides them again)"
-                );
-            }
             let filter = dlq::Filter {
-                reason,
-                older_than: older_than.map(Duration::from_secs),
+                reason: failure_reason,
+                older_than: older_than_seconds.map(Duration::from_secs),
                 limit,
             };
-            let shown = dlq::peek(&ctx, &filter).await?;
-            if !kept
-                && let Ok((_, hidden)) = dlq::reach(&ctx).await
-                && hidden > 0
-            {
-                eprintln!(
-                    "{hidden} more DLQ messages are hidden: permanent failures the redriver keeps until their TTL (--kept shows them), or messages a run holds"
-                );
-            }
-            if json {
-                println!("{}", serde_json::to_string(&shown).unwrap_or_default());
-            } else if shown.is_empty() {
-                println!("no DLQ messages match");
-            } else {
-                for p in shown {
-                    println!(
-                        "{}  reason={} class={} redrives={} age={}s\n  {}",
-                        p.message_id,
-                        p.reason.as_deref().unwrap_or("-"),
-                        p.failure_class.as_deref().unwrap_or("-"),
-                        p.redrive_count.as_deref().unwrap_or("0"),
-                        p.age_seconds.map_or("?".into(), |a| a.to_string()),
-                        p.body
-                    );
-                }
-            }
+            let report = dlq::peek_report(&ctx, &filter, kept).await?;
+            eprint!("{}", render::peek_notes(&report));
+            print!("{}", render::peek(&report.shown, json));
         }
-        Command::Dlq(DlqCommand::Replay {
-            dry_run,
-            reason,
-            older_than,
-            max,
-            rate,
-            cap,
-            archive_after,
-            archive_permanent,
+        Command::Dlq(DlqCommand::Redrive(args)) => {
+            let options = dlq::RedriveOptions {
+                dry_run: args.dry_run,
+                failure_reason: args.failure_reason,
+                older_than: args.older_than_seconds.map(Duration::from_secs),
+                max_messages: args.max_messages,
+                rate_per_second: args.rate_per_second,
+                max_redrive_attempts: args.max_redrive_attempts,
+                archive_after: Duration::from_secs(args.archive_after_seconds),
+                permanent_action: dlq::permanent_action(
+                    args.permanent_action,
+                    args.archive_permanent,
+                ),
+            };
+            let summary = dlq::run_redrive(&ctx, &options).await?;
+            print!("{}", render::redrive(&summary));
+            if let Some(e) = dlq::redrive_failure(&summary) {
+                return Err(e);
+            }
+            eprint!("{}", render::redrive_notes(&summary, json));
+        }
+        Command::Archive(ArchiveCommand::Ls {
+            archive_reason,
+            date,
         }) => {
-            let request = redriver::request::RunRequest {
-                dry_run,
-                max_messages: max,
-                rate_per_second: rate,
-                reason,
-                older_than: older_than.map(Duration::from_secs),
-            };
-            dlq::ready_to_replay(&ctx).await?;
-            let action = if archive_permanent {
-                PermanentAction::Archive
-            } else {
-                PermanentAction::Keep
-            };
-            let summary = dlq::replay(
-                &ctx,
-                request,
-                cap,
-                Duration::from_secs(archive_after),
-                action,
-            )
-            .await;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&summary).unwrap_or_default()
-            );
-            if let Some(why) = dlq::replay_failure(&summary) {
-                return Err(CliError::Failed(why));
-            }
-            if dry_run && !json {
-                eprintln!("dry run: nothing was changed; run again without --dry-run to replay");
-            }
-        }
-        Command::Archive(ArchiveCommand::Ls { reason, date }) => {
-            let keys = archive::list(&ctx, reason.as_deref(), date.as_deref()).await?;
-            if json {
-                println!("{}", serde_json::to_string(&keys).unwrap_or_default());
-            } else {
-                keys.iter().for_each(|k| println!("{k}"));
-                eprintln!("{} entries", keys.len());
-            }
+            let keys = archive::list(&ctx, archive_reason.as_deref(), date.as_deref()).await?;
+            print!("{}", render::archive_keys(&keys, json));
+            eprint!("{}", render::archive_keys_notes(&keys, json));
         }
         Command::Archive(ArchiveCommand::Show { key }) => {
             let envelope = archive::show(&ctx, &key).await?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&envelope).unwrap_or_default()
-            );
+            print!("{}", render::archive_entry(&envelope));
         }
         Command::Archive(ArchiveCommand::Restore { keys, dry_run }) => {
             for key in keys {
-                match archive::restore(&ctx, &key, dry_run).await? {
-                    Some(id) => println!("restored {key} as message {id}"),
-                    None => println!("would restore {key}"),
-                }
+                let id = archive::restore(&ctx, &key, dry_run).await?;
+                print!("{}", render::restored(&key, id.as_deref(), json));
             }
         }
     }

@@ -27,11 +27,46 @@ pub struct Outgoing {
     pub kind: Kind,
 }
 
+/// Where `resq send` takes its orders from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// A file: a JSON array, or one document per line (see [`from_file`]).
+    File(std::path::PathBuf),
+    /// Generated (see [`generate`]).
+    Generated {
+        /// Prefix of the order ids.
+        prefix: String,
+        /// How many.
+        count: usize,
+        /// Percentage not JSON.
+        malformed_pct: f64,
+        /// Percentage invalid.
+        invalid_pct: f64,
+    },
+}
+
+impl Source {
+    /// The orders: read from the file, or generated with `rng`.
+    pub fn load(&self, rng: &mut impl Rng) -> Result<Vec<Outgoing>, CliError> {
+        match self {
+            Self::File(path) => from_file(path),
+            Self::Generated {
+                prefix,
+                count,
+                malformed_pct,
+                invalid_pct,
+            } => Ok(generate(prefix, *count, *malformed_pct, *invalid_pct, rng)),
+        }
+    }
+}
+
 /// Reads orders from a file: a JSON array of orders, or one JSON document per line. Lines
 /// that are not JSON are sent as they are (to exercise the DLQ on purpose).
 pub fn from_file(path: &std::path::Path) -> Result<Vec<Outgoing>, CliError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::UnreadableFile {
+        path: path.to_owned(),
+        source,
+    })?;
     let docs: Vec<String> = match serde_json::from_str::<Value>(&text) {
         Ok(Value::Array(items)) => items.into_iter().map(|v| v.to_string()).collect(),
         Ok(single) => vec![single.to_string()],
@@ -42,10 +77,9 @@ pub fn from_file(path: &std::path::Path) -> Result<Vec<Outgoing>, CliError> {
             .collect(),
     };
     if docs.is_empty() {
-        return Err(CliError::Usage(format!(
-            "{} holds no orders",
-            path.display()
-        )));
+        return Err(CliError::NoOrders {
+            path: path.to_owned(),
+        });
     }
     Ok(docs
         .into_iter()
@@ -193,12 +227,17 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![("C", Kind::Valid), ("line-2", Kind::Malformed)]
         );
-        assert!(
-            from_file(&dir.join("missing.json"))
-                .unwrap_err()
-                .to_string()
-                .contains("cannot read")
-        );
+        let missing = dir.join("missing.json");
+        assert!(matches!(
+            from_file(&missing),
+            Err(CliError::UnreadableFile { path, source }) if path == missing && source.kind() == std::io::ErrorKind::NotFound
+        ));
+        let blank = dir.join("blank.jsonl");
+        std::fs::write(&blank, "\n  \n").unwrap();
+        assert!(matches!(
+            from_file(&blank),
+            Err(CliError::NoOrders { path }) if path == blank
+        ));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -18,7 +18,17 @@ pub struct SendReport {
     pub failed: Vec<(String, String)>,
 }
 
-/// Sends orders to the orders queue, 10 per call, each with the attributes `attrs(order)`.
+impl SendReport {
+    /// The error a send of `total` orders ends with when some were not accepted.
+    pub fn failure(&self, total: usize) -> Option<CliError> {
+        (!self.failed.is_empty()).then_some(CliError::NotAccepted {
+            failed: self.failed.len(),
+            total,
+        })
+    }
+}
+
+/// Sends orders to the main queue, 10 per call, each with the attributes `attrs(order)`.
 pub async fn send(
     ctx: &Context,
     orders: &[Outgoing],
@@ -46,7 +56,10 @@ pub async fn send_to(
                     .message_body(&o.body)
                     .set_message_attributes(Some(attrs(o)).filter(|a| !a.is_empty()))
                     .build()
-                    .map_err(|e| CliError::Failed(e.to_string()))
+                    .map_err(|e| CliError::Request {
+                        what: "a send batch entry",
+                        message: e.to_string(),
+                    })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let out = ctx
@@ -88,7 +101,7 @@ pub struct QueueState {
 /// Queues and alarms.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Status {
-    /// The orders queue and the DLQ.
+    /// The main queue (labelled `orders`) and the DLQ.
     pub queues: Vec<QueueState>,
     /// Alarms whose name starts with the prefix, with their state.
     pub alarms: Vec<(String, String)>,
@@ -162,33 +175,4 @@ pub async fn status(ctx: &Context, alarm_prefix: &str) -> Result<Status, CliErro
         })
         .collect();
     Ok(Status { queues, alarms })
-}
-
-impl std::fmt::Display for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(
-            f,
-            "{:<8} {:>9} {:>10} {:>12}  url",
-            "queue", "waiting", "in flight", "oldest (s)"
-        )?;
-        for q in &self.queues {
-            let age = q
-                .oldest_age_seconds
-                .map_or("-".to_owned(), |a| format!("{a:.0}"));
-            writeln!(
-                f,
-                "{:<8} {:>9} {:>10} {:>12}  {}",
-                q.label, q.visible, q.in_flight, age, q.url
-            )?;
-        }
-        if self.alarms.is_empty() {
-            writeln!(f, "\nno alarms with that prefix")?;
-        } else {
-            writeln!(f, "\n{:<48} state", "alarm")?;
-            for (name, state) in &self.alarms {
-                writeln!(f, "{name:<48} {state}")?;
-            }
-        }
-        Ok(())
-    }
 }

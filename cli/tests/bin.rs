@@ -71,11 +71,11 @@ const CLOSED: &str = "http://127.0.0.1:9";
 const LOCAL: [&str; 8] = [
     "--endpoint-url",
     CLOSED,
-    "--queue-url",
+    "--main-queue-url",
     "http://127.0.0.1:9/1/orders",
     "--dlq-url",
     "http://127.0.0.1:9/1/dlq",
-    "--bucket",
+    "--archive-bucket",
     "b",
 ];
 
@@ -86,7 +86,7 @@ fn local(tail: &[&str]) -> Vec<String> {
 
 #[test]
 fn bad_flags_are_usage_errors() {
-    let (code, err) = resq(&["dlq", "replay", "--rate", "0"]);
+    let (code, err) = resq(&["dlq", "redrive", "--rate-per-second", "0"]);
     assert_eq!(code, 2);
     assert!(err.contains("\"0\" is not a rate above 0"), "{err}");
     let (code, err) = resq(&["send", "--count", "5", "--malformed-pct", "120"]);
@@ -99,7 +99,7 @@ fn bad_flags_are_usage_errors() {
     let (code, err) = resq(&["send", "--count", "3", "--file", "orders.json"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("cannot be used with"), "{err}");
-    let (code, err) = resq(&["archive", "ls", "--reason", "REDRIVE_CAPP"]);
+    let (code, err) = resq(&["archive", "ls", "--archive-reason", "REDRIVE_CAPP"]);
     assert_eq!(code, 2);
     assert!(
         err.contains(
@@ -121,12 +121,12 @@ fn missing_queue_names_say_where_to_find_them() {
     assert_eq!(code, 2, "{err}");
     assert_eq!(
         err.trim(),
-        "resq: --queue-url (or MAIN_QUEUE_URL) is required: the stack output OrdersQueueUrl has it (`sam list stack-outputs --stack-name STACK` lists them)"
+        "resq: --main-queue-url (or MAIN_QUEUE_URL) is required: the stack output OrdersQueueUrl has it (`sam list stack-outputs --stack-name STACK` lists them)"
     );
     let (code, err) = resq(&[
         "--endpoint-url",
         CLOSED,
-        "--queue-url",
+        "--main-queue-url",
         "http://127.0.0.1:9/1/orders",
         "status",
     ]);
@@ -141,7 +141,7 @@ fn missing_queue_names_say_where_to_find_them() {
     let (code, err) = resq(&[
         "--endpoint-url",
         CLOSED,
-        "--bucket",
+        "--archive-bucket",
         "b",
         "archive",
         "restore",
@@ -149,14 +149,14 @@ fn missing_queue_names_say_where_to_find_them() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("--queue-url (or MAIN_QUEUE_URL) is required"),
+        err.contains("--main-queue-url (or MAIN_QUEUE_URL) is required"),
         "{err}"
     );
     let (code, err) = resq(&["--endpoint-url", CLOSED, "archive", "ls"]);
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains(
-            "--bucket (or ARCHIVE_BUCKET) is required: the stack output ArchiveBucketName has it"
+            "--archive-bucket (or ARCHIVE_BUCKET) is required: the stack output ArchiveBucketName has it"
         ),
         "{err}"
     );
@@ -165,7 +165,7 @@ fn missing_queue_names_say_where_to_find_them() {
 #[test]
 fn a_missing_region_is_a_usage_error() {
     let (code, err) = resq(&[
-        "--queue-url",
+        "--main-queue-url",
         "https://sqs.eu-west-1.amazonaws.com/123456789012/orders",
         "send",
         "--count",
@@ -180,8 +180,15 @@ fn a_missing_region_is_a_usage_error() {
 
 #[test]
 fn each_command_asks_only_for_the_names_it_uses() {
-    // archive ls with only --bucket gets past the names to the (closed) endpoint
-    let (code, err) = resq(&["--endpoint-url", CLOSED, "--bucket", "b", "archive", "ls"]);
+    // archive ls with only --archive-bucket gets past the names to the (closed) endpoint
+    let (code, err) = resq(&[
+        "--endpoint-url",
+        CLOSED,
+        "--archive-bucket",
+        "b",
+        "archive",
+        "ls",
+    ]);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("resq: listing s3://b/archive/: dispatch failure: io error")
@@ -195,7 +202,7 @@ fn each_command_asks_only_for_the_names_it_uses() {
     let (code, err) = resq(&[
         "--endpoint-url",
         CLOSED,
-        "--bucket",
+        "--archive-bucket",
         "b",
         "archive",
         "show",
@@ -221,7 +228,7 @@ fn each_command_asks_only_for_the_names_it_uses() {
     let (code, err) = resq(&[
         "--endpoint-url",
         CLOSED,
-        "--queue-url",
+        "--main-queue-url",
         "http://127.0.0.1:9/1/orders",
         "send",
         "--count",
@@ -245,8 +252,8 @@ fn an_unreachable_endpoint_is_a_clear_error() {
         "{err}"
     );
     assert_readable(&err);
-    // replay checks the DLQ answers before it starts
-    let (code, err) = resq(&local(&["dlq", "replay", "--dry-run"]));
+    // redrive checks the DLQ answers before it starts
+    let (code, err) = resq(&local(&["dlq", "redrive", "--dry-run"]));
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("reading http://127.0.0.1:9/1/dlq") && err.contains("did not answer"),
@@ -265,7 +272,7 @@ fn missing_credentials_are_told_apart_from_an_unreachable_endpoint() {
         &[
             "--region",
             "us-east-1",
-            "--queue-url",
+            "--main-queue-url",
             "https://sqs.us-east-1.amazonaws.com/123456789012/orders",
             "--dlq-url",
             "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq",
@@ -312,6 +319,138 @@ fn send_needs_a_source() {
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("cannot read /nonexistent/orders.json"),
+        "{err}"
+    );
+}
+
+/// `resq` with `args`: exit status and stdout (for help texts).
+fn resq_stdout(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_resq"))
+        .args(args)
+        .env_remove("MAX_REDRIVE_ATTEMPTS")
+        .env_remove("ARCHIVE_AFTER_SECONDS")
+        .output()
+        .expect("run resq");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn the_old_spellings_still_parse() {
+    // old flags and the old subcommand, as hidden aliases: the command gets past parsing to
+    // the (closed) endpoint, exit 1, instead of a usage error, exit 2
+    let old = [
+        "--endpoint-url",
+        CLOSED,
+        "--queue-url",
+        "http://127.0.0.1:9/1/orders",
+        "--dlq-url",
+        "http://127.0.0.1:9/1/dlq",
+        "--bucket",
+        "b",
+    ];
+    let with =
+        |tail: &[&'static str]| -> Vec<&'static str> { old.iter().chain(tail).copied().collect() };
+    let (code, err) = resq(&with(&[
+        "dlq",
+        "replay",
+        "--dry-run",
+        "--reason",
+        "VALIDATION_FAILED",
+        "--older-than",
+        "60",
+        "--max",
+        "5",
+        "--rate",
+        "2",
+        "--cap",
+        "4",
+        "--archive-after",
+        "600",
+        "--archive-permanent",
+    ]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("reading http://127.0.0.1:9/1/dlq") && err.contains("did not answer"),
+        "{err}"
+    );
+    let (code, err) = resq(&with(&[
+        "dlq",
+        "peek",
+        "--reason",
+        "X",
+        "--older-than",
+        "5",
+    ]));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("did not answer"), "{err}");
+    let (code, err) = resq(&with(&["archive", "ls", "--reason", "REDRIVE_CAP"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("listing s3://b/archive/REDRIVE_CAP/"), "{err}");
+    // an old and a new spelling of one setting together are refused
+    let (code, err) = resq(&local(&[
+        "dlq",
+        "redrive",
+        "--permanent-action",
+        "keep",
+        "--archive-permanent",
+    ]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
+}
+
+#[test]
+fn the_new_flags_are_the_ones_shown() {
+    let (code, help) = resq_stdout(&["dlq", "redrive", "--help"]);
+    assert_eq!(code, 0, "{help}");
+    for flag in [
+        "--failure-reason",
+        "--older-than-seconds",
+        "--max-messages",
+        "--rate-per-second",
+        "--max-redrive-attempts",
+        "--archive-after-seconds",
+        "--permanent-action",
+        "--main-queue-url",
+        "--archive-bucket",
+        "[default: 1000]",
+        "[default: 10]",
+        "[default: 3]",
+        "[default: 86400]",
+        "[default: keep]",
+    ] {
+        assert!(help.contains(flag), "{flag}: {help}");
+    }
+    for old in [
+        "--reason ",
+        "--older-than ",
+        "--max ",
+        "--rate ",
+        "--cap",
+        "--archive-after ",
+        "--archive-permanent",
+        "--queue-url",
+        "--bucket",
+    ] {
+        assert!(!help.contains(old), "{old}: {help}");
+    }
+    let (_, help) = resq_stdout(&["dlq", "--help"]);
+    assert!(
+        help.contains("redrive") && !help.contains("replay"),
+        "{help}"
+    );
+    let (_, help) = resq_stdout(&["archive", "ls", "--help"]);
+    assert!(
+        help.contains("--archive-reason") && !help.contains("--reason "),
+        "{help}"
+    );
+    // a permanent action is keep or archive
+    let (code, err) = resq(&["dlq", "redrive", "--permanent-action", "delete"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("\"delete\" is not a permanent action: keep or archive"),
         "{err}"
     );
 }

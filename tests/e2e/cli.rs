@@ -126,7 +126,7 @@ async fn status_shows_depths_and_alarm_states() {
         s.alarms,
         vec![("resq-dlq-depth".to_owned(), "ALARM".to_owned())]
     );
-    let table = s.to_string();
+    let table = resq_cli::render::status(&s, false);
     assert!(
         table.contains("resq-dlq-depth") && table.contains("ALARM"),
         "{table}"
@@ -238,7 +238,7 @@ async fn dlq_peek_filters_and_leaves_everything_in_place() {
 }
 
 #[tokio::test]
-async fn dlq_replay_dry_run_first_then_selectively() {
+async fn dlq_redrive_dry_run_first_then_selectively() {
     let stack = Stack::start(StackOptions::default()).await;
     let ctx = context(&stack).await;
     let permanent = |r: &str| {
@@ -270,7 +270,7 @@ async fn dlq_replay_dry_run_first_then_selectively() {
         reason: Some("VALIDATION_FAILED".into()),
         older_than: None,
     };
-    let dry = dlq::replay(
+    let dry = dlq::redrive(
         &ctx,
         request(true),
         3,
@@ -281,7 +281,7 @@ async fn dlq_replay_dry_run_first_then_selectively() {
     assert_eq!((dry.dry_run, dry.redriven, dry.skipped), (true, 1, 1));
     assert_eq!(stack.depth(&stack.dlq).await, (2, 0));
     assert_eq!(stack.depth(&stack.main).await, (0, 0));
-    let real = dlq::replay(
+    let real = dlq::redrive(
         &ctx,
         request(false),
         3,
@@ -423,7 +423,7 @@ async fn archive_ls_show_and_restore() {
         "the archive keeps its record"
     );
     // WHEN the restored message fails again and reaches the DLQ (as SQS moves it, attributes
-    // and all), the next run replays it: its TTL counts from the restore, not the first send
+    // and all), the next run redrives it: its TTL counts from the restore, not the first send
     let attrs = restored[0].message_attributes().cloned();
     stack
         .sqs

@@ -1,0 +1,487 @@
+//! What `resq` prints: pure functions from a command's result to the text on stdout (plain,
+//! or `--json`) and the notes on stderr. Every string ends with a newline unless empty.
+
+use redriver::Summary;
+use resq::archive::ArchiveEnvelope;
+use serde_json::json;
+
+use crate::CliError;
+use crate::dlq::{PeekReport, Peeked};
+use crate::status::{SendReport, Status};
+
+/// `resq send`: how many of `total` orders reached `queue_url`, and those that did not.
+pub fn send(report: &SendReport, total: usize, queue_url: &str, as_json: bool) -> String {
+    if as_json {
+        return line(json!({"sent": report.sent, "failed": report.failed}));
+    }
+    let mut out = format!("sent {} of {total} orders to {queue_url}\n", report.sent);
+    for (id, why) in &report.failed {
+        out.push_str(&format!("  not sent: {id}: {why}\n"));
+    }
+    out
+}
+
+/// `resq status`: a table of the queues, then one of the alarms.
+pub fn status(s: &Status, as_json: bool) -> String {
+    if as_json {
+        let queues: Vec<_> = s
+            .queues
+            .iter()
+            .map(|q| {
+                json!({
+                    "queue": q.label,
+                    "url": q.url,
+                    "waiting": q.visible,
+                    "inFlight": q.in_flight,
+                    "oldestAgeSeconds": q.oldest_age_seconds,
+                })
+            })
+            .collect();
+        let alarms: Vec<_> = s
+            .alarms
+            .iter()
+            .map(|(name, state)| json!({"name": name, "state": state}))
+            .collect();
+        return line(json!({"queues": queues, "alarms": alarms}));
+    }
+    let mut out = format!(
+        "{:<8} {:>9} {:>10} {:>12}  url\n",
+        "queue", "waiting", "in flight", "oldest (s)"
+    );
+    for q in &s.queues {
+        let age = q
+            .oldest_age_seconds
+            .map_or("-".to_owned(), |a| format!("{a:.0}"));
+        out.push_str(&format!(
+            "{:<8} {:>9} {:>10} {:>12}  {}\n",
+            q.label, q.visible, q.in_flight, age, q.url
+        ));
+    }
+    if s.alarms.is_empty() {
+        out.push_str("\nno alarms with that prefix\n");
+    } else {
+        out.push_str(&format!("\n{:<48} state\n", "alarm"));
+        for (name, state) in &s.alarms {
+            out.push_str(&format!("{name:<48} {state}\n"));
+        }
+    }
+    out
+}
+
+/// `resq dlq peek`: the messages shown, each with its failure marks, age and body.
+pub fn peek(shown: &[Peeked], as_json: bool) -> String {
+    if as_json {
+        return line(json!(shown));
+    }
+    if shown.is_empty() {
+        return "no DLQ messages match\n".to_owned();
+    }
+    shown
+        .iter()
+        .map(|p| {
+            format!(
+                "{}  reason={} class={} redrives={} age={}s\n  {}\n",
+                p.message_id,
+                p.reason.as_deref().unwrap_or("-"),
+                p.failure_class.as_deref().unwrap_or("-"),
+                p.redrive_count.as_deref().unwrap_or("0"),
+                p.age_seconds.map_or("?".into(), |a| a.to_string()),
+                p.body
+            )
+        })
+        .collect()
+}
+
+/// `resq dlq peek`'s notes on stderr: the kept messages made visible, or how many stay
+/// hidden.
+pub fn peek_notes(report: &PeekReport) -> String {
+    let mut out = String::new();
+    if let Some(n) = report.unhidden {
+        out.push_str(&format!(
+            "{n} kept messages made visible (the next scheduled run keeps and hides them again)\n"
+        ));
+    }
+    if report.hidden > 0 {
+        out.push_str(&format!(
+            "{} more DLQ messages are hidden: permanent failures the redriver keeps until their TTL (--kept shows them), or messages a run holds\n",
+            report.hidden
+        ));
+    }
+    out
+}
+
+/// `resq dlq redrive`: the run's summary, as the redriver function returns it (JSON either
+/// way).
+pub fn redrive(summary: &Summary) -> String {
+    format!(
+        "{}\n",
+        serde_json::to_string_pretty(summary).unwrap_or_default()
+    )
+}
+
+/// `resq dlq redrive --dry-run`'s note on stderr (none with `--json`).
+pub fn redrive_notes(summary: &Summary, as_json: bool) -> String {
+    if summary.dry_run && !as_json {
+        "dry run: nothing was changed; run again without --dry-run to redrive\n".to_owned()
+    } else {
+        String::new()
+    }
+}
+
+/// `resq archive ls`: one key a line, or a JSON array.
+pub fn archive_keys(keys: &[String], as_json: bool) -> String {
+    if as_json {
+        return line(json!(keys));
+    }
+    keys.iter().map(|k| format!("{k}\n")).collect()
+}
+
+/// `resq archive ls`'s note on stderr: how many entries (none with `--json`).
+pub fn archive_keys_notes(keys: &[String], as_json: bool) -> String {
+    if as_json {
+        String::new()
+    } else {
+        format!("{} entries\n", keys.len())
+    }
+}
+
+/// `resq archive show`: the entry as stored (JSON either way).
+pub fn archive_entry(envelope: &ArchiveEnvelope) -> String {
+    format!(
+        "{}\n",
+        serde_json::to_string_pretty(envelope).unwrap_or_default()
+    )
+}
+
+/// `resq archive restore`: one line for one key, the new message's id (`None`: a dry run).
+/// With `--json`, one JSON object a line.
+pub fn restored(key: &str, message_id: Option<&str>, as_json: bool) -> String {
+    match (message_id, as_json) {
+        (Some(id), false) => format!("restored {key} as message {id}\n"),
+        (None, false) => format!("would restore {key}\n"),
+        (Some(id), true) => line(json!({"key": key, "restored": true, "messageId": id})),
+        (None, true) => line(json!({"key": key, "restored": false, "dryRun": true})),
+    }
+}
+
+/// A failed command on stderr: what happened, then, when the problem is one an operator can
+/// act on, what to do about it. `endpoint` is the `--endpoint-url` in use.
+pub fn error(err: &CliError, endpoint: Option<&str>) -> String {
+    let mut out = format!("resq: {err}\n");
+    if let Some(problem) = crate::errors::classify(err) {
+        out.push_str(&format!(
+            "resq: {}\n",
+            crate::errors::hint(&problem, endpoint)
+        ));
+    }
+    out
+}
+
+fn line(value: serde_json::Value) -> String {
+    format!("{value}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::Value;
+
+    use super::*;
+    use crate::status::QueueState;
+
+    fn parse(text: &str) -> Value {
+        assert!(text.ends_with('\n'), "{text:?}");
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+
+    fn report() -> SendReport {
+        SendReport {
+            sent: 2,
+            failed: vec![("ORD-3".into(), "InvalidMessageContents: bad".into())],
+        }
+    }
+
+    #[test]
+    fn send_plain_and_json() {
+        assert_eq!(
+            send(&report(), 3, "http://q/1/orders", false),
+            "sent 2 of 3 orders to http://q/1/orders\n  not sent: ORD-3: InvalidMessageContents: bad\n"
+        );
+        let all = SendReport {
+            sent: 3,
+            failed: vec![],
+        };
+        assert_eq!(send(&all, 3, "u", false), "sent 3 of 3 orders to u\n");
+        let v = parse(&send(&report(), 3, "http://q/1/orders", true));
+        assert_eq!(v["sent"], 2);
+        assert_eq!(
+            v["failed"],
+            json!([["ORD-3", "InvalidMessageContents: bad"]])
+        );
+    }
+
+    fn state() -> Status {
+        Status {
+            queues: vec![
+                QueueState {
+                    label: "orders",
+                    url: "http://q/1/orders".into(),
+                    visible: 12,
+                    in_flight: 3,
+                    oldest_age_seconds: Some(41.6),
+                },
+                QueueState {
+                    label: "dlq",
+                    url: "http://q/1/orders-dlq".into(),
+                    visible: 1,
+                    in_flight: 0,
+                    oldest_age_seconds: None,
+                },
+            ],
+            alarms: vec![("resq-dlq-depth".into(), "ALARM".into())],
+        }
+    }
+
+    #[test]
+    fn status_plain_and_json() {
+        let table = status(&state(), false);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[0], "queue      waiting  in flight   oldest (s)  url");
+        assert_eq!(
+            lines[1],
+            "orders          12          3           42  http://q/1/orders"
+        );
+        assert_eq!(
+            lines[2],
+            "dlq              1          0            -  http://q/1/orders-dlq"
+        );
+        assert_eq!(lines[3], "");
+        assert!(lines[4].starts_with("alarm ") && lines[4].ends_with(" state"));
+        assert_eq!(
+            lines[5].split_whitespace().collect::<Vec<_>>(),
+            ["resq-dlq-depth", "ALARM"]
+        );
+        let quiet = Status {
+            alarms: vec![],
+            ..state()
+        };
+        assert!(status(&quiet, false).ends_with("\nno alarms with that prefix\n"));
+
+        let v = parse(&status(&state(), true));
+        assert_eq!(
+            v["queues"][0],
+            json!({"queue": "orders", "url": "http://q/1/orders", "waiting": 12, "inFlight": 3, "oldestAgeSeconds": 41.6})
+        );
+        assert_eq!(v["queues"][1]["oldestAgeSeconds"], Value::Null);
+        assert_eq!(
+            v["alarms"],
+            json!([{"name": "resq-dlq-depth", "state": "ALARM"}])
+        );
+    }
+
+    fn peeked() -> Vec<Peeked> {
+        vec![
+            Peeked {
+                message_id: "m-1".into(),
+                reason: Some("MALFORMED_JSON".into()),
+                failure_class: Some("permanent".into()),
+                redrive_count: Some("2".into()),
+                age_seconds: Some(75),
+                body: "{bad".into(),
+            },
+            Peeked {
+                message_id: "m-2".into(),
+                reason: None,
+                failure_class: None,
+                redrive_count: None,
+                age_seconds: None,
+                body: "{}".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn peek_plain_and_json() {
+        assert_eq!(
+            peek(&peeked(), false),
+            "m-1  reason=MALFORMED_JSON class=permanent redrives=2 age=75s\n  {bad\n\
+             m-2  reason=- class=- redrives=0 age=?s\n  {}\n"
+        );
+        assert_eq!(peek(&[], false), "no DLQ messages match\n");
+        let v = parse(&peek(&peeked(), true));
+        assert_eq!(v.as_array().unwrap().len(), 2);
+        assert_eq!(
+            v[0],
+            json!({"messageId": "m-1", "reason": "MALFORMED_JSON", "failureClass": "permanent", "redriveCount": "2", "ageSeconds": 75, "body": "{bad"})
+        );
+        assert_eq!(v[1]["reason"], Value::Null);
+        assert_eq!(parse(&peek(&[], true)), json!([]));
+    }
+
+    #[test]
+    fn peek_notes_say_what_was_unhidden_or_stays_hidden() {
+        let kept = PeekReport {
+            unhidden: Some(4),
+            shown: peeked(),
+            hidden: 0,
+        };
+        assert_eq!(
+            peek_notes(&kept),
+            "4 kept messages made visible (the next scheduled run keeps and hides them again)\n"
+        );
+        let hidden = PeekReport {
+            unhidden: None,
+            shown: vec![],
+            hidden: 7,
+        };
+        let note = peek_notes(&hidden);
+        assert!(
+            note.starts_with("7 more DLQ messages are hidden: ") && note.contains("--kept"),
+            "{note}"
+        );
+        let nothing = PeekReport {
+            unhidden: None,
+            shown: vec![],
+            hidden: 0,
+        };
+        assert_eq!(peek_notes(&nothing), "");
+    }
+
+    fn summary(dry_run: bool) -> Summary {
+        Summary {
+            dry_run,
+            paused: false,
+            pause_reason: None,
+            probe: None,
+            received: 5,
+            redriven: 3,
+            archived: BTreeMap::from([("REDRIVE_CAP".to_owned(), 1)]),
+            skipped: 1,
+            kept: 1,
+            unhidden: 0,
+            failed: 0,
+            returned: 0,
+            delete_failed: 0,
+            elapsed_ms: 120,
+            rate_per_second: 10.0,
+            achieved_rate_per_second: None,
+            stopped_by: redriver::engine::StopReason::Empty,
+        }
+    }
+
+    #[test]
+    fn redrive_prints_the_summary_and_a_dry_run_says_so() {
+        let text = redrive(&summary(true));
+        let v = parse(&text);
+        assert_eq!(
+            (
+                &v["dryRun"],
+                &v["redriven"],
+                &v["archived"]["REDRIVE_CAP"],
+                &v["stoppedBy"]
+            ),
+            (&json!(true), &json!(3), &json!(1), &json!("empty"))
+        );
+        assert!(text.lines().count() > 1, "pretty-printed: {text}");
+        assert_eq!(
+            redrive_notes(&summary(true), false),
+            "dry run: nothing was changed; run again without --dry-run to redrive\n"
+        );
+        assert_eq!(redrive_notes(&summary(true), true), "");
+        assert_eq!(redrive_notes(&summary(false), false), "");
+    }
+
+    #[test]
+    fn archive_keys_plain_and_json() {
+        let keys = vec![
+            "archive/REDRIVE_CAP/2026/11/21/m-1.json".to_owned(),
+            "archive/TTL_EXPIRED/2026/11/21/m-2.json".to_owned(),
+        ];
+        assert_eq!(
+            archive_keys(&keys, false),
+            "archive/REDRIVE_CAP/2026/11/21/m-1.json\narchive/TTL_EXPIRED/2026/11/21/m-2.json\n"
+        );
+        assert_eq!(archive_keys(&[], false), "");
+        assert_eq!(parse(&archive_keys(&keys, true)), json!(keys));
+        assert_eq!(archive_keys_notes(&keys, false), "2 entries\n");
+        assert_eq!(archive_keys_notes(&keys, true), "");
+    }
+
+    #[test]
+    fn archive_entry_as_stored() {
+        let entry: ArchiveEnvelope = serde_json::from_value(json!({
+            "originalMessage": {
+                "messageId": "m-1",
+                "body": "{\"orderId\":\"A\"}",
+                "messageAttributes": {},
+                "attributes": {}
+            },
+            "metadata": {
+                "reason": "REDRIVE_CAP",
+                "archivedAt": "2026-11-21T10:00:00.000Z",
+                "archivedBy": "redriver",
+                "sourceQueue": "http://q/1/orders",
+                "redriveCount": 3,
+                "receiveCount": 1,
+                "firstSentAt": null,
+                "lastError": null
+            }
+        }))
+        .expect("an archive envelope");
+        let text = archive_entry(&entry);
+        let back: ArchiveEnvelope = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, entry);
+        assert!(text.contains("\n  \"metadata\": {"), "{text}");
+    }
+
+    #[test]
+    fn restored_plain_and_json() {
+        let key = "archive/REDRIVE_CAP/2026/11/21/m-1.json";
+        assert_eq!(
+            restored(key, Some("id-9"), false),
+            format!("restored {key} as message id-9\n")
+        );
+        assert_eq!(restored(key, None, false), format!("would restore {key}\n"));
+        assert_eq!(
+            parse(&restored(key, Some("id-9"), true)),
+            json!({"key": key, "restored": true, "messageId": "id-9"})
+        );
+        assert_eq!(
+            parse(&restored(key, None, true)),
+            json!({"key": key, "restored": false, "dryRun": true})
+        );
+    }
+
+    #[test]
+    fn errors_with_and_without_a_hint() {
+        let refused = CliError::Aws {
+            what: "reading http://127.0.0.1:9/1/dlq".into(),
+            source: resq::sqs::AwsError {
+                code: None,
+                message: "dispatch failure: Connection refused".into(),
+                kind: resq::sqs::AwsErrorKind::Unreachable,
+            },
+        };
+        let text = error(&refused, Some("http://127.0.0.1:9"));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "resq: reading http://127.0.0.1:9/1/dlq: dispatch failure: Connection refused"
+        );
+        assert!(
+            lines[1].starts_with("resq: the endpoint http://127.0.0.1:9 did not answer"),
+            "{text}"
+        );
+        assert_eq!(lines.len(), 2);
+        let missing = CliError::Missing {
+            flag: "--dlq-url",
+            var: "DLQ_URL",
+            hint: "the stack output DeadLetterQueueUrl has it",
+        };
+        assert_eq!(
+            error(&missing, None),
+            "resq: --dlq-url (or DLQ_URL) is required: the stack output DeadLetterQueueUrl has it\n"
+        );
+    }
+}
