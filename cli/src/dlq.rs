@@ -249,18 +249,6 @@ pub fn permanent_action(chosen: PermanentAction, archive_permanent: bool) -> Per
     }
 }
 
-/// Parses `keep` or `archive` (any case), as the redriver reads `PERMANENT_ACTION`.
-// TODO: use `resq::config::PermanentAction`'s `FromStr` once it has one.
-pub fn parse_permanent_action(s: &str) -> Result<PermanentAction, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "keep" => Ok(PermanentAction::Keep),
-        "archive" => Ok(PermanentAction::Archive),
-        _ => Err(format!(
-            "\"{s}\" is not a permanent action: keep or archive"
-        )),
-    }
-}
-
 /// `resq dlq redrive`: checks what the redrive needs, then runs it. A run that could not
 /// move everything still returns its summary; [`redrive_failure`] says whether it failed.
 pub async fn run_redrive(ctx: &Context, options: &RedriveOptions) -> Result<Summary, CliError> {
@@ -367,15 +355,6 @@ mod tests {
 
     #[test]
     fn the_permanent_action_from_the_flags() {
-        assert_eq!(parse_permanent_action("keep"), Ok(PermanentAction::Keep));
-        assert_eq!(
-            parse_permanent_action(" Archive "),
-            Ok(PermanentAction::Archive)
-        );
-        assert_eq!(
-            parse_permanent_action("delete").unwrap_err(),
-            "\"delete\" is not a permanent action: keep or archive"
-        );
         assert_eq!(
             permanent_action(PermanentAction::Keep, false),
             PermanentAction::Keep

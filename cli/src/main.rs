@@ -119,19 +119,19 @@ struct RedriveArgs {
     #[arg(long = "older-than-seconds", alias = "older-than")]
     older_than_seconds: Option<u64>,
     /// Handle at most this many messages.
-    #[arg(long = "max-messages", alias = "max", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long = "max-messages", alias = "max", default_value_t = resq::config::DEFAULT_MAX_MESSAGES_PER_RUN, value_parser = clap::value_parser!(u32).range(1..))]
     max_messages: u32,
     /// Redriven messages per second.
-    #[arg(long = "rate-per-second", alias = "rate", default_value_t = 10.0, value_parser = rate)]
+    #[arg(long = "rate-per-second", alias = "rate", default_value_t = resq::config::DEFAULT_RATE_PER_SECOND, value_parser = rate)]
     rate_per_second: f64,
     /// The redrive cap (MAX_REDRIVE_ATTEMPTS).
-    #[arg(long = "max-redrive-attempts", alias = "cap", env = "MAX_REDRIVE_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long = "max-redrive-attempts", alias = "cap", env = "MAX_REDRIVE_ATTEMPTS", default_value_t = resq::config::DEFAULT_MAX_REDRIVE_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
     max_redrive_attempts: u32,
     /// The TTL (ARCHIVE_AFTER_SECONDS), as the stack's redriver has it.
-    #[arg(long = "archive-after-seconds", alias = "archive-after", env = "ARCHIVE_AFTER_SECONDS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(60..=resq::config::MAX_ARCHIVE_AFTER_SECONDS))]
+    #[arg(long = "archive-after-seconds", alias = "archive-after", env = "ARCHIVE_AFTER_SECONDS", default_value_t = resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS, value_parser = clap::value_parser!(u64).range(60..=resq::config::MAX_ARCHIVE_AFTER_SECONDS))]
     archive_after_seconds: u64,
     /// What to do with permanent failures: keep them in the DLQ, or archive them.
-    #[arg(long = "permanent-action", value_name = "keep|archive", default_value = "keep", value_parser = dlq::parse_permanent_action)]
+    #[arg(long = "permanent-action", value_name = "keep|archive", default_value_t = PermanentAction::default())]
     permanent_action: PermanentAction,
     /// The old spelling of --permanent-action archive.
     #[arg(

@@ -356,7 +356,7 @@ mod tests {
             probe: None,
             received: 5,
             redriven: 3,
-            archived: BTreeMap::from([("REDRIVE_CAP".to_owned(), 1)]),
+            archived: BTreeMap::from([(resq::reason::ArchiveReason::RedriveCap, 1)]),
             skipped: 1,
             kept: 1,
             unhidden: 0,

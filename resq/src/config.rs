@@ -92,7 +92,9 @@ impl FromStr for PermanentAction {
         match s.trim().to_ascii_lowercase().as_str() {
             "keep" => Ok(Self::Keep),
             "archive" => Ok(Self::Archive),
-            _ => Err(format!("\"{s}\" is not keep or archive")),
+            _ => Err(format!(
+                "\"{s}\" is not a permanent action: keep or archive"
+            )),
         }
     }
 }
