@@ -17,6 +17,8 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 ARM_TARGET := aarch64-unknown-linux-gnu
 TRANSLATED := target/infra/template.json
+# the template's QueueType values: lint checks the template under each
+QUEUE_TYPES := standard fifo
 export AWS_DEFAULT_REGION ?= us-east-1
 
 LOCAL_ENV := target/local.env
@@ -78,15 +80,19 @@ test: $(TOOLS) $(LOCALSTACK)
 	E2E_EMULATOR=localstack MOTO_SERVER=$(CURDIR)/$(VENV)/bin/moto_server LOCALSTACK_PYTHON=$(CURDIR)/$(VENV_LOCALSTACK)/bin/python cargo test --workspace --test e2e
 
 ## lint: rustfmt, clippy (warnings are errors), and the template: sam validate (+ --lint),
-## cfn-lint on the template and on its SAM translation, checkov (0 failed; skips carry reasons)
+## cfn-lint on the template and on its SAM translation for each QueueType, checkov (0 failed;
+## skips carry reasons)
 lint: $(TOOLS) $(CHECKOV)
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	sam validate -t infra/template.yaml
 	sam validate --lint -t infra/template.yaml
-	cfn-lint infra/template.yaml
 	$(VENV)/bin/python infra/translate.py infra/template.yaml $(TRANSLATED)
-	cfn-lint --ignore-checks W3037 -- $(TRANSLATED)
+	for q in $(QUEUE_TYPES); do \
+	  echo "cfn-lint: QueueType=$$q" && \
+	  cfn-lint --parameters QueueType=$$q -- infra/template.yaml && \
+	  cfn-lint --ignore-checks W3037 --parameters QueueType=$$q -- $(TRANSLATED) || exit 1; \
+	done
 	$(VENV_CHECKOV)/bin/checkov -f infra/template.yaml -f $(TRANSLATED) --framework cloudformation --skip-download --compact --quiet
 
 arm-target:

@@ -446,6 +446,7 @@ impl<'a> Resolver<'a> {
             "AWS::StackName" => return Some(self.stack_name.clone()),
             "AWS::Region" => return Some(crate::emulator::REGION.to_owned()),
             "AWS::AccountId" => return Some("000000000000".to_owned()),
+            "AWS::Partition" => return Some("aws".to_owned()),
             _ => {}
         }
         if let Some(v) = self
@@ -458,8 +459,56 @@ impl<'a> Resolver<'a> {
         scalar(&self.template["Parameters"][name]["Default"])
     }
 
+    /// Whether the template's condition `name` holds for this stack (`None`: undecidable).
+    pub fn condition(&self, name: &str) -> Option<bool> {
+        self.holds(&self.template["Conditions"][name])
+    }
+
+    fn holds(&self, c: &Value) -> Option<bool> {
+        if let Some(name) = c.get("Condition").and_then(Value::as_str) {
+            return self.condition(name);
+        }
+        let args = |f: &str| c.get(f).and_then(Value::as_array);
+        if let Some(a) = args("Fn::Equals") {
+            return Some(self.value(a.first()?)? == self.value(a.get(1)?)?);
+        }
+        if let Some(a) = args("Fn::Not") {
+            return Some(!self.holds(a.first()?)?);
+        }
+        let all = |a: &Vec<Value>| a.iter().map(|x| self.holds(x)).collect::<Option<Vec<_>>>();
+        if let Some(a) = args("Fn::And") {
+            return Some(all(a)?.into_iter().all(|b| b));
+        }
+        if let Some(a) = args("Fn::Or") {
+            return Some(all(a)?.into_iter().any(|b| b));
+        }
+        None
+    }
+
+    /// `v` with its `Fn::If`s decided for this stack: the branch taken (`v` itself when it is
+    /// no `Fn::If` or its condition is undecidable).
+    fn taken<'v>(&self, v: &'v Value) -> &'v Value {
+        let Some([cond, yes, no]) = v.get("Fn::If").and_then(Value::as_array).map(Vec::as_slice)
+        else {
+            return v;
+        };
+        match cond.as_str().and_then(|c| self.condition(c)) {
+            Some(true) => self.taken(yes),
+            Some(false) => self.taken(no),
+            None => v,
+        }
+    }
+
     /// The value of `v`; `None` when it refers to something this stack cannot resolve.
     pub fn value(&self, v: &Value) -> Option<String> {
+        if v.get("Fn::If").is_some() {
+            let branch = self.taken(v);
+            return if std::ptr::eq(branch, v) {
+                None
+            } else {
+                self.value(branch)
+            };
+        }
         if let Some(r) = v.get("Ref").and_then(Value::as_str) {
             return self.reference(r);
         }
@@ -499,10 +548,12 @@ impl<'a> Resolver<'a> {
         scalar(v)
     }
 
-    /// The value of `v` as a number, `default` when the template leaves it out (a value that
-    /// is there but does not resolve is an error, not the default).
+    /// The value of `v` as a number, `default` when the template leaves it out (absent, or
+    /// `AWS::NoValue` for this stack; a value that is there but does not resolve is an error,
+    /// not the default).
     pub fn number_or(&self, v: &Value, what: &str, default: f64) -> Result<f64, CliError> {
-        if v.is_null() {
+        let v = self.taken(v);
+        if v.is_null() || v.get("Ref").and_then(Value::as_str) == Some("AWS::NoValue") {
             Ok(default)
         } else {
             self.number(v, what)
@@ -696,6 +747,30 @@ mod tests {
         assert_eq!(r.number_or(&json!({"Ref": "T"}), "T", 3.0).unwrap(), 30.0);
         assert!(
             r.number_or(&json!({"Ref": "Nope"}), "unresolved", 3.0)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn resolver_decides_conditions_and_leaves_out_no_value() {
+        let t = json!({
+            "Parameters": {"Kind": {"Type": "String", "Default": "standard"}, "W": {"Type": "Number", "Default": 1}},
+            "Conditions": {"IsFifo": {"Fn::Equals": [{"Ref": "Kind"}, "fifo"]}, "NotFifo": {"Fn::Not": [{"Condition": "IsFifo"}]}},
+        });
+        let window = json!({"Fn::If": ["IsFifo", {"Ref": "AWS::NoValue"}, {"Ref": "W"}]});
+        let name = json!({"Fn::If": ["NotFifo", {"Fn::Sub": "${AWS::StackName}-q"}, {"Fn::Sub": "${AWS::StackName}-q.fifo"}]});
+        let standard = Resolver::new(&t, "stk", &[]);
+        assert_eq!(standard.condition("IsFifo"), Some(false));
+        assert_eq!(standard.number_or(&window, "window", 0.0).unwrap(), 1.0);
+        assert_eq!(standard.value(&name).as_deref(), Some("stk-q"));
+        let fifo = Resolver::new(&t, "stk", &[("Kind", "fifo")]);
+        assert_eq!(fifo.condition("NotFifo"), Some(false));
+        assert_eq!(fifo.number_or(&window, "window", 0.0).unwrap(), 0.0);
+        assert_eq!(fifo.value(&window), None);
+        assert_eq!(fifo.value(&name).as_deref(), Some("stk-q.fifo"));
+        assert_eq!(fifo.condition("Nope"), None);
+        assert!(
+            fifo.number_or(&json!({"Fn::If": ["Nope", 1, 2]}), "undecidable", 0.0)
                 .is_err()
         );
     }

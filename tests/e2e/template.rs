@@ -701,6 +701,7 @@ async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order
         vec!["ReportBatchItemFailures"]
     );
     assert_eq!(esm.batch_size(), Some(10));
+    assert_eq!(esm.maximum_batching_window_in_seconds(), Some(1));
 
     // … and the redriver's schedule.
     let events = aws_sdk_eventbridge::Client::new(&config);
@@ -728,18 +729,49 @@ async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order
         .unwrap();
 
     // WHEN an order is sent to the stack's queue and the consumer, configured from the stack's
-    // outputs, gets it
-    let order = json!({"orderId": "o-stack-1", "userId": "u", "items": [{"productId": "p", "quantity": 1}]}).to_string();
-    sqs.send_message()
-        .queue_url(&outputs["OrdersQueueUrl"])
-        .message_body(&order)
-        .send()
-        .await
-        .unwrap();
+    // outputs, gets it THEN it is recorded in the stack's bucket
+    let stack = resq_local::stack::StackOutputs {
+        stack_name: "resq-test".into(),
+        main_queue_url: outputs["OrdersQueueUrl"].clone(),
+        main_queue_arn: outputs["OrdersQueueArn"].clone(),
+        dlq_url: outputs["DeadLetterQueueUrl"].clone(),
+        bucket: outputs["ArchiveBucketName"].clone(),
+        failure_queue_url: outputs["RedriverFailureQueueUrl"].clone(),
+        consumer_function: outputs["ConsumerFunctionName"].clone(),
+        redriver_function: outputs["RedriverFunctionName"].clone(),
+    };
+    the_stacks_consumer_processes_an_order(&config, &stack, "o-stack-1", None, 1).await;
+}
+
+/// Sends order `order_id` to the stack's queue `sends` times (the same body; in `group`, for a
+/// FIFO queue), has the consumer, configured from the stack's outputs, handle what it receives
+/// as Lambda would pass it (one message: a FIFO queue deduplicates the resends), and checks the
+/// order is recorded in the stack's bucket.
+async fn the_stacks_consumer_processes_an_order(
+    config: &aws_config::SdkConfig,
+    outputs: &resq_local::stack::StackOutputs,
+    order_id: &str,
+    group: Option<&str>,
+    sends: usize,
+) {
+    let sqs = aws_sdk_sqs::Client::new(config);
+    let s3 = resq::aws::s3_client(config);
+    let order =
+        json!({"orderId": order_id, "userId": "u", "items": [{"productId": "p", "quantity": 1}]})
+            .to_string();
+    for _ in 0..sends {
+        sqs.send_message()
+            .queue_url(&outputs.main_queue_url)
+            .message_body(&order)
+            .set_message_group_id(group.map(str::to_owned))
+            .send()
+            .await
+            .unwrap();
+    }
     let env: HashMap<&str, String> = HashMap::from([
-        ("MAIN_QUEUE_URL", outputs["OrdersQueueUrl"].clone()),
-        ("DLQ_URL", outputs["DeadLetterQueueUrl"].clone()),
-        ("ARCHIVE_BUCKET", outputs["ArchiveBucketName"].clone()),
+        ("MAIN_QUEUE_URL", outputs.main_queue_url.clone()),
+        ("DLQ_URL", outputs.dlq_url.clone()),
+        ("ARCHIVE_BUCKET", outputs.bucket.clone()),
     ]);
     let cfg = resq::config::ConsumerConfig::from_vars(&resq::config::Vars(move |k: &str| {
         env.get(k).cloned()
@@ -759,7 +791,7 @@ async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order
     );
     let received = sqs
         .receive_message()
-        .queue_url(&outputs["OrdersQueueUrl"])
+        .queue_url(&outputs.main_queue_url)
         .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
         .message_attribute_names("All")
         .send()
@@ -767,7 +799,8 @@ async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order
         .unwrap()
         .messages
         .unwrap();
-    let event = resq::sqs_event::lambda_event(&received, &outputs["OrdersQueueArn"], REGION);
+    assert_eq!(received.len(), 1, "the order, once");
+    let event = resq::sqs_event::lambda_event(&received, &outputs.main_queue_arn, REGION);
     let response = consumer
         .handle_event(
             event,
@@ -776,16 +809,300 @@ async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order
         .await
         .unwrap();
 
-    // THEN it is recorded in the stack's bucket
     assert!(response.batch_item_failures.is_empty());
     let record = s3
         .get_object()
-        .bucket(&outputs["ArchiveBucketName"])
-        .key("orders/o-stack-1.json")
+        .bucket(&outputs.bucket)
+        .key(format!("orders/{order_id}.json"))
         .send()
         .await
         .expect("order recorded");
     let record: Value =
         serde_json::from_slice(&record.body.collect().await.unwrap().into_bytes()).unwrap();
-    assert_eq!(record["order"]["orderId"], "o-stack-1");
+    assert_eq!(record["order"]["orderId"], order_id);
+}
+
+/// The parameters of a stack deployed with QueueType `queue_type` (the rest default), as
+/// CloudFormation resolves the template's conditions for it.
+fn resolver_for<'a>(t: &'a Value, queue_type: &str) -> resq_local::stack::Resolver<'a> {
+    resq_local::stack::Resolver::new(t, "stk", &[("QueueType", queue_type)])
+}
+
+#[test]
+fn queue_type_fifo_makes_both_queues_fifo_and_standard_leaves_them_as_they_were() {
+    let t = translated_template("resq-artifacts");
+    let param = &t["Parameters"]["QueueType"];
+    assert_eq!(
+        param["Default"], "standard",
+        "existing stacks stay standard"
+    );
+    assert_eq!(param["AllowedValues"], json!(["standard", "fifo"]));
+    let res = &t["Resources"];
+    let fifo_props = [
+        "FifoQueue",
+        "ContentBasedDeduplication",
+        "DeduplicationScope",
+        "FifoThroughputLimit",
+    ];
+    for (queue_type, suffix) in [("standard", ""), ("fifo", ".fifo")] {
+        let r = resolver_for(&t, queue_type);
+        let orders = &res["OrdersQueue"]["Properties"];
+        let dlq = &res["DeadLetterQueue"]["Properties"];
+        assert_eq!(
+            r.value(&orders["QueueName"]),
+            Some(format!("stk-orders{suffix}")),
+            "{queue_type}"
+        );
+        assert_eq!(
+            r.value(&dlq["QueueName"]),
+            Some(format!("stk-orders-dlq{suffix}")),
+            "{queue_type}"
+        );
+        // only the orders queue may dead-letter into the DLQ: the ARN of its name for this type
+        assert_eq!(
+            r.value(&dlq["RedriveAllowPolicy"]["sourceQueueArns"][0]),
+            Some(format!(
+                "arn:aws:sqs:{REGION}:000000000000:stk-orders{suffix}"
+            )),
+            "{queue_type}"
+        );
+        // the redrive wiring is the same for both types
+        assert_eq!(
+            orders["RedrivePolicy"]["deadLetterTargetArn"],
+            json!({"Fn::GetAtt": ["DeadLetterQueue", "Arn"]})
+        );
+        let fifo: Vec<(Option<String>, Option<String>)> = fifo_props
+            .iter()
+            .map(|p| (r.value(&orders[p]), r.value(&dlq[p])))
+            .collect();
+        if queue_type == "standard" {
+            // AWS::NoValue: the properties are left out, as before the parameter existed
+            for (p, v) in fifo_props.iter().zip(&fifo) {
+                assert_eq!(*v, (None, None), "standard: {p} must be left out");
+                for q in ["OrdersQueue", "DeadLetterQueue"] {
+                    assert_eq!(
+                        res[q]["Properties"][p]["Fn::If"][2],
+                        json!({"Ref": "AWS::NoValue"}),
+                        "standard: {q}.{p} must be left out"
+                    );
+                }
+            }
+        } else {
+            let s = |v: &str| Some(v.to_owned());
+            assert_eq!(
+                fifo,
+                vec![
+                    (s("true"), s("true")),
+                    // producers need only a MessageGroupId; the consumer's DLQ copies carry
+                    // explicit deduplication ids
+                    (s("true"), s("false")),
+                    (s("messageGroup"), s("messageGroup")),
+                    (s("perMessageGroupId"), s("perMessageGroupId")),
+                ]
+            );
+        }
+        // the redriver's failure destination stays standard: Lambda cannot deliver to FIFO
+        let failures = &res["RedriverFailureQueue"]["Properties"];
+        assert!(failures.get("FifoQueue").is_none());
+        assert_eq!(
+            r.value(&failures["QueueName"]).as_deref(),
+            Some("stk-redriver-failures")
+        );
+        // Lambda has no batching window for FIFO queues: left out under fifo
+        let esm = &res["ConsumerFunctionOrders"]["Properties"];
+        let window = r
+            .number_or(&esm["MaximumBatchingWindowInSeconds"], "window", -1.0)
+            .unwrap();
+        assert_eq!(
+            window,
+            if queue_type == "fifo" { -1.0 } else { 1.0 },
+            "{queue_type}: batching window"
+        );
+        assert_eq!(r.value(&esm["BatchSize"]).as_deref(), Some("10"));
+    }
+    // alarms and the dashboard name the queues by their attribute, so a .fifo name follows
+    for (id, a) in resources_of(&t, "AWS::CloudWatch::Alarm") {
+        let p = &a["Properties"];
+        let dims = p["Dimensions"].as_array().into_iter().flatten().chain(
+            p["Metrics"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|m| m["MetricStat"]["Metric"]["Dimensions"].as_array())
+                .flatten(),
+        );
+        for d in dims.filter(|d| d["Name"] == "QueueName") {
+            assert_eq!(d["Value"]["Fn::GetAtt"][1], "QueueName", "{id}: {d}");
+        }
+    }
+}
+
+/// A CloudFormation rule expression for a stack with `params` (the rest default): the
+/// functions rules use here (Ref, Fn::Equals, Fn::Contains, Fn::Not, Fn::And, Fn::Or).
+fn rule_holds(t: &Value, e: &Value, params: &[(&str, &str)]) -> bool {
+    let r = resq_local::stack::Resolver::new(t, "stk", params);
+    let args = |f: &str| e.get(f).and_then(Value::as_array);
+    if let Some(a) = args("Fn::Equals") {
+        return r.value(&a[0]).unwrap() == r.value(&a[1]).unwrap();
+    }
+    if let Some(a) = args("Fn::Contains") {
+        let needle = r.value(&a[1]).unwrap();
+        return a[0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| r.value(x).unwrap() == needle);
+    }
+    if let Some(a) = args("Fn::Not") {
+        return !rule_holds(t, &a[0], params);
+    }
+    if let Some(a) = args("Fn::And") {
+        return a.iter().all(|x| rule_holds(t, x, params));
+    }
+    if let Some(a) = args("Fn::Or") {
+        return a.iter().any(|x| rule_holds(t, x, params));
+    }
+    panic!("not a rule function: {e}")
+}
+
+/// Whether CloudFormation would accept `params`: every rule whose condition holds, holds.
+fn rules_accept(t: &Value, params: &[(&str, &str)]) -> bool {
+    t["Rules"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(_, rule)| {
+            rule.get("RuleCondition")
+                .is_some_and(|c| !rule_holds(t, c, params))
+                || rule["Assertions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|a| rule_holds(t, &a["Assert"], params))
+        })
+}
+
+#[test]
+fn a_fifo_stack_with_a_batch_over_ten_is_refused_before_anything_is_created() {
+    // (neither emulator evaluates template rules: evaluated here as CloudFormation does)
+    let t = translated_template("resq-artifacts");
+    let rule = &t["Rules"]["FifoBatchSize"];
+    assert!(
+        rule["Assertions"][0]["AssertDescription"]
+            .as_str()
+            .is_some_and(|d| d.contains("ConsumerBatchSize") && d.contains("10")),
+        "the refusal says what to change: {rule}"
+    );
+    assert!(rules_accept(&t, &[]), "the defaults deploy");
+    assert!(
+        rules_accept(&t, &[("QueueType", "fifo")]),
+        "fifo with the default batch size"
+    );
+    for n in 1..=10 {
+        let n = n.to_string();
+        assert!(
+            rules_accept(&t, &[("QueueType", "fifo"), ("ConsumerBatchSize", &n)]),
+            "fifo, batch {n}"
+        );
+    }
+    for n in ["11", "100", "10000"] {
+        assert!(
+            !rules_accept(&t, &[("QueueType", "fifo"), ("ConsumerBatchSize", n)]),
+            "fifo, batch {n} must be refused"
+        );
+        assert!(
+            rules_accept(&t, &[("QueueType", "standard"), ("ConsumerBatchSize", n)]),
+            "standard, batch {n}"
+        );
+    }
+}
+
+/// QueueType=fifo deployed into the emulator's CloudFormation (moto's with the functions,
+/// LocalStack's without): FIFO queues with their settings and redrive wiring, and an order sent
+/// with a MessageGroupId (twice: deduplicated by content) processed by the stack's consumer.
+#[tokio::test]
+async fn a_fifo_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order_of_a_group() {
+    let kind = resq_e2e::emulator_kind();
+    let emulator = resq_e2e::emulator();
+    let config = emulator.sdk_config().await;
+    let template = translated_template(resq_local::stack::ARTIFACT_BUCKET);
+
+    // GIVEN the stack, deployed as `sam deploy --parameter-overrides QueueType=fifo` would
+    let outputs = resq_local::stack::deploy_stack(
+        kind,
+        &config,
+        &template.to_string(),
+        "resq-fifo",
+        &[("QueueType", "fifo"), ("MaxReceiveCount", "4")],
+    )
+    .await
+    .unwrap();
+
+    // THEN both queues are FIFO, with .fifo names and the template's settings …
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    use aws_sdk_sqs::types::QueueAttributeName as Q;
+    let attributes = |url: String| {
+        let sqs = sqs.clone();
+        async move {
+            sqs.get_queue_attributes()
+                .queue_url(url)
+                .attribute_names(Q::All)
+                .send()
+                .await
+                .unwrap()
+                .attributes
+                .unwrap()
+        }
+    };
+    let orders = attributes(outputs.main_queue_url.clone()).await;
+    let dlq = attributes(outputs.dlq_url.clone()).await;
+    assert!(outputs.main_queue_url.ends_with("/resq-fifo-orders.fifo"));
+    assert!(outputs.dlq_url.ends_with("/resq-fifo-orders-dlq.fifo"));
+    assert!(outputs.main_queue_arn.ends_with(":resq-fifo-orders.fifo"));
+    for (name, q, content) in [("orders", &orders, "true"), ("DLQ", &dlq, "false")] {
+        assert_eq!(q[&Q::FifoQueue], "true", "{name}");
+        assert_eq!(q[&Q::ContentBasedDeduplication], content, "{name}");
+        assert_eq!(q[&Q::DeduplicationScope], "messageGroup", "{name}");
+        assert_eq!(q[&Q::FifoThroughputLimit], "perMessageGroupId", "{name}");
+    }
+    // … the orders queue dead-letters into the FIFO DLQ …
+    let redrive: Value = serde_json::from_str(&orders[&Q::RedrivePolicy]).unwrap();
+    assert_eq!(number(&redrive["maxReceiveCount"]), 4.0);
+    assert_eq!(redrive["deadLetterTargetArn"], dlq[&Q::QueueArn].as_str());
+    if let Some(allow) = dlq.get(&Q::RedriveAllowPolicy) {
+        // (LocalStack keeps it; moto does not return it)
+        let allow: Value = serde_json::from_str(allow).unwrap();
+        assert_eq!(allow["sourceQueueArns"], json!([outputs.main_queue_arn]));
+    } else {
+        assert_eq!(
+            kind,
+            resq_e2e::EmulatorKind::Moto,
+            "RedriveAllowPolicy missing"
+        );
+    }
+    // … the redriver's failure destination stays standard …
+    let failures = attributes(outputs.failure_queue_url.clone()).await;
+    assert!(failures.get(&Q::FifoQueue).is_none_or(|f| f == "false"));
+    // … and (moto creates it) the event source mapping has no batching window.
+    if kind == resq_e2e::EmulatorKind::Moto {
+        let lambda = aws_sdk_lambda::Client::new(&config);
+        let mappings = lambda
+            .list_event_source_mappings()
+            .function_name(&outputs.consumer_function)
+            .send()
+            .await
+            .unwrap();
+        let esm = &mappings.event_source_mappings()[0];
+        assert_eq!(
+            esm.event_source_arn(),
+            Some(outputs.main_queue_arn.as_str())
+        );
+        assert_eq!(esm.batch_size(), Some(10));
+        assert_eq!(esm.maximum_batching_window_in_seconds(), None);
+    }
+
+    // WHEN an order is sent with a MessageGroupId (twice: a producer's retry) THEN the
+    // consumer gets it once and records it
+    the_stacks_consumer_processes_an_order(&config, &outputs, "o-fifo-1", Some("customer-7"), 2)
+        .await;
 }
