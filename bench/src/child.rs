@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::sqs::SqsEvent;
 use consumer::Consumer;
+use consumer::decision::SqsInvocation;
 use consumer::handler::{HandlerError, OrderHandler, RecordMeta};
 use consumer::memory::MemoryQueues;
 use consumer::order::Order;
@@ -67,12 +67,14 @@ pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
     let queues = MemoryQueues::default();
     let engine = Consumer::new(NoopEffect, &queues, MemoryStore::default(), config);
     let started = Instant::now();
-    // What lambda_runtime does with the payload before the handler runs.
-    let event: SqsEvent = serde_json::from_slice(&raw).map_err(|e| format!("event: {e}"))?;
+    // What lambda_runtime does with the payload before the handler runs: the function's own
+    // payload type (records kept as raw JSON, each decoded on its own by the engine).
+    let text = std::str::from_utf8(&raw).map_err(|e| format!("event: {e}"))?;
+    let invocation = SqsInvocation::from_json(text).map_err(|e| format!("event: {e}"))?;
     drop(raw);
     let batch_started = Instant::now();
     let report = engine
-        .process_sqs_event(event, Instant::now() + Duration::from_secs(900))
+        .process_invocation(invocation, Instant::now() + Duration::from_secs(900))
         .await
         .map_err(|e| e.to_string())?;
     let batch_seconds = batch_started.elapsed().as_secs_f64();

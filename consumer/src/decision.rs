@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsMessage};
 use rand::Rng;
 use resq::attributes::{
     self, AttributeLimitExceeded, AttributeValue, FAILURE_CLASS_PERMANENT, MAX_MESSAGE_BYTES,
@@ -263,12 +263,21 @@ struct GroupAttribute {
     group: Option<String>,
 }
 
-/// Reads an event given as JSON (tests, the local runner): [`SqsInvocation`], then
-/// [`read_records`].
+impl SqsInvocation {
+    /// Reads a payload from its JSON text exactly as the function reads it from the Lambda
+    /// runtime (through [`Invocation`]): the one way into the engine for the function, the
+    /// tests, the local runner and the bench.
+    pub fn from_json(payload: &str) -> Result<Self, EventError> {
+        serde_json::from_str::<Invocation>(payload)
+            .map_err(|e| EventError::NotSqs(e.to_string()))?
+            .0
+    }
+}
+
+/// Reads an event given as a JSON value (tests, the local runner) the way the runtime reads
+/// it: [`SqsInvocation::from_json`], then [`read_records`].
 pub fn parse_event(value: Value) -> Result<Vec<Record>, EventError> {
-    let payload: Payload =
-        serde_json::from_value(value).map_err(|e| EventError::NotSqs(e.to_string()))?;
-    read_records(payload.records)
+    read_records(SqsInvocation::from_json(&value.to_string())?.0)
 }
 
 /// Reads each record on its own. A record that does not decode (an attribute that is not
@@ -285,16 +294,6 @@ pub fn read_records(raw: Vec<Box<RawValue>>) -> Result<Vec<Record>, EventError> 
                 Err(e) => unreadable(index, raw.get(), e.to_string()),
             },
         )
-        .collect()
-}
-
-/// The records of an SQS event already deserialized whole.
-pub fn records_from(event: SqsEvent) -> Result<Vec<Record>, EventError> {
-    event
-        .records
-        .into_iter()
-        .enumerate()
-        .map(|(index, m)| record_from(index, m))
         .collect()
 }
 

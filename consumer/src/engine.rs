@@ -14,7 +14,7 @@
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::SqsBatchResponse;
 use futures::{FutureExt, StreamExt, stream};
 use resq::archive::{ArchiveFacts, Archiver, OriginalMessage};
 use resq::attributes::{self, RedriveCount};
@@ -110,17 +110,6 @@ impl<H: MessageHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
     ) -> Result<BatchReport, EventError> {
         Ok(self
             .process_records(decision::read_records(invocation.0)?, deadline)
-            .await)
-    }
-
-    /// Processes one SQS event deserialized whole, without emitting anything.
-    pub async fn process_sqs_event(
-        &self,
-        event: SqsEvent,
-        deadline: Instant,
-    ) -> Result<BatchReport, EventError> {
-        Ok(self
-            .process_records(decision::records_from(event)?, deadline)
             .await)
     }
 
@@ -764,53 +753,35 @@ mod tests {
         assert_eq!(report.metrics.get(metrics::ARCHIVED), 2);
     }
 
-    #[tokio::test]
-    async fn the_functions_typed_event_path_decides_as_the_json_path_does() {
-        // GIVEN the same mixed batch as JSON and as the runtime deserializes it (main.rs)
-        let event = json!({"Records": [
-            record("ok", &order("o-1"), None, None),
-            record("malformed", "{not json", None, None),
-            record("capped", &order("o-4"), Some("4"), None),
-            record("transient", &order("transient-6"), Some("1"), None),
-        ]});
-        let typed: SqsEvent = serde_json::from_value(event.clone()).unwrap();
-        let run = |typed: Option<SqsEvent>| {
-            let event = event.clone();
-            async move {
-                let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
-                let consumer =
-                    Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
-                let report = match typed {
-                    Some(e) => consumer.process_sqs_event(e, later()).await.unwrap(),
-                    None => consumer.process(event, later()).await.unwrap(),
-                };
-                let failed: Vec<String> = failed_ids(&report.response)
-                    .into_iter()
-                    .map(|id| id.to_string())
-                    .collect();
-                (
-                    report.outcomes,
-                    failed,
-                    queues.sent().len(),
-                    store.keys("archive/").len(),
-                )
-            }
-        };
-        // WHEN both are processed THEN outcomes, response and side effects are the same
-        let (json_path, typed_path) = (run(None).await, run(Some(typed)).await);
-        assert_eq!(typed_path, json_path);
-        assert_eq!(typed_path.1, vec!["transient"]);
-        assert_eq!((typed_path.2, typed_path.3), (1, 1));
-    }
-
     #[test]
-    fn a_payload_that_is_not_sqs_fails_the_runtimes_deserialization_by_name() {
-        // The function's runtime deserializes straight into SqsEvent; its error names the field
-        let err = serde_json::from_value::<SqsEvent>(json!({"source": "aws.events"})).unwrap_err();
-        assert!(err.to_string().contains("Records"), "{err}");
-        let err =
-            serde_json::from_value::<SqsEvent>(json!({"Records": [{"messageId": 7}]})).unwrap_err();
-        assert!(err.to_string().contains("invalid type"), "{err}");
+    fn a_payload_that_is_not_sqs_is_refused_with_resqs_own_error_naming_what_is_wrong() {
+        // the function's payload type: resq's error, with the reason and what to do
+        let err = SqsInvocation::from_json(r#"{"source": "aws.events"}"#).unwrap_err();
+        assert!(matches!(err, EventError::NotSqs(_)), "{err:?}");
+        let text = err.to_string();
+        assert!(text.starts_with("not an SQS event: "), "{text}");
+        assert!(text.contains("Records"), "{text}");
+        assert!(text.ends_with("the consumer must be invoked by an SQS event source mapping"));
+        // a record that is not an object cannot be reported alone: the event is refused
+        let err = SqsInvocation::from_json(r#"{"Records": 7}"#).unwrap_err();
+        assert!(matches!(err, EventError::NotSqs(_)), "{err:?}");
+        // a record that does not decode fails alone, as long as it has a messageId to report
+        let invocation = SqsInvocation::from_json(
+            r#"{"Records": [{"messageId": "m-1", "eventSource": "aws:sqs", "body": 7}]}"#,
+        )
+        .unwrap();
+        let records = decision::read_records(invocation.0).unwrap();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].message_id, "m-1");
+        assert!(records[0].unreadable.is_some());
+        // without one, the batch cannot be reported record by record: the invocation fails
+        let invocation =
+            SqsInvocation::from_json(r#"{"Records": [{"eventSource": "aws:sqs", "body": 7}]}"#)
+                .unwrap();
+        assert!(matches!(
+            decision::read_records(invocation.0),
+            Err(EventError::MissingMessageId { index: 0 })
+        ));
     }
 
     #[tokio::test]
