@@ -162,13 +162,15 @@ pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliErro
         }
         for m in batch {
             let p = peeked(&m, now_ms);
-            let selected = filter
-                .reason
-                .as_ref()
-                .is_none_or(|r| p.reason.as_ref() == Some(r))
-                && filter
-                    .older_than
-                    .is_none_or(|min| p.age_seconds.is_some_and(|a| a >= min.as_secs()));
+            let age = m
+                .first_sent_at()
+                .map(|sent| Duration::from_millis(now_ms.saturating_sub(sent)));
+            let selected = resq::select::selects(
+                filter.reason.as_deref(),
+                filter.older_than,
+                m.failure_reason(),
+                age,
+            );
             if selected && shown.len() < filter.limit {
                 shown.push(p);
             }

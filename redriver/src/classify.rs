@@ -123,14 +123,12 @@ pub fn classify(m: &DlqMessage, rules: &Rules, now_ms: u64) -> Decision {
     let age = m
         .first_sent_at()
         .map(|sent| Duration::from_millis(now_ms.saturating_sub(sent)));
-    if let Some(reason) = &rules.reason
-        && m.failure_reason() != Some(reason.as_str())
-    {
-        return Decision::Keep(Keep::NotSelected);
-    }
-    if let Some(min_age) = rules.older_than
-        && age.is_none_or(|a| a < min_age)
-    {
+    if !resq::select::selects(
+        rules.reason.as_deref(),
+        rules.older_than,
+        m.failure_reason(),
+        age,
+    ) {
         return Decision::Keep(Keep::NotSelected);
     }
     if let Some(reason) = attributes::cap_on_replay(m.redrive_count(), rules.max_redrive_attempts) {

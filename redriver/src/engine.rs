@@ -348,7 +348,8 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 as i32;
             let visibility = (deadline.saturating_duration_since(now) + HOLD_PAST_DEADLINE)
                 .as_secs()
-                .clamp(30, 43_200) as i32;
+                .clamp(30, resq::backoff::MAX_VISIBILITY_TIMEOUT.as_secs())
+                as i32;
             let received_at = Instant::now();
             let batch = match tokio::time::timeout_at(
                 times.work_by.into(),

@@ -15,6 +15,7 @@ pub mod keep;
 pub mod lambda;
 pub mod metrics;
 pub mod reason;
+pub mod select;
 pub mod sqs;
 pub mod sqs_event;
 pub mod store;
