@@ -1,4 +1,4 @@
-//! The batch engine (SPEC §3), in phases each bounded by the deadline:
+//! The batch engine (docs/design.md, "Consumer"), in phases each bounded by the deadline:
 //!
 //! 1. **read**: the records, each on its own;
 //! 2. **run**: each record to a [`Disposition`], a value: the pure checks (redrive cap,
@@ -313,7 +313,7 @@ impl<H: MessageHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         self.handler.handle(message, &meta).await
     }
 
-    /// SPEC §3 steps 1 and 2: the redrive cap, then parsing and validation.
+    /// docs/design.md, "Consumer" steps 1 and 2: the redrive cap, then parsing and validation.
     fn check(&self, record: &Record) -> Check<H::Message> {
         if let Some(why) = &record.unreadable {
             return Check::Unreadable(why.clone());

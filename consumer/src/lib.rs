@@ -1,6 +1,6 @@
 //! The resq consumer: an SQS-triggered Lambda that processes orders, reports only the failed
 //! records, backs failures off, fast-tracks permanent failures to the DLQ and archives
-//! messages past the redrive cap (SPEC §3).
+//! messages past the redrive cap (docs/design.md, "Consumer").
 #![warn(missing_docs)]
 
 pub mod decision;

@@ -1,4 +1,4 @@
-//! Orders: parsing and validation of one record's body (SPEC §3 step 2).
+//! Orders: parsing and validation of one record's body (docs/design.md, "Record checks").
 //!
 //! A body that is not JSON is `MALFORMED_JSON`; JSON that is not a valid order is
 //! `VALIDATION_FAILED`, with every problem listed so a human can fix the producer.

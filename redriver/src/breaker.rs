@@ -1,4 +1,4 @@
-//! The circuit breaker (SPEC §4 step 6), as a decision over the states of the alarms named in
+//! The circuit breaker (docs/design.md, "Breaker"), as a decision over the states of the alarms named in
 //! `PAUSE_ON_ALARMS`.
 //!
 //! - **open**: an alarm is in `ALARM`, does not exist, or cannot be read: replay nothing (the

@@ -1,4 +1,4 @@
-//! The redrive engine (SPEC §4): one run, in phases each bounded by the deadline.
+//! The redrive engine (docs/design.md, "Redriver"): one run, in phases each bounded by the deadline.
 //!
 //! - **breaker**: an alarm of `PAUSE_ON_ALARMS` in `ALARM` (or unreadable) pauses replay for
 //!   the run; it is read again every [`BREAKER_RECHECK`] while replaying. A paused run still

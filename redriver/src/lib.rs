@@ -1,5 +1,5 @@
 //! The resq redriver: a scheduled Lambda that replays the DLQ into the main queue at a bounded
-//! rate, selectively, and archives what is too old or has looped too often (SPEC §4).
+//! rate, selectively, and archives what is too old or has looped too often (docs/design.md, "Redriver").
 #![warn(missing_docs)]
 
 pub mod breaker;

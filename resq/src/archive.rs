@@ -1,4 +1,4 @@
-//! The archive (SPEC §5): the envelope that keeps a message whole, its key, and the writer.
+//! The archive (docs/design.md, "Archive"): the envelope that keeps a message whole, its key, and the writer.
 
 use std::collections::BTreeMap;
 
@@ -119,11 +119,6 @@ impl<S: ObjectStore> Archiver<S> {
             store,
             archived_by: archived_by.into(),
         }
-    }
-
-    /// Who entries are signed by.
-    pub fn archived_by(&self) -> &str {
-        &self.archived_by
     }
 
     /// The store written to.

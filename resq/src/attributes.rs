@@ -1,4 +1,4 @@
-//! The message attribute contract (SPEC §2): names, the neutral attribute value, redrive-count
+//! The message attribute contract (docs/design.md, "Attributes"): names, the neutral attribute value, redrive-count
 //! parsing and building the attributes of a copy.
 
 use std::collections::BTreeMap;
@@ -176,7 +176,7 @@ pub fn parse_count_value(raw: &str) -> RedriveCount {
     }
 }
 
-/// The redrive cap as the consumer applies it (SPEC §3 step 1): `Some(reason)` when a delivered
+/// The redrive cap as the consumer applies it (docs/design.md, "No loops"): `Some(reason)` when a delivered
 /// copy must be archived without running. A copy carrying exactly `max_redrive_attempts` is the
 /// last real replay and runs; only a count *past* the cap (which only a tool other than the
 /// redriver can produce) or an unreadable one is archived.
@@ -188,7 +188,7 @@ pub fn cap_on_delivery(count: RedriveCount, max_redrive_attempts: u32) -> Option
     }
 }
 
-/// The redrive cap as the redriver applies it (SPEC §4 step 2): `Some(reason)` when a DLQ
+/// The redrive cap as the redriver applies it (docs/design.md, "Classification"): `Some(reason)` when a DLQ
 /// message must be archived instead of replayed. A count at the cap means the message already
 /// had its last replay.
 pub fn cap_on_replay(count: RedriveCount, max_redrive_attempts: u32) -> Option<ArchiveReason> {

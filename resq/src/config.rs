@@ -1,4 +1,4 @@
-//! Typed configuration from the environment (SPEC §8), parsed once at start-up.
+//! Typed configuration from the environment (docs/design.md, "Configuration"), parsed once at start-up.
 //!
 //! Every error names the variable and what to do about it. Empty values count as unset, so a
 //! template can pass an empty parameter to mean "use the default".

@@ -4,14 +4,6 @@
 use aws_sdk_sqs::types::Message;
 use serde_json::{Map, Value, json};
 
-/// `arn:aws:sqs:{region}:{account}:{name}` from a queue URL (`…/{account}/{name}`).
-pub fn queue_arn(queue_url: &str, region: &str) -> Option<String> {
-    let mut parts = queue_url.trim_end_matches('/').rsplit('/');
-    let name = parts.next().filter(|s| !s.is_empty())?;
-    let account = parts.next().filter(|s| !s.is_empty())?;
-    Some(format!("arn:aws:sqs:{region}:{account}:{name}"))
-}
-
 /// One record of the event.
 pub fn lambda_record(message: &Message, queue_arn: &str, region: &str) -> Value {
     let attributes: Map<String, Value> = message
@@ -81,23 +73,6 @@ pub fn lambda_event(messages: &[Message], queue_arn: &str, region: &str) -> Valu
 mod tests {
     use super::*;
     use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
-
-    #[test]
-    fn arn_from_url() {
-        assert_eq!(
-            queue_arn(
-                "https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo",
-                "eu-west-1"
-            )
-            .as_deref(),
-            Some("arn:aws:sqs:eu-west-1:123456789012:orders.fifo")
-        );
-        assert_eq!(
-            queue_arn("http://127.0.0.1:5000/123456789012/q/", "us-east-1").as_deref(),
-            Some("arn:aws:sqs:us-east-1:123456789012:q")
-        );
-        assert_eq!(queue_arn("orders", "us-east-1"), None);
-    }
 
     #[test]
     fn record_has_lambdas_shape_and_parses_as_an_sqs_event() {

@@ -65,11 +65,6 @@ impl S3Store {
             bucket: bucket.into(),
         }
     }
-
-    /// The bucket written to.
-    pub fn bucket(&self) -> &str {
-        &self.bucket
-    }
 }
 
 impl ObjectStore for S3Store {

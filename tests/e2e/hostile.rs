@@ -1,6 +1,6 @@
 //! Hostile events and configuration, sent to the real function binaries (behind the chaos
 //! run's Lambda runtime API, against moto). Each gets its documented behaviour: a clear error
-//! or the SPEC's outcome, never a silent drop.
+//! or the documented outcome (docs/design.md), never a silent drop.
 
 use std::process::Command;
 

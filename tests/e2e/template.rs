@@ -343,7 +343,7 @@ fn functions_are_rust_on_arm64_with_json_logs_and_the_spec_environment() {
             .collect();
         assert!(
             env.is_subset(&spec),
-            "{name}: {:?} not in SPEC §8",
+            "{name}: {:?} not in docs/design.md, \"Configuration\"",
             env.difference(&spec).collect::<Vec<_>>()
         );
         for required in [

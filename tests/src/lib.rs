@@ -166,7 +166,7 @@ impl Stack {
         }
     }
 
-    /// The environment a function of this stack gets (SPEC §8 names).
+    /// The environment a function of this stack gets (docs/design.md, "Configuration" names).
     pub fn env(&self) -> HashMap<String, String> {
         HashMap::from([
             ("MAIN_QUEUE_URL".into(), self.main.url.clone()),
