@@ -46,6 +46,10 @@ pub async fn send_to(
     attrs: impl Fn(&Outgoing) -> HashMap<String, MessageAttributeValue>,
 ) -> Result<SendReport, CliError> {
     let mut report = SendReport::default();
+    // a FIFO queue needs a group: each order is its own (orders are independent; the same order
+    // sent again falls into the same group, where the template's content-based deduplication
+    // drops it)
+    let fifo = resq::fifo::is_fifo(queue_url);
     for chunk in orders.chunks(resq::sqs::MAX_BATCH) {
         let entries = chunk
             .iter()
@@ -55,6 +59,13 @@ pub async fn send_to(
                     .id(i.to_string())
                     .message_body(&o.body)
                     .set_message_attributes(Some(attrs(o)).filter(|a| !a.is_empty()))
+                    .set_message_group_id(fifo.then(|| {
+                        if o.order_id.is_empty() {
+                            resq::fifo::DEFAULT_GROUP.to_owned()
+                        } else {
+                            o.order_id.chars().take(resq::fifo::MAX_ID_LEN).collect()
+                        }
+                    }))
                     .build()
                     .map_err(|e| CliError::Request {
                         what: "a send batch entry",

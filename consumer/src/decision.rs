@@ -12,7 +12,7 @@ use resq::attributes::{
     MessageAttributes, RedriveCount, X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT,
 };
 use resq::backoff::Backoff;
-use resq::reason::ArchiveReason;
+use resq::reason::{ArchiveReason, ErrorCode};
 use resq::sqs::OutgoingMessage;
 use serde::Deserialize;
 use serde_json::Value;
@@ -488,9 +488,9 @@ impl Failure {
     pub fn code(&self) -> &str {
         match self {
             Failure::Transient { code, .. } => code,
-            Failure::Unreadable(_) => "RECORD_UNREADABLE",
-            Failure::GroupBlocked => "FIFO_GROUP_BLOCKED",
-            Failure::NotStarted => "DEADLINE_NOT_STARTED",
+            Failure::Unreadable(_) => ErrorCode::RecordUnreadable.code(),
+            Failure::GroupBlocked => ErrorCode::FifoGroupBlocked.code(),
+            Failure::NotStarted => ErrorCode::DeadlineNotStarted.code(),
         }
     }
 

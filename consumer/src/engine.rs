@@ -238,11 +238,17 @@ impl<H: MessageHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
     async fn run_record(&self, record: &Record, stop_by: Instant) -> (Disposition, Span) {
         // The checks are pure: run them first so the record's span is created once, with the
         // orderId already known (recording it later costs a second formatting of the fields).
-        let check = self.check(record);
+        // The handler's parse and business id are the team's code: a panic there is that
+        // record's transient failure, as a panic in its effect is, never the batch's.
+        let check = std::panic::catch_unwind(AssertUnwindSafe(|| self.check(record)))
+            .unwrap_or_else(|panic| Check::Panicked(panic_message(&panic)));
         let business_id = match &check {
-            Check::Valid(message) => Some(self.handler.business_id(message)),
+            Check::Valid(message) => {
+                std::panic::catch_unwind(AssertUnwindSafe(|| self.handler.business_id(message)))
+                    .ok()
+            }
             Check::Rejected(rejection) => rejection.business_id.as_deref(),
-            Check::OverCap(_) | Check::Unreadable(_) => None,
+            Check::OverCap(_) | Check::Unreadable(_) | Check::Panicked(_) => None,
         };
         // At ERROR level so that it is on whatever AWS_LAMBDA_LOG_LEVEL allows: at WARN an INFO
         // span would be off, and the warnings would lose their messageId and orderId.
@@ -259,6 +265,7 @@ impl<H: MessageHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         let dlq_is_fifo = resq::fifo::is_fifo(&self.config.common.dlq_url);
         let disposition = match check {
             Check::Unreadable(why) => Disposition::Retry(Failure::Unreadable(why)),
+            Check::Panicked(why) => transient(ErrorCode::HandlerPanic.code(), why),
             Check::OverCap(reason) => Disposition::Archive {
                 reason,
                 last_error: None,
@@ -552,6 +559,8 @@ enum Check<M> {
     OverCap(ArchiveReason),
     /// Not a valid message: dead-letter it.
     Rejected(Rejection),
+    /// The handler's parsing panicked: retry it.
+    Panicked(String),
     /// A valid message: run the handler.
     Valid(M),
 }
@@ -1030,6 +1039,57 @@ mod tests {
         let event = json!({"Records": [record("one", &order("o-3"), Some("1"), None)]});
         let report = consumer.process(event, later()).await.unwrap();
         assert_eq!(report.outcomes, vec![Outcome::Processed]);
+    }
+
+    /// A team's handler whose parsing panics on `"parse-panic"` and whose business id panics
+    /// on `"id-panic"`.
+    struct PanickyParse;
+
+    impl MessageHandler for PanickyParse {
+        type Message = String;
+
+        fn parse(&self, body: Option<&str>) -> Result<String, Rejection> {
+            match body {
+                Some("parse-panic") => panic!("parser bug"),
+                Some(b) => Ok(b.to_owned()),
+                None => Err(Rejection::malformed("no body")),
+            }
+        }
+
+        fn business_id<'m>(&self, message: &'m String) -> &'m str {
+            assert_ne!(message, "id-panic", "business id bug");
+            message
+        }
+
+        async fn handle(&self, _: &String, _: &RecordMeta<'_>) -> Result<(), HandlerError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_a_handlers_parsing_fails_that_record_only() {
+        let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
+        let consumer = Consumer::new(
+            PanickyParse,
+            &queues,
+            &store,
+            config("http://127.0.0.1/1/dlq"),
+        );
+        let event = json!({"Records": [
+            record("ok", "fine", None, None),
+            record("bad-parse", "parse-panic", None, None),
+            record("bad-id", "id-panic", None, None),
+        ]});
+        let report = consumer.process(event, later()).await.unwrap();
+        assert_eq!(failed_ids(&report.response), vec!["bad-parse"]);
+        assert!(
+            matches!(&report.outcomes[1], Outcome::Failed(Failure::Transient { code, details }) if code == "HANDLER_PANIC" && details.contains("parser bug")),
+            "{:?}",
+            report.outcomes
+        );
+        // a business id that cannot be read only leaves the log without it
+        assert_eq!(report.outcomes[2], Outcome::Processed);
+        assert!(queues.sent().is_empty());
     }
 
     #[tokio::test]

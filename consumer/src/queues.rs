@@ -151,7 +151,22 @@ mod tests {
 
     #[tokio::test]
     async fn throttled_dlq_send_is_an_error_not_a_drop() {
+        // the rule answers only the call that carries the copy as built (one entry, body and
+        // attributes unchanged, no FIFO ids): any other request would find no rule and fail
+        // with a different error
         let rule = mock!(Client::send_message_batch)
+            .match_requests(|r| {
+                let [entry] = r.entries() else { return false };
+                entry.message_body() == "{"
+                    && entry
+                        .message_attributes()
+                        .and_then(|a| a.get("x-failure-class"))
+                        .and_then(|v| v.string_value())
+                        == Some("permanent")
+                    && entry.message_group_id().is_none()
+                    && entry.message_deduplication_id().is_none()
+                    && r.queue_url() == Some("dlq")
+            })
             .then_error(|| SendMessageBatchError::RequestThrottled(throttled()));
         let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&rule]);
         let message = OutgoingMessage {
@@ -167,8 +182,11 @@ mod tests {
             .send_to_dlq(&[&message])
             .await
             .unwrap_err();
+        // THEN the throttle is the call's error (nothing counted as sent), as the service said
         assert_eq!(err.code.as_deref(), Some("RequestThrottled"));
-        assert!(rule.num_calls() >= 1);
+        assert_eq!(err.kind, resq::sqs::AwsErrorKind::Service);
+        assert!(err.message.contains("Rate exceeded"), "{err}");
+        assert!(rule.num_calls() >= 1, "the copy reached SQS as built");
     }
 
     #[tokio::test]

@@ -149,6 +149,26 @@ pub const TTL_MARGIN_SECONDS: u64 = 86_400;
 pub const MAX_ARCHIVE_AFTER_SECONDS: u64 = DLQ_RETENTION_SECONDS - TTL_MARGIN_SECONDS;
 
 impl RedriverConfig {
+    /// The environment of a redriver process with this configuration (what
+    /// [`RedriverConfig::from_vars`] reads back as it): for tools that start the function.
+    pub fn to_vars(&self) -> Vec<(&'static str, String)> {
+        let mut vars = self.common.to_vars();
+        vars.extend([
+            ("REDRIVE_RATE_PER_SECOND", self.rate_per_second.to_string()),
+            (
+                "MAX_MESSAGES_PER_RUN",
+                self.max_messages_per_run.to_string(),
+            ),
+            (
+                "ARCHIVE_AFTER_SECONDS",
+                self.archive_after.as_secs().to_string(),
+            ),
+            ("PERMANENT_ACTION", self.permanent_action.to_string()),
+            ("PAUSE_ON_ALARMS", self.pause_on_alarms.join(",")),
+        ]);
+        vars
+    }
+
     /// Parses the redriver's variables from the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_vars(&process_env())
@@ -325,7 +345,44 @@ impl CommonConfig {
     }
 }
 
+impl CommonConfig {
+    /// The variables that [`CommonConfig::from_vars`] reads back as this configuration.
+    pub fn to_vars(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("MAIN_QUEUE_URL", self.main_queue_url.clone()),
+            ("DLQ_URL", self.dlq_url.clone()),
+            ("ARCHIVE_BUCKET", self.archive_bucket.clone()),
+            (
+                "MAX_REDRIVE_ATTEMPTS",
+                self.max_redrive_attempts.to_string(),
+            ),
+            (
+                "DEADLINE_MARGIN_MS",
+                self.deadline_margin.as_millis().to_string(),
+            ),
+        ]
+    }
+}
+
 impl ConsumerConfig {
+    /// The environment of a consumer process with this configuration (what
+    /// [`ConsumerConfig::from_vars`] reads back as it): for tools that start the function.
+    pub fn to_vars(&self) -> Vec<(&'static str, String)> {
+        let mut vars = self.common.to_vars();
+        vars.extend([
+            ("CONSUMER_CONCURRENCY", self.concurrency.to_string()),
+            (
+                "BACKOFF_BASE_SECONDS",
+                self.backoff.base.as_secs().to_string(),
+            ),
+            (
+                "BACKOFF_MAX_SECONDS",
+                self.backoff.cap.as_secs().to_string(),
+            ),
+        ]);
+        vars
+    }
+
     /// Parses the consumer's variables from the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_vars(&process_env())
@@ -383,6 +440,39 @@ mod tests {
         ("DLQ_URL", "http://127.0.0.1:5000/123456789012/orders-dlq"),
         ("ARCHIVE_BUCKET", "resq-archive"),
     ];
+
+    #[test]
+    fn a_configuration_reads_back_from_its_variables() {
+        let lookup = |pairs: Vec<(&'static str, String)>| {
+            let map: HashMap<String, String> =
+                pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+            Vars(move |k: &str| map.get(k).cloned())
+        };
+        let mut pairs: Vec<(&str, &str)> = REQUIRED.to_vec();
+        pairs.extend([
+            ("MAX_REDRIVE_ATTEMPTS", "5"),
+            ("DEADLINE_MARGIN_MS", "1500"),
+            ("CONSUMER_CONCURRENCY", "25"),
+            ("BACKOFF_BASE_SECONDS", "1"),
+            ("BACKOFF_MAX_SECONDS", "9"),
+            ("REDRIVE_RATE_PER_SECOND", "12.5"),
+            ("MAX_MESSAGES_PER_RUN", "70"),
+            ("ARCHIVE_AFTER_SECONDS", "3600"),
+            ("PERMANENT_ACTION", "archive"),
+            ("PAUSE_ON_ALARMS", "a,b"),
+        ]);
+        let consumer = ConsumerConfig::from_vars(&vars(&pairs)).unwrap();
+        assert_eq!(
+            ConsumerConfig::from_vars(&lookup(consumer.to_vars())).unwrap(),
+            consumer
+        );
+        let redriver = RedriverConfig::from_vars(&vars(&pairs)).unwrap();
+        assert_eq!(
+            RedriverConfig::from_vars(&lookup(redriver.to_vars())).unwrap(),
+            redriver
+        );
+        assert_eq!(redriver.pause_on_alarms, vec!["a", "b"]);
+    }
 
     #[test]
     fn permanent_action_reads_what_it_writes() {

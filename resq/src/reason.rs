@@ -84,6 +84,12 @@ impl fmt::Display for ArchiveReason {
 pub enum ErrorCode {
     /// The handler panicked (transient: the record is retried).
     HandlerPanic,
+    /// A record that could not be decoded (it fails alone and is retried).
+    RecordUnreadable,
+    /// FIFO: an earlier record of the same group failed, so this one was not run.
+    FifoGroupBlocked,
+    /// The deadline margin was reached before the record started.
+    DeadlineNotStarted,
     /// A record still ran at the deadline margin and was abandoned (transient).
     RecordTimeout,
     /// A permanent failure's DLQ copy was not confirmed (the record is retried).
@@ -114,8 +120,11 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in a stable order.
-    pub const ALL: [ErrorCode; 14] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::HandlerPanic,
+        ErrorCode::RecordUnreadable,
+        ErrorCode::FifoGroupBlocked,
+        ErrorCode::DeadlineNotStarted,
         ErrorCode::RecordTimeout,
         ErrorCode::DlqSendFailed,
         ErrorCode::ArchiveFailed,
@@ -135,6 +144,9 @@ impl ErrorCode {
     pub fn code(self) -> &'static str {
         match self {
             ErrorCode::HandlerPanic => "HANDLER_PANIC",
+            ErrorCode::RecordUnreadable => "RECORD_UNREADABLE",
+            ErrorCode::FifoGroupBlocked => "FIFO_GROUP_BLOCKED",
+            ErrorCode::DeadlineNotStarted => "DEADLINE_NOT_STARTED",
             ErrorCode::RecordTimeout => "RECORD_TIMEOUT",
             ErrorCode::DlqSendFailed => "DLQ_SEND_FAILED",
             ErrorCode::ArchiveFailed => "ARCHIVE_FAILED",

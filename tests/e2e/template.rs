@@ -994,20 +994,18 @@ fn a_fifo_stack_with_a_batch_over_ten_is_refused_before_anything_is_created() {
         "the refusal says what to change: {rule}"
     );
     assert!(rules_accept(&t, &[]), "the defaults deploy");
-    assert!(
-        rules_accept(&t, &[("QueueType", "fifo")]),
-        "fifo with the default batch size"
-    );
+    const FIFO: [(&str, &str); 2] = [("QueueType", "fifo"), ("PermanentAction", "archive")];
+    assert!(rules_accept(&t, &FIFO), "fifo with the default batch size");
     for n in 1..=10 {
         let n = n.to_string();
         assert!(
-            rules_accept(&t, &[("QueueType", "fifo"), ("ConsumerBatchSize", &n)]),
+            rules_accept(&t, &[FIFO[0], FIFO[1], ("ConsumerBatchSize", &n)]),
             "fifo, batch {n}"
         );
     }
     for n in ["11", "100", "10000"] {
         assert!(
-            !rules_accept(&t, &[("QueueType", "fifo"), ("ConsumerBatchSize", n)]),
+            !rules_accept(&t, &[FIFO[0], FIFO[1], ("ConsumerBatchSize", n)]),
             "fifo, batch {n} must be refused"
         );
         assert!(
@@ -1015,6 +1013,35 @@ fn a_fifo_stack_with_a_batch_over_ten_is_refused_before_anything_is_created() {
             "standard, batch {n}"
         );
     }
+}
+
+#[test]
+fn a_fifo_stack_must_archive_permanent_failures() {
+    // a kept (hidden) permanent failure in a FIFO DLQ would hold back the rest of its group
+    let t = translated_template("resq-artifacts");
+    let rule = &t["Rules"]["FifoPermanentAction"];
+    assert!(
+        rule["Assertions"][0]["AssertDescription"]
+            .as_str()
+            .is_some_and(|d| d.contains("PermanentAction must be archive")),
+        "the refusal says what to change: {rule}"
+    );
+    assert!(
+        !rules_accept(&t, &[("QueueType", "fifo")]),
+        "fifo, keep (the default)"
+    );
+    assert!(!rules_accept(
+        &t,
+        &[("QueueType", "fifo"), ("PermanentAction", "keep")]
+    ));
+    assert!(rules_accept(
+        &t,
+        &[("QueueType", "fifo"), ("PermanentAction", "archive")]
+    ));
+    assert!(rules_accept(
+        &t,
+        &[("QueueType", "standard"), ("PermanentAction", "keep")]
+    ));
 }
 
 /// QueueType=fifo deployed into the emulator's CloudFormation (moto's with the functions,
@@ -1033,7 +1060,11 @@ async fn a_fifo_stack_deploys_into_the_emulator_and_its_consumer_processes_an_or
         &config,
         &template.to_string(),
         "resq-fifo",
-        &[("QueueType", "fifo"), ("MaxReceiveCount", "4")],
+        &[
+            ("QueueType", "fifo"),
+            ("PermanentAction", "archive"),
+            ("MaxReceiveCount", "4"),
+        ],
     )
     .await
     .unwrap();

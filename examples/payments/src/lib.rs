@@ -17,7 +17,7 @@ pub const CURRENCIES: [&str; 3] = ["EUR", "USD", "GBP"];
 
 /// A valid payment.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Payment {
     /// The business id: the effect is keyed by it.
     pub payment_id: String,
@@ -29,7 +29,9 @@ pub struct Payment {
     pub currency: String,
 }
 
-/// Where a payment is recorded.
+/// Where a payment is recorded. The template's consumer role may write `orders/*` and
+/// `archive/*` only: deploying this handler adds `payments/*` to its `s3:PutObject` resources
+/// (and, for the records to expire, a lifecycle rule for the prefix).
 pub fn payment_key(p: &Payment) -> String {
     format!("payments/{}.json", p.payment_id)
 }

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use resq::config::PermanentAction;
+use resq::backoff::Backoff;
+use resq::config::{CommonConfig, ConsumerConfig, PermanentAction, RedriverConfig};
 use tokio::sync::watch;
 
 use crate::CliError;
@@ -393,12 +394,32 @@ struct FunctionEnv {
 
 /// The functions' environment: the SPEC's variables, the proxy as the SDK's endpoint.
 fn function_env(opts: &ChaosOptions, outputs: &StackOutputs, endpoint: &str) -> FunctionEnv {
-    let common = [
-        ("MAIN_QUEUE_URL", outputs.main_queue_url.clone()),
-        ("DLQ_URL", outputs.dlq_url.clone()),
-        ("ARCHIVE_BUCKET", outputs.bucket.clone()),
-        ("MAX_REDRIVE_ATTEMPTS", MAX_REDRIVE_ATTEMPTS.to_string()),
-        ("DEADLINE_MARGIN_MS", "1000".into()),
+    let common = CommonConfig {
+        main_queue_url: outputs.main_queue_url.clone(),
+        dlq_url: outputs.dlq_url.clone(),
+        archive_bucket: outputs.bucket.clone(),
+        max_redrive_attempts: MAX_REDRIVE_ATTEMPTS,
+        deadline_margin: Duration::from_millis(resq::config::DEFAULT_DEADLINE_MARGIN_MS),
+    };
+    // the functions' settings, typed as the demo's are; their processes get them as Lambda
+    // would, in the environment
+    let consumer = ConsumerConfig {
+        common: common.clone(),
+        concurrency: 10,
+        backoff: Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(2),
+        },
+    };
+    let redriver = RedriverConfig {
+        common,
+        rate_per_second: 200.0,
+        max_messages_per_run: resq::config::DEFAULT_MAX_MESSAGES_PER_RUN,
+        archive_after: Duration::from_secs(resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
+        permanent_action: opts.permanent_action,
+        pause_on_alarms: Vec::new(),
+    };
+    let aws = [
         ("AWS_ENDPOINT_URL", endpoint.to_owned()),
         ("AWS_REGION", REGION.into()),
         ("AWS_ACCESS_KEY_ID", "chaos".into()),
@@ -407,29 +428,16 @@ fn function_env(opts: &ChaosOptions, outputs: &StackOutputs, endpoint: &str) -> 
         ("AWS_LAMBDA_LOG_FORMAT", "JSON".into()),
         ("AWS_LAMBDA_LOG_LEVEL", "WARN".into()),
     ];
-    let with = |extra: &[(&str, &str)]| {
-        common
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), v.clone()))
-            .chain(
-                extra
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-            )
+    let with = |config: Vec<(&'static str, String)>| {
+        config
+            .into_iter()
+            .chain(aws.iter().cloned())
+            .map(|(k, v)| (k.to_owned(), v))
             .collect()
     };
     FunctionEnv {
-        consumer: with(&[
-            ("CONSUMER_CONCURRENCY", "10"),
-            ("BACKOFF_BASE_SECONDS", "1"),
-            ("BACKOFF_MAX_SECONDS", "2"),
-        ]),
-        redriver: with(&[
-            ("REDRIVE_RATE_PER_SECOND", "200"),
-            ("MAX_MESSAGES_PER_RUN", "1000"),
-            ("ARCHIVE_AFTER_SECONDS", "86400"),
-            ("PERMANENT_ACTION", opts.permanent_action.as_str()),
-        ]),
+        consumer: with(consumer.to_vars()),
+        redriver: with(redriver.to_vars()),
     }
 }
 
