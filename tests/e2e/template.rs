@@ -419,8 +419,9 @@ fn queue_settings_follow_the_rules() {
         resq::config::MAX_ARCHIVE_AFTER_SECONDS as f64,
         "the template and the function accept the same TTLs"
     );
-    // deleting the stack keeps what waits in the DLQ and the record of failed redriver runs
-    for q in ["DeadLetterQueue", "RedriverFailureQueue"] {
+    // deleting the stack, or replacing a queue (a QueueType switch), keeps the orders waiting
+    // in the orders queue and the DLQ, and the record of failed redriver runs
+    for q in ["OrdersQueue", "DeadLetterQueue", "RedriverFailureQueue"] {
         assert_eq!(t["Resources"][q]["DeletionPolicy"], "Retain", "{q}");
         assert_eq!(t["Resources"][q]["UpdateReplacePolicy"], "Retain", "{q}");
     }
