@@ -117,7 +117,7 @@ pub async fn show(ctx: &Context, key: &str) -> Result<ArchiveEnvelope, CliError>
     })
 }
 
-/// Sends an archived message back to the orders queue for a fresh start: body and attributes
+/// Sends an archived message back to the main queue for a fresh start: body and attributes
 /// as archived, without `x-redrive-count`, the failure marks and `x-first-sent-at` (a restore
 /// starts a fresh TTL: with the old send time, a restored message that failed again would be
 /// archived as `TTL_EXPIRED` at once). The entry stays in the archive as the record of what

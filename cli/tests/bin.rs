@@ -137,7 +137,7 @@ fn missing_queue_names_say_where_to_find_them() {
         ),
         "{err}"
     );
-    // restore sends to the orders queue: it asks for it before reading anything
+    // restore sends to the main queue: it asks for it before reading anything
     let (code, err) = resq(&[
         "--endpoint-url",
         CLOSED,
@@ -224,7 +224,7 @@ fn each_command_asks_only_for_the_names_it_uses() {
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("did not answer"), "{err}");
-    // send uses the orders queue only
+    // send uses the main queue only
     let (code, err) = resq(&[
         "--endpoint-url",
         CLOSED,

@@ -144,7 +144,7 @@ pub struct Audit {
     pub dead_lettered: usize,
     /// In the archive.
     pub archived: usize,
-    /// Still in the orders queue or the DLQ.
+    /// Still in the main queue or the DLQ.
     pub in_queues: usize,
     /// Found nowhere.
     pub lost: Vec<String>,
@@ -348,7 +348,7 @@ async fn drive(
 ) -> Result<usize, CliError> {
     let started = Instant::now();
     let mut next = 0;
-    // redriver runs counted when the orders queue went quiet; settled once a later run
+    // redriver runs counted when the main queue went quiet; settled once a later run
     // (started after that moment) found nothing to move
     let mut quiet_since_runs: Option<u64> = None;
     let mut last_print = Instant::now() - Duration::from_secs(10);
@@ -374,7 +374,7 @@ async fn drive(
         if last_print.elapsed() >= Duration::from_secs(2) {
             last_print = Instant::now();
             println!(
-                "[{:>4}s] sent {}/{}  processed {}  retried {}  dead-lettered {}  in DLQ {}  redriven {}  archived {}  orders queue {}+{} in flight  redrive runs {}",
+                "[{:>4}s] sent {}/{}  processed {}  retried {}  dead-lettered {}  in DLQ {}  redriven {}  archived {}  main queue {}+{} in flight  redrive runs {}",
                 started.elapsed().as_secs(),
                 next,
                 planned.len(),
@@ -389,7 +389,7 @@ async fn drive(
                 Counters::get(&counters.redrive_runs),
             );
         }
-        // settled: everything sent, the orders queue empty, and a redriver run that started
+        // settled: everything sent, the main queue empty, and a redriver run that started
         // after that found nothing to move (the DLQ holds only what waits for a human)
         // (the DLQ's in-flight messages are the redriver's own, hidden during its run)
         let quiet = next == planned.len() && visible + in_flight == 0;
@@ -452,7 +452,7 @@ pub async fn audit(
             found.entry(id).or_insert("archived");
         }
     }
-    for (url, place) in [(&ctx.main_queue_url, "orders queue"), (&ctx.dlq_url, "DLQ")] {
+    for (url, place) in [(&ctx.main_queue_url, "main queue"), (&ctx.dlq_url, "DLQ")] {
         loop {
             let msgs = resq::sqs::receive(&ctx.sqs, url, 10, Some(600), 0)
                 .await
@@ -497,7 +497,7 @@ pub async fn audit(
                 audit.dead_lettered += 1;
                 audit.in_queues += 1;
             }
-            "orders queue" => audit.in_queues += 1,
+            "main queue" => audit.in_queues += 1,
             _ => audit.lost.push(id.clone()),
         }
     }
@@ -506,7 +506,7 @@ pub async fn audit(
 
 /// The final table: where each kind of order ended.
 pub fn table(audit: &Audit) -> String {
-    let places = ["processed", "archived", "DLQ", "orders queue", "LOST"];
+    let places = ["processed", "archived", "DLQ", "main queue", "LOST"];
     let mut out = format!("{:<10}", "order");
     for p in places {
         out.push_str(&format!(" {p:>13}"));

@@ -293,7 +293,7 @@ fn print_banner(
     schedule: Duration,
 ) {
     println!(
-        "stack {} on {} ({}):\n  orders queue   {}\n  DLQ            {}\n  archive bucket {}",
+        "stack {} on {} ({}):\n  main queue     {}\n  DLQ            {}\n  archive bucket {}",
         o.stack_name,
         emulator.endpoint(),
         emulator.kind(),

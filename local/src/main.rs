@@ -30,7 +30,7 @@ enum Command {
     /// the processes killed at random, then an audit: nothing lost, no effect doubled.
     Chaos(ChaosArgs),
     /// The pipeline over time, compressed, on LocalStack: a burst of permanent failures, a
-    /// downstream outage that makes replays fail (the replays-failing alarm must pause replay),
+    /// downstream outage that makes replays fail (the replays-failing alarm must pause redrive),
     /// then recovery; fails if anything was lost, doubled, starved or replayed past the cap.
     Soak(SoakArgs),
     /// Print a fixture event with its times moved to now (the newest becomes now), for

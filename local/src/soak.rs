@@ -14,7 +14,7 @@
 //!    their replays fail again, the alarm goes to ALARM and replay pauses, while the paused
 //!    runs go on archiving what reaches its TTL;
 //! 4. **recovery**: the downstream is back; orders that fail twice more pass through the DLQ;
-//!    the alarm returns to OK and replay resumes;
+//!    the alarm returns to OK and redrive resumes;
 //! 5. **settle and audit**: every order is looked for (order records with their versions, the
 //!    archive, both queues).
 
@@ -48,7 +48,7 @@ use resq_cli::orders::{self, Outgoing};
 pub const STACK: &str = "resq-soak";
 /// The redrive cap.
 pub const MAX_REDRIVE_ATTEMPTS: u32 = 3;
-/// The orders queue's `maxReceiveCount`.
+/// The main queue's `maxReceiveCount`.
 pub const MAX_RECEIVE_COUNT: u32 = 2;
 const CONSUMER_TIMEOUT: Duration = Duration::from_secs(5);
 const REDRIVER_TIMEOUT: Duration = Duration::from_secs(20);
@@ -763,7 +763,7 @@ async fn phases(
         }
         if Instant::now() >= limit {
             println!(
-                "[{:>4}s] the outage did not pause replay and archive in time",
+                "[{:>4}s] the outage did not pause redrive and archive in time",
                 started.elapsed().as_secs()
             );
             break;

@@ -1,7 +1,7 @@
 //! The circuit breaker (docs/design.md, "Breaker"), as a decision over the states of the alarms named in
 //! `PAUSE_ON_ALARMS`.
 //!
-//! - **open**: an alarm is in `ALARM`, does not exist, or cannot be read: replay nothing (the
+//! - **open**: an alarm is in `ALARM`, does not exist, or cannot be read: redrive nothing (the
 //!   run still archives);
 //! - **half-open**: an alarm left `ALARM` a short while ago ([`probe_window`]): replay a
 //!   probe of a few messages, as many as can trip the alarm again if they fail (its threshold

@@ -78,7 +78,7 @@ pub enum Keep {
     Permanent,
     /// Outside this run's selection (`reason`, `olderThanSeconds`).
     NotSelected,
-    /// Replayable, but the circuit breaker holds replay.
+    /// Replayable, but the circuit breaker holds redrive.
     Paused,
 }
 
@@ -106,7 +106,7 @@ pub struct Rules {
     pub reason: Option<String>,
     /// Selection by age.
     pub older_than: Option<Duration>,
-    /// The circuit breaker holds replay: archive what must be archived, replay nothing.
+    /// The circuit breaker holds redrive: archive what must be archived, redrive nothing.
     pub paused: bool,
 }
 

@@ -1,6 +1,6 @@
 //! The redrive engine (docs/design.md, "Redriver"): one run, in phases each bounded by the deadline.
 //!
-//! - **breaker**: an alarm of `PAUSE_ON_ALARMS` in `ALARM` (or unreadable) pauses replay for
+//! - **breaker**: an alarm of `PAUSE_ON_ALARMS` in `ALARM` (or unreadable) pauses redrive for
 //!   the run; it is read again every [`BREAKER_RECHECK`] while replaying. A paused run still
 //!   archives what is past its TTL or the cap;
 //! - **unhide** (a selective run by `reason`): kept permanent failures of that reason, hidden
@@ -40,7 +40,7 @@ use crate::request::RunRequest;
 pub const ARCHIVED_BY: &str = "redriver";
 /// How often a run reads the breaker's alarms again while it replays.
 pub const BREAKER_RECHECK: Duration = Duration::from_secs(30);
-/// How long a run waits for the breaker's alarms before it pauses replay (and goes on
+/// How long a run waits for the breaker's alarms before it pauses redrive (and goes on
 /// archiving): a slow CloudWatch must not eat the run.
 pub const BREAKER_WAIT: Duration = Duration::from_secs(5);
 /// Received messages stay hidden this long past the deadline, so one the run could not finish
@@ -157,7 +157,7 @@ struct RunState {
     summary: Summary,
     rules: Rules,
     /// Replays sent or attempted: what counts against `maxMessages`. Archiving does not
-    /// (expired messages must not starve replay, nor fresh ones their archiving), nor do kept
+    /// (expired messages must not starve redrive, nor fresh ones their archiving), nor do kept
     /// or unselected messages.
     replays: u64,
     /// `maxMessages` of the run.
@@ -671,7 +671,7 @@ impl<Q: RedriveQueues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                     }
                     Some(why) => {
                         st.summary.failed += 1;
-                        tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::RedriveSendFailed.code(), error_details = %why, "not replayed; left in the DLQ");
+                        tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::RedriveSendFailed.code(), error_details = %why, "not redriven; left in the DLQ");
                         if let Some(g) = &replays[i].1.group_id {
                             st.failed_groups.insert(g.clone());
                         }

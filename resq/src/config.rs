@@ -34,9 +34,9 @@ pub enum ConfigError {
 /// Settings both functions share.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommonConfig {
-    /// `MAIN_QUEUE_URL`: the orders queue.
+    /// `MAIN_QUEUE_URL`: the main queue.
     pub main_queue_url: String,
-    /// `DLQ_URL`: the orders queue's dead-letter queue.
+    /// `DLQ_URL`: the main queue's dead-letter queue.
     pub dlq_url: String,
     /// `ARCHIVE_BUCKET`: the archive and the reference handler's order records.
     pub archive_bucket: String,
@@ -112,7 +112,7 @@ pub struct RedriverConfig {
     pub archive_after: Duration,
     /// `PERMANENT_ACTION`.
     pub permanent_action: PermanentAction,
-    /// `PAUSE_ON_ALARMS`: alarm names that stop replay while in `ALARM`.
+    /// `PAUSE_ON_ALARMS`: alarm names that stop redrive while in `ALARM`.
     pub pause_on_alarms: Vec<String>,
 }
 
@@ -317,12 +317,12 @@ impl CommonConfig {
             main_queue_url: queue_url(
                 vars,
                 "MAIN_QUEUE_URL",
-                "resq needs the URL of the orders queue",
+                "resq needs the URL of the main queue",
             )?,
             dlq_url: queue_url(
                 vars,
                 "DLQ_URL",
-                "resq needs the URL of the orders queue's dead-letter queue",
+                "resq needs the URL of the main queue's dead-letter queue",
             )?,
             archive_bucket: vars.required(
                 "ARCHIVE_BUCKET",
@@ -636,7 +636,7 @@ mod tests {
             .to_string();
         assert_eq!(
             err,
-            "MAIN_QUEUE_URL is not set; resq needs the URL of the orders queue"
+            "MAIN_QUEUE_URL is not set; resq needs the URL of the main queue"
         );
     }
 

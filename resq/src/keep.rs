@@ -1,6 +1,6 @@
 //! The keep list: where the redriver notes the permanent failures it kept for a human and
 //! hid in the DLQ until their TTL (so that later runs do not re-read them), with the receipt
-//! handle that can bring each back at once. A selective replay by reason, and an operator's
+//! handle that can bring each back at once. A selective redrive by reason, and an operator's
 //! `resq dlq peek --kept`, read it to make those messages visible again.
 //!
 //! `kept/{yyyy}/{mm}/{dd}/{HHMMSSmmm}-{run}.json` in the archive bucket, one object per run

@@ -450,7 +450,7 @@ async fn the_demo_audit_finds_every_order_or_reports_it_lost() {
     let ctx = context(&stack).await;
     let tag = |id: &str| vec![(DEMO_ORDER_ATTRIBUTE, string_attr(id))];
     // A processed (and written twice: a doubled effect), B archived, C in the DLQ, D still in
-    // the orders queue, E nowhere
+    // the main queue, E nowhere
     resq::store::S3Store::new(stack.s3.clone(), &stack.bucket)
         .put_if_absent("orders/A.json", b"{}".to_vec())
         .await

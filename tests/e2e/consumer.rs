@@ -8,7 +8,7 @@ use crate::helpers::*;
 
 #[tokio::test]
 async fn mixed_batch_reports_only_the_transient_record_and_homes_the_rest() {
-    // GIVEN one message of each kind in the orders queue
+    // GIVEN one message of each kind in the main queue
     let stack = Stack::start(StackOptions::default()).await;
     let valid = send(
         &stack,
@@ -149,7 +149,7 @@ async fn mixed_batch_reports_only_the_transient_record_and_homes_the_rest() {
     assert_eq!(
         again.len(),
         1,
-        "only the transient record is left in the orders queue"
+        "only the transient record is left in the main queue"
     );
     assert_eq!(again[0].message_id(), Some(transient.as_str()));
     assert_eq!(sys_attr(&again[0], Sys::ApproximateReceiveCount), Some("2"));

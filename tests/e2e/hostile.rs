@@ -36,7 +36,7 @@ fn response(outcome: &Outcome) -> Value {
     }
 }
 
-/// The Lambda event of messages sent to the orders queue with these bodies and attributes.
+/// The Lambda event of messages sent to the main queue with these bodies and attributes.
 async fn event_of(stack: &Stack, messages: &[(&str, Vec<(&str, MessageAttributeValue)>)]) -> Value {
     for (body, attrs) in messages {
         send(stack, &stack.main, body, attrs, None).await;

@@ -334,13 +334,13 @@ async fn an_alarm_in_alarm_pauses_replay() {
     );
     assert_eq!(stack.depth(&stack.dlq).await, (1, 0));
 
-    // once the alarm clears, replay resumes
+    // once the alarm clears, redrive resumes
     alarm(&stack, "replays-failing", StateValue::Ok).await;
     let summary = redrive(&stack, &redriver(&stack, &env), json!({}), &env).await;
     assert!(!summary.paused);
     assert_eq!(summary.redriven, 1);
 
-    // an alarm that does not exist holds replay too (a typo must not disable the breaker)
+    // an alarm that does not exist holds redrive too (a typo must not disable the breaker)
     send(&stack, &stack.dlq, &order_body("o-2"), &[], None).await;
     let typo = [("PAUSE_ON_ALARMS", "replays-fialing")];
     let summary = redrive(&stack, &redriver(&stack, &typo), json!({}), &typo).await;

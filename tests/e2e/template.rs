@@ -420,14 +420,14 @@ fn queue_settings_follow_the_rules() {
         "the template and the function accept the same TTLs"
     );
     // deleting the stack, or replacing a queue (a QueueType switch), keeps the orders waiting
-    // in the orders queue and the DLQ, and the record of failed redriver runs
+    // in the main queue and the DLQ, and the record of failed redriver runs
     for q in ["OrdersQueue", "DeadLetterQueue", "RedriverFailureQueue"] {
         assert_eq!(t["Resources"][q]["DeletionPolicy"], "Retain", "{q}");
         assert_eq!(t["Resources"][q]["UpdateReplacePolicy"], "Retain", "{q}");
     }
     assert!(
         number(&t["Parameters"]["OrdersRetentionSeconds"]["MaxValue"]) < 1_209_600.0,
-        "the DLQ must outlive the orders queue"
+        "the DLQ must outlive the main queue"
     );
     assert_eq!(
         number(resolve(&t, &orders["RedrivePolicy"]["maxReceiveCount"])),
@@ -859,7 +859,7 @@ fn queue_type_fifo_makes_both_queues_fifo_and_standard_leaves_them_as_they_were(
             Some(format!("stk-orders-dlq{suffix}")),
             "{queue_type}"
         );
-        // only the orders queue may dead-letter into the DLQ: the ARN of its name for this type
+        // only the main queue may dead-letter into the DLQ: the ARN of its name for this type
         assert_eq!(
             r.value(&dlq["RedriveAllowPolicy"]["sourceQueueArns"][0]),
             Some(format!(
@@ -1097,7 +1097,7 @@ async fn a_fifo_stack_deploys_into_the_emulator_and_its_consumer_processes_an_or
         assert_eq!(q[&Q::DeduplicationScope], "messageGroup", "{name}");
         assert_eq!(q[&Q::FifoThroughputLimit], "perMessageGroupId", "{name}");
     }
-    // … the orders queue dead-letters into the FIFO DLQ …
+    // … the main queue dead-letters into the FIFO DLQ …
     let redrive: Value = serde_json::from_str(&orders[&Q::RedrivePolicy]).unwrap();
     assert_eq!(number(&redrive["maxReceiveCount"]), 4.0);
     assert_eq!(redrive["deadLetterTargetArn"], dlq[&Q::QueueArn].as_str());

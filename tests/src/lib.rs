@@ -79,7 +79,7 @@ pub struct Stack {
     pub s3: aws_sdk_s3::Client,
     /// CloudWatch client (alarms).
     pub cloudwatch: aws_sdk_cloudwatch::Client,
-    /// The orders queue.
+    /// The main queue.
     pub main: Queue,
     /// Its dead-letter queue.
     pub dlq: Queue,

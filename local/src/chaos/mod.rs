@@ -607,8 +607,8 @@ async fn schedule(
     Ok(())
 }
 
-/// Feeds the orders queue progressively, shows progress, and stops the run once it settled:
-/// everything sent, the orders queue empty, nothing in flight in the DLQ, the kills done, and
+/// Feeds the main queue progressively, shows progress, and stops the run once it settled:
+/// everything sent, the main queue empty, nothing in flight in the DLQ, the kills done, and
 /// two redriver runs since then, the last of which moved nothing.
 async fn drive(
     ctx: &Context,
@@ -646,7 +646,7 @@ async fn drive(
         if last_print.elapsed() >= Duration::from_secs(5) {
             last_print = Instant::now();
             println!(
-                "[{:>4}s] sent {}/{}  acknowledged {}  orders queue {}+{}  DLQ {}+{}  redriven {}  archived by redriver {}  kills {}+{}  faults {}  function errors {}",
+                "[{:>4}s] sent {}/{}  acknowledged {}  main queue {}+{}  DLQ {}+{}  redriven {}  archived by redriver {}  kills {}+{}  faults {}  function errors {}",
                 started.elapsed().as_secs(),
                 next,
                 planned.len(),
