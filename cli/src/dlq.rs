@@ -40,6 +40,8 @@ pub struct Peeked {
     pub body: String,
 }
 
+/// What a peek shows of a message: the failure reason as the redriver reads it, the failure
+/// class and redrive count as they were sent (raw, so an operator sees an unreadable one).
 fn peeked(m: &DlqMessage, now_ms: u64) -> Peeked {
     let attr = |n: &str| {
         m.message_attributes
@@ -52,7 +54,7 @@ fn peeked(m: &DlqMessage, now_ms: u64) -> Peeked {
     }
     Peeked {
         message_id: m.message_id.clone(),
-        reason: attr(resq::attributes::X_FAILURE_REASON),
+        reason: m.failure_reason().map(str::to_owned),
         failure_class: attr(resq::attributes::X_FAILURE_CLASS),
         redrive_count: attr(resq::attributes::X_REDRIVE_COUNT),
         age_seconds: m.first_sent_at().map(|t| now_ms.saturating_sub(t) / 1000),

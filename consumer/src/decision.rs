@@ -86,6 +86,16 @@ struct Payload {
     records: Vec<Box<RawValue>>,
 }
 
+impl EventError {
+    /// The `errorType` Lambda reports for an invocation that fails with this error.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            EventError::NotSqs(_) => "NotAnSqsEvent",
+            EventError::MissingMessageId { .. } => "RecordWithoutMessageId",
+        }
+    }
+}
+
 /// The consumer's payload as the function reads it from the Lambda runtime: an
 /// [`SqsInvocation`], or why the payload is not one. Reading it never fails for JSON: a payload
 /// the runtime could not deserialize would be answered before the handler runs, and logged by

@@ -12,8 +12,9 @@ use consumer::Consumer;
 use consumer::decision::{EventError, Invocation};
 use consumer::handler::RecordOrder;
 use consumer::queues::SqsQueues;
-use lambda_runtime::{Diagnostic, Error, LambdaEvent, run, service_fn};
+use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use resq::config::ConsumerConfig;
+use resq::lambda::InvocationError;
 use resq::store::S3Store;
 
 fn main() -> ExitCode {
@@ -37,46 +38,29 @@ async fn serve() -> Result<(), Error> {
     run(service_fn(
         move |event: LambdaEvent<Invocation>| async move {
             let deadline = resq::lambda::deadline_instant(event.context.deadline);
-            let invocation = event.payload.0.map_err(InvocationError)?;
+            let invocation = event.payload.0.map_err(invocation_error)?;
             consumer
                 .handle_invocation(invocation, deadline)
                 .await
-                .map_err(InvocationError)
+                .map_err(invocation_error)
         },
     ))
     .await
 }
 
-/// An invocation's error as the runtime reports it (`errorType`, `errorMessage`) and logs it.
-/// The runtime logs a handler's error in its debug form: here that form is the message.
-struct InvocationError(EventError);
-
-impl std::fmt::Debug for InvocationError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-impl From<InvocationError> for Diagnostic {
-    fn from(e: InvocationError) -> Self {
-        let error_type = match e.0 {
-            EventError::NotSqs(_) => "NotAnSqsEvent",
-            EventError::MissingMessageId { .. } => "RecordWithoutMessageId",
-        };
-        Diagnostic {
-            error_type: error_type.to_owned(),
-            error_message: e.0.to_string(),
-        }
-    }
+/// The invocation's error, typed by what went wrong.
+fn invocation_error(e: EventError) -> InvocationError {
+    InvocationError::new(e.error_type(), e)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lambda_runtime::Diagnostic;
 
     #[test]
     fn an_invocation_error_is_logged_and_reported_as_its_message() {
-        let e = InvocationError(EventError::NotSqs("missing field `Records`".into()));
+        let e = invocation_error(EventError::NotSqs("missing field `Records`".into()));
         let message = "not an SQS event: missing field `Records`; the consumer must be invoked by an SQS event source mapping";
         assert_eq!(format!("{e:?}"), message);
         let d = Diagnostic::from(e);
@@ -84,7 +68,7 @@ mod tests {
             (d.error_type.as_str(), d.error_message.as_str()),
             ("NotAnSqsEvent", message)
         );
-        let d = Diagnostic::from(InvocationError(EventError::MissingMessageId { index: 2 }));
+        let d = Diagnostic::from(invocation_error(EventError::MissingMessageId { index: 2 }));
         assert_eq!(d.error_type, "RecordWithoutMessageId");
         assert!(
             d.error_message.starts_with("SQS record 2 has no messageId"),

@@ -157,10 +157,7 @@ pub fn classify(m: &DlqMessage, rules: &Rules, now_ms: u64) -> Decision {
 /// fresh attempt: a stale "permanent" mark would get it skipped next time), `x-redrive-count`
 /// + 1, `x-first-sent-at` carried; or why SQS would refuse them.
 fn copy_attributes(m: &DlqMessage) -> Result<MessageAttributes, ArchiveReason> {
-    let next = match m.redrive_count() {
-        RedriveCount::Count(n) => u64::from(n) + 1,
-        RedriveCount::Invalid => return Err(ArchiveReason::InvalidRedriveCount),
-    };
+    let next = next_redrive_count(m)?;
     let mut original = m.message_attributes.clone();
     original.remove(X_FAILURE_CLASS);
     original.remove(X_FAILURE_REASON);
@@ -169,6 +166,15 @@ fn copy_attributes(m: &DlqMessage) -> Result<MessageAttributes, ArchiveReason> {
         set.push((X_FIRST_SENT_AT, AttributeValue::number(sent)));
     }
     attributes::copy_attributes(&original, set).map_err(|_| ArchiveReason::AttributeLimit)
+}
+
+/// The replay's `x-redrive-count`: one more than the message's (an unreadable count cannot be
+/// counted up: the message is archived instead).
+fn next_redrive_count(m: &DlqMessage) -> Result<u64, ArchiveReason> {
+    match m.redrive_count() {
+        RedriveCount::Count(n) => Ok(u64::from(n) + 1),
+        RedriveCount::Invalid => Err(ArchiveReason::InvalidRedriveCount),
+    }
 }
 
 /// `Ok` when the body with these attributes fits in an SQS message.
@@ -211,10 +217,7 @@ pub type RedriveCopy = OutgoingMessage;
 pub fn redrive_copy(m: &DlqMessage, main_is_fifo: bool) -> Result<RedriveCopy, ArchiveReason> {
     let attributes = copy_attributes(m)?;
     fits(m, &attributes)?;
-    let next = match m.redrive_count() {
-        RedriveCount::Count(n) => u64::from(n) + 1,
-        RedriveCount::Invalid => return Err(ArchiveReason::InvalidRedriveCount),
-    };
+    let next = next_redrive_count(m)?;
     let (group_id, deduplication_id) = resq::fifo::copy_ids(
         main_is_fifo,
         m.group_id(),

@@ -8,11 +8,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::process::ExitCode;
 
-use lambda_runtime::{Diagnostic, Error, LambdaEvent, run, service_fn};
+use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use redriver::Redriver;
 use redriver::ports::{CloudWatchAlarms, SqsQueues};
 use redriver::request::RunRequest;
 use resq::config::RedriverConfig;
+use resq::lambda::InvocationError;
 use resq::store::S3Store;
 use serde_json::Value;
 
@@ -44,40 +45,10 @@ async fn serve() -> Result<(), Error> {
     .await
 }
 
-/// An invocation's error as the runtime reports it (`errorType`, `errorMessage`) and logs it.
-/// The runtime logs a handler's error in its debug form: here that form is the message.
-struct InvocationError {
-    error_type: &'static str,
-    message: String,
-}
-
-impl InvocationError {
-    fn new(error_type: &'static str, e: impl std::fmt::Display) -> Self {
-        Self {
-            error_type,
-            message: e.to_string(),
-        }
-    }
-}
-
-impl std::fmt::Debug for InvocationError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl From<InvocationError> for Diagnostic {
-    fn from(e: InvocationError) -> Self {
-        Diagnostic {
-            error_type: e.error_type.to_owned(),
-            error_message: e.message,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lambda_runtime::Diagnostic;
     use redriver::request::RequestError;
 
     #[test]

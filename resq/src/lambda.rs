@@ -2,6 +2,38 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// A function's invocation error as the runtime reports it (`errorType`, `errorMessage`) and
+/// logs it. The runtime logs a handler's error in its debug form: here that form is the message.
+pub struct InvocationError {
+    error_type: &'static str,
+    message: String,
+}
+
+impl InvocationError {
+    /// An error of type `error_type` (e.g. `NotAnSqsEvent`) saying `e`.
+    pub fn new(error_type: &'static str, e: impl std::fmt::Display) -> Self {
+        Self {
+            error_type,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Debug for InvocationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<InvocationError> for lambda_runtime::Diagnostic {
+    fn from(e: InvocationError) -> Self {
+        lambda_runtime::Diagnostic {
+            error_type: e.error_type.to_owned(),
+            error_message: e.message,
+        }
+    }
+}
+
 /// Lambda's longest timeout: the budget assumed when a runtime gives no usable deadline.
 pub const MAX_LAMBDA_TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -121,6 +153,17 @@ pub fn line_level(line: &str) -> crate::telemetry::LogLevel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_invocation_error_is_logged_and_reported_as_its_message() {
+        let e = InvocationError::new("InvalidInput", "maxMessages must be at least 1");
+        assert_eq!(format!("{e:?}"), "maxMessages must be at least 1");
+        let d = lambda_runtime::Diagnostic::from(e);
+        assert_eq!(
+            (d.error_type.as_str(), d.error_message.as_str()),
+            ("InvalidInput", "maxMessages must be at least 1")
+        );
+    }
     use crate::telemetry::LogLevel;
 
     #[tokio::test]

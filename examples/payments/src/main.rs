@@ -6,11 +6,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 use consumer::Consumer;
-use consumer::decision::Invocation;
+use consumer::decision::{EventError, Invocation};
 use consumer::queues::SqsQueues;
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use payments::RecordPayment;
 use resq::config::ConsumerConfig;
+use resq::lambda::InvocationError;
 use resq::store::S3Store;
 
 fn main() -> ExitCode {
@@ -34,12 +35,17 @@ async fn serve() -> Result<(), Error> {
     run(service_fn(
         move |event: LambdaEvent<Invocation>| async move {
             let deadline = resq::lambda::deadline_instant(event.context.deadline);
-            let invocation = event.payload.0.map_err(|e| e.to_string())?;
+            let invocation = event.payload.0.map_err(invocation_error)?;
             consumer
                 .handle_invocation(invocation, deadline)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(invocation_error)
         },
     ))
     .await
+}
+
+/// The invocation's error as Lambda reports it (`NotAnSqsEvent`, …).
+fn invocation_error(e: EventError) -> InvocationError {
+    InvocationError::new(e.error_type(), e)
 }
