@@ -6,6 +6,7 @@
 pub mod decision;
 pub mod engine;
 pub mod handler;
+pub mod lambda;
 pub mod memory;
 pub mod order;
 pub mod queues;

@@ -1,0 +1,74 @@
+//! The consumer function as Lambda runs it, for any [`MessageHandler`]: configuration from the
+//! environment, the AWS clients built once, and the runtime loop. resq's consumer and a team's
+//! own function (`examples/payments`) are each a one-line `main` over [`serve`].
+
+use lambda_runtime::{Error, LambdaEvent, run, service_fn};
+use resq::config::ConsumerConfig;
+use resq::lambda::InvocationError;
+use resq::store::S3Store;
+
+use crate::Consumer;
+use crate::decision::{EventError, Invocation};
+use crate::handler::MessageHandler;
+use crate::queues::SqsQueues;
+
+/// Serves invocations with the handler `make_handler` builds over the archive bucket's store
+/// (`ARCHIVE_BUCKET`). Missing or invalid configuration ends it before the first invocation,
+/// naming the variable.
+pub async fn serve<H: MessageHandler>(
+    make_handler: impl FnOnce(S3Store) -> H,
+) -> Result<(), Error> {
+    resq::telemetry::init_tracing();
+    let config = ConsumerConfig::from_env()?;
+    resq::config::lambda_environment(&resq::config::process_env())?;
+    let aws = resq::aws::load_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&aws);
+    let store = S3Store::new(resq::aws::s3_client(&aws), &config.common.archive_bucket);
+    let queues = SqsQueues::new(sqs, &config.common.main_queue_url, &config.common.dlq_url);
+    let consumer = Consumer::new(make_handler(store.clone()), queues, store, config);
+    let consumer = &consumer;
+    // The runtime reads the payload's `Records` (no JSON tree); each record is then read on
+    // its own, so one that does not decode fails alone. A payload that is not an SQS event
+    // fails the invocation with "not an SQS event: …", naming the offending field.
+    run(service_fn(
+        move |event: LambdaEvent<Invocation>| async move {
+            let deadline = resq::lambda::deadline_instant(event.context.deadline);
+            let invocation = event.payload.0.map_err(invocation_error)?;
+            consumer
+                .handle_invocation(invocation, deadline)
+                .await
+                .map_err(invocation_error)
+        },
+    ))
+    .await
+}
+
+/// The invocation's error, typed by what went wrong (`NotAnSqsEvent`, …).
+fn invocation_error(e: EventError) -> InvocationError {
+    InvocationError::new(e.error_type(), e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lambda_runtime::Diagnostic;
+
+    #[test]
+    fn an_invocation_error_is_logged_and_reported_as_its_message() {
+        let e = invocation_error(EventError::NotSqs("missing field `Records`".into()));
+        let message = "not an SQS event: missing field `Records`; the consumer must be invoked by an SQS event source mapping";
+        assert_eq!(format!("{e:?}"), message);
+        let d = Diagnostic::from(e);
+        assert_eq!(
+            (d.error_type.as_str(), d.error_message.as_str()),
+            ("NotAnSqsEvent", message)
+        );
+        let d = Diagnostic::from(invocation_error(EventError::MissingMessageId { index: 2 }));
+        assert_eq!(d.error_type, "RecordWithoutMessageId");
+        assert!(
+            d.error_message.starts_with("SQS record 2 has no messageId"),
+            "{}",
+            d.error_message
+        );
+    }
+}
