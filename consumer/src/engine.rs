@@ -67,7 +67,7 @@ impl<H: MessageHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         }
     }
 
-    /// Handles one Lambda invocation as the runtime delivers it (what `main.rs` does): emits
+    /// Handles one Lambda invocation as the runtime delivers it (what `consumer::lambda::serve` does): emits
     /// its metrics and returns the partial batch response. `Err` only when the event is not an
     /// SQS event.
     pub async fn handle_invocation(

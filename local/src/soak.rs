@@ -11,7 +11,7 @@
 //!    DLQ, then replayable probes behind them: every probe must be replayed within two runs
 //!    (`starved` counts those that were not);
 //! 3. **outage**: the orders' downstream fails every write; new orders go through the DLQ,
-//!    their replays fail again, the alarm goes to ALARM and replay pauses, while the paused
+//!    their replays fail again, the alarm goes to ALARM and redrive pauses, while the paused
 //!    runs go on archiving what reaches its TTL;
 //! 4. **recovery**: the downstream is back; orders that fail twice more pass through the DLQ;
 //!    the alarm returns to OK and redrive resumes;
@@ -179,13 +179,13 @@ impl SoakReport {
             out.push("the replays-failing alarm never went to ALARM during the outage".into());
         }
         if self.paused_runs == 0 {
-            out.push("replay did not pause during the outage".into());
+            out.push("redrive did not pause during the outage".into());
         }
         if !self.alarm_cleared {
             out.push("the replays-failing alarm did not return to OK after the outage".into());
         }
         if !self.resumed {
-            out.push("replay did not resume after the alarm cleared".into());
+            out.push("redrive did not resume after the alarm cleared".into());
         }
         if self.archived_while_paused == 0 {
             out.push("nothing was archived while replay was paused".into());
@@ -756,7 +756,7 @@ async fn phases(
             && state.archived_while_paused.load(Ordering::Relaxed) > 0
         {
             println!(
-                "[{:>4}s] the alarm in ALARM, replay paused, and something archived while paused",
+                "[{:>4}s] the alarm in ALARM, redrive paused, and something archived while paused",
                 started.elapsed().as_secs()
             );
             break;

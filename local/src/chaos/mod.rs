@@ -277,7 +277,12 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
         outputs.dlq_url
     );
 
-    let env = function_env(opts, &outputs, &proxy.endpoint);
+    let env = function_env(
+        opts.sdk_attempts,
+        opts.permanent_action,
+        &outputs,
+        &proxy.endpoint,
+    );
     let consumer = Function::new(
         "consumer",
         &opts.consumer_bin,
@@ -393,7 +398,12 @@ struct FunctionEnv {
 }
 
 /// The functions' environment: the SPEC's variables, the proxy as the SDK's endpoint.
-fn function_env(opts: &ChaosOptions, outputs: &StackOutputs, endpoint: &str) -> FunctionEnv {
+fn function_env(
+    sdk_attempts: u32,
+    permanent_action: PermanentAction,
+    outputs: &StackOutputs,
+    endpoint: &str,
+) -> FunctionEnv {
     let common = CommonConfig {
         main_queue_url: outputs.main_queue_url.clone(),
         dlq_url: outputs.dlq_url.clone(),
@@ -416,7 +426,7 @@ fn function_env(opts: &ChaosOptions, outputs: &StackOutputs, endpoint: &str) -> 
         rate_per_second: 200.0,
         max_messages_per_run: resq::config::DEFAULT_MAX_MESSAGES_PER_RUN,
         archive_after: Duration::from_secs(resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
-        permanent_action: opts.permanent_action,
+        permanent_action,
         pause_on_alarms: Vec::new(),
     };
     let aws = [
@@ -424,7 +434,7 @@ fn function_env(opts: &ChaosOptions, outputs: &StackOutputs, endpoint: &str) -> 
         ("AWS_REGION", REGION.into()),
         ("AWS_ACCESS_KEY_ID", "chaos".into()),
         ("AWS_SECRET_ACCESS_KEY", "chaos".into()),
-        ("AWS_MAX_ATTEMPTS", opts.sdk_attempts.max(1).to_string()),
+        ("AWS_MAX_ATTEMPTS", sdk_attempts.max(1).to_string()),
         ("AWS_LAMBDA_LOG_FORMAT", "JSON".into()),
         ("AWS_LAMBDA_LOG_LEVEL", "WARN".into()),
     ];
@@ -699,6 +709,60 @@ async fn drive(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_functions_get_the_runs_settings_as_lambda_would_in_their_environment() {
+        let outputs = StackOutputs {
+            stack_name: "resq-chaos".into(),
+            main_queue_url: "http://127.0.0.1:1/123456789012/resq-chaos-orders".into(),
+            main_queue_arn: "arn:aws:sqs:us-east-1:123456789012:resq-chaos-orders".into(),
+            dlq_url: "http://127.0.0.1:1/123456789012/resq-chaos-orders-dlq".into(),
+            bucket: "resq-chaos-archive".into(),
+            failure_queue_url: String::new(),
+            consumer_function: "consumer".into(),
+            redriver_function: "redriver".into(),
+        };
+        let env = function_env(1, PermanentAction::Keep, &outputs, "http://127.0.0.1:2");
+        let get = |vars: &[(String, String)], k: &str| {
+            vars.iter()
+                .find(|(name, _)| name == k)
+                .map(|(_, v)| v.clone())
+        };
+        for (k, v) in [
+            ("MAIN_QUEUE_URL", outputs.main_queue_url.as_str()),
+            ("DLQ_URL", outputs.dlq_url.as_str()),
+            ("ARCHIVE_BUCKET", "resq-chaos-archive"),
+            ("MAX_REDRIVE_ATTEMPTS", "3"),
+            ("DEADLINE_MARGIN_MS", "1000"),
+            ("CONSUMER_CONCURRENCY", "10"),
+            ("BACKOFF_BASE_SECONDS", "1"),
+            ("BACKOFF_MAX_SECONDS", "2"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:2"),
+            ("AWS_MAX_ATTEMPTS", "1"),
+            ("AWS_LAMBDA_LOG_LEVEL", "WARN"),
+        ] {
+            assert_eq!(get(&env.consumer, k).as_deref(), Some(v), "consumer {k}");
+        }
+        for (k, v) in [
+            ("REDRIVE_RATE_PER_SECOND", "200"),
+            ("MAX_MESSAGES_PER_RUN", "1000"),
+            ("ARCHIVE_AFTER_SECONDS", "86400"),
+            ("PERMANENT_ACTION", "keep"),
+            ("MAX_REDRIVE_ATTEMPTS", "3"),
+        ] {
+            assert_eq!(get(&env.redriver, k).as_deref(), Some(v), "redriver {k}");
+        }
+        // and the functions read them back as the run means them
+        let vars = |pairs: Vec<(String, String)>| {
+            resq::config::Vars(move |k: &str| {
+                pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+            })
+        };
+        let redriver = RedriverConfig::from_vars(&vars(env.redriver)).unwrap();
+        assert_eq!(redriver.rate_per_second, 200.0);
+        assert!(redriver.pause_on_alarms.is_empty());
+        ConsumerConfig::from_vars(&vars(env.consumer)).unwrap();
+    }
 
     #[test]
     fn kills_fall_within_the_typical_duration_and_follow_the_odds() {
