@@ -225,7 +225,7 @@ mod tests {
         Status {
             queues: vec![
                 QueueState {
-                    label: "orders",
+                    label: "main",
                     url: "http://q/1/orders".into(),
                     visible: 12,
                     in_flight: 3,
@@ -250,7 +250,7 @@ mod tests {
         assert_eq!(lines[0], "queue      waiting  in flight   oldest (s)  url");
         assert_eq!(
             lines[1],
-            "orders          12          3           42  http://q/1/orders"
+            "main            12          3           42  http://q/1/orders"
         );
         assert_eq!(
             lines[2],
@@ -271,7 +271,7 @@ mod tests {
         let v = parse(&status(&state(), true));
         assert_eq!(
             v["queues"][0],
-            json!({"queue": "orders", "url": "http://q/1/orders", "waiting": 12, "inFlight": 3, "oldestAgeSeconds": 41.6})
+            json!({"queue": "main", "url": "http://q/1/orders", "waiting": 12, "inFlight": 3, "oldestAgeSeconds": 41.6})
         );
         assert_eq!(v["queues"][1]["oldestAgeSeconds"], Value::Null);
         assert_eq!(

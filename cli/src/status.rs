@@ -121,7 +121,7 @@ pub struct Status {
 /// Reads depths, oldest ages and alarm states.
 pub async fn status(ctx: &Context, alarm_prefix: &str) -> Result<Status, CliError> {
     let mut queues = Vec::new();
-    for (label, url) in [("orders", ctx.main_queue()?), ("dlq", ctx.dlq()?)] {
+    for (label, url) in [("main", ctx.main_queue()?), ("dlq", ctx.dlq()?)] {
         let (visible, in_flight) =
             resq::sqs::depth(&ctx.sqs, url)
                 .await

@@ -121,7 +121,7 @@ async fn status_shows_depths_and_alarm_states() {
         .iter()
         .map(|q| (q.label, q.visible, q.in_flight))
         .collect();
-    assert_eq!(depths, vec![("orders", 2, 1), ("dlq", 1, 0)]);
+    assert_eq!(depths, vec![("main", 2, 1), ("dlq", 1, 0)]);
     assert_eq!(
         s.alarms,
         vec![("resq-dlq-depth".to_owned(), "ALARM".to_owned())]
