@@ -2,54 +2,69 @@
 
 use std::fmt;
 
-/// Why a message was archived to S3 instead of being queued again. Serialized as its code
-/// (`REDRIVE_CAP`, …), as in archive keys, envelopes and summaries; an unknown code does not
-/// deserialize.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(into = "&'static str", try_from = "String")]
-pub enum ArchiveReason {
-    /// `x-redrive-count` reached `MAX_REDRIVE_ATTEMPTS`.
-    RedriveCap,
-    /// `x-redrive-count` could not be read as a non-negative number.
-    InvalidRedriveCount,
-    /// Older than `ARCHIVE_AFTER_SECONDS`, measured from the producer's send.
-    TtlExpired,
-    /// A copy would carry more than the 10 message attributes SQS allows.
-    AttributeLimit,
-    /// A permanent failure archived by the redriver (`PERMANENT_ACTION=archive`).
-    PermanentFailure,
-    /// A copy would exceed SQS's maximum message size (body plus attributes).
-    SizeLimit,
+/// An enum of machine codes: the enum with its variants' codes, `ALL` (a stable order, for
+/// metrics and reports), `code()` (what archive keys, envelopes, attributes, logs and metric
+/// dimensions carry), `from_code()` (its inverse) and `Display` (the code). One definition
+/// for every kind of code resq writes.
+macro_rules! codes {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[doc = $doc:literal])* $variant:ident => $code:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        pub enum $name {
+            $( $(#[doc = $doc])* $variant, )+
+        }
+
+        impl $name {
+            /// Every value, in a stable order (for metrics and reports).
+            pub const ALL: [$name; <[$name]>::len(&[$($name::$variant),+])] =
+                [$($name::$variant),+];
+
+            /// The machine code.
+            pub fn code(self) -> &'static str {
+                match self {
+                    $($name::$variant => $code,)+
+                }
+            }
+
+            /// Parses a code as written by `code()` (`None` for any other).
+            pub fn from_code(code: &str) -> Option<Self> {
+                Self::ALL.into_iter().find(|v| v.code() == code)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.code())
+            }
+        }
+    };
 }
 
-impl ArchiveReason {
-    /// Every reason, in a stable order (for metrics and reports).
-    pub const ALL: [ArchiveReason; 6] = [
-        ArchiveReason::RedriveCap,
-        ArchiveReason::InvalidRedriveCount,
-        ArchiveReason::TtlExpired,
-        ArchiveReason::AttributeLimit,
-        ArchiveReason::PermanentFailure,
-        ArchiveReason::SizeLimit,
-    ];
-
-    /// The machine code used in archive keys, envelopes, logs and metric dimensions.
-    pub fn code(self) -> &'static str {
-        match self {
-            ArchiveReason::RedriveCap => "REDRIVE_CAP",
-            ArchiveReason::InvalidRedriveCount => "INVALID_REDRIVE_COUNT",
-            ArchiveReason::TtlExpired => "TTL_EXPIRED",
-            ArchiveReason::AttributeLimit => "ATTRIBUTE_LIMIT",
-            ArchiveReason::PermanentFailure => "PERMANENT_FAILURE",
-            ArchiveReason::SizeLimit => "SIZE_LIMIT",
-        }
-    }
-
-    /// Parses a code as written by [`ArchiveReason::code`].
-    pub fn from_code(code: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|r| r.code() == code)
+codes! {
+    /// Why a message was archived to S3 instead of being queued again. Serialized as its code
+    /// (`REDRIVE_CAP`, …), as in archive keys, envelopes and summaries; an unknown code does not
+    /// deserialize.
+    #[derive(
+        Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+    )]
+    #[serde(into = "&'static str", try_from = "String")]
+    pub enum ArchiveReason {
+        /// `x-redrive-count` reached `MAX_REDRIVE_ATTEMPTS`.
+        RedriveCap => "REDRIVE_CAP",
+        /// `x-redrive-count` could not be read as a non-negative number.
+        InvalidRedriveCount => "INVALID_REDRIVE_COUNT",
+        /// Older than `ARCHIVE_AFTER_SECONDS`, measured from the producer's send.
+        TtlExpired => "TTL_EXPIRED",
+        /// A copy would carry more than the 10 message attributes SQS allows.
+        AttributeLimit => "ATTRIBUTE_LIMIT",
+        /// A permanent failure archived by the redriver (`PERMANENT_ACTION=archive`).
+        PermanentFailure => "PERMANENT_FAILURE",
+        /// A copy would exceed SQS's maximum message size (body plus attributes).
+        SizeLimit => "SIZE_LIMIT",
     }
 }
 
@@ -72,149 +87,63 @@ impl TryFrom<String> for ArchiveReason {
     }
 }
 
-impl fmt::Display for ArchiveReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.code())
+codes! {
+    /// The codes of the failures resq itself reports: the `error_code` field of its log lines
+    /// and, for a record, the code of its transient failure. (A handler's own codes are its
+    /// own.)
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum ErrorCode {
+        /// The handler panicked (transient: the record is retried).
+        HandlerPanic => "HANDLER_PANIC",
+        /// A record that could not be decoded (it fails alone and is retried).
+        RecordUnreadable => "RECORD_UNREADABLE",
+        /// FIFO: an earlier record of the same group failed, so this one was not run.
+        FifoGroupBlocked => "FIFO_GROUP_BLOCKED",
+        /// The deadline margin was reached before the record started.
+        DeadlineNotStarted => "DEADLINE_NOT_STARTED",
+        /// A record still ran at the deadline margin and was abandoned (transient).
+        RecordTimeout => "RECORD_TIMEOUT",
+        /// A permanent failure's DLQ copy was not confirmed (the record is retried).
+        DlqSendFailed => "DLQ_SEND_FAILED",
+        /// An archive entry was not written (the message stays in its queue).
+        ArchiveFailed => "ARCHIVE_FAILED",
+        /// A DLQ copy or archive entry was not confirmed before the deadline margin.
+        SettleDeadline => "SETTLE_DEADLINE",
+        /// A backoff (visibility change) was refused.
+        VisibilityChangeFailed => "VISIBILITY_CHANGE_FAILED",
+        /// Backoffs were not confirmed before the deadline margin.
+        VisibilityChangeDeadline => "VISIBILITY_CHANGE_DEADLINE",
+        /// The redriver could not receive from the DLQ.
+        ReceiveFailed => "RECEIVE_FAILED",
+        /// The keep list of earlier runs could not be read.
+        KeepListUnreadable => "KEEP_LIST_UNREADABLE",
+        /// The keep list was not written (kept messages are released, not hidden).
+        KeepListFailed => "KEEP_LIST_FAILED",
+        /// Kept messages were not hidden before the deadline margin.
+        KeepHideDeadline => "KEEP_HIDE_DEADLINE",
+        /// A replay was not confirmed by SQS (the message stays in the DLQ).
+        RedriveSendFailed => "REDRIVE_SEND_FAILED",
+        /// A moved message could not be deleted from the DLQ (it is seen again).
+        DlqDeleteFailed => "DLQ_DELETE_FAILED",
+        /// Deletes were not confirmed before the deadline margin.
+        DlqDeleteDeadline => "DLQ_DELETE_DEADLINE",
     }
 }
 
-/// The codes of the failures resq itself reports: the `error_code` field of its log lines and,
-/// for a record, the code of its transient failure. (A handler's own codes are its own.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorCode {
-    /// The handler panicked (transient: the record is retried).
-    HandlerPanic,
-    /// A record that could not be decoded (it fails alone and is retried).
-    RecordUnreadable,
-    /// FIFO: an earlier record of the same group failed, so this one was not run.
-    FifoGroupBlocked,
-    /// The deadline margin was reached before the record started.
-    DeadlineNotStarted,
-    /// A record still ran at the deadline margin and was abandoned (transient).
-    RecordTimeout,
-    /// A permanent failure's DLQ copy was not confirmed (the record is retried).
-    DlqSendFailed,
-    /// An archive entry was not written (the message stays in its queue).
-    ArchiveFailed,
-    /// A DLQ copy or archive entry was not confirmed before the deadline margin.
-    SettleDeadline,
-    /// A backoff (visibility change) was refused.
-    VisibilityChangeFailed,
-    /// Backoffs were not confirmed before the deadline margin.
-    VisibilityChangeDeadline,
-    /// The redriver could not receive from the DLQ.
-    ReceiveFailed,
-    /// The keep list of earlier runs could not be read.
-    KeepListUnreadable,
-    /// The keep list was not written (kept messages are released, not hidden).
-    KeepListFailed,
-    /// Kept messages were not hidden before the deadline margin.
-    KeepHideDeadline,
-    /// A replay was not confirmed by SQS (the message stays in the DLQ).
-    RedriveSendFailed,
-    /// A moved message could not be deleted from the DLQ (it is seen again).
-    DlqDeleteFailed,
-    /// Deletes were not confirmed before the deadline margin.
-    DlqDeleteDeadline,
-}
-
-impl ErrorCode {
-    /// Every code, in a stable order.
-    pub const ALL: [ErrorCode; 17] = [
-        ErrorCode::HandlerPanic,
-        ErrorCode::RecordUnreadable,
-        ErrorCode::FifoGroupBlocked,
-        ErrorCode::DeadlineNotStarted,
-        ErrorCode::RecordTimeout,
-        ErrorCode::DlqSendFailed,
-        ErrorCode::ArchiveFailed,
-        ErrorCode::SettleDeadline,
-        ErrorCode::VisibilityChangeFailed,
-        ErrorCode::VisibilityChangeDeadline,
-        ErrorCode::ReceiveFailed,
-        ErrorCode::KeepListUnreadable,
-        ErrorCode::KeepListFailed,
-        ErrorCode::KeepHideDeadline,
-        ErrorCode::RedriveSendFailed,
-        ErrorCode::DlqDeleteFailed,
-        ErrorCode::DlqDeleteDeadline,
-    ];
-
-    /// The machine code written to logs.
-    pub fn code(self) -> &'static str {
-        match self {
-            ErrorCode::HandlerPanic => "HANDLER_PANIC",
-            ErrorCode::RecordUnreadable => "RECORD_UNREADABLE",
-            ErrorCode::FifoGroupBlocked => "FIFO_GROUP_BLOCKED",
-            ErrorCode::DeadlineNotStarted => "DEADLINE_NOT_STARTED",
-            ErrorCode::RecordTimeout => "RECORD_TIMEOUT",
-            ErrorCode::DlqSendFailed => "DLQ_SEND_FAILED",
-            ErrorCode::ArchiveFailed => "ARCHIVE_FAILED",
-            ErrorCode::SettleDeadline => "SETTLE_DEADLINE",
-            ErrorCode::VisibilityChangeFailed => "VISIBILITY_CHANGE_FAILED",
-            ErrorCode::VisibilityChangeDeadline => "VISIBILITY_CHANGE_DEADLINE",
-            ErrorCode::ReceiveFailed => "RECEIVE_FAILED",
-            ErrorCode::KeepListUnreadable => "KEEP_LIST_UNREADABLE",
-            ErrorCode::KeepListFailed => "KEEP_LIST_FAILED",
-            ErrorCode::KeepHideDeadline => "KEEP_HIDE_DEADLINE",
-            ErrorCode::RedriveSendFailed => "REDRIVE_SEND_FAILED",
-            ErrorCode::DlqDeleteFailed => "DLQ_DELETE_FAILED",
-            ErrorCode::DlqDeleteDeadline => "DLQ_DELETE_DEADLINE",
-        }
-    }
-
-    /// Parses a code as written by [`ErrorCode::code`].
-    pub fn from_code(code: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.code() == code)
+codes! {
+    /// The failure reasons (`x-failure-reason`) resq itself writes. A handler's permanent
+    /// failures carry codes of its own, made sendable by [`failure_reason`].
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum FailureReason {
+        /// A body that is not JSON, or no body.
+        MalformedJson => "MALFORMED_JSON",
+        /// JSON that breaks the message's rules.
+        ValidationFailed => "VALIDATION_FAILED",
+        /// A permanent failure whose handler gave no code.
+        Unspecified => "UNSPECIFIED",
     }
 }
 
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.code())
-    }
-}
-
-/// The failure reasons (`x-failure-reason`) resq itself writes. A handler's permanent
-/// failures carry codes of its own, made sendable by [`failure_reason`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FailureReason {
-    /// A body that is not JSON, or no body.
-    MalformedJson,
-    /// JSON that breaks the message's rules.
-    ValidationFailed,
-    /// A permanent failure whose handler gave no code.
-    Unspecified,
-}
-
-impl FailureReason {
-    /// Every reason, in a stable order.
-    pub const ALL: [FailureReason; 3] = [
-        FailureReason::MalformedJson,
-        FailureReason::ValidationFailed,
-        FailureReason::Unspecified,
-    ];
-
-    /// The code written to `x-failure-reason`.
-    pub fn code(self) -> &'static str {
-        match self {
-            FailureReason::MalformedJson => "MALFORMED_JSON",
-            FailureReason::ValidationFailed => "VALIDATION_FAILED",
-            FailureReason::Unspecified => "UNSPECIFIED",
-        }
-    }
-
-    /// Parses a code as written by [`FailureReason::code`] (`None` for a handler's own code).
-    pub fn from_code(code: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|r| r.code() == code)
-    }
-}
-
-impl fmt::Display for FailureReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.code())
-    }
-}
 /// The longest `x-failure-reason` resq writes, in characters.
 pub const MAX_FAILURE_REASON_CHARS: usize = 128;
 
