@@ -44,15 +44,21 @@ fn quiet_json_logs() {
         .try_init();
 }
 
-/// One invocation of resq's consumer on the event in `path`: parse, process, serialize.
-/// `batch_seconds` is the engine alone (the event parsed, as the runtime hands it over);
-/// `seconds` the whole invocation.
-pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
-    if std::env::var_os("BENCH_NO_LOGS").is_none() {
-        quiet_json_logs();
+/// The I/O benchmark's effect: each order takes `latency` of I/O wait (a timer in the
+/// process, as a conditional S3 put's round trip would be), nothing else.
+pub struct SleepEffect(pub Duration);
+
+impl OrderHandler for SleepEffect {
+    async fn handle(&self, _order: &Order, _meta: &RecordMeta<'_>) -> Result<(), HandlerError> {
+        tokio::time::sleep(self.0).await;
+        Ok(())
     }
-    let raw = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let config = ConsumerConfig::from_vars(&vars(vec![
+}
+
+/// The consumer's configuration in the bench: in-memory ports, `concurrency` records at once
+/// (the default when `None`).
+fn bench_config(concurrency: Option<usize>) -> Result<ConsumerConfig, String> {
+    let mut pairs = vec![
         (
             "MAIN_QUEUE_URL",
             "http://127.0.0.1:9/123456789012/resq-orders".into(),
@@ -62,8 +68,45 @@ pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
             "http://127.0.0.1:9/123456789012/resq-orders-dlq".into(),
         ),
         ("ARCHIVE_BUCKET", "resq-bench".into()),
-    ]))
-    .map_err(|e| e.to_string())?;
+    ];
+    if let Some(n) = concurrency {
+        pairs.push(("CONSUMER_CONCURRENCY", n.to_string()));
+    }
+    ConsumerConfig::from_vars(&vars(pairs)).map_err(|e| e.to_string())
+}
+
+/// The bodies of the event's records, for the bare loop.
+fn bodies(raw: &[u8]) -> Result<Vec<Option<String>>, String> {
+    let event: Value = serde_json::from_slice(raw).map_err(|e| format!("event: {e}"))?;
+    Ok(event["Records"]
+        .as_array()
+        .ok_or("event: no Records")?
+        .iter()
+        .map(|r| r["body"].as_str().map(str::to_owned))
+        .collect())
+}
+
+/// The same per-record work with no engine around it: parse and validate each body, in a
+/// plain loop. Returns the seconds it took and how many it rejected.
+fn bare_loop(bodies: &[Option<String>]) -> (f64, usize) {
+    let started = Instant::now();
+    let rejected = bodies
+        .iter()
+        .filter(|b| std::hint::black_box(consumer::order::parse_order(b.as_deref())).is_err())
+        .count();
+    (started.elapsed().as_secs_f64(), rejected)
+}
+
+/// One invocation of resq's consumer on the event in `path`: parse, process, serialize.
+/// `batch_seconds` is the engine alone (the event parsed, as the runtime hands it over);
+/// `seconds` the whole invocation; `bare_seconds` the same parse and validate in a plain loop,
+/// measured after the invocation (and so not in its peak memory).
+pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
+    if std::env::var_os("BENCH_NO_LOGS").is_none() {
+        quiet_json_logs();
+    }
+    let raw = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let config = bench_config(None)?;
     let queues = MemoryQueues::default();
     let engine = Consumer::new(NoopEffect, &queues, MemoryStore::default(), config);
     let started = Instant::now();
@@ -80,6 +123,15 @@ pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
     let batch_seconds = batch_started.elapsed().as_secs_f64();
     let response = serde_json::to_vec(&report.response).map_err(|e| e.to_string())?;
     let seconds = started.elapsed().as_secs_f64();
+    let vm_hwm_kb = crate::measured::vm_hwm_kb();
+    let bodies = bodies(&std::fs::read(path).map_err(|e| e.to_string())?)?;
+    let (bare_seconds, bare_rejected) = bare_loop(&bodies);
+    if bare_rejected != queues.sent().len() {
+        return Err(format!(
+            "the bare loop rejected {bare_rejected} records, the engine {}",
+            queues.sent().len()
+        ));
+    }
     Ok(json!({
         "impl": "resq",
         "records": report.outcomes.len(),
@@ -88,7 +140,44 @@ pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
         "response_bytes": response.len(),
         "batch_seconds": batch_seconds,
         "seconds": seconds,
-        "vm_hwm_kb": crate::measured::vm_hwm_kb(),
+        "bare_seconds": bare_seconds,
+        "vm_hwm_kb": vm_hwm_kb,
+    }))
+}
+
+/// One invocation of resq's consumer on the event in `path` with an effect of `latency` per
+/// order, `concurrency` records at once (the default when `None`): the batch's wall time.
+pub async fn consumer_io(
+    path: &std::path::Path,
+    latency: Duration,
+    concurrency: Option<usize>,
+) -> Result<Value, String> {
+    quiet_json_logs();
+    let raw = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let config = bench_config(concurrency)?;
+    let concurrency = config.concurrency;
+    let queues = MemoryQueues::default();
+    let engine = Consumer::new(
+        SleepEffect(latency),
+        &queues,
+        MemoryStore::default(),
+        config,
+    );
+    let invocation = SqsInvocation::from_json(&raw).map_err(|e| format!("event: {e}"))?;
+    let started = Instant::now();
+    let report = engine
+        .process_invocation(invocation, Instant::now() + Duration::from_secs(900))
+        .await
+        .map_err(|e| e.to_string())?;
+    let batch_seconds = started.elapsed().as_secs_f64();
+    Ok(json!({
+        "impl": "resq",
+        "records": report.outcomes.len(),
+        "failures": report.response.batch_item_failures.len(),
+        "rejected": queues.sent().len(),
+        "concurrency": concurrency,
+        "batch_seconds": batch_seconds,
     }))
 }
 

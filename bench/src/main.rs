@@ -44,6 +44,15 @@ enum Cmd {
     Run(Box<RunArgs>),
     /// Child: one invocation of resq's consumer engine on an event file.
     Consumer { event: PathBuf },
+    /// Child: one invocation of resq's consumer engine with an effect that waits `latency_ms`.
+    ConsumerIo {
+        event: PathBuf,
+        latency_ms: u64,
+        /// Records at once (`CONSUMER_CONCURRENCY`); its default when left out.
+        concurrency: Option<usize>,
+    },
+    /// Only the I/O-bound comparison (part of `run`): prints its table, writes nothing.
+    Io(Box<run::Options>),
     /// Child: one run of resq's redriver against an SQS endpoint.
     Redrive {
         endpoint: String,
@@ -75,6 +84,19 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
         Cmd::Consumer { event } => {
             let out = rt()?.block_on(child::consumer(&event))?;
             println!("{out}");
+        }
+        Cmd::ConsumerIo {
+            event,
+            latency_ms,
+            concurrency,
+        } => {
+            let latency = std::time::Duration::from_millis(latency_ms);
+            let out = rt()?.block_on(child::consumer_io(&event, latency, concurrency))?;
+            println!("{out}");
+        }
+        Cmd::Io(options) => {
+            let rows = run::io(&options)?;
+            println!("{}", run::io_table(&rows));
         }
         Cmd::Redrive {
             endpoint,

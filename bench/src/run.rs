@@ -66,6 +66,62 @@ pub struct Options {
     /// Cold starts per function.
     #[arg(long, default_value_t = 20)]
     pub coldstart_runs: usize,
+    /// Batch sizes of the I/O-bound comparison.
+    #[arg(long, value_delimiter = ',', default_value = "10,100")]
+    pub io_batches: Vec<usize>,
+    /// The effect's latency per order in the I/O-bound comparison, ms.
+    #[arg(long, default_value_t = 20)]
+    pub io_latency_ms: u64,
+    /// Interleaved rounds of the I/O-bound comparison.
+    #[arg(long, default_value_t = 3)]
+    pub io_rounds: usize,
+}
+
+/// One batch size of the I/O-bound comparison: median batch wall times in seconds.
+#[derive(Debug, Clone)]
+pub struct IoRow {
+    /// Records in the batch.
+    pub records: usize,
+    /// The effect's latency per order, s.
+    pub latency: f64,
+    /// resq's default `CONSUMER_CONCURRENCY`.
+    pub default_concurrency: usize,
+    /// resq at its default concurrency.
+    pub resq_default: f64,
+    /// resq with as many records at once as asyncio runs (all of them).
+    pub resq_equal: f64,
+    /// Powertools `BatchProcessor` (sequential).
+    pub pt_sync: f64,
+    /// Powertools `AsyncBatchProcessor` (asyncio, unbounded).
+    pub pt_async: f64,
+}
+
+impl IoRow {
+    /// The least time any engine can take: `ceil(records / concurrency) × latency`.
+    pub fn limit(&self, concurrency: usize) -> f64 {
+        self.records.div_ceil(concurrency.max(1)) as f64 * self.latency
+    }
+    /// The limit at resq's default concurrency ÷ resq's time there.
+    pub fn efficiency(&self) -> f64 {
+        self.limit(self.default_concurrency) / self.resq_default
+    }
+    /// Powertools `BatchProcessor` ÷ resq at its default.
+    pub fn speedup(&self) -> f64 {
+        self.pt_sync / self.resq_default
+    }
+    /// The faster Powertools processor ÷ resq, at equal downstream concurrency.
+    pub fn vs_best_peer(&self) -> f64 {
+        self.pt_sync.min(self.pt_async) / self.resq_equal
+    }
+    /// The faster Powertools processor ÷ resq at its default concurrency.
+    pub fn default_vs_best_peer(&self) -> f64 {
+        self.pt_sync.min(self.pt_async) / self.resq_default
+    }
+}
+
+/// The worst of `f` over the rows (NaN when there are none).
+fn worst(rows: &[IoRow], f: impl Fn(&IoRow) -> f64) -> f64 {
+    rows.iter().map(f).reduce(f64::min).unwrap_or(f64::NAN)
 }
 
 /// Everything measured.
@@ -97,6 +153,10 @@ pub struct Report {
     pub init_ms: (f64, f64),
     /// Cold starts per function.
     pub coldstart_runs: usize,
+    /// The I/O-bound comparison, one row per batch size.
+    pub io: Vec<IoRow>,
+    /// Records per second of the bare parse-and-validate loop, median of the rounds.
+    pub bare_rps: f64,
     /// When and where.
     pub machine: String,
     /// When.
@@ -131,6 +191,10 @@ impl Report {
             .map(|(c, a, _)| (a - c).abs() / c * 100.0)
             .fold(0.0, f64::max)
     }
+    /// Bare loop time ÷ engine time per record (CPU only).
+    pub fn engine_efficiency(&self) -> f64 {
+        self.consumer_rps.0 / self.bare_rps
+    }
     /// The slower function's median init.
     pub fn init_ms_worst(&self) -> f64 {
         self.init_ms.0.max(self.init_ms.1)
@@ -140,7 +204,7 @@ impl Report {
     pub fn summary_line(&self) -> String {
         let (resq_rpm, base_rpm) = self.requests_per_msg();
         format!(
-            "bench: consumer_speedup={:.1} consumer_rss_ratio={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1}",
+            "bench: consumer_speedup={:.1} consumer_rss_ratio={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} io_efficiency={:.2} io_speedup={:.1} io_vs_best_peer={:.2} engine_efficiency={:.2}",
             self.consumer_speedup(),
             self.consumer_rss_ratio(),
             self.redrive_speedup(),
@@ -150,6 +214,10 @@ impl Report {
             self.zip_bytes.0 / 1024,
             self.zip_bytes.1 / 1024,
             self.init_ms_worst(),
+            worst(&self.io, IoRow::efficiency),
+            worst(&self.io, IoRow::speedup),
+            worst(&self.io, IoRow::vs_best_peer),
+            self.engine_efficiency(),
         )
     }
 
@@ -179,6 +247,13 @@ impl Report {
             format!("{:.0}", self.invocation_rps.1),
             format!("{:.1}×", self.invocation_rps.0 / self.invocation_rps.1),
             "",
+        );
+        row(
+            "consumer: records/s of a bare loop (parse + validate, no engine) / engine_efficiency",
+            format!("{:.0}", self.bare_rps),
+            "".into(),
+            format!("{:.2}", self.engine_efficiency()),
+            "≥ 0.5",
         );
         row(
             "consumer: peak RSS of one invocation, MiB",
@@ -252,8 +327,97 @@ impl Report {
             "".into(),
             "≤ 20",
         );
+        t.push('\n');
+        t.push_str(&io_table(&self.io));
         t
     }
+}
+
+/// The I/O-bound comparison as a Markdown table.
+pub fn io_table(rows: &[IoRow]) -> String {
+    let ms = |s: f64| format!("{:.1}", s * 1000.0);
+    let mut t = String::from(
+        "| records × effect | limit at the default concurrency, ms | resq, default concurrency, ms | resq, all at once, ms | Powertools BatchProcessor, ms | Powertools AsyncBatchProcessor, ms | io_efficiency (≥ 0.9) | io_speedup (≥ 8) | io_vs_best_peer, all at once (≥ 1.0) | best peer ÷ resq at the default |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        t.push_str(&format!(
+            "| {} × {:.0} ms (default concurrency {}) | {} | {} | {} | {} | {} | {:.2} | {:.1} | {:.2} | {:.2} |\n",
+            r.records,
+            r.latency * 1000.0,
+            r.default_concurrency,
+            ms(r.limit(r.default_concurrency)),
+            ms(r.resq_default),
+            ms(r.resq_equal),
+            ms(r.pt_sync),
+            ms(r.pt_async),
+            r.efficiency(),
+            r.speedup(),
+            r.vs_best_peer(),
+            r.default_vs_best_peer(),
+        ));
+    }
+    t
+}
+
+/// The I/O-bound comparison: for each batch size, an event of valid orders (the effect runs
+/// for every record), each side in its own process, rounds interleaved; medians.
+pub fn io(o: &Options) -> Result<Vec<IoRow>, String> {
+    std::fs::create_dir_all(&o.work).map_err(|e| format!("{}: {e}", o.work.display()))?;
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let latency_ms = o.io_latency_ms.to_string();
+    let mut rows = Vec::new();
+    for &n in &o.io_batches {
+        eprintln!(
+            "bench: I/O-bound batch of {n}, {} ms per order, {} rounds",
+            o.io_latency_ms, o.io_rounds
+        );
+        let built = event::sqs_event(n, 0.0, 7);
+        let path = o.work.join(format!("sqs-io-{n}.json"));
+        let bytes = serde_json::to_vec(&built.event).map_err(|e| e.to_string())?;
+        std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        let resq = |concurrency: Option<usize>| {
+            let mut cmd = Command::new(&me);
+            cmd.arg("consumer-io").arg(&path).arg(&latency_ms);
+            if let Some(c) = concurrency {
+                cmd.arg(c.to_string());
+            }
+            measured::run(&mut cmd)
+        };
+        let pt = |mode: &str| {
+            measured::run(
+                Command::new(&o.python)
+                    .arg(o.scripts.join("powertools_io.py"))
+                    .arg(&path)
+                    .arg(&latency_ms)
+                    .arg(mode),
+            )
+        };
+        let (mut d, mut e, mut s, mut a) = (vec![], vec![], vec![], vec![]);
+        let mut default_concurrency = 0;
+        for _ in 0..o.io_rounds.max(1) {
+            let out = [resq(None)?, resq(Some(n))?, pt("sync")?, pt("async")?];
+            for v in &out {
+                let count = |k: &str| v[k].as_u64().unwrap_or(u64::MAX) as usize;
+                if count("records") != n || count("failures") != 0 {
+                    return Err(format!("not every record of {n} succeeded: {v}"));
+                }
+            }
+            default_concurrency = out[0]["concurrency"].as_u64().unwrap_or(0) as usize;
+            for (sink, v) in [&mut d, &mut e, &mut s, &mut a].into_iter().zip(&out) {
+                sink.push(seconds(&v["batch_seconds"])?);
+            }
+        }
+        rows.push(IoRow {
+            records: n,
+            latency: o.io_latency_ms as f64 / 1000.0,
+            default_concurrency,
+            resq_default: median(&mut d),
+            resq_equal: median(&mut e),
+            pt_sync: median(&mut s),
+            pt_async: median(&mut a),
+        });
+    }
+    Ok(rows)
 }
 
 /// Runs everything, in order: consumer, redrive, rates, zips, cold start.
@@ -265,6 +429,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
         o.records, o.rounds
     );
     let figures = consumer(o)?;
+    let io = io(o)?;
 
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let moto = resq_local::emulator::MotoServer::start(&o.moto).map_err(|e| e.to_string())?;
@@ -327,6 +492,8 @@ pub fn run(o: &Options) -> Result<Report, String> {
         zip_bytes,
         init_ms: (median(&mut consumer_init), median(&mut redriver_init)),
         coldstart_runs: o.coldstart_runs,
+        io,
+        bare_rps: figures.bare_rps,
         machine: machine(),
         date,
     })
@@ -350,6 +517,7 @@ struct ConsumerFigures {
     batch_rps: Pair<f64>,
     invocation_rps: Pair<f64>,
     rss_kb: Pair<u64>,
+    bare_rps: f64,
 }
 
 fn consumer(o: &Options) -> Result<ConsumerFigures, String> {
@@ -361,6 +529,7 @@ fn consumer(o: &Options) -> Result<ConsumerFigures, String> {
     let (mut resq_rps, mut pt_rps) = (Vec::new(), Vec::new());
     let (mut resq_inv, mut pt_inv) = (Vec::new(), Vec::new());
     let (mut resq_rss, mut pt_rss) = (0, 0);
+    let mut bare = Vec::new();
     for round in 0..o.rounds {
         let resq_run = || measured::run(Command::new(&me).arg("consumer").arg(&path));
         let pt_run = || {
@@ -383,6 +552,7 @@ fn consumer(o: &Options) -> Result<ConsumerFigures, String> {
         resq_rps.push(o.records as f64 / seconds(&rj["batch_seconds"])?);
         pt_rps.push(o.records as f64 / seconds(&pj["batch_seconds"])?);
         resq_inv.push(o.records as f64 / seconds(&rj["seconds"])?);
+        bare.push(o.records as f64 / seconds(&rj["bare_seconds"])?);
         pt_inv.push(o.records as f64 / seconds(&pj["seconds"])?);
         let rss = |v: &Value| v["vm_hwm_kb"].as_u64().filter(|k| *k > 0);
         resq_rss = resq_rss.max(rss(&rj).ok_or("resq reported no VmHWM")?);
@@ -400,6 +570,7 @@ fn consumer(o: &Options) -> Result<ConsumerFigures, String> {
         batch_rps: (median(&mut resq_rps), median(&mut pt_rps)),
         invocation_rps: (median(&mut resq_inv), median(&mut pt_inv)),
         rss_kb: (resq_rss, pt_rss),
+        bare_rps: median(&mut bare),
     })
 }
 
@@ -814,6 +985,33 @@ mod tests {
         let singles: Vec<_> = (0..5).map(|i| send(t, i * 100, "SendMessage", 1)).collect();
         assert!((achieved(&singles).unwrap() - 10.0).abs() < 1e-9);
         assert_eq!(achieved(&singles[..1]), None);
+    }
+
+    fn io_row(records: usize, resq_default: f64, resq_equal: f64) -> IoRow {
+        IoRow {
+            records,
+            latency: 0.02,
+            default_concurrency: 10,
+            resq_default,
+            resq_equal,
+            pt_sync: 2.05,
+            pt_async: 0.024,
+        }
+    }
+
+    #[test]
+    fn io_figures_are_taken_against_the_limit_and_the_peers() {
+        let row = io_row(100, 0.25, 0.03);
+        // ceil(100 / 10) × 20 ms
+        assert!((row.limit(10) - 0.2).abs() < 1e-9);
+        assert!((row.limit(100) - 0.02).abs() < 1e-9);
+        assert!((row.efficiency() - 0.8).abs() < 1e-9);
+        assert!((row.speedup() - 8.2).abs() < 1e-9);
+        assert!((row.vs_best_peer() - 0.8).abs() < 1e-9);
+        // the summary takes the worst row
+        let rows = [io_row(10, 0.021, 0.021), row];
+        assert!((worst(&rows, IoRow::efficiency) - 0.8).abs() < 1e-9);
+        assert!(worst(&[], IoRow::efficiency).is_nan());
     }
 
     #[test]
