@@ -51,8 +51,7 @@ pub struct CommonConfig {
 pub struct ConsumerConfig {
     /// Shared settings.
     pub common: CommonConfig,
-    /// `CONSUMER_CONCURRENCY`: at most this many records in flight per invocation. The default
-    /// is the largest batch an event source mapping delivers, so a batch runs all at once.
+    /// `CONSUMER_CONCURRENCY`: records in flight per invocation.
     pub concurrency: usize,
     /// `BACKOFF_BASE_SECONDS` / `BACKOFF_MAX_SECONDS`.
     pub backoff: Backoff,
@@ -121,14 +120,8 @@ pub struct RedriverConfig {
 pub const DEFAULT_MAX_REDRIVE_ATTEMPTS: u32 = 3;
 /// `DEADLINE_MARGIN_MS` when unset.
 pub const DEFAULT_DEADLINE_MARGIN_MS: u64 = 1000;
-/// The most records one SQS invocation can carry (the event source mapping's largest
-/// `BatchSize`).
-pub const MAX_BATCH_SIZE: usize = 10_000;
-/// `CONSUMER_CONCURRENCY` when unset: no bound below the batch's own size. Every record of a
-/// batch runs at once, as asyncio's gather does: a batch whose effects wait on I/O takes about
-/// one effect's time, at any batch size. Set it lower to protect a downstream: the effects in
-/// flight are at most the mapping's maximum concurrency × min(batch size, this).
-pub const DEFAULT_CONSUMER_CONCURRENCY: usize = MAX_BATCH_SIZE;
+/// `CONSUMER_CONCURRENCY` when unset.
+pub const DEFAULT_CONSUMER_CONCURRENCY: usize = 10;
 /// `BACKOFF_BASE_SECONDS` when unset.
 pub const DEFAULT_BACKOFF_BASE_SECONDS: u64 = 2;
 /// `BACKOFF_MAX_SECONDS` when unset.
@@ -416,7 +409,7 @@ impl ConsumerConfig {
             concurrency: vars.number(
                 "CONSUMER_CONCURRENCY",
                 DEFAULT_CONSUMER_CONCURRENCY,
-                1..=MAX_BATCH_SIZE,
+                1..=1000,
             )?,
             backoff: Backoff {
                 base: Duration::from_secs(base),
@@ -499,7 +492,7 @@ mod tests {
         let c = ConsumerConfig::from_vars(&vars(&REQUIRED)).unwrap();
         assert_eq!(c.common.max_redrive_attempts, 3);
         assert_eq!(c.common.deadline_margin, Duration::from_millis(1000));
-        assert_eq!(c.concurrency, MAX_BATCH_SIZE);
+        assert_eq!(c.concurrency, 10);
         assert_eq!(c.backoff, Backoff::default());
         assert_eq!(c.common.archive_bucket, "resq-archive");
     }
@@ -598,7 +591,6 @@ mod tests {
             ("MAX_REDRIVE_ATTEMPTS", "three"),
             ("MAX_REDRIVE_ATTEMPTS", "-1"),
             ("CONSUMER_CONCURRENCY", "0"),
-            ("CONSUMER_CONCURRENCY", "10001"),
             ("BACKOFF_BASE_SECONDS", "1.5"),
             ("BACKOFF_MAX_SECONDS", "50000"),
             ("BACKOFF_MAX_SECONDS", "1"),
@@ -628,7 +620,7 @@ mod tests {
             .to_string();
         assert_eq!(
             err,
-            "CONSUMER_CONCURRENCY=\"abc\" is invalid: expected a whole number from 1 to 10000"
+            "CONSUMER_CONCURRENCY=\"abc\" is invalid: expected a whole number from 1 to 1000"
         );
         let mut v = REQUIRED.to_vec();
         v.push(("PERMANENT_ACTION", "delete"));
