@@ -118,8 +118,7 @@ pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
     let batch_started = Instant::now();
     let report = engine
         .process_invocation(invocation, Instant::now() + Duration::from_secs(900))
-        .await
-        .map_err(|e| e.to_string())?;
+        .await;
     let batch_seconds = batch_started.elapsed().as_secs_f64();
     let response = serde_json::to_vec(&report.response).map_err(|e| e.to_string())?;
     let seconds = started.elapsed().as_secs_f64();
@@ -168,8 +167,7 @@ pub async fn consumer_io(
     let started = Instant::now();
     let report = engine
         .process_invocation(invocation, Instant::now() + Duration::from_secs(900))
-        .await
-        .map_err(|e| e.to_string())?;
+        .await;
     let batch_seconds = started.elapsed().as_secs_f64();
     Ok(json!({
         "impl": "resq",

@@ -2,10 +2,12 @@
 //! lanes, each record's disposition, what the dispositions mean for the batch response and for
 //! visibility, and when each phase of an invocation must end. No I/O here.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsMessage};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsMessageAttribute};
 use rand::Rng;
 use resq::attributes::{
     self, AttributeLimitExceeded, AttributeValue, FAILURE_CLASS_PERMANENT, MAX_MESSAGE_BYTES,
@@ -30,7 +32,7 @@ pub struct Record {
     /// The body as delivered.
     pub body: Option<String>,
     /// System attributes (`ApproximateReceiveCount`, `SentTimestamp`, `MessageGroupId`, …).
-    pub attributes: BTreeMap<String, String>,
+    pub attributes: SystemAttributes,
     /// Message attributes with scalar values.
     pub message_attributes: MessageAttributes,
     /// Names of list-only attributes that could not be kept.
@@ -41,8 +43,8 @@ pub struct Record {
     pub redrive_count: RedriveCount,
     /// The FIFO message group, if any.
     pub group_id: Option<String>,
-    /// The queue the record came from.
-    pub source_arn: Option<String>,
+    /// The queue the record came from (shared by the records of one queue).
+    pub source_arn: Option<Arc<str>>,
     /// Why the record could not be read (an attribute that does not decode, a field of the
     /// wrong type): it is reported failed without running, the rest of the batch goes on.
     pub unreadable: Option<String>,
@@ -64,26 +66,21 @@ pub enum EventError {
     },
 }
 
-/// The consumer's invocation payload: `{"Records": [...]}`, each record kept as raw JSON until
-/// it is read on its own ([`read_records`]), so that a record that cannot be read fails only
-/// itself. A payload without a `Records` array fails deserialization with
-/// [`EventError::NotSqs`]'s wording, so the function error says what was wrong and what
-/// invokes the consumer.
+/// The consumer's invocation payload: `{"Records": [...]}`, its records read one by one as the
+/// payload is deserialized. Each record's JSON is held only while that record is read, so no
+/// copy of the payload outlives deserialization, and a record that cannot be read fails only
+/// itself ([`Record::unreadable`]). A payload that is not an SQS event, or a record that
+/// cannot be reported alone, fails deserialization with [`EventError`]'s wording, so the
+/// function error says what was wrong and what invokes the consumer.
 #[derive(Debug)]
-pub struct SqsInvocation(pub Vec<Box<RawValue>>);
+pub struct SqsInvocation(pub Vec<Record>);
 
 impl<'de> Deserialize<'de> for SqsInvocation {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Payload::deserialize(d)
-            .map(|p| SqsInvocation(p.records))
-            .map_err(|e| serde::de::Error::custom(EventError::NotSqs(e.to_string())))
+        Invocation::deserialize(d)?
+            .0
+            .map_err(serde::de::Error::custom)
     }
-}
-
-#[derive(Deserialize)]
-struct Payload {
-    #[serde(rename = "Records")]
-    records: Vec<Box<RawValue>>,
 }
 
 impl EventError {
@@ -129,21 +126,20 @@ impl<'de> serde::de::Visitor<'de> for InvocationVisitor {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Invocation, A::Error> {
-        let mut records: Option<Result<Vec<Box<RawValue>>, String>> = None;
-        while let Some(key) = map.next_key::<String>()? {
-            if key != "Records" {
+        let mut records: Option<Result<Vec<Record>, EventError>> = None;
+        while let Some(key) = map.next_key::<Text<'de>>()? {
+            if key.0 != "Records" {
                 map.next_value::<serde::de::IgnoredAny>()?;
             } else if records.is_some() {
                 map.next_value::<serde::de::IgnoredAny>()?;
-                records = Some(Err("duplicate field `Records`".into()));
+                records = Some(Err(EventError::NotSqs("duplicate field `Records`".into())));
             } else {
                 records = Some(map.next_value::<RecordsField>()?.0);
             }
         }
         Ok(match records {
             None => not_sqs("missing field `Records`"),
-            Some(Ok(records)) => Invocation(Ok(SqsInvocation(records))),
-            Some(Err(why)) => not_sqs(why),
+            Some(records) => Invocation(records.map(SqsInvocation)),
         })
     }
 
@@ -177,8 +173,9 @@ impl<'de> serde::de::Visitor<'de> for InvocationVisitor {
     }
 }
 
-/// `Records`: its records kept raw, or why it is not a list.
-struct RecordsField(Result<Vec<Box<RawValue>>, String>);
+/// `Records`: its records, each read as it is reached, or why the event cannot be taken (not
+/// a list, a record from elsewhere or without a `messageId`).
+struct RecordsField(Result<Vec<Record>, EventError>);
 
 impl<'de> Deserialize<'de> for RecordsField {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -187,7 +184,9 @@ impl<'de> Deserialize<'de> for RecordsField {
 }
 
 fn records_not_a_list(kind: &str) -> RecordsField {
-    RecordsField(Err(format!("`Records` is {kind}, not a list of records")))
+    RecordsField(Err(EventError::NotSqs(format!(
+        "`Records` is {kind}, not a list of records"
+    ))))
 }
 
 struct RecordsVisitor;
@@ -200,11 +199,20 @@ impl<'de> serde::de::Visitor<'de> for RecordsVisitor {
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<RecordsField, A::Error> {
-        let mut records = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(record) = seq.next_element::<Box<RawValue>>()? {
-            records.push(record);
+        let mut reader = RecordReader::default();
+        let mut records = Ok(Vec::with_capacity(seq.size_hint().unwrap_or(0)));
+        // Each record's JSON is copied out on its own (a few hundred bytes, freed once read),
+        // so a record that is not valid for its type cannot fail the others' deserialization.
+        while let Some(raw) = seq.next_element::<Box<RawValue>>()? {
+            if let Ok(read) = &mut records {
+                match reader.read(read.len(), raw.get()) {
+                    Ok(record) => read.push(record),
+                    // the rest is still walked, so the payload stays valid JSON to the end
+                    Err(e) => records = Err(e),
+                }
+            }
         }
-        Ok(RecordsField(Ok(records)))
+        Ok(RecordsField(records))
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<RecordsField, A::Error> {
@@ -237,6 +245,229 @@ impl<'de> serde::de::Visitor<'de> for RecordsVisitor {
 
     fn visit_unit<E: serde::de::Error>(self) -> Result<RecordsField, E> {
         Ok(records_not_a_list("null"))
+    }
+}
+
+/// A JSON string, borrowed from the input when it has no escapes.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl<'de> serde::de::Visitor<'de> for TextVisitor {
+            type Value = Cow<'de, str>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(Cow::Borrowed(v))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(v.to_owned()))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(v))
+            }
+        }
+        d.deserialize_str(TextVisitor).map(Text)
+    }
+}
+
+fn owned(text: Option<Text<'_>>) -> Option<String> {
+    text.map(|t| t.0.into_owned())
+}
+
+/// One record as Lambda's SQS poller writes it: only what the consumer uses, strings borrowed
+/// from the record's JSON until they are kept. (`md5OfBody`, `awsRegion` and the rest are
+/// skipped, not stored.)
+#[derive(Deserialize)]
+struct WireRecord<'a> {
+    #[serde(rename = "messageId", default, borrow)]
+    message_id: Option<Text<'a>>,
+    #[serde(rename = "receiptHandle", default, borrow)]
+    receipt_handle: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    body: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    attributes: Option<&'a RawValue>,
+    #[serde(rename = "messageAttributes", default)]
+    message_attributes: Option<HashMap<String, SqsMessageAttribute>>,
+    #[serde(rename = "eventSource", default, borrow)]
+    event_source: Option<Text<'a>>,
+    #[serde(rename = "eventSourceARN", default, borrow)]
+    event_source_arn: Option<Text<'a>>,
+}
+
+/// What the consumer reads of a record's system attributes when the record is read: every
+/// value must be a string (as SQS writes them); the rest stays in [`SystemAttributes`].
+struct SystemHead {
+    receive_count: Option<u32>,
+    group_id: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for SystemHead {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct HeadVisitor;
+        impl<'de> serde::de::Visitor<'de> for HeadVisitor {
+            type Value = SystemHead;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of system attributes to strings")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<SystemHead, A::Error> {
+                let mut head = SystemHead {
+                    receive_count: None,
+                    group_id: None,
+                };
+                while let Some(name) = map.next_key::<Text<'de>>()? {
+                    let value = map.next_value::<Text<'de>>()?;
+                    match &*name.0 {
+                        "ApproximateReceiveCount" => {
+                            head.receive_count = value.0.trim().parse().ok();
+                        }
+                        "MessageGroupId" => head.group_id = Some(value.0.into_owned()),
+                        _ => {}
+                    }
+                }
+                Ok(head)
+            }
+        }
+        d.deserialize_map(HeadVisitor)
+    }
+}
+
+/// A record's system attributes (`SentTimestamp`, `ApproximateReceiveCount`, `SenderId`,
+/// `MessageGroupId`, …) as delivered: one JSON object of strings, checked when the record is
+/// read and decoded only where they are used in full (an archive entry, a DLQ copy's
+/// `x-first-sent-at`), so a record costs one small allocation for them instead of a map.
+#[derive(Debug, Clone, Default)]
+pub struct SystemAttributes(Option<Box<RawValue>>);
+
+impl SystemAttributes {
+    /// All of them, by name.
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        self.0
+            .as_ref()
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or_default()
+    }
+
+    /// One of them.
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.to_map().remove(name)
+    }
+
+    /// The attributes of `map` (tests and tools that build records).
+    pub fn from_map(map: &BTreeMap<String, String>) -> Self {
+        Self(serde_json::value::to_raw_value(map).ok())
+    }
+}
+
+impl PartialEq for SystemAttributes {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_map() == other.to_map()
+    }
+}
+
+impl Eq for SystemAttributes {}
+
+/// Reads records in order; records from one queue share its ARN.
+#[derive(Default)]
+struct RecordReader {
+    arn: Option<Arc<str>>,
+}
+
+impl RecordReader {
+    /// Record `index` from its JSON. A record that does not decode (an attribute that is not
+    /// base64, a field of the wrong type, text SQS cannot carry) is read as far as it can be
+    /// and marked [`Record::unreadable`], so it is reported failed alone. `Err` only for a
+    /// record that makes the event not an SQS event, or that cannot be reported (no
+    /// `messageId`).
+    fn read(&mut self, index: usize, raw: &str) -> Result<Record, EventError> {
+        let wire = match serde_json::from_str::<WireRecord<'_>>(raw) {
+            Ok(wire) => wire,
+            Err(e) => return self.unreadable(index, raw, e.to_string()),
+        };
+        let head = match wire
+            .attributes
+            .map(|a| serde_json::from_str::<SystemHead>(a.get()))
+            .transpose()
+        {
+            Ok(head) => head,
+            Err(e) => return self.unreadable(index, raw, format!("attributes: {e}")),
+        };
+        check_source(index, wire.event_source.as_ref().map(|s| &*s.0))?;
+        let message_id = owned(wire.message_id)
+            .filter(|id| !id.is_empty())
+            .ok_or(EventError::MissingMessageId { index })?;
+        let (message_attributes, dropped_attributes) =
+            attributes::from_lambda_attributes(wire.message_attributes.iter().flatten());
+        let redrive_count = attributes::parse_redrive_count(&message_attributes);
+        let (receive_count, group_id) = head
+            .map(|h| (h.receive_count, h.group_id))
+            .unwrap_or_default();
+        Ok(Record {
+            message_id,
+            receipt_handle: owned(wire.receipt_handle).unwrap_or_default(),
+            body: owned(wire.body),
+            attributes: SystemAttributes(wire.attributes.map(RawValue::to_owned)),
+            message_attributes,
+            dropped_attributes,
+            receive_count: receive_count.unwrap_or(1),
+            redrive_count,
+            group_id,
+            source_arn: self.arn(wire.event_source_arn),
+            unreadable: None,
+        })
+    }
+
+    /// The queue's ARN, shared with the records before it when it is the same.
+    fn arn(&mut self, arn: Option<Text<'_>>) -> Option<Arc<str>> {
+        let arn = arn?;
+        match &self.arn {
+            Some(shared) if **shared == *arn.0 => {}
+            _ => self.arn = Some(Arc::from(&*arn.0)),
+        }
+        self.arn.clone()
+    }
+
+    /// What can be read of a record that does not decode as a whole: enough to report it.
+    fn unreadable(&mut self, index: usize, raw: &str, error: String) -> Result<Record, EventError> {
+        let head: RecordHead = serde_json::from_str(raw).map_err(|_| {
+            EventError::NotSqs(format!("record {index} is not an SQS record: {error}"))
+        })?;
+        check_source(index, text(&head.event_source).as_deref())?;
+        let message_id = text(&head.message_id)
+            .filter(|id| !id.is_empty())
+            .ok_or(EventError::MissingMessageId { index })?;
+        let group_id = serde_json::from_str::<RecordGroup>(raw)
+            .ok()
+            .and_then(|g| g.attributes.group);
+        let source_arn = text(&head.event_source_arn);
+        Ok(Record {
+            message_id,
+            receipt_handle: text(&head.receipt_handle).unwrap_or_default(),
+            body: None,
+            attributes: SystemAttributes::default(),
+            message_attributes: MessageAttributes::new(),
+            dropped_attributes: Vec::new(),
+            receive_count: 1,
+            redrive_count: RedriveCount::Count(0),
+            group_id,
+            source_arn: source_arn.and_then(|arn| self.arn(Some(Text(Cow::Owned(arn))))),
+            unreadable: Some(error),
+        })
     }
 }
 
@@ -285,26 +516,9 @@ impl SqsInvocation {
 }
 
 /// Reads an event given as a JSON value (tests, the local runner) the way the runtime reads
-/// it: [`SqsInvocation::from_json`], then [`read_records`].
+/// it: [`SqsInvocation::from_json`].
 pub fn parse_event(value: Value) -> Result<Vec<Record>, EventError> {
-    read_records(SqsInvocation::from_json(&value.to_string())?.0)
-}
-
-/// Reads each record on its own. A record that does not decode (an attribute that is not
-/// base64, a field of the wrong type, text SQS cannot carry) becomes a record marked
-/// [`Record::unreadable`], reported failed alone, as long as its `messageId` can be read.
-/// `Err` only for what makes the event not an SQS event, or a record that cannot be reported
-/// (no `messageId`).
-pub fn read_records(raw: Vec<Box<RawValue>>) -> Result<Vec<Record>, EventError> {
-    raw.into_iter()
-        .enumerate()
-        .map(
-            |(index, raw)| match serde_json::from_str::<SqsMessage>(raw.get()) {
-                Ok(m) => record_from(index, m),
-                Err(e) => unreadable(index, raw.get(), e.to_string()),
-            },
-        )
-        .collect()
+    Ok(SqsInvocation::from_json(&value.to_string())?.0)
 }
 
 fn check_source(index: usize, source: Option<&str>) -> Result<(), EventError> {
@@ -317,60 +531,6 @@ fn check_source(index: usize, source: Option<&str>) -> Result<(), EventError> {
             "record {index} has no eventSource, expected \"aws:sqs\""
         ))),
     }
-}
-
-fn record_from(index: usize, m: SqsMessage) -> Result<Record, EventError> {
-    check_source(index, m.event_source.as_deref())?;
-    let message_id = m
-        .message_id
-        .filter(|id| !id.is_empty())
-        .ok_or(EventError::MissingMessageId { index })?;
-    let (message_attributes, dropped_attributes) =
-        attributes::from_lambda_attributes(&m.message_attributes);
-    let receive_count = m
-        .attributes
-        .get("ApproximateReceiveCount")
-        .and_then(|c| c.trim().parse::<u32>().ok())
-        .unwrap_or(1);
-    let redrive_count = attributes::parse_redrive_count(&message_attributes);
-    Ok(Record {
-        message_id,
-        receipt_handle: m.receipt_handle.unwrap_or_default(),
-        body: m.body,
-        group_id: m.attributes.get("MessageGroupId").cloned(),
-        attributes: m.attributes.into_iter().collect(),
-        message_attributes,
-        dropped_attributes,
-        receive_count,
-        redrive_count,
-        source_arn: m.event_source_arn,
-        unreadable: None,
-    })
-}
-
-fn unreadable(index: usize, raw: &str, error: String) -> Result<Record, EventError> {
-    let head: RecordHead = serde_json::from_str(raw)
-        .map_err(|_| EventError::NotSqs(format!("record {index} is not an SQS record: {error}")))?;
-    check_source(index, text(&head.event_source).as_deref())?;
-    let message_id = text(&head.message_id)
-        .filter(|id| !id.is_empty())
-        .ok_or(EventError::MissingMessageId { index })?;
-    let group_id = serde_json::from_str::<RecordGroup>(raw)
-        .ok()
-        .and_then(|g| g.attributes.group);
-    Ok(Record {
-        message_id,
-        receipt_handle: text(&head.receipt_handle).unwrap_or_default(),
-        body: None,
-        attributes: BTreeMap::new(),
-        message_attributes: MessageAttributes::new(),
-        dropped_attributes: Vec::new(),
-        receive_count: 1,
-        redrive_count: RedriveCount::Count(0),
-        group_id,
-        source_arn: text(&head.event_source_arn),
-        unreadable: Some(error),
-    })
 }
 
 /// A FIFO source: its ARN ends in `.fifo`.
@@ -679,7 +839,7 @@ pub fn dead_letter_copy(
     ];
     if let Some(sent) = attributes::first_sent_at(
         &record.message_attributes,
-        record.attributes.get("SentTimestamp").map(String::as_str),
+        record.attributes.get("SentTimestamp").as_deref(),
     ) {
         set.push((X_FIRST_SENT_AT, AttributeValue::number(sent)));
     }
@@ -786,7 +946,7 @@ mod tests {
         let jd = &mut serde_json::Deserializer::from_str(raw);
         let invocation: Invocation =
             serde_path_to_error::deserialize(jd).expect("reading JSON never fails");
-        read_records(invocation.0.map_err(|e| e.to_string())?.0).map_err(|e| e.to_string())
+        Ok(invocation.0.map_err(|e| e.to_string())?.0)
     }
 
     #[test]
@@ -857,7 +1017,7 @@ mod tests {
         let jd = &mut serde_json::Deserializer::from_str(raw);
         let invocation: SqsInvocation =
             serde_path_to_error::deserialize(jd).map_err(|e| e.to_string())?;
-        read_records(invocation.0).map_err(|e| e.to_string())
+        Ok(invocation.0)
     }
 
     #[test]
@@ -897,6 +1057,63 @@ mod tests {
             "{:?}",
             records[1].unreadable
         );
+    }
+
+    #[test]
+    fn a_record_keeps_what_the_consumer_uses_and_shares_its_queue() {
+        // GIVEN records as the poller writes them: escaped text, null maps, a FIFO group,
+        // system attributes the consumer only archives, fields it does not use
+        let mut escaped = rec(
+            "a\\\"1",
+            json!({"receiptHandle": "rh/\u{e9}", "body": "{\"k\": \"\\n\"}"}),
+        );
+        escaped["attributes"]["SenderId"] = json!("AIDA");
+        escaped["attributes"]["MessageGroupId"] = json!("g-1");
+        escaped["attributes"]["ApproximateReceiveCount"] = json!(" 4");
+        escaped["md5OfBody"] = json!("x");
+        let nulls = rec("b", json!({"attributes": null, "messageAttributes": null}));
+        let raw = json!({"Records": [escaped, nulls]})
+            .to_string()
+            .replace("rh/", "rh\\/");
+        // WHEN the runtime reads them
+        let records = as_the_runtime_reads(&raw).unwrap();
+        // THEN escaped text reads as its value
+        assert_eq!(records[0].message_id, "a\\\"1");
+        assert_eq!(records[0].receipt_handle, "rh/\u{e9}");
+        assert_eq!(records[0].body.as_deref(), Some("{\"k\": \"\\n\"}"));
+        assert_eq!(records[0].group_id.as_deref(), Some("g-1"));
+        assert_eq!(records[0].receive_count, 4);
+        // every system attribute is kept for the archive, as delivered
+        let attributes = records[0].attributes.to_map();
+        assert_eq!(attributes.len(), 4, "{attributes:?}");
+        assert_eq!(attributes["SenderId"], "AIDA");
+        assert_eq!(
+            records[0].attributes.get("SentTimestamp").as_deref(),
+            Some("1700000000000")
+        );
+        // null maps read as empty, as aws_lambda_events reads them
+        assert_eq!(records[1].unreadable, None);
+        assert!(records[1].attributes.to_map().is_empty());
+        assert_eq!(records[1].receive_count, 1);
+        // one queue, one ARN in memory
+        let (a, b) = (
+            records[0].source_arn.as_ref(),
+            records[1].source_arn.as_ref(),
+        );
+        assert!(std::sync::Arc::ptr_eq(a.unwrap(), b.unwrap()));
+        // a system attribute that is not a string makes its record unreadable, alone
+        let raw = json!({"Records": [rec("c", json!({"attributes": {"SentTimestamp": 5}})), rec("d", json!({}))]});
+        let records = as_the_runtime_reads(&raw.to_string()).unwrap();
+        assert!(
+            records[0]
+                .unreadable
+                .as_deref()
+                .unwrap()
+                .contains("attributes"),
+            "{:?}",
+            records[0].unreadable
+        );
+        assert_eq!(records[1].unreadable, None);
     }
 
     #[test]

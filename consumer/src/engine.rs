@@ -67,17 +67,17 @@ impl<H: MessageHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         }
     }
 
-    /// Handles one Lambda invocation as the runtime delivers it (what `consumer::lambda::serve` does): emits
-    /// its metrics and returns the partial batch response. `Err` only when the event is not an
-    /// SQS event.
+    /// Handles one Lambda invocation as the runtime delivers it (what `consumer::lambda::serve`
+    /// does): emits its metrics and returns the partial batch response. (A payload that is not
+    /// an SQS event never becomes an [`SqsInvocation`].)
     pub async fn handle_invocation(
         &self,
         invocation: SqsInvocation,
         deadline: Instant,
-    ) -> Result<SqsBatchResponse, EventError> {
-        let report = self.process_invocation(invocation, deadline).await?;
+    ) -> SqsBatchResponse {
+        let report = self.process_invocation(invocation, deadline).await;
         report.metrics.emit();
-        Ok(report.response)
+        report.response
     }
 
     /// Handles one invocation given as JSON: emits its metrics and returns the response.
@@ -107,10 +107,8 @@ impl<H: MessageHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         &self,
         invocation: SqsInvocation,
         deadline: Instant,
-    ) -> Result<BatchReport, EventError> {
-        Ok(self
-            .process_records(decision::read_records(invocation.0)?, deadline)
-            .await)
+    ) -> BatchReport {
+        self.process_records(invocation.0, deadline).await
     }
 
     async fn process_records(&self, records: Vec<Record>, deadline: Instant) -> BatchReport {
@@ -172,8 +170,8 @@ impl<H: MessageHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
 
     // ---------------------------------------------------------------- run
 
-    /// Each record to a disposition; one span per record that started (`Span::none()` for
-    /// the others).
+    /// Each record to a disposition; the span of each record still to be settled
+    /// (`Span::none()` for the others).
     async fn run(
         &self,
         records: &[Record],
@@ -305,6 +303,19 @@ impl<H: MessageHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
             span.record("error_details", details);
             span.in_scope(|| tracing::warn!("failed; will be retried"));
         }
+        // Only a record still to be settled (a DLQ copy, an archive write) logs again, at
+        // settle: the others' spans end here, so a batch holds spans only for those instead of
+        // one per record until it is done.
+        let span = match &disposition {
+            Disposition::Ack => {
+                // One line per success would dominate the log volume (and its cost) of a
+                // healthy queue; AWS_LAMBDA_LOG_LEVEL=DEBUG shows them.
+                span.in_scope(|| tracing::debug!("processed"));
+                Span::none()
+            }
+            Disposition::Retry(_) => Span::none(),
+            _ => span,
+        };
         (disposition, span)
     }
 
@@ -453,9 +464,8 @@ impl<H: MessageHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
         for ((o, span), r) in outcomes.iter().zip(spans).zip(records) {
             let _enter = span.enter();
             match o {
-                // One line per success would dominate the log volume (and its cost) of a
-                // healthy queue; AWS_LAMBDA_LOG_LEVEL=DEBUG shows them.
-                Outcome::Processed => tracing::debug!("processed"),
+                // logged when the handler returned (`run_record`)
+                Outcome::Processed => {}
                 Outcome::Archived(reason) => {
                     span.record("error_code", reason.code());
                     tracing::warn!(reason = reason.code(), "archived")
@@ -527,7 +537,7 @@ impl<H: MessageHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
             message_id: record.message_id.clone(),
             body: record.body.clone().unwrap_or_default(),
             message_attributes: record.message_attributes.clone(),
-            attributes: record.attributes.clone(),
+            attributes: record.attributes.to_map(),
         };
         let facts = ArchiveFacts {
             source_queue: self.config.common.main_queue_url.clone(),
@@ -538,7 +548,7 @@ impl<H: MessageHandler, Q: QueuePort, S: ObjectStore> Consumer<H, Q, S> {
             receive_count: Some(record.receive_count),
             first_sent_at: attributes::first_sent_at(
                 &record.message_attributes,
-                record.attributes.get("SentTimestamp").map(String::as_str),
+                record.attributes.get("SentTimestamp").as_deref(),
             ),
             last_error,
         };
@@ -775,20 +785,17 @@ mod tests {
         let err = SqsInvocation::from_json(r#"{"Records": 7}"#).unwrap_err();
         assert!(matches!(err, EventError::NotSqs(_)), "{err:?}");
         // a record that does not decode fails alone, as long as it has a messageId to report
-        let invocation = SqsInvocation::from_json(
+        let records = SqsInvocation::from_json(
             r#"{"Records": [{"messageId": "m-1", "eventSource": "aws:sqs", "body": 7}]}"#,
         )
-        .unwrap();
-        let records = decision::read_records(invocation.0).unwrap();
+        .unwrap()
+        .0;
         assert_eq!(records.len(), 1);
         assert_eq!(records[0].message_id, "m-1");
         assert!(records[0].unreadable.is_some());
         // without one, the batch cannot be reported record by record: the invocation fails
-        let invocation =
-            SqsInvocation::from_json(r#"{"Records": [{"eventSource": "aws:sqs", "body": 7}]}"#)
-                .unwrap();
         assert!(matches!(
-            decision::read_records(invocation.0),
+            SqsInvocation::from_json(r#"{"Records": [{"eventSource": "aws:sqs", "body": 7}]}"#),
             Err(EventError::MissingMessageId { index: 0 })
         ));
     }
@@ -1146,10 +1153,7 @@ mod tests {
             json!({"Records": [record("ok", &order("o-2"), None, None), bad]}).to_string();
         let invocation: SqsInvocation = serde_json::from_str(&payload).unwrap();
         // WHEN it is processed THEN only that record is reported, and backed off
-        let report = consumer
-            .process_invocation(invocation, later())
-            .await
-            .unwrap();
+        let report = consumer.process_invocation(invocation, later()).await;
         assert_eq!(failed_ids(&report.response), vec!["bad"]);
         assert_eq!(report.outcomes[0], Outcome::Processed);
         assert!(

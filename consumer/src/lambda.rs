@@ -27,17 +27,15 @@ pub async fn serve<H: MessageHandler>(
     let queues = SqsQueues::new(sqs, &config.common.main_queue_url, &config.common.dlq_url);
     let consumer = Consumer::new(make_handler(store.clone()), queues, store, config);
     let consumer = &consumer;
-    // The runtime reads the payload's `Records` (no JSON tree); each record is then read on
-    // its own, so one that does not decode fails alone. A payload that is not an SQS event
-    // fails the invocation with "not an SQS event: …", naming the offending field.
+    // The runtime reads the payload's `Records` one record at a time into resq's own compact
+    // records (no JSON tree, no copy of the payload kept), so one that does not decode fails
+    // alone. A payload that is not an SQS event fails the invocation with "not an SQS event:
+    // …", naming the offending field.
     run(service_fn(
         move |event: LambdaEvent<Invocation>| async move {
             let deadline = resq::lambda::deadline_instant(event.context.deadline);
             let invocation = event.payload.0.map_err(invocation_error)?;
-            consumer
-                .handle_invocation(invocation, deadline)
-                .await
-                .map_err(invocation_error)
+            Ok::<_, InvocationError>(consumer.handle_invocation(invocation, deadline).await)
         },
     ))
     .await

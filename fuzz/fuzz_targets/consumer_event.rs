@@ -37,20 +37,29 @@ fuzz_target!(|data: &[u8]| {
         assert!(!order.items.is_empty());
     }
     // the one way a payload enters the engine (as the function's runtime reads it)
-    let Some(invocation) = std::str::from_utf8(data)
+    let Some((text, invocation)) = std::str::from_utf8(data)
         .ok()
-        .and_then(|text| SqsInvocation::from_json(text).ok())
+        .and_then(|text| Some((text, SqsInvocation::from_json(text).ok()?)))
     else {
-        return; // not an SQS event: the function fails the invocation, acknowledging nothing
+        // not an SQS event, or a record not from SQS or without an id: the documented
+        // whole-event error; the function fails the invocation, acknowledging nothing
+        return;
     };
-    // each record's messageId, read as leniently as the consumer reads an unreadable record
+    // each record's messageId, read apart from the consumer and as leniently as it reads an
+    // unreadable record
+    #[derive(serde::Deserialize)]
+    struct Records {
+        #[serde(rename = "Records")]
+        records: Vec<Box<serde_json::value::RawValue>>,
+    }
     #[derive(serde::Deserialize)]
     struct Head {
         #[serde(rename = "messageId", default)]
         message_id: Option<String>,
     }
-    let ids: Vec<Option<String>> = invocation
-        .0
+    let ids: Vec<Option<String>> = serde_json::from_str::<Records>(text)
+        .map(|r| r.records)
+        .unwrap_or_default()
         .iter()
         .map(|r| {
             serde_json::from_str::<Head>(r.get())
@@ -64,11 +73,9 @@ fuzz_target!(|data: &[u8]| {
         .enable_time()
         .build()
         .expect("runtime");
-    let Ok(report) = rt.block_on(
+    let report = rt.block_on(
         consumer.process_invocation(invocation, Instant::now() + Duration::from_secs(60)),
-    ) else {
-        return; // a record not from SQS or without an id: the documented whole-event error
-    };
+    );
     assert_eq!(report.outcomes.len(), ids.len());
     for f in &report.response.batch_item_failures {
         assert!(!f.item_identifier.is_empty(), "an empty itemIdentifier");
