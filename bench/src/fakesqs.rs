@@ -2,7 +2,9 @@
 //! protocol calls a redriver makes (receive, send, delete, visibility) in well under a
 //! millisecond. What is measured there is each redriver's pacing, not the emulator: moto needs
 //! tens of milliseconds per receive (it deep-copies every message), so at 200/s its round trips,
-//! not the rate limiter, set the pace. Requests are logged like the counting proxy's.
+//! not the rate limiter, set the pace. Requests are logged like the counting proxy's. It also
+//! accepts S3 puts (without keeping them), for the consumer function's order records when its
+//! memory is measured ([`crate::function`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -114,6 +116,15 @@ async fn serve(mut conn: TcpStream, log: Log, state: Arc<Mutex<State>>) -> std::
             return Ok(());
         };
         let target = request.header("x-amz-target");
+        if target.is_none() && request.head.starts_with("PUT ") {
+            // an S3 put (the consumer's order record, path-style): accepted, not kept
+            buf.drain(..request.end);
+            conn.write_all(
+                b"HTTP/1.1 200 OK\r\nETag: \"bench\"\r\nx-amz-request-id: bench\r\nContent-Length: 0\r\n\r\n",
+            )
+            .await?;
+            continue;
+        }
         let body = request.body(&buf);
         let logged = classify(Instant::now(), target, body);
         let input: Value = serde_json::from_slice(body).unwrap_or(Value::Null);

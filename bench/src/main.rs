@@ -8,8 +8,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod child;
 mod coldstart;
+mod cost;
 mod event;
 mod fakesqs;
+mod function;
 mod measured;
 mod proxy;
 mod run;
@@ -53,6 +55,13 @@ enum Cmd {
     },
     /// Only the I/O-bound comparison (part of `run`): prints its table, writes nothing.
     Io(Box<run::Options>),
+    /// The consumer function's peak memory on an event file, run as Lambda runs it.
+    FunctionMemory {
+        /// The consumer's release binary.
+        #[arg(long, default_value = "target/release/consumer")]
+        binary: PathBuf,
+        event: PathBuf,
+    },
     /// Child: one run of resq's redriver against an SQS endpoint.
     Redrive {
         endpoint: String,
@@ -97,6 +106,17 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
         Cmd::Io(options) => {
             let rows = run::io(&options)?;
             println!("{}", run::io_table(&rows));
+        }
+        Cmd::FunctionMemory { binary, event } => {
+            let run = function::consumer_peak(&binary, &event)?;
+            println!(
+                "{} records, {} bytes: peak {:.1} MiB, {} reported failed, smallest memory size {} MB",
+                run.records,
+                run.payload_bytes,
+                run.peak_kb as f64 / 1024.0,
+                run.failures,
+                run.smallest_memory_mb(0.25)
+            );
         }
         Cmd::Redrive {
             endpoint,

@@ -8,8 +8,10 @@ use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use serde_json::Value;
 
 use crate::coldstart;
+use crate::cost;
 use crate::event;
 use crate::fakesqs::FakeSqs;
+use crate::function::{self, FunctionRun};
 use crate::measured;
 use crate::proxy::{CountingProxy, Request};
 
@@ -157,6 +159,11 @@ pub struct Report {
     pub io: Vec<IoRow>,
     /// Records per second of the bare parse-and-validate loop, median of the rounds.
     pub bare_rps: f64,
+    /// The consumer function run as Lambda runs it: on the consumer event, and on the largest
+    /// payload Lambda delivers.
+    pub function: Vec<FunctionRun>,
+    /// Cost per million orders, resq against the seed design.
+    pub cost: cost::Comparison,
     /// When and where.
     pub machine: String,
     /// When.
@@ -204,7 +211,7 @@ impl Report {
     pub fn summary_line(&self) -> String {
         let (resq_rpm, base_rpm) = self.requests_per_msg();
         format!(
-            "bench: consumer_speedup={:.1} consumer_rss_ratio={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} io_efficiency={:.2} io_speedup={:.1} io_vs_best_peer={:.2} engine_efficiency={:.2}",
+            "bench: consumer_speedup={:.1} consumer_rss_ratio={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} io_efficiency={:.2} io_speedup={:.1} io_vs_best_peer={:.2} engine_efficiency={:.2} cost_ratio={:.2}",
             self.consumer_speedup(),
             self.consumer_rss_ratio(),
             self.redrive_speedup(),
@@ -218,6 +225,7 @@ impl Report {
             worst(&self.io, IoRow::speedup),
             worst(&self.io, IoRow::vs_best_peer),
             self.engine_efficiency(),
+            self.cost.cost_ratio(),
         )
     }
 
@@ -327,8 +335,34 @@ impl Report {
             "".into(),
             "≤ 20",
         );
+        for f in &self.function {
+            row(
+                &format!(
+                    "consumer function as Lambda runs it (release binary, runtime API, SDK clients, JSON logs): peak RSS, {} records in {:.1} MB; smallest memory size with 25 % headroom",
+                    f.records,
+                    f.payload_bytes as f64 / 1e6
+                ),
+                format!(
+                    "{:.1} MiB; {} MB",
+                    mib(f.peak_kb),
+                    f.smallest_memory_mb(0.25)
+                ),
+                "".into(),
+                "".into(),
+                "",
+            );
+        }
         t.push('\n');
         t.push_str(&io_table(&self.io));
+        t.push_str(&format!(
+            "\nCost per million orders at {:.0} % permanent and {:.0} % transient failures (`bench/src/cost.rs`):\n\n",
+            PERMANENT_SHARE * 100.0,
+            TRANSIENT_SHARE * 100.0
+        ));
+        t.push_str(&self.cost.table());
+        t.push('\n');
+        t.push_str(&self.cost.statement());
+        t.push('\n');
         t
     }
 }
@@ -471,6 +505,11 @@ pub fn run(o: &Options) -> Result<Report, String> {
     };
     let zip_bytes = (zip("consumer")?, zip("redriver")?);
 
+    eprintln!("bench: the consumer function's memory, as Lambda runs it");
+    let mut function = vec![function::consumer_peak(&o.consumer_bin, &figures.event)?];
+    let largest = largest_event(&o.work)?;
+    function.push(function::consumer_peak(&o.consumer_bin, &largest)?);
+
     eprintln!("bench: cold start, {} runs each", o.coldstart_runs);
     let mut consumer_init = Vec::new();
     let mut redriver_init = Vec::new();
@@ -479,6 +518,13 @@ pub fn run(o: &Options) -> Result<Report, String> {
         redriver_init.extend(coldstart::init_ms(&o.redriver_bin, "resq-redriver", 1)?);
     }
 
+    let cost = cost::per_million(
+        &cost_inputs(&io, &redrive)?,
+        &cost::Template::DEFAULT,
+        &cost::Assumptions::DEFAULT,
+        PERMANENT_SHARE,
+        TRANSIENT_SHARE,
+    );
     Ok(Report {
         consumer_rps: figures.batch_rps,
         invocation_rps: figures.invocation_rps,
@@ -494,9 +540,52 @@ pub fn run(o: &Options) -> Result<Report, String> {
         coldstart_runs: o.coldstart_runs,
         io,
         bare_rps: figures.bare_rps,
+        cost,
+        function,
         machine: machine(),
         date,
     })
+}
+
+/// The failure shares the cost table is for (issue 15: 1 % permanent, 5 % transient).
+const PERMANENT_SHARE: f64 = 0.01;
+const TRANSIENT_SHARE: f64 = 0.05;
+
+/// The cost model's measured inputs: the 10-record I/O-bound batch (resq at its default
+/// concurrency, Powertools `BatchProcessor`) and the redrive run.
+fn cost_inputs(io: &[IoRow], redrive: &Redrive) -> Result<cost::Measured, String> {
+    let batch = io
+        .iter()
+        .find(|r| r.records == 10)
+        .ok_or("the cost table needs the I/O-bound batch of 10 (--io-batches)")?;
+    let per_message = |s: f64| s * 1000.0 / redrive.messages as f64;
+    Ok(cost::Measured {
+        resq_batch_ms: batch.resq_default * 1000.0,
+        seed_batch_ms: batch.pt_sync * 1000.0,
+        resq_requests_per_redrive: redrive.requests.0 as f64 / redrive.messages as f64,
+        seed_requests_per_redrive: redrive.requests.1 as f64 / redrive.messages as f64,
+        resq_redrive_ms: per_message(redrive.seconds.0),
+        seed_redrive_ms: per_message(redrive.seconds.1),
+    })
+}
+
+/// The largest SQS event Lambda delivers: as many ~300-byte orders as fit in its 6 MB.
+fn largest_event(work: &Path) -> Result<PathBuf, String> {
+    let per_record = serde_json::to_vec(&event::sqs_event(100, 5.0, 42).event)
+        .map_err(|e| e.to_string())?
+        .len()
+        .div_ceil(100);
+    let mut n = function::MAX_PAYLOAD_BYTES / per_record;
+    loop {
+        let bytes =
+            serde_json::to_vec(&event::sqs_event(n, 5.0, 42).event).map_err(|e| e.to_string())?;
+        if bytes.len() <= function::MAX_PAYLOAD_BYTES {
+            let path = work.join(format!("sqs-event-6mb-{n}.json"));
+            std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            return Ok(path);
+        }
+        n -= n / 100 + 1;
+    }
 }
 
 /// The middle value (mean of the two middle ones for an even count).
@@ -518,6 +607,8 @@ struct ConsumerFigures {
     invocation_rps: Pair<f64>,
     rss_kb: Pair<u64>,
     bare_rps: f64,
+    /// The event file.
+    event: PathBuf,
 }
 
 fn consumer(o: &Options) -> Result<ConsumerFigures, String> {
@@ -571,6 +662,7 @@ fn consumer(o: &Options) -> Result<ConsumerFigures, String> {
         invocation_rps: (median(&mut resq_inv), median(&mut pt_inv)),
         rss_kb: (resq_rss, pt_rss),
         bare_rps: median(&mut bare),
+        event: path,
     })
 }
 

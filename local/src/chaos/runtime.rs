@@ -284,6 +284,17 @@ impl Function {
         Ok(())
     }
 
+    /// The running process's peak resident memory so far (`VmHWM`, KiB), as the memory a
+    /// Lambda function's size must hold; `None` when no process runs.
+    pub fn peak_rss_kb(&self) -> Option<u64> {
+        let (child, _) = self.running.as_ref()?;
+        std::fs::read_to_string(format!("/proc/{}/status", child.id()?))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
     /// SIGKILLs the process (if any) and waits for it to be gone.
     pub async fn kill(&mut self) {
         if let Some((mut child, api)) = self.running.take() {
