@@ -1,7 +1,8 @@
 //! Logging set up the way Lambda asks for it: `AWS_LAMBDA_LOG_FORMAT` (`JSON` or `Text`) and
 //! `AWS_LAMBDA_LOG_LEVEL`; `RUST_LOG`, when set, refines the filter for local work.
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::prelude::*;
 
 /// Output format of log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +83,8 @@ impl LogLevel {
 pub struct LogSettings {
     /// Line format.
     pub format: LogFormat,
-    /// An `EnvFilter` directive.
+    /// Filter directives, as [`Targets`] reads them: a level (`info`), or `target=level` pairs
+    /// separated by commas (`info,resq=debug,aws_smithy_runtime=warn`).
     pub filter: String,
 }
 
@@ -118,24 +120,32 @@ impl LogSettings {
     }
 }
 
-/// Installs the global subscriber (once; later calls do nothing).
+/// Installs the global subscriber (once; later calls do nothing). Directives that do not
+/// parse fall back to INFO.
 pub fn init_tracing() {
     let settings = LogSettings::from_env();
-    let filter = EnvFilter::try_new(&settings.filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
+    let filter = settings
+        .filter
+        .parse::<Targets>()
+        .unwrap_or_else(|_| Targets::new().with_default(LevelFilter::INFO));
+    let layer = tracing_subscriber::fmt::layer().with_target(false);
     let _ = match settings.format {
         // The span fields carry messageId / orderId. Each line keeps its RFC 3339
         // `timestamp`: Lambda honours a JSON line's `level` only next to a valid one, and files
         // it as INFO otherwise (so a WARN setting would drop every warning).
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
+        LogFormat::Json => tracing_subscriber::registry()
+            .with(
+                layer
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(true)
+                    .with_span_list(false)
+                    .with_filter(filter),
+            )
             .try_init(),
-        LogFormat::Text => builder.without_time().try_init(),
+        LogFormat::Text => tracing_subscriber::registry()
+            .with(layer.without_time().with_filter(filter))
+            .try_init(),
     };
 }
 
@@ -156,6 +166,31 @@ mod tests {
         }
         assert_eq!(LogLevel::for_metrics(LogLevel::Debug), LogLevel::Info);
         assert_eq!(LogLevel::for_metrics(LogLevel::Error), LogLevel::Error);
+    }
+
+    #[test]
+    fn filters_read_as_targets_directives() {
+        use tracing::Level;
+        let warn: Targets = LogSettings::from_values(None, Some("WARN"), None)
+            .filter
+            .parse()
+            .unwrap();
+        assert!(warn.would_enable("consumer", &Level::WARN));
+        assert!(!warn.would_enable("consumer", &Level::INFO));
+        let refined: Targets =
+            LogSettings::from_values(None, None, Some("info,aws_smithy_runtime=warn"))
+                .filter
+                .parse()
+                .unwrap();
+        assert!(refined.would_enable("consumer", &Level::INFO));
+        assert!(!refined.would_enable("aws_smithy_runtime::client::orchestrator", &Level::INFO));
+        assert!(refined.would_enable("aws_smithy_runtime::client::orchestrator", &Level::WARN));
+        // EnvFilter's span and field filters are not directives here: INFO, as documented
+        assert!(
+            "consumer[record{messageId=m}]=debug"
+                .parse::<Targets>()
+                .is_err()
+        );
     }
 
     #[test]
