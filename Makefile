@@ -108,10 +108,10 @@ deploy: $(TOOLS) arm-target
 
 ## bench: resq against Powertools (consumer) and a boto3 redriver, zip sizes, cold start;
 ## prints a table and the `bench:` line, and updates bench/RESULTS.md
-bench: $(TOOLS) $(BENCH_TOOLS) arm-target
+bench: $(TOOLS) $(BENCH_TOOLS) $(LOCALSTACK) arm-target
 	cargo lambda build --release --arm64 --output-format zip
 	cargo build --release -p consumer -p redriver -p resq-bench
-	./target/release/resq-bench run --versions "Alternatives: $$(grep -v '^#' bench/requirements.txt | tr '\n' ' ')"
+	./target/release/resq-bench run --localstack-python $(VENV_LOCALSTACK)/bin/python --versions "Alternatives: $$(grep -v '^#' bench/requirements.txt | tr '\n' ' ')"
 
 translate: $(TOOLS)
 	$(VENV)/bin/python infra/translate.py infra/template.yaml $(TRANSLATED)

@@ -3,11 +3,13 @@ AWS Lambda (Python) with a record handler doing the same work as resq's consumer
 body, validate it) plus an effect that takes `latency_ms` of I/O wait, as a conditional S3 put
 does. The wait is a sleep in this process (no server), as resq's side is a sleep in its port.
 
-    powertools_io.py EVENT LATENCY_MS sync|async
+    powertools_io.py EVENT LATENCY_MS sync|async|fifo
 
 `sync`: `BatchProcessor` + `process_partial_response`, the records one after another (its
 documented API). `async`: `AsyncBatchProcessor` + `async_process_partial_response`, the records
-as asyncio tasks gathered at once (unbounded concurrency, its documented API).
+as asyncio tasks gathered at once (unbounded concurrency, its documented API). `fifo`:
+`SqsFifoPartialProcessor` + `process_partial_response`, Powertools' processor for FIFO queues
+(the records one after another, in order; `AsyncBatchProcessor` does not keep a group's order).
 
 Prints one JSON line: {"impl", "records", "failures", "batch_seconds"}; `batch_seconds` is the
 batch alone (the event already parsed, as the Lambda runtime hands it over).
@@ -22,6 +24,7 @@ from aws_lambda_powertools.utilities.batch import (
     AsyncBatchProcessor,
     BatchProcessor,
     EventType,
+    SqsFifoPartialProcessor,
     async_process_partial_response,
     process_partial_response,
 )
@@ -66,8 +69,15 @@ def main():
             processor=AsyncBatchProcessor(event_type=EventType.SQS),
             context=None,
         )
+    elif mode == "fifo":
+        response = process_partial_response(
+            event=event,
+            record_handler=record_handler,
+            processor=SqsFifoPartialProcessor(),
+            context=None,
+        )
     else:
-        sys.exit(f"mode must be sync or async, not {mode!r}")
+        sys.exit(f"mode must be sync, async or fifo, not {mode!r}")
     batch_seconds = time.perf_counter() - started
     print(
         json.dumps(

@@ -20,6 +20,19 @@ pub struct BenchEvent {
 
 /// `records` records; `bad_pct` % of them malformed or invalid (half each), from a fixed seed.
 pub fn sqs_event(records: usize, bad_pct: f64, seed: u64) -> BenchEvent {
+    build(records, bad_pct, seed, None)
+}
+
+/// The FIFO queue the FIFO records claim to come from.
+pub const FIFO_QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:resq-orders.fifo";
+
+/// `records` valid orders from a FIFO queue, dealt round-robin over `groups` message groups
+/// (each with its deduplication id and sequence number, as the poller delivers them).
+pub fn sqs_fifo_event(records: usize, groups: usize, seed: u64) -> BenchEvent {
+    build(records, 0.0, seed, Some(groups.max(1)))
+}
+
+fn build(records: usize, bad_pct: f64, seed: u64, groups: Option<usize>) -> BenchEvent {
     let mut rng = StdRng::seed_from_u64(seed);
     let generated = orders::generate("bench-", records, bad_pct / 2.0, bad_pct / 2.0, &mut rng);
     let sent_at = chrono::Utc::now().timestamp_millis().to_string();
@@ -33,7 +46,7 @@ pub fn sqs_event(records: usize, bad_pct: f64, seed: u64) -> BenchEvent {
             } else {
                 o.body
             };
-            Message::builder()
+            let message = Message::builder()
                 .message_id(format!("00000000-0000-4000-8000-{i:012}"))
                 .receipt_handle(format!("AQEB{i:08}bench{}", "r".repeat(120)))
                 .md5_of_body(format!("{:032x}", i))
@@ -47,12 +60,33 @@ pub fn sqs_event(records: usize, bad_pct: f64, seed: u64) -> BenchEvent {
                 .attributes(
                     MessageSystemAttributeName::ApproximateFirstReceiveTimestamp,
                     &sent_at,
-                )
-                .build()
+                );
+            match groups {
+                None => message,
+                Some(g) => message
+                    .attributes(
+                        MessageSystemAttributeName::MessageGroupId,
+                        format!("group-{}", i % g),
+                    )
+                    .attributes(
+                        MessageSystemAttributeName::MessageDeduplicationId,
+                        format!("dedup-{i}"),
+                    )
+                    .attributes(
+                        MessageSystemAttributeName::SequenceNumber,
+                        format!("{:020}", i + 1),
+                    ),
+            }
+            .build()
         })
         .collect();
+    let arn = if groups.is_some() {
+        FIFO_QUEUE_ARN
+    } else {
+        QUEUE_ARN
+    };
     BenchEvent {
-        event: resq::sqs_event::lambda_event(&messages, QUEUE_ARN, "us-east-1"),
+        event: resq::sqs_event::lambda_event(&messages, arn, "us-east-1"),
         rejected,
     }
 }
@@ -96,5 +130,26 @@ mod tests {
             .collect();
         let mean = valid_len.iter().sum::<usize>() / valid_len.len();
         assert!((250..=350).contains(&mean), "mean valid body {mean} bytes");
+    }
+
+    #[test]
+    fn the_fifo_event_deals_valid_orders_over_its_groups() {
+        let e = sqs_fifo_event(10, 2, 7);
+        let records = e.event["Records"].as_array().unwrap();
+        assert_eq!(e.rejected, 0);
+        let groups: Vec<&str> = records
+            .iter()
+            .map(|r| r["attributes"]["MessageGroupId"].as_str().unwrap())
+            .collect();
+        assert_eq!(groups.iter().filter(|g| **g == "group-0").count(), 5);
+        assert_eq!(groups.iter().filter(|g| **g == "group-1").count(), 5);
+        assert!(
+            records
+                .iter()
+                .all(|r| r["eventSourceARN"] == FIFO_QUEUE_ARN)
+        );
+        let read = consumer::decision::SqsInvocation::from_json(&e.event.to_string()).unwrap();
+        assert!(consumer::decision::is_fifo(&read.0));
+        assert_eq!(consumer::decision::plan_lanes(&read.0, true).len(), 2);
     }
 }

@@ -32,6 +32,9 @@ pub struct Options {
     /// moto_server.
     #[arg(long = "moto-server", default_value = ".venv/bin/moto_server")]
     pub moto: PathBuf,
+    /// LocalStack's Python (its venv), for the rate rows on a real SQS API.
+    #[arg(long, default_value = ".venv-localstack/bin/python")]
+    pub localstack_python: PathBuf,
     /// Host release build of the consumer (cold start).
     #[arg(long, default_value = "target/release/consumer")]
     pub consumer_bin: PathBuf,
@@ -77,6 +80,10 @@ pub struct Options {
     /// Interleaved rounds of the I/O-bound comparison.
     #[arg(long, default_value_t = 3)]
     pub io_rounds: usize,
+    /// FIFO rows of the I/O-bound comparison: a batch of 10 (Lambda's FIFO maximum) dealt over
+    /// each of these numbers of message groups.
+    #[arg(long, value_delimiter = ',', default_value = "10,2")]
+    pub io_fifo_groups: Vec<usize>,
 }
 
 /// One batch size of the I/O-bound comparison: median batch wall times in seconds.
@@ -84,6 +91,8 @@ pub struct Options {
 pub struct IoRow {
     /// Records in the batch.
     pub records: usize,
+    /// FIFO: the message groups the records are dealt over (`None`: a standard queue).
+    pub groups: Option<usize>,
     /// The effect's latency per order, s.
     pub latency: f64,
     /// resq's default `CONSUMER_CONCURRENCY`.
@@ -92,16 +101,27 @@ pub struct IoRow {
     pub resq_default: f64,
     /// resq with as many records at once as asyncio runs (all of them).
     pub resq_equal: f64,
-    /// Powertools `BatchProcessor` (sequential).
+    /// Powertools `BatchProcessor` (sequential); for FIFO, `SqsFifoPartialProcessor`
+    /// (sequential, Powertools' FIFO processor).
     pub pt_sync: f64,
-    /// Powertools `AsyncBatchProcessor` (asyncio, unbounded).
+    /// Powertools `AsyncBatchProcessor` (asyncio, unbounded); NaN for FIFO, which it does not
+    /// keep in order.
     pub pt_async: f64,
 }
 
 impl IoRow {
-    /// The least time any engine can take: `ceil(records / concurrency) × latency`.
+    /// The least time any engine can take: `ceil(records / concurrency) × latency`; FIFO, where
+    /// a group's records run one after another: `ceil(groups / concurrency) × the longest
+    /// group × latency`.
     pub fn limit(&self, concurrency: usize) -> f64 {
-        self.records.div_ceil(concurrency.max(1)) as f64 * self.latency
+        let (lanes, lane_len) = match self.groups {
+            None => (self.records, 1),
+            Some(g) => {
+                let g = g.clamp(1, self.records.max(1));
+                (g, self.records.div_ceil(g))
+            }
+        };
+        (lanes.div_ceil(concurrency.max(1)) * lane_len) as f64 * self.latency
     }
     /// The limit at resq's default concurrency ÷ resq's time there.
     pub fn efficiency(&self) -> f64 {
@@ -111,7 +131,8 @@ impl IoRow {
     pub fn speedup(&self) -> f64 {
         self.pt_sync / self.resq_default
     }
-    /// The faster Powertools processor ÷ resq, at equal downstream concurrency.
+    /// The faster Powertools processor ÷ resq, at equal downstream concurrency (`f64::min`
+    /// passes over a FIFO row's NaN).
     pub fn vs_best_peer(&self) -> f64 {
         self.pt_sync.min(self.pt_async) / self.resq_equal
     }
@@ -147,8 +168,10 @@ pub struct Report {
     pub redrive_breakdown: (String, String),
     /// Messages each redrove.
     pub redriven: usize,
-    /// (configured, resq achieved, baseline achieved).
+    /// (configured, resq achieved, baseline achieved), on the stand-in SQS.
     pub rates: Vec<(f64, f64, f64)>,
+    /// The same on LocalStack's SQS, through the counting proxy.
+    pub rates_localstack: Vec<(f64, f64, f64)>,
     /// Zip sizes in bytes: (consumer, redriver).
     pub zip_bytes: (u64, u64),
     /// Median init in ms: (consumer, redriver).
@@ -191,16 +214,25 @@ impl Report {
             self.redrive_requests.1 as f64 / n,
         )
     }
-    /// The worst |achieved − configured| / configured of resq, in %.
+    /// The worst |achieved − configured| / configured of resq on the stand-in SQS, in %.
     pub fn rate_error_pct(&self) -> f64 {
-        self.rates
-            .iter()
-            .map(|(c, a, _)| (a - c).abs() / c * 100.0)
-            .fold(0.0, f64::max)
+        worst_rate_error(&self.rates)
+    }
+    /// The same on LocalStack.
+    pub fn rate_error_pct_localstack(&self) -> f64 {
+        worst_rate_error(&self.rates_localstack)
     }
     /// Bare loop time ÷ engine time per record (CPU only).
     pub fn engine_efficiency(&self) -> f64 {
         self.consumer_rps.0 / self.bare_rps
+    }
+    /// The I/O-bound rows of standard queues.
+    pub fn standard_io(&self) -> Vec<IoRow> {
+        self.io
+            .iter()
+            .filter(|r| r.groups.is_none())
+            .cloned()
+            .collect()
     }
     /// The slower function's median init.
     pub fn init_ms_worst(&self) -> f64 {
@@ -211,7 +243,7 @@ impl Report {
     pub fn summary_line(&self) -> String {
         let (resq_rpm, base_rpm) = self.requests_per_msg();
         format!(
-            "bench: consumer_speedup={:.1} consumer_rss_ratio={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} io_efficiency={:.2} io_speedup={:.1} io_vs_best_peer={:.2} engine_efficiency={:.2} cost_ratio={:.2}",
+            "bench: consumer_speedup={:.1} consumer_rss_ratio={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} io_efficiency={:.2} io_speedup={:.1} io_vs_best_peer={:.2} engine_efficiency={:.2} cost_ratio={:.2} rate_error_pct_localstack={:.2}",
             self.consumer_speedup(),
             self.consumer_rss_ratio(),
             self.redrive_speedup(),
@@ -222,10 +254,13 @@ impl Report {
             self.zip_bytes.1 / 1024,
             self.init_ms_worst(),
             worst(&self.io, IoRow::efficiency),
-            worst(&self.io, IoRow::speedup),
+            // FIFO's own ceiling is its number of groups (`IoRow::limit`): the goal is the
+            // standard queue's
+            worst(&self.standard_io(), IoRow::speedup),
             worst(&self.io, IoRow::vs_best_peer),
             self.engine_efficiency(),
             self.cost.cost_ratio(),
+            self.rate_error_pct_localstack(),
         )
     }
 
@@ -301,11 +336,18 @@ impl Report {
             "".into(),
             "",
         );
-        for (configured, resq, base) in &self.rates {
+        let rate_rows = self
+            .rates
+            .iter()
+            .map(|r| (r, "the stand-in SQS", "resq within ±5 %"))
+            .chain(
+                self.rates_localstack
+                    .iter()
+                    .map(|r| (r, "LocalStack's SQS", "resq within ±1 %")),
+            );
+        for ((configured, resq, base), on, target) in rate_rows {
             row(
-                &format!(
-                    "rate {configured}/s: achieved between sends (error), on the stand-in SQS"
-                ),
+                &format!("rate {configured}/s: achieved between sends (error), on {on}"),
                 format!(
                     "{resq:.2}/s ({:+.2} %)",
                     (resq - configured) / configured * 100.0
@@ -315,7 +357,7 @@ impl Report {
                     (base - configured) / configured * 100.0
                 ),
                 "".into(),
-                "resq within ±5 %",
+                target,
             );
         }
         row(
@@ -369,15 +411,24 @@ impl Report {
 
 /// The I/O-bound comparison as a Markdown table.
 pub fn io_table(rows: &[IoRow]) -> String {
-    let ms = |s: f64| format!("{:.1}", s * 1000.0);
+    let ms = |s: f64| {
+        if s.is_nan() {
+            "–".to_owned()
+        } else {
+            format!("{:.1}", s * 1000.0)
+        }
+    };
     let mut t = String::from(
-        "| records × effect | limit at the default concurrency, ms | resq, default concurrency, ms | resq, all at once, ms | Powertools BatchProcessor, ms | Powertools AsyncBatchProcessor, ms | io_efficiency (≥ 0.9) | io_speedup (≥ 8) | io_vs_best_peer, all at once (≥ 1.0) | best peer ÷ resq at the default |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| records × effect | limit at the default concurrency, ms | resq, default concurrency, ms | resq, all at once, ms | Powertools BatchProcessor (FIFO: SqsFifoPartialProcessor), ms | Powertools AsyncBatchProcessor, ms | io_efficiency (≥ 0.9) | io_speedup (≥ 8) | io_vs_best_peer, all at once (≥ 1.0) | best peer ÷ resq at the default |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         t.push_str(&format!(
-            "| {} × {:.0} ms (default concurrency {}) | {} | {} | {} | {} | {} | {:.2} | {:.1} | {:.2} | {:.2} |\n",
+            "| {} × {:.0} ms{} (default concurrency {}) | {} | {} | {} | {} | {} | {:.2} | {:.1} | {:.2} | {:.2} |\n",
             r.records,
             r.latency * 1000.0,
+            r.groups
+                .map(|g| format!(", FIFO in {g} groups"))
+                .unwrap_or_default(),
             r.default_concurrency,
             ms(r.limit(r.default_concurrency)),
             ms(r.resq_default),
@@ -397,8 +448,6 @@ pub fn io_table(rows: &[IoRow]) -> String {
 /// for every record), each side in its own process, rounds interleaved; medians.
 pub fn io(o: &Options) -> Result<Vec<IoRow>, String> {
     std::fs::create_dir_all(&o.work).map_err(|e| format!("{}: {e}", o.work.display()))?;
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let latency_ms = o.io_latency_ms.to_string();
     let mut rows = Vec::new();
     for &n in &o.io_batches {
         eprintln!(
@@ -407,51 +456,90 @@ pub fn io(o: &Options) -> Result<Vec<IoRow>, String> {
         );
         let built = event::sqs_event(n, 0.0, 7);
         let path = o.work.join(format!("sqs-io-{n}.json"));
-        let bytes = serde_json::to_vec(&built.event).map_err(|e| e.to_string())?;
-        std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        let resq = |concurrency: Option<usize>| {
-            let mut cmd = Command::new(&me);
-            cmd.arg("consumer-io").arg(&path).arg(&latency_ms);
-            if let Some(c) = concurrency {
-                cmd.arg(c.to_string());
-            }
-            measured::run(&mut cmd)
-        };
-        let pt = |mode: &str| {
-            measured::run(
-                Command::new(&o.python)
-                    .arg(o.scripts.join("powertools_io.py"))
-                    .arg(&path)
-                    .arg(&latency_ms)
-                    .arg(mode),
-            )
-        };
-        let (mut d, mut e, mut s, mut a) = (vec![], vec![], vec![], vec![]);
-        let mut default_concurrency = 0;
-        for _ in 0..o.io_rounds.max(1) {
-            let out = [resq(None)?, resq(Some(n))?, pt("sync")?, pt("async")?];
-            for v in &out {
-                let count = |k: &str| v[k].as_u64().unwrap_or(u64::MAX) as usize;
-                if count("records") != n || count("failures") != 0 {
-                    return Err(format!("not every record of {n} succeeded: {v}"));
-                }
-            }
-            default_concurrency = out[0]["concurrency"].as_u64().unwrap_or(0) as usize;
-            for (sink, v) in [&mut d, &mut e, &mut s, &mut a].into_iter().zip(&out) {
-                sink.push(seconds(&v["batch_seconds"])?);
-            }
-        }
-        rows.push(IoRow {
-            records: n,
-            latency: o.io_latency_ms as f64 / 1000.0,
-            default_concurrency,
-            resq_default: median(&mut d),
-            resq_equal: median(&mut e),
-            pt_sync: median(&mut s),
-            pt_async: median(&mut a),
-        });
+        rows.push(io_row(o, &built, &path, None)?);
+    }
+    for &g in &o.io_fifo_groups {
+        let n = FIFO_BATCH;
+        eprintln!(
+            "bench: I/O-bound FIFO batch of {n} in {g} groups, {} ms per order, {} rounds",
+            o.io_latency_ms, o.io_rounds
+        );
+        let built = event::sqs_fifo_event(n, g, 7);
+        let path = o.work.join(format!("sqs-io-fifo-{n}-{g}.json"));
+        rows.push(io_row(o, &built, &path, Some(g))?);
     }
     Ok(rows)
+}
+
+/// Lambda's largest batch from a FIFO queue (and the template's for `QueueType: fifo`).
+const FIFO_BATCH: usize = 10;
+
+/// One row of the I/O-bound comparison: resq at its default concurrency and with every record
+/// at once, Powertools' sequential processor and (standard queues) its asyncio one, in
+/// interleaved rounds; medians of the batch's wall time.
+fn io_row(
+    o: &Options,
+    built: &event::BenchEvent,
+    path: &Path,
+    groups: Option<usize>,
+) -> Result<IoRow, String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let latency_ms = o.io_latency_ms.to_string();
+    let n = built.event["Records"].as_array().map_or(0, Vec::len);
+    let bytes = serde_json::to_vec(&built.event).map_err(|e| e.to_string())?;
+    std::fs::write(path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let resq = |concurrency: Option<usize>| {
+        let mut cmd = Command::new(&me);
+        cmd.arg("consumer-io").arg(path).arg(&latency_ms);
+        if let Some(c) = concurrency {
+            cmd.arg(c.to_string());
+        }
+        measured::run(&mut cmd)
+    };
+    let pt = |mode: &str| {
+        measured::run(
+            Command::new(&o.python)
+                .arg(o.scripts.join("powertools_io.py"))
+                .arg(path)
+                .arg(&latency_ms)
+                .arg(mode),
+        )
+    };
+    let (mut d, mut e, mut s, mut a) = (vec![], vec![], vec![], vec![]);
+    let mut default_concurrency = 0;
+    for _ in 0..o.io_rounds.max(1) {
+        let mut out = vec![resq(None)?, resq(Some(n))?];
+        if groups.is_some() {
+            out.push(pt("fifo")?);
+        } else {
+            out.push(pt("sync")?);
+            out.push(pt("async")?);
+        }
+        for v in &out {
+            let count = |k: &str| v[k].as_u64().unwrap_or(u64::MAX) as usize;
+            if count("records") != n || count("failures") != 0 {
+                return Err(format!("not every record of {n} succeeded: {v}"));
+            }
+        }
+        default_concurrency = out[0]["concurrency"].as_u64().unwrap_or(0) as usize;
+        for (sink, v) in [&mut d, &mut e, &mut s, &mut a].into_iter().zip(&out) {
+            sink.push(seconds(&v["batch_seconds"])?);
+        }
+    }
+    Ok(IoRow {
+        records: n,
+        groups,
+        latency: o.io_latency_ms as f64 / 1000.0,
+        default_concurrency,
+        resq_default: median(&mut d),
+        resq_equal: median(&mut e),
+        pt_sync: median(&mut s),
+        pt_async: if a.is_empty() {
+            f64::NAN
+        } else {
+            median(&mut a)
+        },
+    })
 }
 
 /// Runs everything, in order: consumer, redrive, rates, zips, cold start.
@@ -478,7 +566,8 @@ pub fn run(o: &Options) -> Result<Report, String> {
     });
     let env = Env {
         o,
-        moto_endpoint: moto.endpoint.clone(),
+        endpoint: moto.endpoint.clone(),
+        feed_depth: FEED_DEPTH,
         rt: &rt,
         sqs: &sqs,
         proxy: &proxy,
@@ -496,6 +585,8 @@ pub fn run(o: &Options) -> Result<Report, String> {
         let base = achieved_rate(o, &stand_in, Impl::Baseline, rate, n)?;
         rates.push((rate, resq, base));
     }
+    drop(stand_in);
+    let rates_localstack = localstack_rates(o, &rt)?;
 
     let zip = |f: &str| {
         let p = o.zips.join(f).join("bootstrap.zip");
@@ -535,6 +626,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
         redrive_breakdown: redrive.breakdown,
         redriven: redrive.messages,
         rates,
+        rates_localstack,
         zip_bytes,
         init_ms: (median(&mut consumer_init), median(&mut redriver_init)),
         coldstart_runs: o.coldstart_runs,
@@ -556,7 +648,7 @@ const TRANSIENT_SHARE: f64 = 0.05;
 fn cost_inputs(io: &[IoRow], redrive: &Redrive) -> Result<cost::Measured, String> {
     let batch = io
         .iter()
-        .find(|r| r.records == 10)
+        .find(|r| r.records == 10 && r.groups.is_none())
         .ok_or("the cost table needs the I/O-bound batch of 10 (--io-batches)")?;
     let per_message = |s: f64| s * 1000.0 / redrive.messages as f64;
     Ok(cost::Measured {
@@ -707,7 +799,11 @@ enum Impl {
 
 struct Env<'a> {
     o: &'a Options,
-    moto_endpoint: String,
+    /// The emulator behind the proxy (the feeder talks to it directly).
+    endpoint: String,
+    /// DLQ messages kept waiting while a redriver runs (moto: [`FEED_DEPTH`]; LocalStack,
+    /// fast at depth: all of them, seeded up front).
+    feed_depth: usize,
     rt: &'a tokio::runtime::Runtime,
     sqs: &'a aws_sdk_sqs::Client,
     proxy: &'a CountingProxy,
@@ -768,7 +864,7 @@ impl Env<'_> {
         let name = format!("bench-{tag}-{which:?}-{}", rand::random::<u32>())
             .to_lowercase()
             .replace('.', "_");
-        let first = n.min(FEED_DEPTH);
+        let first = n.min(self.feed_depth);
         let (dlq, main) = self.rt.block_on(async {
             let dlq = create_queue(self.sqs, &format!("{name}-dlq")).await?;
             let main = create_queue(self.sqs, &name).await?;
@@ -777,9 +873,13 @@ impl Env<'_> {
         })?;
         let mark = self.proxy.mark();
         let feeder = {
-            let (proxy, dlq, endpoint) =
-                (self.proxy.clone(), dlq.clone(), self.moto_endpoint.clone());
-            std::thread::spawn(move || feed(&proxy, mark, &endpoint, &dlq, first, n))
+            let (proxy, dlq, endpoint, depth) = (
+                self.proxy.clone(),
+                dlq.clone(),
+                self.endpoint.clone(),
+                self.feed_depth,
+            );
+            std::thread::spawn(move || feed(&proxy, mark, &endpoint, &dlq, (first, depth), n))
         };
         let result = redriver_run(self.o, which, &self.proxy.endpoint, &dlq, &main, rate);
         let fed = feeder
@@ -807,6 +907,58 @@ impl Env<'_> {
             requests,
         })
     }
+}
+
+/// The worst |achieved − configured| / configured of resq over `rates`, in %.
+fn worst_rate_error(rates: &[(f64, f64, f64)]) -> f64 {
+    rates
+        .iter()
+        .map(|(c, a, _)| (a - c).abs() / c * 100.0)
+        .fold(0.0, f64::max)
+}
+
+/// The rate rows on LocalStack's SQS (real round trips, fast at depth), each redriver through
+/// the counting proxy, the rate read off its request log as on the stand-in.
+fn localstack_rates(
+    o: &Options,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Vec<(f64, f64, f64)>, String> {
+    eprintln!("bench: rates on LocalStack (starting it)");
+    let localstack = resq_local::localstack::LocalStack::start(&o.localstack_python)
+        .map_err(|e| e.to_string())?;
+    let upstream = localstack
+        .endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .map_err(|e| format!("LocalStack endpoint: {e}"))?;
+    let proxy = CountingProxy::start(upstream)?;
+    let sqs = rt.block_on(async {
+        aws_sdk_sqs::Client::new(
+            &resq_local::emulator::local_sdk_config(&localstack.endpoint).await,
+        )
+    });
+    let env = Env {
+        o,
+        endpoint: localstack.endpoint.clone(),
+        feed_depth: usize::MAX,
+        rt,
+        sqs: &sqs,
+        proxy: &proxy,
+    };
+    let mut rates = Vec::new();
+    for &rate in &o.rates {
+        eprintln!("bench: rate {rate}/s on LocalStack");
+        let n = ((rate * o.rate_seconds).round() as usize).max(20);
+        let achieved_by = |which| {
+            let out = env.replay(which, rate, n, "ls")?;
+            achieved(&out.requests)
+                .ok_or_else(|| format!("{which:?} at {rate}/s sent fewer than two requests"))
+        };
+        let resq = achieved_by(Impl::Resq)?;
+        let base = achieved_by(Impl::Baseline)?;
+        rates.push((rate, resq, base));
+    }
+    Ok(rates)
 }
 
 /// One paced run of `which` on the stand-in SQS: `n` messages at `rate`; the achieved rate is
@@ -881,7 +1033,7 @@ fn feed(
     mark: usize,
     endpoint: &str,
     dlq: &str,
-    mut fed: usize,
+    (mut fed, depth): (usize, usize),
     n: usize,
 ) -> Result<usize, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -898,7 +1050,7 @@ fn feed(
                 "feeding {dlq}: stuck at {fed} of {n} for 10 minutes"
             ));
         }
-        if fed.saturating_sub(proxy.deleted_since(mark)) < FEED_DEPTH {
+        if fed.saturating_sub(proxy.deleted_since(mark)) < depth {
             let k = (n - fed).min(10);
             rt.block_on(seed(&sqs, dlq, fed, k))?;
             fed += k;
@@ -1079,9 +1231,10 @@ mod tests {
         assert_eq!(achieved(&singles[..1]), None);
     }
 
-    fn io_row(records: usize, resq_default: f64, resq_equal: f64) -> IoRow {
+    fn row_of(records: usize, resq_default: f64, resq_equal: f64) -> IoRow {
         IoRow {
             records,
+            groups: None,
             latency: 0.02,
             default_concurrency: 10,
             resq_default,
@@ -1093,7 +1246,7 @@ mod tests {
 
     #[test]
     fn io_figures_are_taken_against_the_limit_and_the_peers() {
-        let row = io_row(100, 0.25, 0.03);
+        let row = row_of(100, 0.25, 0.03);
         // ceil(100 / 10) × 20 ms
         assert!((row.limit(10) - 0.2).abs() < 1e-9);
         assert!((row.limit(100) - 0.02).abs() < 1e-9);
@@ -1101,9 +1254,23 @@ mod tests {
         assert!((row.speedup() - 8.2).abs() < 1e-9);
         assert!((row.vs_best_peer() - 0.8).abs() < 1e-9);
         // the summary takes the worst row
-        let rows = [io_row(10, 0.021, 0.021), row];
+        let rows = [row_of(10, 0.021, 0.021), row];
         assert!((worst(&rows, IoRow::efficiency) - 0.8).abs() < 1e-9);
         assert!(worst(&[], IoRow::efficiency).is_nan());
+        // FIFO: a group's records one after another; the asyncio peer does not apply
+        let fifo = |groups| IoRow {
+            groups: Some(groups),
+            pt_sync: 0.2,
+            pt_async: f64::NAN,
+            ..row_of(10, 0.1, 0.1)
+        };
+        // 10 in 2 groups: 5 × 20 ms at any concurrency ≥ 2; one at a time: 10 × 20 ms
+        assert!((fifo(2).limit(10) - 0.1).abs() < 1e-9);
+        assert!((fifo(2).limit(1) - 0.2).abs() < 1e-9);
+        // 10 in 10 groups: 20 ms; 3 at a time: ceil(10 / 3) × 20 ms
+        assert!((fifo(10).limit(10) - 0.02).abs() < 1e-9);
+        assert!((fifo(10).limit(3) - 0.08).abs() < 1e-9);
+        assert!((fifo(2).vs_best_peer() - 2.0).abs() < 1e-9);
     }
 
     #[test]
