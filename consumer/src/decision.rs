@@ -284,10 +284,12 @@ fn owned(text: Option<Text<'_>>) -> Option<String> {
     text.map(|t| t.0.into_owned())
 }
 
-/// One record as Lambda's SQS poller writes it: only what the consumer uses, strings borrowed
-/// from the record's JSON until they are kept. (`md5OfBody`, `awsRegion` and the rest are
-/// skipped, not stored.)
+/// One record as Lambda's SQS poller writes it, with `aws_lambda_events`' `SqsMessage`'s
+/// fields, in its order and with its name in errors (so a record reads, or fails, exactly as it
+/// did through that type), strings borrowed from the record's JSON until they are kept. The
+/// MD5s and the region are checked to be strings and not stored.
 #[derive(Deserialize)]
+#[serde(expecting = "struct SqsMessage")]
 struct WireRecord<'a> {
     #[serde(rename = "messageId", default, borrow)]
     message_id: Option<Text<'a>>,
@@ -295,14 +297,20 @@ struct WireRecord<'a> {
     receipt_handle: Option<Text<'a>>,
     #[serde(default, borrow)]
     body: Option<Text<'a>>,
+    #[serde(rename = "md5OfBody", default, borrow)]
+    _md5_of_body: Option<Text<'a>>,
+    #[serde(rename = "md5OfMessageAttributes", default, borrow)]
+    _md5_of_message_attributes: Option<Text<'a>>,
     #[serde(default, borrow)]
     attributes: Option<&'a RawValue>,
     #[serde(rename = "messageAttributes", default)]
     message_attributes: Option<HashMap<String, SqsMessageAttribute>>,
-    #[serde(rename = "eventSource", default, borrow)]
-    event_source: Option<Text<'a>>,
     #[serde(rename = "eventSourceARN", default, borrow)]
     event_source_arn: Option<Text<'a>>,
+    #[serde(rename = "eventSource", default, borrow)]
+    event_source: Option<Text<'a>>,
+    #[serde(rename = "awsRegion", default, borrow)]
+    _aws_region: Option<Text<'a>>,
 }
 
 /// What the consumer reads of a record's system attributes when the record is read: every
@@ -355,12 +363,12 @@ impl<'de> Deserialize<'de> for SystemHead {
 pub struct SystemAttributes(Option<Box<RawValue>>);
 
 impl SystemAttributes {
-    /// All of them, by name.
+    /// All of them, by name. (Only [`RecordReader`], which checked them to be a map of
+    /// strings, and [`SystemAttributes::from_map`] make one, so the text always decodes.)
     pub fn to_map(&self) -> BTreeMap<String, String> {
-        self.0
-            .as_ref()
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
-            .unwrap_or_default()
+        let map = self.0.as_ref().map(|raw| serde_json::from_str(raw.get()));
+        debug_assert!(!matches!(map, Some(Err(_))), "checked when read");
+        map.and_then(Result::ok).unwrap_or_default()
     }
 
     /// One of them.
@@ -1114,6 +1122,34 @@ mod tests {
             records[0].unreadable
         );
         assert_eq!(records[1].unreadable, None);
+    }
+
+    #[test]
+    fn a_record_reads_or_fails_as_it_did_through_sqs_message() {
+        // fields the consumer does not keep are still checked to be strings
+        for extra in [
+            r#""md5OfBody": 7"#,
+            r#""awsRegion": "\ud800""#,
+            r#""awsRegion": "a", "awsRegion": "b""#,
+        ] {
+            let raw = format!(
+                r#"{{"Records":[{{"messageId":"m","eventSource":"aws:sqs","body":"{{}}",{extra}}}]}}"#
+            );
+            let records = as_the_runtime_reads(&raw).unwrap();
+            assert!(records[0].unreadable.is_some(), "{extra}");
+        }
+        // the same words for a record that is not one
+        let err = as_the_runtime_reads(r#"{"Records":[5]}"#).unwrap_err();
+        assert!(err.contains("expected struct SqsMessage"), "{err}");
+        // and the same fields in the same order for a record written as a list
+        let records = as_the_runtime_reads(
+            r#"{"Records":[["m-1","rh","b",null,null,null,null,"arn","aws:sqs"]]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (records[0].message_id.as_str(), records[0].body.as_deref()),
+            ("m-1", Some("b"))
+        );
     }
 
     #[test]

@@ -120,14 +120,23 @@ impl LogSettings {
     }
 }
 
-/// Installs the global subscriber (once; later calls do nothing). Directives that do not
-/// parse fall back to INFO.
+/// Installs the global subscriber (once; later calls do nothing). A `RUST_LOG` that does not
+/// parse as [`Targets`] directives is set aside, with a warning, for `AWS_LAMBDA_LOG_LEVEL`.
 pub fn init_tracing() {
     let settings = LogSettings::from_env();
-    let filter = settings
-        .filter
-        .parse::<Targets>()
-        .unwrap_or_else(|_| Targets::new().with_default(LevelFilter::INFO));
+    let (filter, refused) = match settings.filter.parse::<Targets>() {
+        Ok(filter) => (filter, None),
+        Err(e) => {
+            let get = |k: &str| std::env::var(k).ok();
+            let level =
+                LogSettings::from_values(None, get("AWS_LAMBDA_LOG_LEVEL").as_deref(), None);
+            let filter = level
+                .filter
+                .parse::<Targets>()
+                .unwrap_or_else(|_| Targets::new().with_default(LevelFilter::INFO));
+            (filter, Some(e))
+        }
+    };
     let layer = tracing_subscriber::fmt::layer().with_target(false);
     let _ = match settings.format {
         // The span fields carry messageId / orderId. Each line keeps its RFC 3339
@@ -147,6 +156,9 @@ pub fn init_tracing() {
             .with(layer.without_time().with_filter(filter))
             .try_init(),
     };
+    if let Some(e) = refused {
+        tracing::warn!(rust_log = %settings.filter, error = %e, "RUST_LOG is not a list of target=level directives; AWS_LAMBDA_LOG_LEVEL applies");
+    }
 }
 
 #[cfg(test)]
