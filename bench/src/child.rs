@@ -75,6 +75,21 @@ fn bench_config(concurrency: Option<usize>) -> Result<ConsumerConfig, String> {
     ConsumerConfig::from_vars(&vars(pairs)).map_err(|e| e.to_string())
 }
 
+/// The consumer engine the bench measures: `handler` over in-memory ports (DLQ copies land in
+/// `queues`), `concurrency` records at once (the default when `None`).
+fn engine<H: OrderHandler>(
+    handler: H,
+    queues: &MemoryQueues,
+    concurrency: Option<usize>,
+) -> Result<Consumer<H, &MemoryQueues, MemoryStore>, String> {
+    Ok(Consumer::new(
+        handler,
+        queues,
+        MemoryStore::default(),
+        bench_config(concurrency)?,
+    ))
+}
+
 /// The bodies of the event's records, for the bare loop.
 fn bodies(raw: &[u8]) -> Result<Vec<Option<String>>, String> {
     let event: Value = serde_json::from_slice(raw).map_err(|e| format!("event: {e}"))?;
@@ -106,9 +121,8 @@ pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
         quiet_json_logs();
     }
     let raw = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let config = bench_config(None)?;
     let queues = MemoryQueues::default();
-    let engine = Consumer::new(NoopEffect, &queues, MemoryStore::default(), config);
+    let engine = engine(NoopEffect, &queues, None)?;
     let started = Instant::now();
     // What lambda_runtime does with the payload before the handler runs: the function's own
     // payload type (records kept as raw JSON, each decoded on its own by the engine).
@@ -154,15 +168,9 @@ pub async fn consumer_io(
     quiet_json_logs();
     let raw = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let config = bench_config(concurrency)?;
-    let concurrency = config.concurrency;
+    let concurrency = bench_config(concurrency)?.concurrency;
     let queues = MemoryQueues::default();
-    let engine = Consumer::new(
-        SleepEffect(latency),
-        &queues,
-        MemoryStore::default(),
-        config,
-    );
+    let engine = engine(SleepEffect(latency), &queues, Some(concurrency))?;
     let invocation = SqsInvocation::from_json(&raw).map_err(|e| format!("event: {e}"))?;
     let started = Instant::now();
     let report = engine

@@ -59,22 +59,18 @@ pub fn consumer_peak(binary: &Path, event_path: &Path) -> Result<FunctionRun, St
         let sqs = FakeSqs::start()?;
         let log =
             std::env::temp_dir().join(format!("resq-bench-function-{}.log", std::process::id()));
-        let env = [
-            ("MAIN_QUEUE_URL", sqs.queue_url("resq-orders")),
-            ("DLQ_URL", sqs.queue_url("resq-orders-dlq")),
-            ("ARCHIVE_BUCKET", "resq-bench".into()),
-            ("AWS_ENDPOINT_URL", sqs.endpoint.clone()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_DEFAULT_REGION", "us-east-1".into()),
-            ("AWS_ACCESS_KEY_ID", "testing".into()),
-            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
-            ("AWS_SESSION_TOKEN", "testing".into()),
-            ("AWS_LAMBDA_LOG_FORMAT", "JSON".into()),
-            ("AWS_LAMBDA_LOG_LEVEL", "INFO".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
+        // the Lambda environment the cold-start runs use, pointed at the stand-in (later
+        // entries win; the runtime API is the Function's own)
+        let mut env = crate::coldstart::lambda_env("resq-consumer", "");
+        env.extend(
+            [
+                ("MAIN_QUEUE_URL", sqs.queue_url("resq-orders")),
+                ("DLQ_URL", sqs.queue_url("resq-orders-dlq")),
+                ("AWS_ENDPOINT_URL", sqs.endpoint.clone()),
+                ("AWS_LAMBDA_LOG_LEVEL", "INFO".into()),
+            ]
+            .map(|(k, v)| (k.to_owned(), v)),
+        );
         let mut function = Function::new("consumer", binary, env, &log, Duration::from_secs(120))
             .map_err(|e| e.to_string())?;
         let outcome = function

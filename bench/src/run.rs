@@ -555,15 +555,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
 
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let moto = resq_local::emulator::MotoServer::start(&o.moto).map_err(|e| e.to_string())?;
-    let upstream = moto
-        .endpoint
-        .trim_start_matches("http://")
-        .parse()
-        .map_err(|e| format!("moto endpoint: {e}"))?;
-    let proxy = CountingProxy::start(upstream)?;
-    let sqs = rt.block_on(async {
-        aws_sdk_sqs::Client::new(&resq_local::emulator::local_sdk_config(&moto.endpoint).await)
-    });
+    let (proxy, sqs) = counted(&moto.endpoint, &rt)?;
     let env = Env {
         o,
         endpoint: moto.endpoint.clone(),
@@ -917,6 +909,23 @@ fn worst_rate_error(rates: &[(f64, f64, f64)]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// A counting proxy in front of the emulator at `endpoint` (what the redrivers talk to), and an
+/// SQS client that talks to the emulator directly (set-up and checks are not counted).
+fn counted(
+    endpoint: &str,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(CountingProxy, aws_sdk_sqs::Client), String> {
+    let upstream = endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .map_err(|e| format!("emulator endpoint {endpoint}: {e}"))?;
+    let proxy = CountingProxy::start(upstream)?;
+    let sqs = rt.block_on(async {
+        aws_sdk_sqs::Client::new(&resq_local::emulator::local_sdk_config(endpoint).await)
+    });
+    Ok((proxy, sqs))
+}
+
 /// The rate rows on LocalStack's SQS (real round trips, fast at depth), each redriver through
 /// the counting proxy, the rate read off its request log as on the stand-in.
 fn localstack_rates(
@@ -926,17 +935,7 @@ fn localstack_rates(
     eprintln!("bench: rates on LocalStack (starting it)");
     let localstack = resq_local::localstack::LocalStack::start(&o.localstack_python)
         .map_err(|e| e.to_string())?;
-    let upstream = localstack
-        .endpoint
-        .trim_start_matches("http://")
-        .parse()
-        .map_err(|e| format!("LocalStack endpoint: {e}"))?;
-    let proxy = CountingProxy::start(upstream)?;
-    let sqs = rt.block_on(async {
-        aws_sdk_sqs::Client::new(
-            &resq_local::emulator::local_sdk_config(&localstack.endpoint).await,
-        )
-    });
+    let (proxy, sqs) = counted(&localstack.endpoint, rt)?;
     let env = Env {
         o,
         endpoint: localstack.endpoint.clone(),
