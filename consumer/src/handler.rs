@@ -160,6 +160,12 @@ pub trait OrderHandler: Send + Sync {
     ) -> impl Future<Output = Result<(), HandlerError>> + Send;
 }
 
+/// What the reference handler needs: conditional puts of order records under `orders/`.
+pub const PERMISSIONS: &[resq::iam::Permission] = &[resq::iam::Permission::new(
+    "s3:PutObject",
+    "ArchiveBucket/orders/*",
+)];
+
 /// Where the reference handler records an order.
 pub fn order_key(order: &Order) -> String {
     format!("orders/{}.json", order.order_id)

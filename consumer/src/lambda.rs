@@ -12,6 +12,17 @@ use crate::decision::{EventError, Invocation};
 use crate::handler::MessageHandler;
 use crate::queues::SqsQueues;
 
+/// What Lambda itself does with the consumer's role: write its logs, and poll the main queue
+/// for it (the event source mapping receives, deletes what the function did not report
+/// failed, and reads the queue's attributes).
+pub const PERMISSIONS: &[resq::iam::Permission] = &[
+    resq::iam::Permission::new("logs:CreateLogStream", "ConsumerLogGroup:*"),
+    resq::iam::Permission::new("logs:PutLogEvents", "ConsumerLogGroup:*"),
+    resq::iam::Permission::new("sqs:ReceiveMessage", "OrdersQueue"),
+    resq::iam::Permission::new("sqs:DeleteMessage", "OrdersQueue"),
+    resq::iam::Permission::new("sqs:GetQueueAttributes", "OrdersQueue"),
+];
+
 /// Serves invocations with the handler `make_handler` builds over the archive bucket's store
 /// (`ARCHIVE_BUCKET`). Missing or invalid configuration ends it before the first invocation,
 /// naming the variable.

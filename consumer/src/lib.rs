@@ -12,3 +12,14 @@ pub mod order;
 pub mod queues;
 
 pub use engine::Consumer;
+
+/// Everything the consumer's role must allow, with the reference handler: what Lambda does for
+/// it and what its AWS calls need (infra/template.yaml grants exactly these).
+pub fn permissions() -> Vec<resq::iam::Permission> {
+    resq::iam::all(&[
+        lambda::PERMISSIONS,
+        queues::PERMISSIONS,
+        handler::PERMISSIONS,
+        resq::archive::PERMISSIONS,
+    ])
+}

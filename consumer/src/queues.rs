@@ -35,6 +35,14 @@ pub trait QueuePort: Send + Sync {
     ) -> impl Future<Output = Vec<(VisibilityChange, String)>> + Send;
 }
 
+/// What [`QueuePort`] on SQS needs: copies sent to the DLQ (`SendMessageBatch` authorizes as
+/// `SendMessage`), backoff on the main queue (`ChangeMessageVisibilityBatch` as
+/// `ChangeMessageVisibility`).
+pub const PERMISSIONS: &[resq::iam::Permission] = &[
+    resq::iam::Permission::new("sqs:SendMessage", "DeadLetterQueue"),
+    resq::iam::Permission::new("sqs:ChangeMessageVisibility", "OrdersQueue"),
+];
+
 /// [`QueuePort`] on real SQS queues: copies go to the DLQ, visibility changes to the main
 /// queue.
 impl QueuePort for SqsQueues {

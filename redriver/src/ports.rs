@@ -86,6 +86,15 @@ pub fn dlq_message(m: Message) -> DlqMessage {
     }
 }
 
+/// What [`RedriveQueues`] on SQS needs: receives, deletes and visibility changes on the DLQ
+/// (batch calls authorize as their single ones), copies sent to the main queue.
+pub const QUEUE_PERMISSIONS: &[resq::iam::Permission] = &[
+    resq::iam::Permission::new("sqs:ReceiveMessage", "DeadLetterQueue"),
+    resq::iam::Permission::new("sqs:DeleteMessage", "DeadLetterQueue"),
+    resq::iam::Permission::new("sqs:ChangeMessageVisibility", "DeadLetterQueue"),
+    resq::iam::Permission::new("sqs:SendMessage", "OrdersQueue"),
+];
+
 /// [`RedriveQueues`] on real SQS: receives, deletes and visibility changes on the DLQ, copies
 /// to the main queue.
 impl RedriveQueues for SqsQueues {
@@ -131,6 +140,13 @@ impl RedriveQueues for SqsQueues {
             .collect()
     }
 }
+
+/// What [`Alarms`] on CloudWatch needs: the state of the alarm the template puts in
+/// `PAUSE_ON_ALARMS`, and its history (whether its last change was out of ALARM).
+pub const ALARM_PERMISSIONS: &[resq::iam::Permission] = &[
+    resq::iam::Permission::new("cloudwatch:DescribeAlarms", "alarm:replays-failing"),
+    resq::iam::Permission::new("cloudwatch:DescribeAlarmHistory", "alarm:replays-failing"),
+];
 
 /// [`Alarms`] on CloudWatch.
 #[derive(Debug, Clone)]

@@ -12,6 +12,13 @@ use crate::store::{ObjectStore, PutOutcome, StoreError};
 /// Where archive entries live in the bucket.
 pub const ARCHIVE_PREFIX: &str = "archive/";
 
+/// What writing archive entries needs (both functions archive): conditional puts under
+/// [`ARCHIVE_PREFIX`].
+pub const PERMISSIONS: &[crate::iam::Permission] = &[crate::iam::Permission::new(
+    "s3:PutObject",
+    "ArchiveBucket/archive/*",
+)];
+
 /// The message exactly as it was received.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -17,6 +17,13 @@ use crate::store::{ObjectStore, StoreError};
 
 /// Where keep lists live in the bucket.
 pub const KEEP_PREFIX: &str = "kept/";
+
+/// What keep lists need: written once, read back, and listed by day, under [`KEEP_PREFIX`].
+pub const PERMISSIONS: &[crate::iam::Permission] = &[
+    crate::iam::Permission::new("s3:PutObject", "ArchiveBucket/kept/*"),
+    crate::iam::Permission::new("s3:GetObject", "ArchiveBucket/kept/*"),
+    crate::iam::Permission::new("s3:ListBucket", "ArchiveBucket if s3:prefix=kept/*"),
+];
 /// Entries per list object; a run that hides more writes several.
 pub const MAX_ENTRIES_PER_LIST: usize = 2000;
 

@@ -11,6 +11,7 @@ pub mod aws;
 pub mod backoff;
 pub mod config;
 pub mod fifo;
+pub mod iam;
 pub mod keep;
 pub mod lambda;
 pub mod metrics;

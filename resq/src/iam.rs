@@ -1,0 +1,76 @@
+//! What the functions may do in AWS. Each module that calls AWS lists the IAM permissions its
+//! calls need next to them (`PERMISSIONS`); each function gathers its modules' lists and what
+//! Lambda itself does with its role. The template's roles grant exactly those (a template test
+//! compares them), and, with a customer managed key, the KMS actions they imply.
+
+/// One IAM permission: an action on one of the stack's resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Permission {
+    /// The IAM action, e.g. `sqs:SendMessage` (a batch call authorizes as its single one).
+    pub action: &'static str,
+    /// The resource, by the template's logical id: a queue (`OrdersQueue`), objects under a
+    /// prefix of the bucket (`ArchiveBucket/orders/*`), a log group's streams
+    /// (`ConsumerLogGroup:*`), the bucket under a condition (`ArchiveBucket if s3:prefix=kept/*`),
+    /// an alarm by its name after the stack's (`alarm:replays-failing`).
+    pub resource: &'static str,
+}
+
+impl Permission {
+    /// `action` on `resource`.
+    pub const fn new(action: &'static str, resource: &'static str) -> Self {
+        Self { action, resource }
+    }
+
+    /// The KMS actions this call needs on the key of an SSE-KMS queue or bucket (SQS developer
+    /// guide, "Key management": a producer needs `kms:GenerateDataKey` and `kms:Decrypt`, a
+    /// consumer `kms:Decrypt`; S3 user guide: `PutObject` needs `kms:GenerateDataKey`, `GetObject`
+    /// `kms:Decrypt`). Other calls need none.
+    pub fn kms_actions(&self) -> &'static [&'static str] {
+        match self.action {
+            "sqs:SendMessage" => &["kms:GenerateDataKey", "kms:Decrypt"],
+            "sqs:ReceiveMessage" | "s3:GetObject" => &["kms:Decrypt"],
+            "s3:PutObject" => &["kms:GenerateDataKey"],
+            _ => &[],
+        }
+    }
+}
+
+/// Every permission in `lists`, once, in order.
+pub fn all(lists: &[&[Permission]]) -> Vec<Permission> {
+    let mut out: Vec<Permission> = lists.iter().flat_map(|l| l.iter().copied()).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The KMS actions `permissions` imply on the stack's key, once each, in order.
+pub fn kms_actions(permissions: &[Permission]) -> Vec<&'static str> {
+    let mut out: Vec<&str> = permissions
+        .iter()
+        .flat_map(|p| p.kms_actions().iter().copied())
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn senders_need_both_key_actions_readers_decrypt_writers_generate() {
+        let send = Permission::new("sqs:SendMessage", "DeadLetterQueue");
+        let receive = Permission::new("sqs:ReceiveMessage", "OrdersQueue");
+        let put = Permission::new("s3:PutObject", "ArchiveBucket/archive/*");
+        let alarm = Permission::new("cloudwatch:DescribeAlarms", "alarm:replays-failing");
+        assert_eq!(kms_actions(&[receive]), ["kms:Decrypt"]);
+        assert_eq!(kms_actions(&[put]), ["kms:GenerateDataKey"]);
+        assert_eq!(
+            kms_actions(&[receive, put, send, alarm]),
+            ["kms:Decrypt", "kms:GenerateDataKey"]
+        );
+        assert!(kms_actions(&[alarm]).is_empty());
+        assert_eq!(all(&[&[send, receive], &[send]]), [receive, send]);
+    }
+}
