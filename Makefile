@@ -17,8 +17,10 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 ARM_TARGET := aarch64-unknown-linux-gnu
 TRANSLATED := target/infra/template.json
-# the template's QueueType values: lint checks the template under each
+# the template's QueueType and Encryption values: lint checks the template under each pair
+# (with the orders topic, except under aws-managed-key, which refuses it)
 QUEUE_TYPES := standard fifo
+ENCRYPTIONS := sqs-managed aws-managed-key customer-managed-key
 export AWS_DEFAULT_REGION ?= us-east-1
 
 LOCAL_ENV := target/local.env
@@ -80,20 +82,25 @@ test: $(TOOLS) $(LOCALSTACK)
 	E2E_EMULATOR=localstack MOTO_SERVER=$(CURDIR)/$(VENV)/bin/moto_server LOCALSTACK_PYTHON=$(CURDIR)/$(VENV_LOCALSTACK)/bin/python cargo test --workspace --test e2e
 
 ## lint: rustfmt, clippy (warnings are errors), and the template: sam validate (+ --lint),
-## cfn-lint on the template and on its SAM translation for each QueueType, checkov (0 failed;
-## skips carry reasons)
+## cfn-lint on the template and on its SAM translation for each QueueType and Encryption,
+## checkov on the translation as each Encryption resolves it (0 failed; skips carry reasons)
 lint: $(TOOLS) $(CHECKOV)
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	sam validate -t infra/template.yaml
 	sam validate --lint -t infra/template.yaml
 	$(VENV)/bin/python infra/translate.py infra/template.yaml $(TRANSLATED)
-	for q in $(QUEUE_TYPES); do \
-	  echo "cfn-lint: QueueType=$$q" && \
-	  cfn-lint --parameters QueueType=$$q -- infra/template.yaml && \
-	  cfn-lint --ignore-checks W3037 --parameters QueueType=$$q -- $(TRANSLATED) || exit 1; \
+	for q in $(QUEUE_TYPES); do for e in $(ENCRYPTIONS); do \
+	  t=$$([ $$e = aws-managed-key ] && echo false || echo true); \
+	  echo "cfn-lint: QueueType=$$q Encryption=$$e CreateOrdersTopic=$$t" && \
+	  cfn-lint --parameters QueueType=$$q Encryption=$$e CreateOrdersTopic=$$t -- infra/template.yaml && \
+	  cfn-lint --ignore-checks W3037 --parameters QueueType=$$q Encryption=$$e CreateOrdersTopic=$$t -- $(TRANSLATED) || exit 1; \
+	done; done
+	for e in $(ENCRYPTIONS); do \
+	  t=$$([ $$e = aws-managed-key ] && echo false || echo true); \
+	  $(VENV)/bin/python infra/resolve.py $(TRANSLATED) target/infra/template-$$e.json Encryption=$$e CreateOrdersTopic=$$t || exit 1; \
 	done
-	$(VENV_CHECKOV)/bin/checkov -f infra/template.yaml -f $(TRANSLATED) --framework cloudformation --skip-download --compact --quiet
+	$(VENV_CHECKOV)/bin/checkov $(foreach e,$(ENCRYPTIONS),-f target/infra/template-$(e).json) --framework cloudformation --skip-download --compact --quiet
 
 arm-target:
 	@rustup target list --installed | grep -qx $(ARM_TARGET) || rustup target add $(ARM_TARGET)

@@ -46,7 +46,7 @@ impl LocalStack {
             .env("LOCALSTACK_HOST", &address)
             .env(
                 "SERVICES",
-                "sqs,s3,cloudwatch,cloudformation,sns,events,logs,sts,iam",
+                "sqs,s3,cloudwatch,cloudformation,sns,events,logs,sts,iam,kms",
             )
             .env("DNS_ADDRESS", "0")
             .env("LOCALSTACK_TELEMETRY", "0")

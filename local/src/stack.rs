@@ -173,11 +173,15 @@ pub async fn deploy_stack(
 /// pipeline runs the functions itself).
 async fn upload_placeholder_code(config: &aws_config::SdkConfig) -> Result<(), CliError> {
     let s3 = resq::aws::s3_client(config);
-    s3.create_bucket()
-        .bucket(ARTIFACT_BUCKET)
-        .send()
-        .await
-        .map_err(|e| CliError::aws("creating the artifact bucket", e))?;
+    // (a second stack on the same emulator finds it there)
+    match s3.create_bucket().bucket(ARTIFACT_BUCKET).send().await {
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_bucket_already_owned_by_you()) => {}
+        other => {
+            other.map_err(|e| CliError::aws("creating the artifact bucket", e))?;
+        }
+    }
     for f in ["ConsumerFunction", "RedriverFunction"] {
         s3.put_object()
             .bucket(ARTIFACT_BUCKET)

@@ -12,6 +12,7 @@ mod hostile;
 mod levels;
 mod live;
 mod redriver;
+mod security;
 mod soak;
 mod template;
 mod workspace;
