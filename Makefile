@@ -83,7 +83,8 @@ test: $(TOOLS) $(LOCALSTACK)
 
 ## lint: rustfmt, clippy (warnings are errors), and the template: sam validate (+ --lint),
 ## cfn-lint on the template and on its SAM translation for each QueueType and Encryption,
-## checkov on the translation as each Encryption resolves it (0 failed; skips carry reasons)
+## checkov on the translation as each QueueType and Encryption resolve it (0 failed; skips carry
+## reasons)
 lint: $(TOOLS) $(CHECKOV)
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
@@ -96,11 +97,11 @@ lint: $(TOOLS) $(CHECKOV)
 	  cfn-lint --parameters QueueType=$$q Encryption=$$e CreateOrdersTopic=$$t -- infra/template.yaml && \
 	  cfn-lint --ignore-checks W3037 --parameters QueueType=$$q Encryption=$$e CreateOrdersTopic=$$t -- $(TRANSLATED) || exit 1; \
 	done; done
-	for e in $(ENCRYPTIONS); do \
+	for q in $(QUEUE_TYPES); do for e in $(ENCRYPTIONS); do \
 	  t=$$([ $$e = aws-managed-key ] && echo false || echo true); \
-	  $(VENV)/bin/python infra/resolve.py $(TRANSLATED) target/infra/template-$$e.json Encryption=$$e CreateOrdersTopic=$$t || exit 1; \
-	done
-	$(VENV_CHECKOV)/bin/checkov $(foreach e,$(ENCRYPTIONS),-f target/infra/template-$(e).json) --framework cloudformation --skip-download --compact --quiet
+	  $(VENV)/bin/python infra/resolve.py $(TRANSLATED) target/infra/template-$$q-$$e.json QueueType=$$q Encryption=$$e CreateOrdersTopic=$$t || exit 1; \
+	done; done
+	$(VENV_CHECKOV)/bin/checkov $(foreach q,$(QUEUE_TYPES),$(foreach e,$(ENCRYPTIONS),-f target/infra/template-$(q)-$(e).json)) --framework cloudformation --skip-download --compact --quiet
 
 arm-target:
 	@rustup target list --installed | grep -qx $(ARM_TARGET) || rustup target add $(ARM_TARGET)

@@ -26,6 +26,9 @@ class Resolver:
         for name, value in parameters.items():
             if name not in self.parameters:
                 sys.exit(f"resolve.py: the template has no parameter {name}")
+            allowed = template["Parameters"][name].get("AllowedValues")
+            if allowed is not None and value not in map(str, allowed):
+                sys.exit(f"resolve.py: {name} must be one of {allowed}, not {value!r}")
             self.parameters[name] = value
 
     def scalar(self, v):

@@ -290,6 +290,12 @@ pub async fn put_alarms(
         {
             continue;
         }
+        // an alarm on what this stack does not have (the orders topic's DLQ without the topic)
+        if let Some(c) = res["Condition"].as_str()
+            && r.condition(c) == Some(false)
+        {
+            continue;
+        }
         alarm(template, id, r)?
             .send_with(cloudwatch)
             .await

@@ -12,7 +12,12 @@ use serde_json::{Value, json};
 use crate::helpers::attr;
 
 const ENCRYPTIONS: [&str; 3] = ["sqs-managed", "aws-managed-key", "customer-managed-key"];
-const QUEUES: [&str; 3] = ["OrdersQueue", "DeadLetterQueue", "RedriverFailureQueue"];
+const QUEUES: [&str; 4] = [
+    "OrdersQueue",
+    "DeadLetterQueue",
+    "RedriverFailureQueue",
+    "OrdersTopicDeadLetterQueue",
+];
 
 /// A stack with `Encryption` `encryption` and the orders topic when it may have one.
 fn stack<'a>(t: &'a Value, encryption: &'a str) -> Resolver<'a> {
@@ -96,6 +101,40 @@ fn statements<'t>(r: &Resolver<'_>, role: &'t Value) -> Vec<&'t Value> {
         .collect()
 }
 
+/// What a role grants for the stack `r`: its (action, resource) pairs outside KMS, in the form
+/// of the functions' lists, and its KMS statements apart.
+fn granted<'t>(r: &Resolver<'_>, role: &'t Value) -> (BTreeSet<(String, String)>, Vec<&'t Value>) {
+    let mut pairs = BTreeSet::new();
+    let mut key_statements = vec![];
+    for st in statements(r, role) {
+        assert_eq!(st["Effect"], "Allow", "{st}");
+        let actions = strings(&st["Action"]);
+        assert!(
+            actions.iter().all(|a| !a.contains('*')),
+            "wildcard action in {st}"
+        );
+        if actions.iter().all(|a| a.starts_with("kms:")) {
+            key_statements.push(st);
+            continue;
+        }
+        for resource in list(&st["Resource"]) {
+            assert_ne!(*resource, "*", "wildcard resource in {st}");
+            let name = resource_name(resource, &st["Condition"]);
+            for a in &actions {
+                pairs.insert(((*a).to_owned(), name.clone()));
+            }
+        }
+    }
+    (pairs, key_statements)
+}
+
+fn called(permissions: &[resq::iam::Permission]) -> BTreeSet<(String, String)> {
+    permissions
+        .iter()
+        .map(|p| (p.action.to_owned(), p.resource.to_owned()))
+        .collect()
+}
+
 #[test]
 fn each_role_grants_exactly_what_its_functions_code_calls_under_every_encryption() {
     let t = translated_template("resq-artifacts");
@@ -126,33 +165,10 @@ fn each_role_grants_exactly_what_its_functions_code_calls_under_every_encryption
                 .is_none_or(|m| m.as_array().is_some_and(Vec::is_empty)),
             "{role}: no managed policies"
         );
-        let called: BTreeSet<(String, String)> = permissions
-            .iter()
-            .map(|p| (p.action.to_owned(), p.resource.to_owned()))
-            .collect();
+        let called = called(&permissions);
         for encryption in ENCRYPTIONS {
             let r = stack(&t, encryption);
-            let mut granted = BTreeSet::new();
-            let mut key_statements = vec![];
-            for st in statements(&r, role_value) {
-                assert_eq!(st["Effect"], "Allow", "{role}: {st}");
-                let actions = strings(&st["Action"]);
-                assert!(
-                    actions.iter().all(|a| !a.contains('*')),
-                    "{role}: wildcard action in {st}"
-                );
-                if actions.iter().all(|a| a.starts_with("kms:")) {
-                    key_statements.push(st);
-                    continue;
-                }
-                for resource in list(&st["Resource"]) {
-                    assert_ne!(*resource, "*", "{role}: wildcard resource in {st}");
-                    let name = resource_name(resource, &st["Condition"]);
-                    for a in &actions {
-                        granted.insert(((*a).to_owned(), name.clone()));
-                    }
-                }
-            }
+            let (granted, key_statements) = granted(&r, role_value);
             assert!(
                 granted == called,
                 "{role} under {encryption} drifted from its function's code:\n  granted, called by no code: {:?}\n  called, not granted: {:?}",
@@ -176,8 +192,8 @@ fn each_role_grants_exactly_what_its_functions_code_calls_under_every_encryption
                 assert_eq!(
                     st["Condition"]["StringEquals"]["kms:ViaService"],
                     json!([
-                        {"Fn::Sub": "sqs.${AWS::Region}.amazonaws.com"},
-                        {"Fn::Sub": "s3.${AWS::Region}.amazonaws.com"}
+                        {"Fn::Sub": "sqs.${AWS::Region}.${AWS::URLSuffix}"},
+                        {"Fn::Sub": "s3.${AWS::Region}.${AWS::URLSuffix}"}
                     ])
                 );
             } else {
@@ -212,25 +228,8 @@ fn a_role_statement_the_code_does_not_need_is_caught() {
         .as_array_mut()
         .unwrap()
         .retain(|a| a != "sqs:DeleteMessage");
-    let granted: BTreeSet<(String, String)> = statements(&r, &role)
-        .into_iter()
-        .flat_map(|st| {
-            let resources: Vec<String> = list(&st["Resource"])
-                .into_iter()
-                .map(|x| resource_name(x, &st["Condition"]))
-                .collect();
-            strings(&st["Action"]).into_iter().flat_map(move |a| {
-                resources
-                    .clone()
-                    .into_iter()
-                    .map(move |x| (a.to_owned(), x))
-            })
-        })
-        .collect();
-    let called: BTreeSet<(String, String)> = redriver::permissions()
-        .iter()
-        .map(|p| (p.action.to_owned(), p.resource.to_owned()))
-        .collect();
+    let (granted, _) = granted(&r, &role);
+    let called = called(&redriver::permissions());
     let extra: Vec<_> = granted.difference(&called).collect();
     let missing: Vec<_> = called.difference(&granted).collect();
     let pair = |a: &str| (a.to_owned(), "DeadLetterQueue".to_owned());
@@ -372,6 +371,10 @@ fn only_tls_reaches_the_queues_and_only_the_orders_topic_may_send_to_them() {
     for topic in ["false", "true"] {
         let r = Resolver::new(&t, "stk", &[("CreateOrdersTopic", topic)]);
         for q in QUEUES {
+            if q == "OrdersTopicDeadLetterQueue" && topic == "false" {
+                assert_eq!(res[q]["Condition"], "HasOrdersTopic");
+                continue;
+            }
             let (_, policy) = res
                 .as_object()
                 .unwrap()
@@ -397,7 +400,7 @@ fn only_tls_reaches_the_queues_and_only_the_orders_topic_may_send_to_them() {
                 }),
                 "{q}"
             );
-            if q == "OrdersQueue" && topic == "true" {
+            if q == "OrdersQueue" && topic == "true" || q == "OrdersTopicDeadLetterQueue" {
                 assert_eq!(sts.len(), 2);
                 assert_eq!(
                     *sts[1],
@@ -418,7 +421,13 @@ fn only_tls_reaches_the_queues_and_only_the_orders_topic_may_send_to_them() {
             "{topic}"
         );
     }
-    for id in ["OrdersTopic", "OrdersTopicSubscription"] {
+    for id in [
+        "OrdersTopic",
+        "OrdersTopicSubscription",
+        "OrdersTopicDeadLetterQueue",
+        "OrdersTopicDeadLetterQueuePolicy",
+        "OrdersTopicUndeliveredAlarm",
+    ] {
         assert_eq!(res[id]["Condition"], "HasOrdersTopic", "{id}");
     }
     assert_eq!(
@@ -430,13 +439,22 @@ fn only_tls_reaches_the_queues_and_only_the_orders_topic_may_send_to_them() {
         sub["Properties"],
         json!({
             "TopicArn": {"Ref": "OrdersTopic"}, "Protocol": "sqs",
-            "Endpoint": {"Fn::GetAtt": ["OrdersQueue", "Arn"]}, "RawMessageDelivery": true
+            "Endpoint": {"Fn::GetAtt": ["OrdersQueue", "Arn"]}, "RawMessageDelivery": true,
+            // what SQS refuses (SNS does not retry it) is kept, not dropped
+            "RedrivePolicy": {"deadLetterTargetArn": {"Fn::GetAtt": ["OrdersTopicDeadLetterQueue", "Arn"]}}
         })
     );
     assert_eq!(
-        sub["DependsOn"], "OrdersQueuePolicy",
-        "the queue lets the topic in before it subscribes"
+        sub["DependsOn"],
+        json!(["OrdersQueuePolicy", "OrdersTopicDeadLetterQueuePolicy"]),
+        "both queues let the topic in before it subscribes"
     );
+    let undelivered = &res["OrdersTopicUndeliveredAlarm"]["Properties"];
+    assert_eq!(
+        undelivered["Dimensions"][0]["Value"],
+        json!({"Fn::GetAtt": ["OrdersTopicDeadLetterQueue", "QueueName"]})
+    );
+    assert_eq!(undelivered["AlarmActions"], json!([{"Ref": "AlertTopic"}]));
     // a FIFO queue takes deliveries from a FIFO topic only
     let p = &res["OrdersTopic"]["Properties"];
     for (queue_type, name, fifo) in [
@@ -451,6 +469,16 @@ fn only_tls_reaches_the_queues_and_only_the_orders_topic_may_send_to_them() {
         assert_eq!(r.value(&p["TopicName"]).as_deref(), Some(name));
         assert_eq!(r.value(&p["FifoTopic"]).as_deref(), fifo);
         assert_eq!(r.value(&p["ContentBasedDeduplication"]).as_deref(), fifo);
+        assert_eq!(
+            r.value(&p["FifoThroughputScope"]).as_deref(),
+            fifo.map(|_| "MessageGroup")
+        );
+        let dlq = &res["OrdersTopicDeadLetterQueue"]["Properties"];
+        assert_eq!(r.value(&dlq["FifoQueue"]).as_deref(), fifo);
+        assert_eq!(
+            r.value(&dlq["QueueName"]),
+            Some(name.replace("orders", "orders-topic-dlq"))
+        );
     }
     // SNS cannot use the AWS managed SQS key: refused before anything is created
     let accepts = |e: &str| {
