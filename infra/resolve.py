@@ -34,6 +34,11 @@ class Resolver:
     def scalar(self, v):
         if isinstance(v, dict) and set(v) == {"Ref"} and v["Ref"] in self.parameters:
             return self.parameters[v["Ref"]]
+        # a list parameter (CommaDelimitedList) joined
+        if isinstance(v, dict) and set(v) == {"Fn::Join"}:
+            sep, items = v["Fn::Join"]
+            if isinstance(items, dict) and set(items) == {"Ref"} and items["Ref"] in self.parameters:
+                return sep.join(self.parameters[items["Ref"]].split(","))
         if isinstance(v, (str, int, float, bool)):
             return str(v).lower() if isinstance(v, bool) else str(v)
         sys.exit(f"resolve.py: a condition compares what only a deployment knows: {v}")

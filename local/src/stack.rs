@@ -549,6 +549,22 @@ impl<'a> Resolver<'a> {
             out.push_str(rest);
             return Some(out);
         }
+        if let Some([sep, items]) = v
+            .get("Fn::Join")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+        {
+            let sep = sep.as_str()?;
+            // a list, or a list parameter (CommaDelimitedList: its value as given, "a,b")
+            return match items {
+                Value::Array(a) => a
+                    .iter()
+                    .map(|x| self.value(x))
+                    .collect::<Option<Vec<_>>>()
+                    .map(|parts| parts.join(sep)),
+                _ => Some(self.value(items)?.split(',').collect::<Vec<_>>().join(sep)),
+            };
+        }
         if let Some(m) = v.get("Fn::FindInMap").and_then(Value::as_array) {
             let map = self.value(m.first()?)?;
             let k1 = self.value(m.get(1)?)?;
@@ -753,6 +769,17 @@ mod tests {
             Some("33")
         );
         assert_eq!(r.value(&json!({"Ref": "Nope"})), None);
+        assert_eq!(
+            r.value(&json!({"Fn::Join": ["-", [{"Ref": "T"}, "x"]]}))
+                .as_deref(),
+            Some("30-x")
+        );
+        let list = Resolver::new(&t, "stk", &[("L", "a,b")]);
+        assert_eq!(
+            list.value(&json!({"Fn::Join": ["", {"Ref": "L"}]}))
+                .as_deref(),
+            Some("ab")
+        );
         assert_eq!(r.number_or(&Value::Null, "absent", 3.0).unwrap(), 3.0);
         assert_eq!(r.number_or(&json!({"Ref": "T"}), "T", 3.0).unwrap(), 30.0);
         assert!(

@@ -492,6 +492,48 @@ fn only_tls_reaches_the_queues_and_only_the_orders_topic_may_send_to_them() {
     ));
 }
 
+#[test]
+fn producers_named_by_arn_may_send_to_the_orders_queue_and_nobody_else() {
+    let t = translated_template("resq-artifacts");
+    let orders_policy = &t["Resources"]["OrdersQueuePolicy"]["Properties"]["PolicyDocument"];
+    let producers =
+        "arn:aws:sns:us-east-1:000000000000:shop,arn:aws:events:us-east-1:000000000000:rule/shop";
+    for (arns, present) in [("", false), (producers, true)] {
+        let r = Resolver::new(&t, "stk", &[("OrdersProducerArns", arns)]);
+        assert_eq!(r.condition("HasOrdersProducers"), Some(present), "{arns:?}");
+        let allow: Vec<&Value> = orders_policy["Statement"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| decided(&r, s))
+            .filter(|s| s["Sid"] == "AllowOrdersProducers")
+            .collect();
+        assert_eq!(allow.len(), usize::from(present), "{arns:?}");
+        if present {
+            assert_eq!(
+                *allow[0],
+                json!({
+                    "Sid": "AllowOrdersProducers", "Effect": "Allow",
+                    "Principal": {"Service": ["sns.amazonaws.com", "events.amazonaws.com", "s3.amazonaws.com"]},
+                    "Action": "sqs:SendMessage",
+                    "Resource": {"Fn::GetAtt": ["OrdersQueue", "Arn"]},
+                    "Condition": {
+                        "ArnLike": {"aws:SourceArn": {"Ref": "OrdersProducerArns"}},
+                        "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+                    }
+                })
+            );
+        }
+    }
+    // they cannot use the AWS managed SQS key either
+    let accepts = |e: &str, arns: &str| {
+        crate::template::rules_accept(&t, &[("Encryption", e), ("OrdersProducerArns", arns)])
+    };
+    assert!(!accepts("aws-managed-key", producers));
+    assert!(accepts("aws-managed-key", ""));
+    assert!(accepts("sqs-managed", producers) && accepts("customer-managed-key", producers));
+}
+
 /// CreateOrdersTopic deployed into the emulator's CloudFormation: what a producer publishes to
 /// the topic reaches the orders queue raw (body and message attributes), and the stack's
 /// consumer processes it: a valid order is recorded, a malformed one goes to the DLQ marked

@@ -916,7 +916,8 @@ fn queue_type_fifo_makes_both_queues_fifo_and_standard_leaves_them_as_they_were(
 }
 
 /// A CloudFormation rule expression for a stack with `params` (the rest default): the
-/// functions rules use here (Ref, Fn::Equals, Fn::Contains, Fn::Not, Fn::And, Fn::Or).
+/// functions rules use here (Ref, Fn::Equals, Fn::Contains, Fn::EachMemberEquals, Fn::Not,
+/// Fn::And, Fn::Or).
 fn rule_holds(t: &Value, e: &Value, params: &[(&str, &str)]) -> bool {
     let r = resq_local::stack::Resolver::new(t, "stk", params);
     let args = |f: &str| e.get(f).and_then(Value::as_array);
@@ -933,6 +934,11 @@ fn rule_holds(t: &Value, e: &Value, params: &[(&str, &str)]) -> bool {
     }
     if let Some(a) = args("Fn::Not") {
         return !rule_holds(t, &a[0], params);
+    }
+    if let Some(a) = args("Fn::EachMemberEquals") {
+        // a list parameter's members (its value as given, "a,b")
+        let value = r.value(&a[1]).unwrap();
+        return r.value(&a[0]).unwrap().split(',').all(|m| m == value);
     }
     if let Some(a) = args("Fn::And") {
         return a.iter().all(|x| rule_holds(t, x, params));
