@@ -49,6 +49,31 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
         report.injected_faults > 0 && report.lost_responses > 0,
         "faults were injected"
     );
+    // every call the real binaries made is one their roles grant (failures() above says which
+    // not), and both made the calls the run needs
+    for (function, needed) in [
+        (
+            "consumer",
+            [
+                "sqs:SendMessage",
+                "sqs:ChangeMessageVisibility",
+                "s3:PutObject",
+            ],
+        ),
+        (
+            "redriver",
+            ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:SendMessage"],
+        ),
+    ] {
+        let calls = &report.calls[function];
+        for action in needed {
+            assert!(
+                calls.iter().any(|(a, _)| a == action),
+                "{function} never called {action}: {calls:?}"
+            );
+        }
+    }
+    assert!(report.ungranted().is_empty());
     for plan in [Plan::Doomed, Plan::Malformed, Plan::Invalid] {
         assert_eq!(
             report.audit.table.get(&(plan, "processed")),

@@ -6,7 +6,7 @@
 //! the evidence the audit needs: each successful order write, and the `x-redrive-count` of
 //! every copy sent. Production code has no fault switch: the faults come from outside.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -87,6 +87,59 @@ pub fn call_of(head: &str, target: Option<&str>) -> Call {
     }
 }
 
+/// The IAM action a call is authorized as, and its resource (see [`FaultStats::calls`]).
+pub fn permission_of(head: &str, call: &Call, body: &[u8]) -> Option<(String, String)> {
+    match call.service {
+        Service::Sqs => {
+            // a batch call authorizes as its single one
+            let action = call.action.trim_end_matches("Batch");
+            let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+            Some((format!("sqs:{action}"), v["QueueUrl"].as_str()?.to_owned()))
+        }
+        Service::S3 => {
+            let mut parts = head.lines().next()?.split_whitespace();
+            let method = parts.next()?;
+            let target = parts.next()?;
+            let (path, query) = target.split_once('?').unwrap_or((target, ""));
+            let (bucket, key) = match path.trim_start_matches('/').split_once('/') {
+                Some((b, k)) if !k.is_empty() => (b, Some(k)),
+                Some((b, _)) => (b, None),
+                None => (path.trim_start_matches('/'), None),
+            };
+            let top = |k: &str| k.split('/').next().unwrap_or_default().to_owned();
+            match (method, key) {
+                ("PUT", Some(k)) => Some(("s3:PutObject".into(), format!("{bucket}/{}/*", top(k)))),
+                ("GET" | "HEAD", Some(k)) => {
+                    Some(("s3:GetObject".into(), format!("{bucket}/{}/*", top(k))))
+                }
+                ("DELETE", Some(k)) => {
+                    Some(("s3:DeleteObject".into(), format!("{bucket}/{}/*", top(k))))
+                }
+                ("GET", None) => {
+                    let prefix = query
+                        .split('&')
+                        .find_map(|p| p.strip_prefix("prefix="))
+                        .map(|p| p.replace("%2F", "/").replace("%2f", "/"))
+                        .unwrap_or_default();
+                    let action = if query
+                        .split('&')
+                        .any(|p| p == "versions" || p.starts_with("versions="))
+                    {
+                        "s3:ListBucketVersions"
+                    } else {
+                        "s3:ListBucket"
+                    };
+                    Some((
+                        action.into(),
+                        format!("{bucket} if s3:prefix={}/*", top(&prefix)),
+                    ))
+                }
+                _ => Some((format!("s3:{method}"), bucket.to_owned())),
+            }
+        }
+    }
+}
+
 /// The HTTP response a fault puts in place of the emulator's.
 pub fn error_response(service: Service, fault: Fault) -> Vec<u8> {
     let (status, reason, code) = match (service, fault) {
@@ -136,6 +189,10 @@ pub struct FaultStats {
     pub order_writes: Mutex<HashMap<String, u32>>,
     /// Order id → the highest `x-redrive-count` of any copy sent to a queue.
     pub redrive_counts: Mutex<HashMap<String, u32>>,
+    /// Every call as IAM authorizes it: (the caller's access key id, the IAM action, the
+    /// resource: a queue URL, `{bucket}/{prefix}/*` for an object, `{bucket} if
+    /// s3:prefix={prefix}/*` for a listing).
+    pub calls: Mutex<BTreeSet<(String, String, String)>>,
 }
 
 impl FaultStats {
@@ -226,6 +283,16 @@ async fn serve(mut client: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let body = request.body(&buf);
     if call.service == Service::Sqs && call.action.starts_with("SendMessage") {
         note_redrive_counts(body, stats);
+    }
+    if let Some(permission) = permission_of(&request.head, &call, body) {
+        let caller = request
+            .header("authorization")
+            .and_then(|a| {
+                let key = a.split_once("Credential=")?.1;
+                Some(key.split('/').next()?.to_owned())
+            })
+            .unwrap_or_default();
+        lock(&stats.calls).insert((caller, permission.0, permission.1));
     }
     let downstream_fails = call.order_write.as_ref().is_some_and(|id| {
         let mut d = lock(&shared.downstream);
@@ -349,6 +416,55 @@ fn note_redrive_counts(body: &[u8], stats: &FaultStats) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_read_as_the_iam_action_and_resource_they_need() {
+        let of = |head: &str, target: Option<&str>, body: &str| {
+            let call = call_of(head, target);
+            permission_of(head, &call, body.as_bytes())
+        };
+        let pair = |a: &str, r: &str| Some((a.to_owned(), r.to_owned()));
+        assert_eq!(
+            of(
+                "POST / HTTP/1.1\r\n",
+                Some("AmazonSQS.ChangeMessageVisibilityBatch"),
+                r#"{"QueueUrl":"http://q/1/orders","Entries":[]}"#
+            ),
+            pair("sqs:ChangeMessageVisibility", "http://q/1/orders")
+        );
+        assert_eq!(
+            of(
+                "POST / HTTP/1.1\r\n",
+                Some("AmazonSQS.ReceiveMessage"),
+                r#"{"QueueUrl":"http://q/1/dlq"}"#
+            ),
+            pair("sqs:ReceiveMessage", "http://q/1/dlq")
+        );
+        assert_eq!(
+            of(
+                "PUT /bkt/archive/TTL_EXPIRED/2026/x.json?x-id=PutObject HTTP/1.1\r\n",
+                None,
+                ""
+            ),
+            pair("s3:PutObject", "bkt/archive/*")
+        );
+        assert_eq!(
+            of("GET /bkt/kept/2026/11/23/a.json HTTP/1.1\r\n", None, ""),
+            pair("s3:GetObject", "bkt/kept/*")
+        );
+        assert_eq!(
+            of(
+                "GET /bkt?list-type=2&prefix=kept%2F2026%2F11%2F23%2F HTTP/1.1\r\n",
+                None,
+                ""
+            ),
+            pair("s3:ListBucket", "bkt if s3:prefix=kept/*")
+        );
+        assert_eq!(
+            of("GET /bkt/?versions&prefix=orders%2F HTTP/1.1\r\n", None, ""),
+            pair("s3:ListBucketVersions", "bkt if s3:prefix=orders/*")
+        );
+    }
 
     #[test]
     fn order_writes_are_told_from_other_calls() {

@@ -12,7 +12,7 @@
 pub mod faults;
 pub mod runtime;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -66,6 +66,10 @@ const CONSUMER_TIMEOUT: Duration = Duration::from_secs(5);
 const REDRIVER_TIMEOUT: Duration = Duration::from_secs(10);
 const REDRIVE_EVERY: Duration = Duration::from_secs(3);
 const QUEUE_DEPTH: u64 = 100;
+/// The functions' access key ids (the emulator takes any): the proxy's record of each call
+/// names the function that made it.
+const CONSUMER_KEY: &str = "chaos-consumer";
+const REDRIVER_KEY: &str = "chaos-redriver";
 
 /// What happened, and where every order ended.
 #[derive(Debug, Clone)]
@@ -94,6 +98,10 @@ pub struct ChaosReport {
     pub redrive_runs: u64,
     /// Function errors and timeouts (either function).
     pub function_errors: u64,
+    /// Every (IAM action, resource) each function's calls needed, by function (`consumer`,
+    /// `redriver`), resources named as in the template (`OrdersQueue`,
+    /// `ArchiveBucket/orders/*`, as in `resq::iam::Permission`).
+    pub calls: BTreeMap<&'static str, BTreeSet<(String, String)>>,
     /// Whether the pipeline settled before the time limit.
     pub settled: bool,
     /// Wall time.
@@ -109,6 +117,33 @@ impl ChaosReport {
     /// The highest redrive count seen anywhere.
     pub fn max_redrives(&self) -> u32 {
         self.audit.max_redrives.max(self.max_redrive_sent)
+    }
+
+    /// The calls a function made that its role (the permissions listed next to its code) does
+    /// not grant.
+    pub fn ungranted(&self) -> Vec<(&'static str, (String, String))> {
+        let granted = |p: Vec<resq::iam::Permission>| -> BTreeSet<(String, String)> {
+            p.iter()
+                .map(|p| (p.action.to_owned(), p.resource.to_owned()))
+                .collect()
+        };
+        let consumer = granted(consumer::permissions());
+        let redriver = granted(redriver::permissions());
+        self.calls
+            .iter()
+            .flat_map(|(f, calls)| {
+                // (a call by anyone else is nobody's to make)
+                let role = match *f {
+                    "consumer" => Some(&consumer),
+                    "redriver" => Some(&redriver),
+                    _ => None,
+                };
+                calls
+                    .iter()
+                    .filter(move |c| !role.is_some_and(|r| r.contains(*c)))
+                    .map(move |c| (*f, c.clone()))
+            })
+            .collect()
     }
 
     /// The run's last line.
@@ -173,6 +208,12 @@ impl ChaosReport {
             out.push(format!(
                 "a message was redriven {} times (cap {MAX_REDRIVE_ATTEMPTS})",
                 self.max_redrives()
+            ));
+        }
+        for (function, call) in self.ungranted() {
+            out.push(format!(
+                "{function} called {} on {}, which its role does not grant (consumer::permissions, redriver::permissions)",
+                call.0, call.1
             ));
         }
         if self.audit.sent < opts.demo.orders {
@@ -336,8 +377,10 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
         .copied()
         .max()
         .unwrap_or(0);
+    let calls = calls_by_function(&lock(&stats.calls), &outputs);
     drop(emulator);
     Ok(ChaosReport {
+        calls,
         audit,
         duplicate_writes_seen,
         max_redrive_sent,
@@ -353,6 +396,36 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
         settled,
         elapsed: started.elapsed(),
     })
+}
+
+/// The proxy's record of calls, by function, resources named as in the template.
+fn calls_by_function(
+    seen: &BTreeSet<(String, String, String)>,
+    outputs: &StackOutputs,
+) -> BTreeMap<&'static str, BTreeSet<(String, String)>> {
+    let mut out: BTreeMap<&'static str, BTreeSet<(String, String)>> = BTreeMap::new();
+    for (key, action, resource) in seen {
+        let function = match key.as_str() {
+            CONSUMER_KEY => "consumer",
+            REDRIVER_KEY => "redriver",
+            _ => "unknown",
+        };
+        let resource = if *resource == outputs.main_queue_url {
+            "OrdersQueue".to_owned()
+        } else if *resource == outputs.dlq_url {
+            "DeadLetterQueue".to_owned()
+        } else if *resource == outputs.failure_queue_url {
+            "RedriverFailureQueue".to_owned()
+        } else if let Some(rest) = resource.strip_prefix(outputs.bucket.as_str()) {
+            format!("ArchiveBucket{rest}")
+        } else {
+            resource.clone()
+        };
+        out.entry(function)
+            .or_default()
+            .insert((action.clone(), resource));
+    }
+    out
 }
 
 /// The audit counts effect writes by object versions, so the bucket must be versioned. The
@@ -432,22 +505,23 @@ fn function_env(
     let aws = [
         ("AWS_ENDPOINT_URL", endpoint.to_owned()),
         ("AWS_REGION", REGION.into()),
-        ("AWS_ACCESS_KEY_ID", "chaos".into()),
+        // (per function, below: the proxy tells their calls apart by it)
         ("AWS_SECRET_ACCESS_KEY", "chaos".into()),
         ("AWS_MAX_ATTEMPTS", sdk_attempts.max(1).to_string()),
         ("AWS_LAMBDA_LOG_FORMAT", "JSON".into()),
         ("AWS_LAMBDA_LOG_LEVEL", "WARN".into()),
     ];
-    let with = |config: Vec<(&'static str, String)>| {
+    let with = |config: Vec<(&'static str, String)>, key: &str| {
         config
             .into_iter()
             .chain(aws.iter().cloned())
+            .chain([("AWS_ACCESS_KEY_ID", key.to_owned())])
             .map(|(k, v)| (k.to_owned(), v))
             .collect()
     };
     FunctionEnv {
-        consumer: with(consumer.to_vars()),
-        redriver: with(redriver.to_vars()),
+        consumer: with(consumer.to_vars(), CONSUMER_KEY),
+        redriver: with(redriver.to_vars(), REDRIVER_KEY),
     }
 }
 
