@@ -714,3 +714,124 @@ async fn each_encryption_deploys_and_every_queue_reports_it() {
         }
     }
 }
+
+/// A producer named in `OrdersProducerArns`, on LocalStack: an EventBridge rule that targets
+/// the orders queue with `InputPath: $.detail` (as README says) puts the order itself on the
+/// queue, and the stack's consumer records it.
+#[tokio::test]
+async fn an_order_put_on_an_eventbridge_rule_named_as_a_producer_is_processed() {
+    let kind = resq_e2e::emulator_kind();
+    if kind != resq_e2e::EmulatorKind::Localstack {
+        eprintln!("skipped on moto: its CloudFormation does not apply AWS::SQS::QueuePolicy");
+        return;
+    }
+    let emulator = resq_e2e::emulator();
+    let config = emulator.sdk_config().await;
+    let template = translated_template(resq_local::stack::ARTIFACT_BUCKET);
+    let rule_arn = format!(
+        "arn:aws:events:{}:000000000000:rule/shop-orders",
+        resq_e2e::REGION
+    );
+    let outputs = resq_local::stack::deploy_stack(
+        kind,
+        &config,
+        &template.to_string(),
+        "resq-events",
+        &[("OrdersProducerArns", &rule_arn)],
+    )
+    .await
+    .unwrap();
+    // GIVEN the queue's policy names the rule …
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    use aws_sdk_sqs::types::QueueAttributeName as Q;
+    let attrs = sqs
+        .get_queue_attributes()
+        .queue_url(&outputs.main_queue_url)
+        .attribute_names(Q::Policy)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap_or_default();
+    let policy: Value = serde_json::from_str(&attrs[&Q::Policy]).unwrap();
+    let allow = policy["Statement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["Sid"] == "AllowOrdersProducers")
+        .expect("the producers' statement");
+    assert_eq!(
+        list(&allow["Condition"]["ArnLike"]["aws:SourceArn"]),
+        [&json!(rule_arn)]
+    );
+    // … and the rule sends each order's detail to the queue
+    let events = aws_sdk_eventbridge::Client::new(&config);
+    let created = events
+        .put_rule()
+        .name("shop-orders")
+        .event_pattern(r#"{"source": ["shop"], "detail-type": ["order"]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.rule_arn(), Some(rule_arn.as_str()));
+    events
+        .put_targets()
+        .rule("shop-orders")
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("orders")
+                .arn(&outputs.main_queue_arn)
+                .input_path("$.detail")
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    // WHEN an order is put on the bus
+    let order =
+        json!({"orderId": "o-eb-1", "userId": "u", "items": [{"productId": "p", "quantity": 2}]});
+    let put = events
+        .put_events()
+        .entries(
+            aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                .source("shop")
+                .detail_type("order")
+                .detail(order.to_string())
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.failed_entry_count(), 0);
+
+    // THEN the order itself (no event envelope) reaches the queue, and the consumer records it
+    let mut received = vec![];
+    let started = std::time::Instant::now();
+    while received.is_empty() && started.elapsed() < std::time::Duration::from_secs(20) {
+        received = sqs
+            .receive_message()
+            .queue_url(&outputs.main_queue_url)
+            .wait_time_seconds(1)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default();
+    }
+    assert_eq!(received.len(), 1, "the order, once");
+    let body: Value = serde_json::from_str(received[0].body().unwrap()).unwrap();
+    assert_eq!(body, order, "InputPath $.detail: the order alone");
+    let response = crate::template::consume_as_the_stack(&config, &outputs, &received).await;
+    assert!(response.batch_item_failures.is_empty());
+    let s3 = resq::aws::s3_client(&config);
+    s3.head_object()
+        .bucket(&outputs.bucket)
+        .key("orders/o-eb-1.json")
+        .send()
+        .await
+        .expect("order recorded");
+}
