@@ -708,7 +708,10 @@ async fn each_encryption_deploys_and_every_queue_reports_it() {
             let kms = attrs.get(&Q::KmsMasterKeyId).map(String::as_str);
             match e {
                 "sqs-managed" => assert_eq!((sse, kms), (Some("true"), None), "{e}: {url}"),
-                "aws-managed-key" => assert_eq!(kms, Some("alias/aws/sqs"), "{e}: {url}"),
+                "aws-managed-key" => {
+                    assert_eq!(kms, Some("alias/aws/sqs"), "{e}: {url}");
+                    assert_ne!(sse, Some("true"), "{e}: {url}: one kind of SSE");
+                }
                 _ => assert_eq!(kms, key_arn.as_deref(), "{e}: {url}"),
             }
         }
