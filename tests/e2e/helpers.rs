@@ -250,3 +250,50 @@ pub fn runtime_function(
     )
     .expect("the function binary")
 }
+
+/// Every attribute of the queue at `url`.
+pub async fn queue_attributes(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+) -> std::collections::HashMap<aws_sdk_sqs::types::QueueAttributeName, String> {
+    sqs.get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap_or_default()
+}
+
+/// Receives from `url` (all attributes) until `count` messages came or 20 s passed.
+pub async fn receive_until(sqs: &aws_sdk_sqs::Client, url: &str, count: usize) -> Vec<Message> {
+    let mut received = vec![];
+    let started = std::time::Instant::now();
+    while received.len() < count && started.elapsed() < std::time::Duration::from_secs(20) {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap();
+        received.extend(out.messages.unwrap_or_default());
+    }
+    received
+}
+
+/// The stack output `key` of the stack `name`, if it has it.
+pub async fn stack_output(config: &aws_config::SdkConfig, name: &str, key: &str) -> Option<String> {
+    let cfn = aws_sdk_cloudformation::Client::new(config);
+    let stacks = cfn.describe_stacks().stack_name(name).send().await.unwrap();
+    stacks.stacks()[0]
+        .outputs()
+        .iter()
+        .find(|o| o.output_key() == Some(key))
+        .and_then(|o| o.output_value())
+        .map(str::to_owned)
+}

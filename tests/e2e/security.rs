@@ -9,7 +9,7 @@ use resq_e2e::translated_template;
 use resq_local::stack::Resolver;
 use serde_json::{Value, json};
 
-use crate::helpers::attr;
+use crate::helpers::{attr, queue_attributes, receive_until, stack_output};
 
 const ENCRYPTIONS: [&str; 3] = ["sqs-managed", "aws-managed-key", "customer-managed-key"];
 const QUEUES: [&str; 4] = [
@@ -559,20 +559,9 @@ async fn an_order_published_to_the_orders_topic_is_processed_and_a_malformed_one
     )
     .await
     .unwrap();
-    let cfn = aws_sdk_cloudformation::Client::new(&config);
-    let stack = cfn
-        .describe_stacks()
-        .stack_name("resq-sns")
-        .send()
+    let topic_arn = stack_output(&config, "resq-sns", "OrdersTopicArn")
         .await
-        .unwrap();
-    let topic_arn = stack.stacks()[0]
-        .outputs()
-        .iter()
-        .find(|o| o.output_key() == Some("OrdersTopicArn"))
-        .and_then(|o| o.output_value())
-        .expect("OrdersTopicArn output")
-        .to_owned();
+        .expect("OrdersTopicArn output");
     assert!(topic_arn.ends_with(":resq-sns-orders"), "{topic_arn}");
 
     // GIVEN an order and a malformed message published to the topic, with a message attribute
@@ -599,21 +588,7 @@ async fn an_order_published_to_the_orders_topic_is_processed_and_a_malformed_one
 
     // THEN both reach the orders queue as they were published (no SNS envelope) …
     let sqs = aws_sdk_sqs::Client::new(&config);
-    let mut received = vec![];
-    let started = std::time::Instant::now();
-    while received.len() < 2 && started.elapsed() < std::time::Duration::from_secs(20) {
-        let out = sqs
-            .receive_message()
-            .queue_url(&outputs.main_queue_url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .unwrap();
-        received.extend(out.messages.unwrap_or_default());
-    }
+    let received = receive_until(&sqs, &outputs.main_queue_url, 2).await;
     let mut bodies: Vec<&str> = received.iter().filter_map(|m| m.body()).collect();
     bodies.sort_unstable();
     assert_eq!(bodies, [order.as_str(), "{not json"], "raw delivery");
@@ -669,7 +644,6 @@ async fn each_encryption_deploys_and_every_queue_reports_it() {
     let config = emulator.sdk_config().await;
     let template = translated_template(resq_local::stack::ARTIFACT_BUCKET).to_string();
     let sqs = aws_sdk_sqs::Client::new(&config);
-    let cfn = aws_sdk_cloudformation::Client::new(&config);
     use aws_sdk_sqs::types::QueueAttributeName as Q;
     for (i, e) in ENCRYPTIONS.into_iter().enumerate() {
         let name = format!("resq-enc-{i}");
@@ -677,33 +651,14 @@ async fn each_encryption_deploys_and_every_queue_reports_it() {
             resq_local::stack::deploy_stack(kind, &config, &template, &name, &[("Encryption", e)])
                 .await
                 .unwrap_or_else(|err| panic!("{e}: {err}"));
-        let stack = cfn
-            .describe_stacks()
-            .stack_name(&name)
-            .send()
-            .await
-            .unwrap();
-        let key_arn = stack.stacks()[0]
-            .outputs()
-            .iter()
-            .find(|o| o.output_key() == Some("EncryptionKeyArn"))
-            .and_then(|o| o.output_value())
-            .map(str::to_owned);
+        let key_arn = stack_output(&config, &name, "EncryptionKeyArn").await;
         assert_eq!(key_arn.is_some(), e == "customer-managed-key", "{e}");
         for url in [
             &outputs.main_queue_url,
             &outputs.dlq_url,
             &outputs.failure_queue_url,
         ] {
-            let attrs = sqs
-                .get_queue_attributes()
-                .queue_url(url)
-                .attribute_names(Q::All)
-                .send()
-                .await
-                .unwrap()
-                .attributes
-                .unwrap_or_default();
+            let attrs = queue_attributes(&sqs, url).await;
             let sse = attrs.get(&Q::SqsManagedSseEnabled).map(String::as_str);
             let kms = attrs.get(&Q::KmsMasterKeyId).map(String::as_str);
             match e {
@@ -746,16 +701,8 @@ async fn an_order_put_on_an_eventbridge_rule_named_as_a_producer_is_processed() 
     .unwrap();
     // GIVEN the queue's policy names the rule …
     let sqs = aws_sdk_sqs::Client::new(&config);
+    let attrs = queue_attributes(&sqs, &outputs.main_queue_url).await;
     use aws_sdk_sqs::types::QueueAttributeName as Q;
-    let attrs = sqs
-        .get_queue_attributes()
-        .queue_url(&outputs.main_queue_url)
-        .attribute_names(Q::Policy)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap_or_default();
     let policy: Value = serde_json::from_str(&attrs[&Q::Policy]).unwrap();
     let allow = policy["Statement"]
         .as_array()
@@ -810,21 +757,7 @@ async fn an_order_put_on_an_eventbridge_rule_named_as_a_producer_is_processed() 
     assert_eq!(put.failed_entry_count(), 0);
 
     // THEN the order itself (no event envelope) reaches the queue, and the consumer records it
-    let mut received = vec![];
-    let started = std::time::Instant::now();
-    while received.is_empty() && started.elapsed() < std::time::Duration::from_secs(20) {
-        received = sqs
-            .receive_message()
-            .queue_url(&outputs.main_queue_url)
-            .wait_time_seconds(1)
-            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .unwrap()
-            .messages
-            .unwrap_or_default();
-    }
+    let received = receive_until(&sqs, &outputs.main_queue_url, 1).await;
     assert_eq!(received.len(), 1, "the order, once");
     let body: Value = serde_json::from_str(received[0].body().unwrap()).unwrap();
     assert_eq!(body, order, "InputPath $.detail: the order alone");
