@@ -21,6 +21,17 @@ impl Permission {
         Self { action, resource }
     }
 
+    /// Whether this permission allows `action` on the concrete `resource` (a queue, an object
+    /// `ArchiveBucket/orders/o-1.json`, a listing `ArchiveBucket if s3:prefix=kept/2026/`), as
+    /// IAM matches: a `*` ending the pattern matches any rest, and nothing else does.
+    pub fn allows(&self, action: &str, resource: &str) -> bool {
+        self.action == action
+            && match self.resource.strip_suffix('*') {
+                Some(prefix) => resource.starts_with(prefix),
+                None => resource == self.resource,
+            }
+    }
+
     /// The KMS actions this call needs on the key of an SSE-KMS queue or bucket (SQS developer
     /// guide, "Key management": a producer needs `kms:GenerateDataKey` and `kms:Decrypt`, a
     /// consumer `kms:Decrypt`; S3 user guide: `PutObject` needs `kms:GenerateDataKey`, `GetObject`
@@ -72,5 +83,24 @@ mod tests {
         );
         assert!(kms_actions(&[alarm]).is_empty());
         assert_eq!(all(&[&[send, receive], &[send]]), [receive, send]);
+    }
+
+    #[test]
+    fn a_pattern_allows_what_iam_would_and_no_more() {
+        let put = Permission::new("s3:PutObject", "ArchiveBucket/kept/*");
+        assert!(put.allows("s3:PutObject", "ArchiveBucket/kept/2026/11/23/x.json"));
+        assert!(!put.allows("s3:PutObject", "ArchiveBucket/kept"));
+        assert!(!put.allows("s3:PutObject", "ArchiveBucket/orders/o-1.json"));
+        assert!(!put.allows("s3:GetObject", "ArchiveBucket/kept/x.json"));
+        let list = Permission::new("s3:ListBucket", "ArchiveBucket if s3:prefix=kept/*");
+        assert!(list.allows(
+            "s3:ListBucket",
+            "ArchiveBucket if s3:prefix=kept/2026/11/23/"
+        ));
+        assert!(!list.allows("s3:ListBucket", "ArchiveBucket if s3:prefix=kept"));
+        assert!(!list.allows("s3:ListBucket", "ArchiveBucket if s3:prefix="));
+        let queue = Permission::new("sqs:SendMessage", "DeadLetterQueue");
+        assert!(queue.allows("sqs:SendMessage", "DeadLetterQueue"));
+        assert!(!queue.allows("sqs:SendMessage", "DeadLetterQueue2"));
     }
 }

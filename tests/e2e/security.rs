@@ -427,6 +427,7 @@ fn only_tls_reaches_the_queues_and_only_the_orders_topic_may_send_to_them() {
         "OrdersTopicDeadLetterQueue",
         "OrdersTopicDeadLetterQueuePolicy",
         "OrdersTopicUndeliveredAlarm",
+        "OrdersTopicLostAlarm",
     ] {
         assert_eq!(res[id]["Condition"], "HasOrdersTopic", "{id}");
     }
@@ -455,6 +456,19 @@ fn only_tls_reaches_the_queues_and_only_the_orders_topic_may_send_to_them() {
         json!({"Fn::GetAtt": ["OrdersTopicDeadLetterQueue", "QueueName"]})
     );
     assert_eq!(undelivered["AlarmActions"], json!([{"Ref": "AlertTopic"}]));
+    // … and when SNS cannot put it there either (the key refuses both queues), the loss alarms
+    let lost = &res["OrdersTopicLostAlarm"]["Properties"];
+    assert_eq!(
+        (lost["Namespace"].as_str(), lost["MetricName"].as_str()),
+        (
+            Some("AWS/SNS"),
+            Some("NumberOfNotificationsFailedToRedriveToDlq")
+        )
+    );
+    assert_eq!(
+        lost["Dimensions"][0]["Value"],
+        json!({"Fn::GetAtt": ["OrdersTopic", "TopicName"]})
+    );
     // a FIFO queue takes deliveries from a FIFO topic only
     let p = &res["OrdersTopic"]["Properties"];
     for (queue_type, name, fifo) in [

@@ -44,7 +44,7 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
         })
         .collect();
     // name → (namespace, metric, threshold, period, evaluation periods)
-    let expected: [(&str, &str, &str, f64, f64, f64); 9] = [
+    let expected: [(&str, &str, &str, f64, f64, f64); 10] = [
         (
             "dlq-oldest-age",
             "AWS/SQS",
@@ -104,11 +104,19 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
             60.0,
             1.0,
         ),
+        (
+            "orders-topic-lost",
+            "AWS/SNS",
+            "NumberOfNotificationsFailedToRedriveToDlq",
+            0.0,
+            60.0,
+            1.0,
+        ),
     ];
     assert_eq!(
         alarms.len(),
         expected.len() + 3,
-        "the nine above plus dlq-depth, poison-archived and redriver-heartbeat: {:?}",
+        "the ten above plus dlq-depth, poison-archived and redriver-heartbeat: {:?}",
         alarms.keys()
     );
     let topic = json!([{"Ref": "AlertTopic"}]);

@@ -122,27 +122,31 @@ impl ChaosReport {
     /// The calls a function made that its role (the permissions listed next to its code) does
     /// not grant.
     pub fn ungranted(&self) -> Vec<(&'static str, (String, String))> {
-        let granted = |p: Vec<resq::iam::Permission>| -> BTreeSet<(String, String)> {
-            p.iter()
-                .map(|p| (p.action.to_owned(), p.resource.to_owned()))
-                .collect()
-        };
-        let consumer = granted(consumer::permissions());
-        let redriver = granted(redriver::permissions());
         self.calls
             .iter()
             .flat_map(|(f, calls)| {
                 // (a call by anyone else is nobody's to make)
-                let role = match *f {
-                    "consumer" => Some(&consumer),
-                    "redriver" => Some(&redriver),
-                    _ => None,
-                };
+                let role = role_of(f);
                 calls
                     .iter()
-                    .filter(move |c| !role.is_some_and(|r| r.contains(*c)))
+                    .filter(move |(a, r)| !role.iter().any(|p| p.allows(a, r)))
                     .map(move |c| (*f, c.clone()))
             })
+            .collect()
+    }
+
+    /// The permissions `function`'s own code lists (not what Lambda does for it) that none of
+    /// its calls in this run needed.
+    pub fn unexercised(&self, function: &str) -> Vec<resq::iam::Permission> {
+        let lambda: &[resq::iam::Permission] = match function {
+            "consumer" => consumer::lambda::PERMISSIONS,
+            _ => redriver::LAMBDA_PERMISSIONS,
+        };
+        let calls = self.calls.get(function);
+        role_of(function)
+            .into_iter()
+            .filter(|p| !lambda.contains(p))
+            .filter(|p| !calls.is_some_and(|c| c.iter().any(|(a, r)| p.allows(a, r))))
             .collect()
     }
 
@@ -396,6 +400,15 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
         settled,
         elapsed: started.elapsed(),
     })
+}
+
+/// What `function`'s role grants: the permissions listed next to its code.
+fn role_of(function: &str) -> Vec<resq::iam::Permission> {
+    match function {
+        "consumer" => consumer::permissions(),
+        "redriver" => redriver::permissions(),
+        _ => Vec::new(),
+    }
 }
 
 /// The proxy's record of calls, by function, resources named as in the template.
