@@ -495,6 +495,13 @@ impl<'a> Resolver<'a> {
         None
     }
 
+    /// `v` as this stack gets it: its `Fn::If`s decided ([`Self::taken`]), `None` when that
+    /// leaves `AWS::NoValue` (the property or list item is left out).
+    pub fn decided<'v>(&self, v: &'v Value) -> Option<&'v Value> {
+        let v = self.taken(v);
+        (v.get("Ref").and_then(Value::as_str) != Some("AWS::NoValue")).then_some(v)
+    }
+
     /// `v` with its `Fn::If`s decided for this stack: the branch taken (`v` itself when it is
     /// no `Fn::If` or its condition is undecidable).
     fn taken<'v>(&self, v: &'v Value) -> &'v Value {
@@ -804,6 +811,8 @@ mod tests {
         assert_eq!(fifo.condition("NotFifo"), Some(false));
         assert_eq!(fifo.number_or(&window, "window", 0.0).unwrap(), 0.0);
         assert_eq!(fifo.value(&window), None);
+        assert_eq!(fifo.decided(&window), None);
+        assert_eq!(standard.decided(&window), Some(&json!({"Ref": "W"})));
         assert_eq!(fifo.value(&name).as_deref(), Some("stk-q.fifo"));
         assert_eq!(fifo.condition("Nope"), None);
         assert!(

@@ -33,17 +33,6 @@ fn stack<'a>(t: &'a Value, encryption: &'a str) -> Resolver<'a> {
     )
 }
 
-/// `v` as the stack `r` gets it: each `Fn::If` at its top decided, `None` for `AWS::NoValue`.
-fn decided<'v>(r: &Resolver<'_>, v: &'v Value) -> Option<&'v Value> {
-    if let Some([c, yes, no]) = v.get("Fn::If").and_then(Value::as_array).map(Vec::as_slice) {
-        let holds = r
-            .condition(c.as_str().unwrap())
-            .unwrap_or_else(|| panic!("undecidable: {c}"));
-        return decided(r, if holds { yes } else { no });
-    }
-    (*v != json!({"Ref": "AWS::NoValue"})).then_some(v)
-}
-
 fn list(v: &Value) -> Vec<&Value> {
     match v {
         Value::Array(a) => a.iter().collect(),
@@ -97,7 +86,7 @@ fn statements<'t>(r: &Resolver<'_>, role: &'t Value) -> Vec<&'t Value> {
         .unwrap()
         .iter()
         .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap())
-        .filter_map(|st| decided(r, st))
+        .filter_map(|st| r.decided(st))
         .collect()
 }
 
@@ -324,7 +313,7 @@ fn queues_bucket_and_topic_are_encrypted_as_the_encryption_parameter_says() {
         for q in QUEUES {
             let p = &res[q]["Properties"];
             let sse_sqs = r.value(&p["SqsManagedSseEnabled"]);
-            let kms = decided(&r, &p["KmsMasterKeyId"]);
+            let kms = r.decided(&p["KmsMasterKeyId"]);
             match e {
                 "sqs-managed" => {
                     assert_eq!(sse_sqs.as_deref(), Some("true"), "{e}: {q}");
@@ -350,12 +339,12 @@ fn queues_bucket_and_topic_are_encrypted_as_the_encryption_parameter_says() {
             "{e}"
         );
         assert_eq!(
-            decided(&r, &by_default["KMSMasterKeyID"]),
+            r.decided(&by_default["KMSMasterKeyID"]),
             cmk.then_some(&key_arn),
             "{e}"
         );
         assert_eq!(sse["BucketKeyEnabled"], true);
-        let topic = decided(&r, &res["OrdersTopic"]["Properties"]["KmsMasterKeyId"]);
+        let topic = r.decided(&res["OrdersTopic"]["Properties"]["KmsMasterKeyId"]);
         assert_eq!(
             topic,
             Some(if cmk { &key_arn } else { &sns_key }),
@@ -388,7 +377,7 @@ fn only_tls_reaches_the_queues_and_only_the_orders_topic_may_send_to_them() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .filter_map(|s| decided(&r, s))
+                .filter_map(|s| r.decided(s))
                 .collect();
             let arn = json!({"Fn::GetAtt": [q, "Arn"]});
             assert_eq!(
@@ -519,7 +508,7 @@ fn producers_named_by_arn_may_send_to_the_orders_queue_and_nobody_else() {
             .as_array()
             .unwrap()
             .iter()
-            .filter_map(|s| decided(&r, s))
+            .filter_map(|s| r.decided(s))
             .filter(|s| s["Sid"] == "AllowOrdersProducers")
             .collect();
         assert_eq!(allow.len(), usize::from(present), "{arns:?}");

@@ -246,8 +246,8 @@ pub struct FaultStats {
     /// Order id → the highest `x-redrive-count` of any copy sent to a queue.
     pub redrive_counts: Mutex<HashMap<String, u32>>,
     /// Every call as IAM authorizes it: (the caller's access key id, the IAM action, the
-    /// resource: a queue URL, `{bucket}/{prefix}/*` for an object, `{bucket} if
-    /// s3:prefix={prefix}/*` for a listing).
+    /// resource: a queue URL, `{bucket}/{key}` for an object, `{bucket} if s3:prefix={prefix}`
+    /// for a listing; see [`permission_of`]).
     pub calls: Mutex<BTreeSet<(String, String, String)>>,
 }
 

@@ -99,8 +99,8 @@ pub struct ChaosReport {
     /// Function errors and timeouts (either function).
     pub function_errors: u64,
     /// Every (IAM action, resource) each function's calls needed, by function (`consumer`,
-    /// `redriver`), resources named as in the template (`OrdersQueue`,
-    /// `ArchiveBucket/orders/*`, as in `resq::iam::Permission`).
+    /// `redriver`), resources named by the template's logical ids (`OrdersQueue`,
+    /// `ArchiveBucket/orders/o-1.json`), as `resq::iam::Permission::allows` takes them.
     pub calls: BTreeMap<&'static str, BTreeSet<(String, String)>>,
     /// Whether the pipeline settled before the time limit.
     pub settled: bool,
@@ -126,7 +126,7 @@ impl ChaosReport {
             .iter()
             .flat_map(|(f, calls)| {
                 // (a call by anyone else is nobody's to make)
-                let role = role_of(f);
+                let (role, _) = role_of(f);
                 calls
                     .iter()
                     .filter(move |(a, r)| !role.iter().any(|p| p.allows(a, r)))
@@ -138,13 +138,9 @@ impl ChaosReport {
     /// The permissions `function`'s own code lists (not what Lambda does for it) that none of
     /// its calls in this run needed.
     pub fn unexercised(&self, function: &str) -> Vec<resq::iam::Permission> {
-        let lambda: &[resq::iam::Permission] = match function {
-            "consumer" => consumer::lambda::PERMISSIONS,
-            _ => redriver::LAMBDA_PERMISSIONS,
-        };
+        let (role, lambda) = role_of(function);
         let calls = self.calls.get(function);
-        role_of(function)
-            .into_iter()
+        role.into_iter()
             .filter(|p| !lambda.contains(p))
             .filter(|p| !calls.is_some_and(|c| c.iter().any(|(a, r)| p.allows(a, r))))
             .collect()
@@ -402,12 +398,13 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
     })
 }
 
-/// What `function`'s role grants: the permissions listed next to its code.
-fn role_of(function: &str) -> Vec<resq::iam::Permission> {
+/// What `function`'s role grants (the permissions listed next to its code), and the part of it
+/// Lambda itself uses (nothing for anyone else).
+fn role_of(function: &str) -> (Vec<resq::iam::Permission>, &'static [resq::iam::Permission]) {
     match function {
-        "consumer" => consumer::permissions(),
-        "redriver" => redriver::permissions(),
-        _ => Vec::new(),
+        "consumer" => (consumer::permissions(), consumer::lambda::PERMISSIONS),
+        "redriver" => (redriver::permissions(), redriver::LAMBDA_PERMISSIONS),
+        _ => (Vec::new(), &[]),
     }
 }
 
