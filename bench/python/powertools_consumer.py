@@ -1,6 +1,6 @@
 """The Powertools baseline for `make bench`: one SQS event through Powertools for AWS Lambda
 (Python) `BatchProcessor` + `process_partial_response`, its documented API, with the same work
-per record as resq's consumer: parse the body, validate it as SPEC §3 does, a no-op effect.
+per record as resq's consumer: parse the body, validate it as resq's consumer does (docs/design.md, "Record checks"), a no-op effect.
 
 Prints one JSON line: {"impl", "records", "failures", "batch_seconds", "seconds", "vm_hwm_kb"}:
 `batch_seconds` is `process_partial_response` alone (the event already parsed, as the Lambda

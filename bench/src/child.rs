@@ -5,15 +5,14 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use consumer::Consumer;
-use consumer::decision::SqsInvocation;
+use consumer::event::SqsInvocation;
 use consumer::handler::{HandlerError, OrderHandler, RecordMeta};
-use consumer::memory::MemoryQueues;
 use consumer::order::Order;
 use redriver::Redriver;
-use redriver::ports::{CloudWatchAlarms, SqsQueues};
+use redriver::ports::CloudWatchAlarms;
 use redriver::request::RunRequest;
 use resq::config::{ConsumerConfig, RedriverConfig, Vars};
-use resq::store::MemoryStore;
+use resq::testing::{MemorySqs, MemoryStore};
 use serde_json::{Value, json};
 
 /// The benchmark's effect: an in-memory no-op, so the engine itself is what is measured.
@@ -57,16 +56,16 @@ impl OrderHandler for SleepEffect {
 
 /// The consumer's configuration in the bench: in-memory ports, `concurrency` records at once
 /// (the default when `None`).
+/// The DLQ of the measured engine (in memory: nothing listens there).
+const BENCH_DLQ: &str = "http://127.0.0.1:9/123456789012/resq-orders-dlq";
+
 fn bench_config(concurrency: Option<usize>) -> Result<ConsumerConfig, String> {
     let mut pairs = vec![
         (
             "MAIN_QUEUE_URL",
             "http://127.0.0.1:9/123456789012/resq-orders".into(),
         ),
-        (
-            "DLQ_URL",
-            "http://127.0.0.1:9/123456789012/resq-orders-dlq".into(),
-        ),
+        ("DLQ_URL", BENCH_DLQ.into()),
         ("ARCHIVE_BUCKET", "resq-bench".into()),
     ];
     if let Some(n) = concurrency {
@@ -79,9 +78,9 @@ fn bench_config(concurrency: Option<usize>) -> Result<ConsumerConfig, String> {
 /// `queues`), `concurrency` records at once (the default when `None`).
 fn engine<H: OrderHandler>(
     handler: H,
-    queues: &MemoryQueues,
+    queues: &MemorySqs,
     concurrency: Option<usize>,
-) -> Result<Consumer<H, &MemoryQueues, MemoryStore>, String> {
+) -> Result<Consumer<H, &MemorySqs, MemoryStore>, String> {
     Ok(Consumer::new(
         handler,
         queues,
@@ -121,7 +120,7 @@ pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
         quiet_json_logs();
     }
     let raw = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let queues = MemoryQueues::default();
+    let queues = MemorySqs::default();
     let engine = engine(NoopEffect, &queues, None)?;
     let started = Instant::now();
     // What lambda_runtime does with the payload before the handler runs: the function's own
@@ -131,7 +130,7 @@ pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
     drop(raw);
     let batch_started = Instant::now();
     let report = engine
-        .process_invocation(invocation, Instant::now() + Duration::from_secs(900))
+        .handle(invocation, Instant::now() + Duration::from_secs(900))
         .await;
     let batch_seconds = batch_started.elapsed().as_secs_f64();
     let response = serde_json::to_vec(&report.response).map_err(|e| e.to_string())?;
@@ -139,17 +138,17 @@ pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
     let vm_hwm_kb = crate::measured::vm_hwm_kb();
     let bodies = bodies(&std::fs::read(path).map_err(|e| e.to_string())?)?;
     let (bare_seconds, bare_rejected) = bare_loop(&bodies);
-    if bare_rejected != queues.sent().len() {
+    if bare_rejected != queues.sent(BENCH_DLQ).len() {
         return Err(format!(
             "the bare loop rejected {bare_rejected} records, the engine {}",
-            queues.sent().len()
+            queues.sent(BENCH_DLQ).len()
         ));
     }
     Ok(json!({
         "impl": "resq",
         "records": report.outcomes.len(),
         "failures": report.response.batch_item_failures.len(),
-        "rejected": queues.sent().len(),
+        "rejected": queues.sent(BENCH_DLQ).len(),
         "response_bytes": response.len(),
         "batch_seconds": batch_seconds,
         "seconds": seconds,
@@ -169,19 +168,19 @@ pub async fn consumer_io(
     let raw = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let concurrency = bench_config(concurrency)?.concurrency;
-    let queues = MemoryQueues::default();
+    let queues = MemorySqs::default();
     let engine = engine(SleepEffect(latency), &queues, Some(concurrency))?;
     let invocation = SqsInvocation::from_json(&raw).map_err(|e| format!("event: {e}"))?;
     let started = Instant::now();
     let report = engine
-        .process_invocation(invocation, Instant::now() + Duration::from_secs(900))
+        .handle(invocation, Instant::now() + Duration::from_secs(900))
         .await;
     let batch_seconds = started.elapsed().as_secs_f64();
     Ok(json!({
         "impl": "resq",
         "records": report.outcomes.len(),
         "failures": report.response.batch_item_failures.len(),
-        "rejected": queues.sent().len(),
+        "rejected": queues.sent(BENCH_DLQ).len(),
         "concurrency": concurrency,
         "batch_seconds": batch_seconds,
     }))
@@ -201,7 +200,7 @@ pub async fn redrive(endpoint: &str, dlq: &str, main: &str, rate: f64) -> Result
     .map_err(|e| e.to_string())?;
     let request = RunRequest::defaults(&config);
     let engine = Redriver::new(
-        SqsQueues::new(aws_sdk_sqs::Client::new(&sdk), main, dlq),
+        aws_sdk_sqs::Client::new(&sdk),
         MemoryStore::default(),
         CloudWatchAlarms::new(aws_sdk_cloudwatch::Client::new(&sdk)),
         config,

@@ -3,7 +3,8 @@
 //! from the bench's measured durations and request counts and the template's defaults. Pure
 //! arithmetic; every count is an expected value per [`ORDERS`] orders.
 //!
-//! - **resq** (SPEC §3–5, `consumer::engine` settle, `redriver::classify`): a transient failure
+//! - **resq** (docs/design.md, "Consumer" to "Archive"; `consumer::decide`, the settle executor,
+//!   `redriver::classify`): a transient failure
 //!   is reported and backed off, one `ChangeMessageVisibilityBatch` per invocation that has any;
 //!   a permanent one is copied to the DLQ on its first receive, one `SendMessageBatch` per
 //!   invocation that has any, and acknowledged. The redriver (`PERMANENT_ACTION=keep`) lists

@@ -148,8 +148,8 @@ mod tests {
                 .iter()
                 .all(|r| r["eventSourceARN"] == FIFO_QUEUE_ARN)
         );
-        let read = consumer::decision::SqsInvocation::from_json(&e.event.to_string()).unwrap();
-        assert!(consumer::decision::is_fifo(&read.0));
-        assert_eq!(consumer::decision::plan_lanes(&read.0, true).len(), 2);
+        let read = consumer::event::SqsInvocation::from_json(&e.event.to_string()).unwrap();
+        assert!(consumer::event::is_fifo(&read.0));
+        assert_eq!(consumer::decide::plan_lanes(&read.0, true).len(), 2);
     }
 }

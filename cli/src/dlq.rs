@@ -2,11 +2,13 @@
 
 use std::time::{Duration, Instant};
 
-use redriver::classify::DlqMessage;
-use redriver::ports::{CloudWatchAlarms, RedriveQueues, SqsQueues};
+use redriver::ports::CloudWatchAlarms;
 use redriver::request::RunRequest;
-use redriver::{Redriver, Summary};
+use redriver::{Redriver, StopReason, Summary};
 use resq::config::{CommonConfig, PermanentAction, RedriverConfig};
+use resq::settle::{Deadlines, Plan, QueueUrl, Report, Settler, Unpaced};
+use resq::sqs::{Queues, ReceivedMessage};
+use resq::store::S3Store;
 
 use crate::CliError;
 use crate::context::Context;
@@ -42,7 +44,7 @@ pub struct Peeked {
 
 /// What a peek shows of a message: the failure reason as the redriver reads it, the failure
 /// class and redrive count as they were sent (raw, so an operator sees an unreadable one).
-fn peeked(m: &DlqMessage, now_ms: u64) -> Peeked {
+fn peeked(m: &ReceivedMessage, now_ms: u64) -> Peeked {
     let attr = |n: &str| {
         m.message_attributes
             .get(n)
@@ -68,23 +70,26 @@ fn peeked(m: &DlqMessage, now_ms: u64) -> Peeked {
 /// hides them again unless something redrives them first.
 pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, CliError> {
     let (dlq_url, bucket) = (ctx.dlq()?, ctx.archive_bucket()?);
-    let store = resq::store::S3Store::new(ctx.s3.clone(), bucket);
+    let store = S3Store::new(ctx.s3.clone(), bucket);
     let hidden = resq::keep::still_hidden(&store, dlq_url, chrono::Utc::now())
         .await
         .map_err(|source| CliError::Aws {
             what: format!("reading the keep list in s3://{bucket}/kept/"),
             source,
         })?;
-    let changes: Vec<(redriver::ports::Receipt, i32)> = hidden
-        .into_iter()
-        .filter(|k| reason.is_none_or(|r| k.failure_reason.as_deref() == Some(r)))
-        .map(|k| ((k.message_id, k.receipt_handle), 0))
-        .collect();
-    let asked = changes.len();
-    let queues = SqsQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, dlq_url);
-    let failed = queues.change_visibility(changes).await;
+    let plan = resq::keep::unhide(hidden, reason, &QueueUrl::from(dlq_url));
     // a handle that no longer works belongs to a message already visible, redriven or archived
-    Ok(asked - failed.len())
+    let report = settle(ctx, &store, &plan).await;
+    Ok(report.iter().filter(|(_, c)| c.is_confirmed()).count())
+}
+
+/// Carries out an operator's plan (visibility changes only: it archives nothing, so its
+/// entries' signature, `resq`, is never written) through resq's settle executor; an
+/// operator's command has no Lambda deadline, a minute bounds it.
+async fn settle(ctx: &Context, store: &S3Store, plan: &Plan) -> Report {
+    let settler = Settler::new(&ctx.sqs, store, "resq");
+    let by = Deadlines::all_by(Instant::now() + Duration::from_secs(60));
+    settler.settle(plan, by, &Unpaced).await
 }
 
 /// What `resq dlq peek` found: the messages shown, and what to tell the operator about the
@@ -146,14 +151,14 @@ pub async fn reach(ctx: &Context) -> Result<(u64, u64), CliError> {
 /// Lists DLQ messages without removing any: each is received, shown, and made visible again.
 pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliError> {
     let dlq_url = ctx.dlq()?;
-    let queues = SqsQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, dlq_url);
     let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
     let mut shown = Vec::new();
     let mut seen = Vec::new();
     // hidden while peeking, so each is seen once; released at the end
     loop {
-        let batch = queues
-            .receive(10, 60, 0)
+        let batch = ctx
+            .sqs
+            .receive(dlq_url, 10, Some(60), 0)
             .await
             .map_err(|source| CliError::Aws {
                 what: format!("receiving from {dlq_url}"),
@@ -176,14 +181,14 @@ pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliErro
             if selected && shown.len() < filter.limit {
                 shown.push(p);
             }
-            seen.push((m.message_id, m.receipt_handle));
+            seen.push(m.receipt_handle);
         }
         if shown.len() >= filter.limit {
             break;
         }
     }
-    let release: Vec<(redriver::ports::Receipt, i32)> = seen.into_iter().map(|r| (r, 0)).collect();
-    queues.change_visibility(release).await;
+    let store = S3Store::new(ctx.s3.clone(), &ctx.bucket);
+    settle(ctx, &store, &Plan::release(&QueueUrl::from(dlq_url), seen)).await;
     Ok(shown)
 }
 
@@ -198,7 +203,7 @@ pub async fn ready_to_redrive(ctx: &Context) -> Result<(), CliError> {
 /// Why a redrive's result is a failure, if it is: messages not moved, or a DLQ that stopped
 /// answering. Nothing is lost either way: what was not moved stays in the DLQ.
 pub fn redrive_failure(summary: &Summary) -> Option<CliError> {
-    if summary.stopped_by == redriver::engine::StopReason::ReceiveError {
+    if summary.stopped_by == StopReason::ReceiveError {
         Some(CliError::ReceiveStopped)
     } else if summary.failed > 0 {
         Some(CliError::NotMoved {
@@ -291,10 +296,9 @@ pub async fn redrive(
         permanent_action,
         pause_on_alarms: Vec::new(),
     };
-    let queues = SqsQueues::new(ctx.sqs.clone(), &ctx.main_queue_url, &ctx.dlq_url);
-    let store = resq::store::S3Store::new(ctx.s3.clone(), &ctx.bucket);
+    let store = S3Store::new(ctx.s3.clone(), &ctx.bucket);
     let redriver = Redriver::new(
-        queues,
+        ctx.sqs.clone(),
         store,
         CloudWatchAlarms::new(ctx.cloudwatch.clone()),
         config,

@@ -366,7 +366,7 @@ mod tests {
             elapsed_ms: 120,
             rate_per_second: 10.0,
             achieved_rate_per_second: None,
-            stopped_by: redriver::engine::StopReason::Empty,
+            stopped_by: redriver::StopReason::Empty,
         }
     }
 

@@ -8,9 +8,8 @@ use resq::lambda::InvocationError;
 use resq::store::S3Store;
 
 use crate::Consumer;
-use crate::decision::{EventError, Invocation};
+use crate::event::{EventError, Invocation};
 use crate::handler::MessageHandler;
-use crate::queues::SqsQueues;
 
 /// What Lambda itself does with the consumer's role: write its logs, and poll the main queue
 /// for it (the event source mapping receives, deletes what the function did not report
@@ -35,8 +34,7 @@ pub async fn serve<H: MessageHandler>(
     let aws = resq::aws::load_config().await;
     let sqs = aws_sdk_sqs::Client::new(&aws);
     let store = S3Store::new(resq::aws::s3_client(&aws), &config.common.archive_bucket);
-    let queues = SqsQueues::new(sqs, &config.common.main_queue_url, &config.common.dlq_url);
-    let consumer = Consumer::new(make_handler(store.clone()), queues, store, config);
+    let consumer = Consumer::new(make_handler(store.clone()), sqs, store, config);
     let consumer = &consumer;
     // The runtime reads the payload's `Records` one record at a time into resq's own compact
     // records (no JSON tree, no copy of the payload kept), so one that does not decode fails
@@ -46,7 +44,9 @@ pub async fn serve<H: MessageHandler>(
         move |event: LambdaEvent<Invocation>| async move {
             let deadline = resq::lambda::deadline_instant(event.context.deadline);
             let invocation = event.payload.0.map_err(invocation_error)?;
-            Ok::<_, InvocationError>(consumer.handle_invocation(invocation, deadline).await)
+            let report = consumer.handle(invocation, deadline).await;
+            report.metrics.emit();
+            Ok::<_, InvocationError>(report.response)
         },
     ))
     .await

@@ -1,15 +1,18 @@
 //! The resq consumer: an SQS-triggered Lambda that processes orders, reports only the failed
 //! records, backs failures off, fast-tracks permanent failures to the DLQ and archives
-//! messages past the redrive cap (docs/design.md, "Consumer").
+//! messages past the redrive cap (docs/design.md, "Consumer"): read ([`event`]) → decide
+//! ([`decide`]) → settle (resq's executor, run by [`engine`]) → answer ([`account`]).
 #![warn(missing_docs)]
 
-pub mod decision;
+pub mod account;
+pub mod decide;
 pub mod engine;
+pub mod event;
+#[cfg(test)]
+mod fixtures;
 pub mod handler;
 pub mod lambda;
-pub mod memory;
 pub mod order;
-pub mod queues;
 
 pub use engine::Consumer;
 
@@ -18,7 +21,7 @@ pub use engine::Consumer;
 pub fn permissions() -> Vec<resq::iam::Permission> {
     resq::iam::all(&[
         lambda::PERMISSIONS,
-        queues::PERMISSIONS,
+        engine::PERMISSIONS,
         handler::PERMISSIONS,
         resq::archive::PERMISSIONS,
     ])

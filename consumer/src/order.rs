@@ -191,6 +191,23 @@ fn validate(document: Value) -> Result<Order, Rejection> {
         }
     };
     let user_id = non_empty_string(obj, "userId", &mut problems);
+    let items = items_of(obj, &mut problems);
+    match (order_id, user_id, problems.is_empty()) {
+        (Some(order_id), Some(user_id), true) => Ok(Order {
+            order_id,
+            user_id,
+            items,
+            document: serde_json::value::to_raw_value(&document).map_err(|e| {
+                Rejection::malformed(format!("body cannot be kept as JSON: {e}"))
+                    .with_business_id(raw_id.clone())
+            })?,
+        }),
+        _ => Err(invalid(problems, raw_id)),
+    }
+}
+
+/// `items`: a non-empty array of valid items; what is wrong with it goes to `problems`.
+fn items_of(obj: &serde_json::Map<String, Value>, problems: &mut Vec<String>) -> Vec<OrderItem> {
     let mut items = Vec::new();
     match obj.get("items") {
         Some(Value::Array(list)) if list.is_empty() => {
@@ -210,18 +227,7 @@ fn validate(document: Value) -> Result<Order, Rejection> {
         Some(other) => problems.push(format!("items must be an array, got {}", kind(other))),
         None => problems.push("items is missing".into()),
     }
-    match (order_id, user_id, problems.is_empty()) {
-        (Some(order_id), Some(user_id), true) => Ok(Order {
-            order_id,
-            user_id,
-            items,
-            document: serde_json::value::to_raw_value(&document).map_err(|e| {
-                Rejection::malformed(format!("body cannot be kept as JSON: {e}"))
-                    .with_business_id(raw_id.clone())
-            })?,
-        }),
-        _ => Err(invalid(problems, raw_id)),
-    }
+    items
 }
 
 fn item_of(item: &Value) -> Result<OrderItem, Vec<String>> {
@@ -384,59 +390,62 @@ mod tests {
         }
     }
 
+    /// A body that breaks one rule, and what the rejection says.
+    const ONE_RULE_BROKEN: &[(&str, &str)] = &[
+        (r#"[]"#, "must be a JSON object"),
+        (
+            r#"{"orderId":7,"userId":"u","items":[{"productId":"p","quantity":1}]}"#,
+            "orderId must be a string",
+        ),
+        (
+            r#"{"orderId":"","userId":"u","items":[{"productId":"p","quantity":1}]}"#,
+            "orderId must not be empty",
+        ),
+        (
+            r#"{"orderId":"a/b","userId":"u","items":[{"productId":"p","quantity":1}]}"#,
+            "orderId contains '/'",
+        ),
+        (
+            r#"{"orderId":"a b","userId":"u","items":[{"productId":"p","quantity":1}]}"#,
+            "orderId contains ' '",
+        ),
+        (
+            "{\"orderId\":\"a\\nb\",\"userId\":\"u\",\"items\":[{\"productId\":\"p\",\"quantity\":1}]}",
+            "orderId contains the control character U+000A;",
+        ),
+        (
+            r#"{"orderId":"café","userId":"u","items":[{"productId":"p","quantity":1}]}"#,
+            "orderId contains 'é' (U+00E9);",
+        ),
+        (
+            r#"{"orderId":"o","userId":" ","items":[{"productId":"p","quantity":1}]}"#,
+            "userId must not be empty",
+        ),
+        (
+            r#"{"orderId":"o","userId":"u","items":[]}"#,
+            "items must not be empty",
+        ),
+        (
+            r#"{"orderId":"o","userId":"u","items":{}}"#,
+            "items must be an array",
+        ),
+        (
+            r#"{"orderId":"o","userId":"u","items":[{"productId":"p","quantity":-1}]}"#,
+            "quantity must be a positive integer",
+        ),
+        (
+            r#"{"orderId":"o","userId":"u","items":[{"productId":"p","quantity":"2"}]}"#,
+            "quantity must be a positive integer, got a string",
+        ),
+    ];
+
     #[test]
     fn each_rule_alone() {
-        for (body, needle) in [
-            (r#"[]"#, "must be a JSON object"),
-            (
-                r#"{"orderId":7,"userId":"u","items":[{"productId":"p","quantity":1}]}"#,
-                "orderId must be a string",
-            ),
-            (
-                r#"{"orderId":"","userId":"u","items":[{"productId":"p","quantity":1}]}"#,
-                "orderId must not be empty",
-            ),
-            (
-                r#"{"orderId":"a/b","userId":"u","items":[{"productId":"p","quantity":1}]}"#,
-                "orderId contains '/'",
-            ),
-            (
-                r#"{"orderId":"a b","userId":"u","items":[{"productId":"p","quantity":1}]}"#,
-                "orderId contains ' '",
-            ),
-            (
-                "{\"orderId\":\"a\\nb\",\"userId\":\"u\",\"items\":[{\"productId\":\"p\",\"quantity\":1}]}",
-                "orderId contains the control character U+000A;",
-            ),
-            (
-                r#"{"orderId":"café","userId":"u","items":[{"productId":"p","quantity":1}]}"#,
-                "orderId contains 'é' (U+00E9);",
-            ),
-            (
-                r#"{"orderId":"o","userId":" ","items":[{"productId":"p","quantity":1}]}"#,
-                "userId must not be empty",
-            ),
-            (
-                r#"{"orderId":"o","userId":"u","items":[]}"#,
-                "items must not be empty",
-            ),
-            (
-                r#"{"orderId":"o","userId":"u","items":{}}"#,
-                "items must be an array",
-            ),
-            (
-                r#"{"orderId":"o","userId":"u","items":[{"productId":"p","quantity":-1}]}"#,
-                "quantity must be a positive integer",
-            ),
-            (
-                r#"{"orderId":"o","userId":"u","items":[{"productId":"p","quantity":"2"}]}"#,
-                "quantity must be a positive integer, got a string",
-            ),
-        ] {
+        for (body, needle) in ONE_RULE_BROKEN {
             let r = reject(body);
             assert_eq!(r.code, "VALIDATION_FAILED", "{body}");
             assert!(
-                r.details.contains(needle),
+                r.details.contains(*needle),
                 "{needle:?} not in {:?}",
                 r.details
             );

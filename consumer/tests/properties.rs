@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use consumer::Consumer;
-use consumer::decision::Outcome;
+use consumer::account::Outcome;
+use consumer::event::SqsInvocation;
 use consumer::handler::{HandlerError, OrderHandler, RecordMeta, RecordOrder, order_key};
-use consumer::memory::MemoryQueues;
 use consumer::order::{Order, parse_order};
 use proptest::prelude::*;
 use resq::attributes::{MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, X_FAILURE_REASON, message_size};
 use resq::config::{CommonConfig, ConsumerConfig};
-use resq::store::MemoryStore;
+use resq::testing::{Call, MemorySqs, MemoryStore};
 use serde_json::{Value, json};
 
 /// The reference handler behind scripted misbehaviour, by order id prefix.
@@ -281,15 +281,15 @@ proptest! {
         failing_send in prop::bool::weighted(0.2),
         failing_store in prop::bool::weighted(0.2),
     ) {
-        let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
-        queues.set_failing_send(failing_send);
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        queues.fail_calls(Call::Send, failing_send);
         store.set_failing(failing_store);
         let dlq = if fifo { "http://127.0.0.1/1/dlq.fifo" } else { "http://127.0.0.1/1/dlq" };
         let consumer = Consumer::new(Hostile(RecordOrder::new(&store)), &queues, &store, config(dlq));
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let report = rt
-            .block_on(consumer.process(event(&records, fifo), Instant::now() + Duration::from_secs(60)))
+        let invocation = SqsInvocation::from_json(&event(&records, fifo).to_string())
             .map_err(|e| TestCaseError::fail(format!("an SQS event was refused: {e}")))?;
+        let report = rt.block_on(consumer.handle(invocation, Instant::now() + Duration::from_secs(60)));
 
         prop_assert_eq!(report.outcomes.len(), records.len());
         let reported: Vec<&str> = report
@@ -309,7 +309,7 @@ proptest! {
             .collect();
         prop_assert_eq!(unique, failed, "the response names exactly the failed records");
 
-        let sent = queues.sent();
+        let sent = queues.sent(dlq);
         for copy in &sent {
             prop_assert!(copy.attributes.len() <= MAX_MESSAGE_ATTRIBUTES);
             prop_assert!(message_size(&copy.body, &copy.attributes) <= MAX_MESSAGE_BYTES,

@@ -6,14 +6,13 @@
 use std::time::{Duration, Instant};
 
 use consumer::Consumer;
-use consumer::decision::SqsInvocation;
+use consumer::event::SqsInvocation;
 use consumer::handler::RecordOrder;
-use consumer::memory::MemoryQueues;
 use consumer::order::parse_order;
 use libfuzzer_sys::fuzz_target;
 use resq::attributes::{MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, message_size};
 use resq::config::{CommonConfig, ConsumerConfig};
-use resq::store::MemoryStore;
+use resq::testing::{MemorySqs, MemoryStore};
 
 fn config() -> ConsumerConfig {
     ConsumerConfig {
@@ -67,14 +66,14 @@ fuzz_target!(|data: &[u8]| {
                 .and_then(|h| h.message_id)
         })
         .collect();
-    let (queues, store) = (MemoryQueues::default(), MemoryStore::default());
+    let (queues, store) = (MemorySqs::default(), MemoryStore::default());
     let consumer = Consumer::new(RecordOrder::new(&store), &queues, &store, config());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .expect("runtime");
     let report = rt.block_on(
-        consumer.process_invocation(invocation, Instant::now() + Duration::from_secs(60)),
+        consumer.handle(invocation, Instant::now() + Duration::from_secs(60)),
     );
     assert_eq!(report.outcomes.len(), ids.len());
     for f in &report.response.batch_item_failures {
@@ -85,7 +84,7 @@ fuzz_target!(|data: &[u8]| {
             "an unknown itemIdentifier"
         );
     }
-    for copy in queues.sent() {
+    for copy in queues.sent(&config().common.dlq_url) {
         assert!(copy.attributes.len() <= MAX_MESSAGE_ATTRIBUTES);
         assert!(message_size(&copy.body, &copy.attributes) <= MAX_MESSAGE_BYTES);
     }

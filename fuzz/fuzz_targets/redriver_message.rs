@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use redriver::classify::{Decision, DlqMessage, MAX_BATCH, Rules, classify, redrive_copy};
+use redriver::classify::{Decision, ReceivedMessage, Rules, classify, replay};
 use resq::attributes::{
     AttributeValue, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, RedriveCount, message_size,
 };
 use resq::config::PermanentAction;
-use resq::sqs::pack;
+use resq::sqs::{MAX_BATCH, pack};
 
 #[derive(Arbitrary, Debug)]
 struct Attr {
@@ -64,7 +64,7 @@ fuzz_target!(|input: Input| {
     if let Some(g) = input.group {
         attributes.insert("MessageGroupId".to_owned(), g);
     }
-    let m = DlqMessage {
+    let m = ReceivedMessage {
         message_id: input.id,
         receipt_handle: "rh".into(),
         body: input.body,
@@ -92,7 +92,7 @@ fuzz_target!(|input: Input| {
             "replayed at or past the cap"
         );
     }
-    if let Ok(copy) = redrive_copy(&m, input.fifo) {
+    if let Ok(copy) = replay(&m, input.fifo) {
         assert!(copy.attributes.len() <= MAX_MESSAGE_ATTRIBUTES);
         assert_eq!(copy.size(), message_size(&copy.body, &copy.attributes));
         assert!(copy.size() <= MAX_MESSAGE_BYTES);

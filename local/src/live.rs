@@ -819,7 +819,7 @@ mod tests {
             elapsed_ms: 10,
             rate_per_second: 10.0,
             achieved_rate_per_second: None,
-            stopped_by: redriver::engine::StopReason::Empty,
+            stopped_by: redriver::StopReason::Empty,
         };
         let line = run_line(&serde_json::to_string(&summary).unwrap());
         assert_eq!(

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::Message;
 use consumer::Consumer;
+use consumer::event::SqsInvocation;
 use consumer::handler::OrderHandler;
-use consumer::queues::SqsQueues;
 use redriver::Redriver;
 use redriver::ports::CloudWatchAlarms;
 use redriver::request::RunRequest;
@@ -156,8 +156,15 @@ pub async fn delete_done(
         .filter(|m| !failed.contains(m.message_id().unwrap_or_default()))
         .filter_map(|m| m.receipt_handle())
         .collect();
-    for (_, why) in resq::sqs::delete(sqs, url, &done).await {
-        tracing::warn!(error = %why, "event source mapping: delete failed; the record will be delivered again");
+    for chunk in done.chunks(resq::sqs::MAX_BATCH) {
+        let results = resq::sqs::Queues::delete(sqs, url, chunk).await;
+        let failed = match results {
+            Ok(entries) => entries.into_iter().filter_map(Result::err).collect(),
+            Err(e) => vec![e],
+        };
+        for why in failed {
+            tracing::warn!(error = %why, "event source mapping: delete failed; the record will be delivered again");
+        }
     }
 }
 
@@ -200,8 +207,8 @@ pub async fn next_tick(
 pub struct Pipeline<H> {
     sqs: aws_sdk_sqs::Client,
     outputs: StackOutputs,
-    consumer: Consumer<H, SqsQueues, S3Store>,
-    redriver: Redriver<SqsQueues, S3Store, CloudWatchAlarms>,
+    consumer: Consumer<H, aws_sdk_sqs::Client, S3Store>,
+    redriver: Redriver<aws_sdk_sqs::Client, S3Store, CloudWatchAlarms>,
     redriver_config: RedriverConfig,
     settings: PipelineSettings,
     /// What happened so far.
@@ -221,14 +228,9 @@ impl<H: OrderHandler> Pipeline<H> {
         let sqs = aws_sdk_sqs::Client::new(config);
         let s3 = resq::aws::s3_client(config);
         let store = S3Store::new(s3, &outputs.bucket);
-        let consumer = Consumer::new(
-            handler,
-            SqsQueues::new(sqs.clone(), &outputs.main_queue_url, &outputs.dlq_url),
-            store.clone(),
-            consumer_config,
-        );
+        let consumer = Consumer::new(handler, sqs.clone(), store.clone(), consumer_config);
         let redriver = Redriver::new(
-            SqsQueues::new(sqs.clone(), &outputs.main_queue_url, &outputs.dlq_url),
+            sqs.clone(),
             store,
             CloudWatchAlarms::new(aws_sdk_cloudwatch::Client::new(config)),
             redriver_config.clone(),
@@ -280,8 +282,8 @@ impl<H: OrderHandler> Pipeline<H> {
         let deadline = Instant::now() + self.settings.consumer_timeout;
         let c = &self.counters;
         c.invocations.fetch_add(1, Ordering::Relaxed);
-        let report = match self.consumer.process(event, deadline).await {
-            Ok(r) => r,
+        let report = match SqsInvocation::from_json(&event.to_string()) {
+            Ok(invocation) => self.consumer.handle(invocation, deadline).await,
             Err(e) => {
                 // a function error: Lambda retries the whole batch after the visibility timeout
                 tracing::error!(error = %e, "consumer invocation failed");

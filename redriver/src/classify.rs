@@ -1,74 +1,20 @@
 //! Pure decisions of the redriver: what happens to each DLQ message, how long a kept one is
-//! hidden, the copy that goes back to the main queue, and how copies are grouped into
-//! `SendMessageBatch` calls.
+//! hidden, and the copy that goes back to the main queue.
 
-use std::collections::{BTreeMap, HashSet};
-use std::ops::Range;
 use std::time::Duration;
 
 use resq::attributes::{
-    self, AttributeValue, FAILURE_CLASS_PERMANENT, MAX_MESSAGE_BYTES, MessageAttributes,
-    RedriveCount, X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT, X_REDRIVE_COUNT,
+    self, AttributeValue, MAX_MESSAGE_BYTES, MessageAttributes, RedriveCount, X_FAILURE_CLASS,
+    X_FAILURE_REASON, X_FIRST_SENT_AT, X_REDRIVE_COUNT,
 };
 use resq::config::PermanentAction;
 use resq::reason::ArchiveReason;
-pub use resq::sqs::{MAX_BATCH, OutgoingMessage};
+pub use resq::sqs::{OutgoingMessage, ReceivedMessage};
 
-/// A message received from the DLQ.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DlqMessage {
-    /// Its id in the DLQ.
-    pub message_id: String,
-    /// The receipt handle of this receive.
-    pub receipt_handle: String,
-    /// The body.
-    pub body: String,
-    /// System attributes (`SentTimestamp`, `MessageGroupId`, …).
-    pub attributes: BTreeMap<String, String>,
-    /// Message attributes with scalar values.
-    pub message_attributes: MessageAttributes,
-    /// List-only attributes that cannot be copied.
-    pub dropped_attributes: Vec<String>,
-}
-
-impl DlqMessage {
-    /// `x-redrive-count` as read.
-    pub fn redrive_count(&self) -> RedriveCount {
-        attributes::parse_redrive_count(&self.message_attributes)
-    }
-
-    /// Epoch millis of the producer's send.
-    pub fn first_sent_at(&self) -> Option<u64> {
-        attributes::first_sent_at(
-            &self.message_attributes,
-            self.attributes.get("SentTimestamp").map(String::as_str),
-        )
-    }
-
-    /// `x-failure-reason`, if any.
-    pub fn failure_reason(&self) -> Option<&str> {
-        self.message_attributes
-            .get(X_FAILURE_REASON)
-            .and_then(|v| v.string_value.as_deref())
-    }
-
-    /// Marked `x-failure-class=permanent` by the consumer.
-    pub fn is_permanent(&self) -> bool {
-        self.message_attributes
-            .get(X_FAILURE_CLASS)
-            .and_then(|v| v.string_value.as_deref())
-            == Some(FAILURE_CLASS_PERMANENT)
-    }
-
-    /// A replay that failed again (`x-redrive-count` ≥ 1, or unreadable).
-    pub fn is_returned(&self) -> bool {
-        !matches!(self.redrive_count(), RedriveCount::Count(0))
-    }
-
-    /// The FIFO message group, if any.
-    pub fn group_id(&self) -> Option<&str> {
-        self.attributes.get("MessageGroupId").map(String::as_str)
-    }
+/// A replay that failed again (`x-redrive-count` ≥ 1, or unreadable): a run that moves it
+/// counts it in `returned`.
+pub fn is_returned_replay(m: &ReceivedMessage) -> bool {
+    !matches!(m.redrive_count(), RedriveCount::Count(0))
 }
 
 /// Why a message stays in the DLQ.
@@ -119,7 +65,7 @@ pub struct Rules {
 /// replay. A permanent failure picked explicitly by `reason` is replayed: that is how a fixed
 /// bug's victims come back. A paused run still archives: a long pause must not let messages
 /// reach the end of the DLQ's retention.
-pub fn classify(m: &DlqMessage, rules: &Rules, now_ms: u64) -> Decision {
+pub fn classify(m: &ReceivedMessage, rules: &Rules, now_ms: u64) -> Decision {
     let age = m
         .first_sent_at()
         .map(|sent| Duration::from_millis(now_ms.saturating_sub(sent)));
@@ -156,7 +102,7 @@ pub fn classify(m: &DlqMessage, rules: &Rules, now_ms: u64) -> Decision {
 /// The attributes of a replay: the original ones without the failure marks (a replay is a
 /// fresh attempt: a stale "permanent" mark would get it skipped next time), `x-redrive-count`
 /// + 1, `x-first-sent-at` carried; or why SQS would refuse them.
-fn copy_attributes(m: &DlqMessage) -> Result<MessageAttributes, ArchiveReason> {
+fn copy_attributes(m: &ReceivedMessage) -> Result<MessageAttributes, ArchiveReason> {
     let next = next_redrive_count(m)?;
     let mut original = m.message_attributes.clone();
     original.remove(X_FAILURE_CLASS);
@@ -170,7 +116,7 @@ fn copy_attributes(m: &DlqMessage) -> Result<MessageAttributes, ArchiveReason> {
 
 /// The replay's `x-redrive-count`: one more than the message's (an unreadable count cannot be
 /// counted up: the message is archived instead).
-fn next_redrive_count(m: &DlqMessage) -> Result<u64, ArchiveReason> {
+fn next_redrive_count(m: &ReceivedMessage) -> Result<u64, ArchiveReason> {
     match m.redrive_count() {
         RedriveCount::Count(n) => Ok(u64::from(n) + 1),
         RedriveCount::Invalid => Err(ArchiveReason::InvalidRedriveCount),
@@ -178,7 +124,7 @@ fn next_redrive_count(m: &DlqMessage) -> Result<u64, ArchiveReason> {
 }
 
 /// `Ok` when the body with these attributes fits in an SQS message.
-fn fits(m: &DlqMessage, attributes: &MessageAttributes) -> Result<(), ArchiveReason> {
+fn fits(m: &ReceivedMessage, attributes: &MessageAttributes) -> Result<(), ArchiveReason> {
     if attributes::message_size(&m.body, attributes) > MAX_MESSAGE_BYTES {
         return Err(ArchiveReason::SizeLimit);
     }
@@ -189,7 +135,7 @@ fn fits(m: &DlqMessage, attributes: &MessageAttributes) -> Result<(), ArchiveRea
 /// later runs do not re-read it and the first run after that archives it. `None` when it is
 /// only held for the run: in a FIFO DLQ (a hidden message would hold its whole group back), or
 /// when its age is unknown.
-pub fn keep_until(m: &DlqMessage, rules: &Rules, fifo: bool) -> Option<u64> {
+pub fn keep_until(m: &ReceivedMessage, rules: &Rules, fifo: bool) -> Option<u64> {
     if fifo {
         return None;
     }
@@ -207,14 +153,12 @@ pub fn keep_hidden_for(until_ms: u64, now_ms: u64, since_receive: Duration) -> i
     until_ttl.min(limit) as i32
 }
 
-/// A copy for the main queue.
-pub type RedriveCopy = OutgoingMessage;
-
-/// Builds the copy (body unchanged; original attributes without the failure marks;
-/// `x-redrive-count` + 1; `x-first-sent-at` carried; FIFO: same group, a deduplication id from
-/// the DLQ message id and the new count, so a retried send of the same DLQ message is
-/// deduplicated by SQS), or says why it cannot be sent (then it is archived instead).
-pub fn redrive_copy(m: &DlqMessage, main_is_fifo: bool) -> Result<RedriveCopy, ArchiveReason> {
+/// The replay of `m`, the copy a redrive sends (body unchanged; original attributes without
+/// the failure marks; `x-redrive-count` + 1; `x-first-sent-at` carried; FIFO: same group, a
+/// deduplication id from the DLQ message id and the new count, so a retried send of the same
+/// DLQ message is deduplicated by SQS), or says why it cannot be sent (then it is archived
+/// instead).
+pub fn replay(m: &ReceivedMessage, main_is_fifo: bool) -> Result<OutgoingMessage, ArchiveReason> {
     let attributes = copy_attributes(m)?;
     fits(m, &attributes)?;
     let next = next_redrive_count(m)?;
@@ -226,7 +170,7 @@ pub fn redrive_copy(m: &DlqMessage, main_is_fifo: bool) -> Result<RedriveCopy, A
         },
         &m.message_id,
     );
-    Ok(RedriveCopy {
+    Ok(OutgoingMessage {
         body: m.body.clone(),
         attributes,
         group_id,
@@ -234,44 +178,10 @@ pub fn redrive_copy(m: &DlqMessage, main_is_fifo: bool) -> Result<RedriveCopy, A
     })
 }
 
-/// The `SendMessageBatch` calls for copies in receive order: at most 10 entries and 1 MiB a
-/// call, and for a FIFO queue at most one message of a group per call, so that a later message
-/// of a group is only sent once the earlier one was confirmed (SQS judges each entry of a
-/// batch on its own: a failed entry followed by a successful one of the same group would
-/// change the group's order).
-pub fn plan_sends(copies: &[&RedriveCopy], fifo: bool) -> Vec<Range<usize>> {
-    if !fifo {
-        let sizes: Vec<usize> = copies.iter().map(|c| c.size()).collect();
-        return resq::sqs::pack(&sizes);
-    }
-    let mut batches = Vec::new();
-    let (mut start, mut bytes) = (0, 0);
-    let mut groups: HashSet<Option<&str>> = HashSet::new();
-    for (i, c) in copies.iter().enumerate() {
-        let group = c.group_id.as_deref();
-        let size = c.size();
-        if i > start
-            && (i - start == MAX_BATCH
-                || bytes + size > MAX_MESSAGE_BYTES
-                || groups.contains(&group))
-        {
-            batches.push(start..i);
-            start = i;
-            bytes = 0;
-            groups.clear();
-        }
-        bytes += size;
-        groups.insert(group);
-    }
-    if start < copies.len() {
-        batches.push(start..copies.len());
-    }
-    batches
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     const NOW: u64 = 1_800_000_000_000;
     const HOUR: u64 = 3_600_000;
@@ -287,8 +197,8 @@ mod tests {
         }
     }
 
-    fn msg(attrs: &[(&str, AttributeValue)], sent_ms: u64) -> DlqMessage {
-        DlqMessage {
+    fn msg(attrs: &[(&str, AttributeValue)], sent_ms: u64) -> ReceivedMessage {
+        ReceivedMessage {
             message_id: "d-1".into(),
             receipt_handle: "rh".into(),
             body: "{\"orderId\":\"o-1\"}".into(),
@@ -430,7 +340,7 @@ mod tests {
         attrs.push(count("1"));
         attrs.push(("trace", AttributeValue::string("t")));
         let m = msg(&attrs, NOW - HOUR);
-        let copy = redrive_copy(&m, false).unwrap();
+        let copy = replay(&m, false).unwrap();
         assert_eq!(copy.body, m.body);
         assert_eq!(copy.attributes[X_REDRIVE_COUNT], AttributeValue::number(2));
         assert_eq!(
@@ -448,7 +358,7 @@ mod tests {
             resq::attributes::message_size(&m.body, &copy.attributes)
         );
 
-        let fifo = redrive_copy(&m, true).unwrap();
+        let fifo = replay(&m, true).unwrap();
         assert_eq!(fifo.group_id.as_deref(), Some("g"));
         assert_eq!(fifo.deduplication_id.as_deref(), Some("redrive-2-d-1"));
     }
@@ -460,41 +370,12 @@ mod tests {
             .collect();
         let mut m = msg(&[], NOW);
         m.message_attributes = ten.into_iter().collect();
-        assert_eq!(redrive_copy(&m, false), Err(ArchiveReason::AttributeLimit));
+        assert_eq!(replay(&m, false), Err(ArchiveReason::AttributeLimit));
         let mut big = msg(&[], NOW);
         big.body = "x".repeat(MAX_MESSAGE_BYTES - 20);
-        assert_eq!(redrive_copy(&big, false), Err(ArchiveReason::SizeLimit));
+        assert_eq!(replay(&big, false), Err(ArchiveReason::SizeLimit));
         big.body = "x".repeat(MAX_MESSAGE_BYTES - 100);
-        assert!(redrive_copy(&big, false).unwrap().size() <= MAX_MESSAGE_BYTES);
-    }
-
-    fn copy(group: &str, bytes: usize) -> RedriveCopy {
-        RedriveCopy {
-            body: "x".repeat(bytes),
-            attributes: MessageAttributes::new(),
-            group_id: Some(group.to_owned()),
-            deduplication_id: None,
-        }
-    }
-
-    #[test]
-    fn fifo_sends_carry_one_message_of_a_group_per_call() {
-        let copies: Vec<RedriveCopy> = ["A", "B", "A", "C", "A", "B"]
-            .iter()
-            .map(|g| copy(g, 10))
-            .collect();
-        let refs: Vec<&RedriveCopy> = copies.iter().collect();
-        // a new call whenever a group would appear twice: A B | A C | A B
-        assert_eq!(plan_sends(&refs, true), vec![0..2, 2..4, 4..6]);
-        // a standard queue packs by count and size only
-        assert_eq!(plan_sends(&refs, false), vec![0..6]);
-        let many: Vec<RedriveCopy> = (0..23).map(|i| copy(&format!("g{i}"), 10)).collect();
-        let refs: Vec<&RedriveCopy> = many.iter().collect();
-        assert_eq!(plan_sends(&refs, true), vec![0..10, 10..20, 20..23]);
-        let half = MAX_MESSAGE_BYTES / 2;
-        let big = [copy("a", half + 1), copy("b", half), copy("c", 1)];
-        let refs: Vec<&RedriveCopy> = big.iter().collect();
-        assert_eq!(plan_sends(&refs, true), vec![0..1, 1..3]);
+        assert!(replay(&big, false).unwrap().size() <= MAX_MESSAGE_BYTES);
     }
 
     #[test]
@@ -566,7 +447,7 @@ mod tests {
             classify(&msg(&[count("2")], NOW), &r, NOW),
             Decision::Redrive
         );
-        let copy = redrive_copy(&msg(&[count("2")], NOW), false).unwrap();
+        let copy = replay(&msg(&[count("2")], NOW), false).unwrap();
         assert_eq!(copy.attributes[X_REDRIVE_COUNT], AttributeValue::number(3));
         assert_eq!(
             classify(&msg(&[count("3")], NOW), &r, NOW),

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use redriver::Redriver;
-use redriver::ports::{CloudWatchAlarms, SqsQueues};
+use redriver::ports::CloudWatchAlarms;
 use redriver::request::RunRequest;
 use resq::config::RedriverConfig;
 use resq::lambda::InvocationError;
@@ -26,11 +26,7 @@ async fn serve() -> Result<(), Error> {
     let config = RedriverConfig::from_env()?;
     resq::config::lambda_environment(&resq::config::process_env())?;
     let aws = resq::aws::load_config().await;
-    let queues = SqsQueues::new(
-        aws_sdk_sqs::Client::new(&aws),
-        &config.common.main_queue_url,
-        &config.common.dlq_url,
-    );
+    let queues = aws_sdk_sqs::Client::new(&aws);
     let store = S3Store::new(resq::aws::s3_client(&aws), &config.common.archive_bucket);
     let alarms = CloudWatchAlarms::new(aws_sdk_cloudwatch::Client::new(&aws));
     let redriver = Redriver::new(queues, store, alarms, config.clone());

@@ -1,51 +1,15 @@
-//! The redriver's ports (queues, alarms) and their AWS adapters.
+//! The redriver's alarms port (for the breaker) and its CloudWatch adapter. (SQS and S3 are
+//! resq's ports, [`resq::sqs::Queues`] and [`resq::store::ObjectStore`].)
 
 use std::future::Future;
 use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{AlarmType, HistoryItemType, ScanBy, StateValue};
-use aws_sdk_sqs::types::Message;
-use resq::attributes::AttributeValue;
 
 pub use crate::breaker::AlarmState;
-use crate::classify::{DlqMessage, RedriveCopy};
 
 /// A call that did not go through.
 pub type PortError = resq::sqs::AwsError;
-
-/// A received message to delete or release: (message id, receipt handle).
-pub type Receipt = (String, String);
-
-/// What the redriver needs from SQS.
-pub trait RedriveQueues: Send + Sync {
-    /// Receives up to `max` (≤ 10) DLQ messages with every attribute, hidden for `visibility`
-    /// seconds.
-    fn receive(
-        &self,
-        max: i32,
-        visibility: i32,
-        wait_seconds: i32,
-    ) -> impl Future<Output = Result<Vec<DlqMessage>, PortError>> + Send;
-
-    /// Sends up to 10 copies to the main queue in one call; per entry `None` when SQS reported
-    /// it `Successful`, else why not. `Err` when the call itself failed (nothing was sent).
-    fn send_batch(
-        &self,
-        copies: &[&RedriveCopy],
-    ) -> impl Future<Output = Result<Vec<Option<String>>, PortError>> + Send;
-
-    /// Deletes from the DLQ; returns the receipts that could not be deleted, with why.
-    fn delete(&self, receipts: Vec<Receipt>)
-    -> impl Future<Output = Vec<(Receipt, String)>> + Send;
-
-    /// Sets DLQ messages' visibility timeouts (0 makes them visible at once); returns the
-    /// changes that did not happen, with why (those messages come back when their current
-    /// timeout ends).
-    fn change_visibility(
-        &self,
-        changes: Vec<(Receipt, i32)>,
-    ) -> impl Future<Output = Vec<(Receipt, String)>> + Send;
-}
 
 /// Alarm states for the circuit breaker.
 pub trait Alarms: Send + Sync {
@@ -57,87 +21,12 @@ pub trait Alarms: Send + Sync {
     ) -> impl Future<Output = Result<Vec<AlarmState>, PortError>> + Send;
 }
 
-pub use resq::sqs::SqsQueues;
-
-/// Reads an SDK message into the redriver's form.
-pub fn dlq_message(m: Message) -> DlqMessage {
-    let mut message_attributes = resq::attributes::MessageAttributes::new();
-    let mut dropped_attributes = Vec::new();
-    for (name, v) in m.message_attributes.unwrap_or_default() {
-        match AttributeValue::from_sdk(&v) {
-            Some(a) => {
-                message_attributes.insert(name, a);
-            }
-            None => dropped_attributes.push(name),
-        }
-    }
-    DlqMessage {
-        message_id: m.message_id.unwrap_or_default(),
-        receipt_handle: m.receipt_handle.unwrap_or_default(),
-        body: m.body.unwrap_or_default(),
-        attributes: m
-            .attributes
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k.as_str().to_owned(), v))
-            .collect(),
-        message_attributes,
-        dropped_attributes,
-    }
-}
-
-/// What [`RedriveQueues`] on SQS needs: receives, deletes and visibility changes on the DLQ
-/// (batch calls authorize as their single ones), copies sent to the main queue.
-pub const QUEUE_PERMISSIONS: &[resq::iam::Permission] = &[
-    resq::iam::Permission::new("sqs:ReceiveMessage", "DeadLetterQueue"),
-    resq::iam::Permission::new("sqs:DeleteMessage", "DeadLetterQueue"),
-    resq::iam::Permission::new("sqs:ChangeMessageVisibility", "DeadLetterQueue"),
-    resq::iam::Permission::new("sqs:SendMessage", "OrdersQueue"),
-];
-
-/// [`RedriveQueues`] on real SQS: receives, deletes and visibility changes on the DLQ, copies
-/// to the main queue.
-impl RedriveQueues for SqsQueues {
-    async fn receive(
+impl<T: Alarms> Alarms for &T {
+    fn states(
         &self,
-        max: i32,
-        visibility: i32,
-        wait_seconds: i32,
-    ) -> Result<Vec<DlqMessage>, PortError> {
-        let messages = resq::sqs::receive(
-            &self.client,
-            &self.dlq_url,
-            max,
-            Some(visibility),
-            wait_seconds,
-        )
-        .await?;
-        Ok(messages.into_iter().map(dlq_message).collect())
-    }
-
-    async fn send_batch(&self, copies: &[&RedriveCopy]) -> Result<Vec<Option<String>>, PortError> {
-        resq::sqs::send_batch(&self.client, &self.main_queue_url, copies).await
-    }
-
-    async fn delete(&self, receipts: Vec<Receipt>) -> Vec<(Receipt, String)> {
-        let handles: Vec<&str> = receipts.iter().map(|(_, rh)| rh.as_str()).collect();
-        resq::sqs::delete(&self.client, &self.dlq_url, &handles)
-            .await
-            .into_iter()
-            .filter_map(|(i, why)| receipts.get(i).map(|r| (r.clone(), why)))
-            .collect()
-    }
-
-    async fn change_visibility(&self, changes: Vec<(Receipt, i32)>) -> Vec<(Receipt, String)> {
-        let entries: Vec<(&str, i32)> = changes
-            .iter()
-            .map(|((_, rh), timeout)| (rh.as_str(), *timeout))
-            .collect();
-        resq::sqs::change_visibility(&self.client, &self.dlq_url, &entries)
-            .await
-            .into_iter()
-            .filter_map(|(i, why)| changes.get(i).map(|(r, _)| (r.clone(), why)))
-            .collect()
+        names: &[String],
+    ) -> impl std::future::Future<Output = Result<Vec<AlarmState>, PortError>> + Send {
+        (**self).states(names)
     }
 }
 

@@ -4,9 +4,10 @@
 //! most `rate × t + 10` messages are replayed.
 
 use std::num::NonZeroU32;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use resq::settle::Pacer;
 use resq::sqs::MAX_BATCH;
 
 /// One token per replayed message.
@@ -30,5 +31,20 @@ impl TokenBucket {
     /// Waits for the next token.
     pub async fn acquire(&self) {
         self.limiter.until_ready().await;
+    }
+}
+
+/// The settle executor takes a token per copy: a copy still waiting at `until` does not go.
+impl Pacer for TokenBucket {
+    async fn admit(&self, n: usize, until: Instant) -> usize {
+        for admitted in 0..n {
+            if tokio::time::timeout_at(until.into(), self.acquire())
+                .await
+                .is_err()
+            {
+                return admitted;
+            }
+        }
+        n
     }
 }

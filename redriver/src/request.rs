@@ -61,56 +61,19 @@ impl RunRequest {
 
     /// Reads the invocation payload. A scheduled event (or `null`, `{}`) means the defaults.
     pub fn from_event(event: Value, config: &RedriverConfig) -> Result<Self, RequestError> {
-        let mut request = Self::defaults(config);
-        let overrides = match event {
-            Value::Null => Overrides::default(),
-            Value::Object(ref obj) if obj.get("detail-type").is_some() || obj.get("source").is_some() => {
-                match obj.get("source") {
-                    Some(Value::String(s)) if s == "aws.events" || s == "aws.scheduler" => {
-                        Overrides::default()
-                    }
-                    Some(Value::String(other)) => {
-                        return Err(RequestError(format!(
-                            "event source \"{other}\" is not aws.events (a scheduled run) or aws.scheduler; {EXPECTED}"
-                        )));
-                    }
-                    Some(other) => {
-                        return Err(RequestError(format!(
-                            "event source {other} is not aws.events (a scheduled run) or aws.scheduler; {EXPECTED}"
-                        )));
-                    }
-                    None => {
-                        return Err(RequestError(format!(
-                            "an event with a detail-type but no source; {EXPECTED}"
-                        )));
-                    }
-                }
-            }
-            Value::Object(_) => serde_json::from_value(event).map_err(|e| {
-                RequestError(format!(
-                    "{e}; a manual payload takes dryRun (bool), maxMessages (n ≥ 1), ratePerSecond (r > 0), reason (string), olderThanSeconds (n ≥ 0)"
-                ))
-            })?,
-            other => {
-                let kind = match other {
-                    Value::Array(_) => "a list",
-                    Value::String(_) => "a string",
-                    Value::Number(_) => "a number",
-                    _ => "true or false",
-                };
-                return Err(RequestError(format!(
-                    "the input is {kind}, not a JSON object; {EXPECTED}"
-                )));
-            }
-        };
+        Self::defaults(config).with(Overrides::from_event(event)?)
+    }
+
+    /// The request with a manual payload's overrides, each checked.
+    fn with(mut self, overrides: Overrides) -> Result<Self, RequestError> {
         if let Some(d) = overrides.dry_run {
-            request.dry_run = d;
+            self.dry_run = d;
         }
         if let Some(n) = overrides.max_messages {
             if n == 0 {
                 return Err(RequestError("maxMessages must be at least 1".into()));
             }
-            request.max_messages = n;
+            self.max_messages = n;
         }
         if let Some(r) = overrides.rate_per_second {
             if !(r.is_finite() && r > 0.0 && r <= resq::config::MAX_RATE_PER_SECOND) {
@@ -119,16 +82,58 @@ impl RunRequest {
                     resq::config::MAX_RATE_PER_SECOND
                 )));
             }
-            request.rate_per_second = r;
+            self.rate_per_second = r;
         }
         if let Some(reason) = overrides.reason {
             if reason.trim().is_empty() {
                 return Err(RequestError("reason must not be empty".into()));
             }
-            request.reason = Some(reason.trim().to_owned());
+            self.reason = Some(reason.trim().to_owned());
         }
-        request.older_than = overrides.older_than_seconds.map(Duration::from_secs);
-        Ok(request)
+        self.older_than = overrides.older_than_seconds.map(Duration::from_secs);
+        Ok(self)
+    }
+}
+
+impl Overrides {
+    /// What a payload overrides: nothing for a scheduled event (`aws.events`,
+    /// `aws.scheduler`) or `null`; a manual payload's fields; an error naming what is wrong
+    /// for anything else.
+    fn from_event(event: Value) -> Result<Self, RequestError> {
+        let scheduled = |obj: &serde_json::Map<String, Value>| match obj.get("source") {
+            Some(Value::String(s)) if s == "aws.events" || s == "aws.scheduler" => Ok(()),
+            Some(Value::String(other)) => Err(format!(
+                "event source \"{other}\" is not aws.events (a scheduled run) or aws.scheduler"
+            )),
+            Some(other) => Err(format!(
+                "event source {other} is not aws.events (a scheduled run) or aws.scheduler"
+            )),
+            None => Err("an event with a detail-type but no source".to_owned()),
+        };
+        let kind = match event {
+            Value::Null => return Ok(Self::default()),
+            Value::Object(ref obj)
+                if obj.contains_key("detail-type") || obj.contains_key("source") =>
+            {
+                return scheduled(obj)
+                    .map(|()| Self::default())
+                    .map_err(|why| RequestError(format!("{why}; {EXPECTED}")));
+            }
+            Value::Object(_) => {
+                return serde_json::from_value(event).map_err(|e| {
+                    RequestError(format!(
+                        "{e}; a manual payload takes dryRun (bool), maxMessages (n ≥ 1), ratePerSecond (r > 0), reason (string), olderThanSeconds (n ≥ 0)"
+                    ))
+                });
+            }
+            Value::Array(_) => "a list",
+            Value::String(_) => "a string",
+            Value::Number(_) => "a number",
+            Value::Bool(_) => "true or false",
+        };
+        Err(RequestError(format!(
+            "the input is {kind}, not a JSON object; {EXPECTED}"
+        )))
     }
 }
 

@@ -1,18 +1,15 @@
 //! Property tests of the redriver's decisions: classification and copy building over arbitrary
 //! DLQ messages (bodies up to and past 1 MiB, 0–10 attributes of every type including list
-//! values, the resq attributes with hostile values, any timestamps), any rules, any clock; and
-//! batch packing over any sizes. Invariants: nothing panics, nothing at or past the cap (or
-//! with an unreadable count) is ever replayed, and no copy or batch breaks SQS's limits.
+//! values, the resq attributes with hostile values, any timestamps), any rules, any clock.
+//! Invariants: nothing panics, nothing at or past the cap (or with an unreadable count) is
+//! ever replayed, and no copy breaks SQS's limits. (Batches: resq's settle executor.)
 
 use std::time::Duration;
 
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName};
 use proptest::prelude::*;
-use redriver::classify::{
-    Decision, DlqMessage, Keep, MAX_BATCH, RedriveCopy, Rules, classify, plan_sends, redrive_copy,
-};
-use redriver::ports::dlq_message;
+use redriver::classify::{Decision, Keep, ReceivedMessage, Rules, classify, replay};
 use resq::attributes::{
     MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, RedriveCount, X_FAILURE_CLASS, X_FAILURE_REASON,
     X_FIRST_SENT_AT, X_REDRIVE_COUNT, message_size, parse_count_value,
@@ -105,7 +102,7 @@ fn timestamp() -> impl Strategy<Value = Option<String>> {
 }
 
 /// A message as the SDK hands it over, converted the way the redriver converts it.
-fn dlq() -> impl Strategy<Value = DlqMessage> {
+fn dlq() -> impl Strategy<Value = ReceivedMessage> {
     (
         "[a-f0-9]{8}-[a-f0-9]{4}",
         body(),
@@ -125,7 +122,7 @@ fn dlq() -> impl Strategy<Value = DlqMessage> {
             if let Some(g) = group {
                 m = m.attributes(MessageSystemAttributeName::MessageGroupId, g);
             }
-            dlq_message(m.build())
+            ReceivedMessage::from_sdk(m.build())
         })
 }
 
@@ -155,7 +152,7 @@ fn rules() -> impl Strategy<Value = Rules> {
 
 /// Shrunk failures would print bodies of up to 1 MiB: the message's id, body length and
 /// attributes instead.
-fn describe(m: &DlqMessage) -> String {
+fn describe(m: &ReceivedMessage) -> String {
     format!(
         "{} body {} bytes, attributes {:?}, system {:?}",
         m.message_id,
@@ -202,7 +199,7 @@ proptest! {
             _ => {}
         }
 
-        match redrive_copy(&m, fifo) {
+        match replay(&m, fifo) {
             Ok(copy) => {
                 let RedriveCount::Count(n) = count else {
                     return Err(TestCaseError::fail(format!("a copy of an unreadable count: {what}")));
@@ -243,40 +240,5 @@ proptest! {
             (Decision::Redrive, after) => prop_assert_eq!(after, Decision::Keep(Keep::Paused)),
             (before, after) => prop_assert_eq!(before, after),
         }
-    }
-
-    #[test]
-    fn batches_keep_order_and_the_limits(
-        sizes in prop::collection::vec(prop_oneof![1usize..300_000, Just(MAX_MESSAGE_BYTES)], 0..40),
-        groups in prop::collection::vec(0u8..4, 40),
-        fifo in any::<bool>(),
-    ) {
-        let copies: Vec<RedriveCopy> = sizes
-            .iter()
-            .zip(&groups)
-            .map(|(&size, g)| RedriveCopy {
-                body: "x".repeat(size),
-                attributes: Default::default(),
-                group_id: fifo.then(|| format!("g{g}")),
-                deduplication_id: None,
-            })
-            .collect();
-        let refs: Vec<&RedriveCopy> = copies.iter().collect();
-        let batches = plan_sends(&refs, fifo);
-        let mut next = 0;
-        for b in &batches {
-            prop_assert_eq!(b.start, next, "batches cover every copy once, in order");
-            prop_assert!(!b.is_empty() && b.len() <= MAX_BATCH);
-            prop_assert!(sizes[b.clone()].iter().sum::<usize>() <= MAX_MESSAGE_BYTES);
-            if fifo {
-                let mut seen = std::collections::HashSet::new();
-                prop_assert!(
-                    copies[b.clone()].iter().all(|c| seen.insert(c.group_id.clone())),
-                    "a FIFO call carries one message of a group at most"
-                );
-            }
-            next = b.end;
-        }
-        prop_assert_eq!(next, sizes.len());
     }
 }

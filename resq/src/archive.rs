@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::attributes::MessageAttributes;
+use crate::attributes::{MessageAttributes, RedriveCount, first_sent_at, parse_redrive_count};
 use crate::reason::ArchiveReason;
 use crate::store::{ObjectStore, PutOutcome, StoreError};
 
@@ -146,29 +146,98 @@ impl<S: ObjectStore> Archiver<S> {
         message: OriginalMessage,
         facts: ArchiveFacts,
     ) -> Result<(String, PutOutcome), StoreError> {
+        let entry = ArchiveEntry {
+            reason,
+            message,
+            facts,
+        };
+        self.write(&entry, at).await
+    }
+
+    /// Writes `entry` as archived at `at` (see [`Archiver::archive`]); returns its key.
+    pub async fn write(
+        &self,
+        entry: &ArchiveEntry,
+        at: DateTime<Utc>,
+    ) -> Result<(String, PutOutcome), StoreError> {
+        let facts = &entry.facts;
         let metadata = ArchiveMetadata {
-            source_queue: facts.source_queue,
-            reason: reason.code().to_owned(),
+            source_queue: facts.source_queue.clone(),
+            reason: entry.reason.code().to_owned(),
             archived_by: self.archived_by.clone(),
             archived_at: timestamp(at),
             redrive_count: facts.redrive_count,
             receive_count: facts.receive_count,
             first_sent_at: facts.first_sent_at,
-            last_error: facts.last_error,
+            last_error: facts.last_error.clone(),
         };
         let day = facts
             .first_sent_at
             .and_then(|ms| i64::try_from(ms).ok())
             .and_then(|ms| Utc.timestamp_millis_opt(ms).single())
             .unwrap_or(at);
-        let key = archive_key(reason, day, &message.message_id);
-        let envelope = ArchiveEnvelope {
-            original_message: message,
+        let key = archive_key(entry.reason, day, &entry.message.message_id);
+        let envelope = EnvelopeRef {
+            original_message: &entry.message,
             metadata,
         };
         let body = serde_json::to_vec(&envelope).map_err(|e| StoreError::local(e.to_string()))?;
         let outcome = self.store.put_if_absent(&key, body).await?;
         Ok((key, outcome))
+    }
+}
+
+/// [`ArchiveEnvelope`] over a borrowed message, for writing.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EnvelopeRef<'a> {
+    original_message: &'a OriginalMessage,
+    metadata: ArchiveMetadata,
+}
+
+/// One message to archive, with why: what the settle executor's archive action writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveEntry {
+    /// Why it is archived.
+    pub reason: ArchiveReason,
+    /// The message, whole.
+    pub message: OriginalMessage,
+    /// What resq knows about it.
+    pub facts: ArchiveFacts,
+}
+
+impl ArchiveEntry {
+    /// The entry of `message`, taken from `source_queue`. What resq knows about a message is
+    /// read off its attributes here, for both functions: its `x-redrive-count` (none when
+    /// unreadable), its `ApproximateReceiveCount` and its producer's send (the earlier of
+    /// `x-first-sent-at` and `SentTimestamp`).
+    pub fn new(
+        reason: ArchiveReason,
+        source_queue: &str,
+        message: OriginalMessage,
+        last_error: Option<String>,
+    ) -> Self {
+        let attributes = &message.attributes;
+        let facts = ArchiveFacts {
+            source_queue: source_queue.to_owned(),
+            redrive_count: match parse_redrive_count(&message.message_attributes) {
+                RedriveCount::Count(n) => Some(n),
+                RedriveCount::Invalid => None,
+            },
+            receive_count: attributes
+                .get("ApproximateReceiveCount")
+                .and_then(|c| c.trim().parse().ok()),
+            first_sent_at: first_sent_at(
+                &message.message_attributes,
+                attributes.get("SentTimestamp").map(String::as_str),
+            ),
+            last_error,
+        };
+        Self {
+            reason,
+            message,
+            facts,
+        }
     }
 }
 
@@ -205,7 +274,7 @@ mod tests {
 
     #[tokio::test]
     async fn envelope_is_complete_and_never_overwritten() {
-        let mem = crate::store::MemoryStore::default();
+        let mem = crate::testing::MemoryStore::default();
         let archiver = Archiver::new(&mem, "consumer");
         let at = Utc.with_ymd_and_hms(2026, 11, 21, 10, 0, 0).unwrap();
         let message = OriginalMessage {
@@ -261,7 +330,7 @@ mod tests {
     #[tokio::test]
     async fn an_archive_retried_on_a_later_day_finds_its_own_entry() {
         // GIVEN a message first sent on 21 November, archived that evening …
-        let mem = crate::store::MemoryStore::default();
+        let mem = crate::testing::MemoryStore::default();
         let archiver = Archiver::new(&mem, "redriver");
         let sent = Utc.with_ymd_and_hms(2026, 11, 21, 8, 0, 0).unwrap();
         let message = OriginalMessage {

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Duration as ChronoDuration, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::settle::{Plan, QueueUrl};
 use crate::store::{ObjectStore, StoreError};
 
 /// Where keep lists live in the bucket.
@@ -73,7 +74,8 @@ pub fn keep_key(at: DateTime<Utc>, run: &str, part: usize) -> String {
     )
 }
 
-/// Writes a run's kept messages (nothing when there are none); returns the keys written.
+/// Writes a run's kept messages (nothing when there are none), [`MAX_ENTRIES_PER_LIST`] a
+/// list; returns the keys written.
 pub async fn write(
     store: &impl ObjectStore,
     queue_url: &str,
@@ -83,17 +85,40 @@ pub async fn write(
 ) -> Result<Vec<String>, StoreError> {
     let mut keys = Vec::new();
     for (part, chunk) in messages.chunks(MAX_ENTRIES_PER_LIST).enumerate() {
-        let list = KeepList {
-            queue_url: queue_url.to_owned(),
-            written_at: at.timestamp_millis().max(0) as u64,
-            messages: chunk.to_vec(),
-        };
-        let body = serde_json::to_vec(&list).map_err(|e| StoreError::local(e.to_string()))?;
-        let key = keep_key(at, run, part);
-        store.put_if_absent(&key, body).await?;
-        keys.push(key);
+        keys.push(write_list(store, queue_url, run, part, at, chunk).await?);
     }
     Ok(keys)
+}
+
+/// Writes one list, the `part`-th of run `run` (at most [`MAX_ENTRIES_PER_LIST`] messages);
+/// returns its key.
+pub async fn write_list(
+    store: &impl ObjectStore,
+    queue_url: &str,
+    run: &str,
+    part: usize,
+    at: DateTime<Utc>,
+    messages: &[KeptMessage],
+) -> Result<String, StoreError> {
+    let list = KeepList {
+        queue_url: queue_url.to_owned(),
+        written_at: at.timestamp_millis().max(0) as u64,
+        messages: messages.to_vec(),
+    };
+    let body = serde_json::to_vec(&list).map_err(|e| StoreError::local(e.to_string()))?;
+    let key = keep_key(at, run, part);
+    store.put_if_absent(&key, body).await?;
+    Ok(key)
+}
+
+/// The plan that makes `hidden` kept messages (those of `reason`, or all) of `queue` visible
+/// again: a redriver run selected by reason, an operator's `resq dlq peek --kept`. A receipt
+/// handle that no longer works belongs to a message already visible, replayed or archived.
+pub fn unhide(hidden: Vec<KeptMessage>, reason: Option<&str>, queue: &QueueUrl) -> Plan {
+    let selected = hidden
+        .into_iter()
+        .filter(|k| reason.is_none_or(|r| k.failure_reason.as_deref() == Some(r)));
+    Plan::release(queue, selected.map(|k| k.receipt_handle))
 }
 
 /// The messages of `queue_url` that keep lists say are hidden at `now`: the newest entry per
@@ -146,7 +171,7 @@ pub async fn still_hidden(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::MemoryStore;
+    use crate::testing::MemoryStore;
 
     fn kept(id: &str, handle: &str, until: DateTime<Utc>) -> KeptMessage {
         KeptMessage {

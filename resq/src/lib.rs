@@ -17,7 +17,10 @@ pub mod lambda;
 pub mod metrics;
 pub mod reason;
 pub mod select;
+pub mod settle;
 pub mod sqs;
 pub mod sqs_event;
 pub mod store;
 pub mod telemetry;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;

@@ -1,8 +1,8 @@
-//! SQS calls both functions make the same way: attribute conversion, batched sends,
-//! visibility changes and deletes with per-entry results, and one error type for a call that
-//! failed.
+//! SQS as resq uses it: the [`Queues`] port (one call each, with per-entry results) and its
+//! adapter on the SDK's client, the messages sent and received, batch packing, and one error
+//! type for a call that failed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::ops::Range;
 
@@ -11,9 +11,13 @@ use aws_sdk_sqs::types::{
     BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
     DeleteMessageBatchRequestEntry, MessageAttributeValue, SendMessageBatchRequestEntry,
 };
-use futures::StreamExt;
 
-use crate::attributes::{MAX_MESSAGE_BYTES, MessageAttributes};
+use crate::archive::{ArchiveEntry, OriginalMessage};
+use crate::attributes::{
+    AttributeValue, FAILURE_CLASS_PERMANENT, MAX_MESSAGE_BYTES, MessageAttributes, RedriveCount,
+    X_FAILURE_CLASS, X_FAILURE_REASON,
+};
+use crate::reason::ArchiveReason;
 
 /// SQS takes at most 10 entries per batch call.
 pub const MAX_BATCH: usize = 10;
@@ -61,77 +65,152 @@ pub fn pack(sizes: &[usize]) -> Vec<Range<usize>> {
     batches
 }
 
-/// One `SendMessageBatch` call of up to 10 messages: per message `None` when SQS reported it
-/// `Successful`, else why not (anything not listed as `Successful` counts as not sent). `Err`
-/// when the call itself failed: nothing was confirmed.
-pub async fn send_batch(
-    client: &aws_sdk_sqs::Client,
-    queue_url: &str,
-    messages: &[&OutgoingMessage],
-) -> Result<Vec<Option<String>>, AwsError> {
-    let mut entries = Vec::with_capacity(messages.len());
-    for (i, m) in messages.iter().enumerate() {
-        let entry = SendMessageBatchRequestEntry::builder()
-            .id(i.to_string())
-            .message_body(&m.body)
-            .set_message_attributes(Some(sdk_attributes(&m.attributes)?).filter(|a| !a.is_empty()))
-            .set_message_group_id(m.group_id.clone())
-            .set_message_deduplication_id(m.deduplication_id.clone())
-            .build()
-            .map_err(|e| AwsError::local(e.to_string()))?;
-        entries.push(entry);
-    }
-    let out = client
-        .send_message_batch()
-        .queue_url(queue_url)
-        .set_entries(Some(entries))
-        .send()
-        .await
-        .map_err(AwsError::from_sdk)?;
-    let lost = unconfirmed(
-        messages.len(),
-        out.successful().iter().map(|s| s.id().to_owned()),
-        out.failed(),
-        "SendMessageBatch",
-    );
-    let mut results = vec![None; messages.len()];
-    for (i, why) in lost {
-        results[i] = Some(why);
-    }
-    Ok(results)
+/// A message as `ReceiveMessage` returns it, in resq's form (what the redriver reads from the
+/// DLQ, what the operator tool peeks at).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedMessage {
+    /// Its id in the queue.
+    pub message_id: String,
+    /// The receipt handle of this receive.
+    pub receipt_handle: String,
+    /// The body.
+    pub body: String,
+    /// System attributes (`SentTimestamp`, `ApproximateReceiveCount`, `MessageGroupId`, …).
+    pub attributes: BTreeMap<String, String>,
+    /// Message attributes with scalar values.
+    pub message_attributes: MessageAttributes,
+    /// List-only attributes, which SQS cannot carry in a copy.
+    pub dropped_attributes: Vec<String>,
 }
 
-/// The two queues of a resq stack on real SQS: the main queue and its DLQ. Each function
-/// implements its own port (the consumer's `QueuePort`, the redriver's `RedriveQueues`) on
-/// this one adapter; the calls themselves are the functions of this module.
-#[derive(Debug, Clone)]
-pub struct SqsQueues {
-    /// The SQS client.
-    pub client: aws_sdk_sqs::Client,
-    /// `MAIN_QUEUE_URL`.
-    pub main_queue_url: String,
-    /// `DLQ_URL`.
-    pub dlq_url: String,
-}
-
-impl SqsQueues {
-    /// The adapter for a main queue and its DLQ.
-    pub fn new(
-        client: aws_sdk_sqs::Client,
-        main_queue_url: impl Into<String>,
-        dlq_url: impl Into<String>,
-    ) -> Self {
+impl ReceivedMessage {
+    /// Reads an SDK message; list-valued attributes are named in
+    /// [`ReceivedMessage::dropped_attributes`] instead of kept.
+    pub fn from_sdk(m: aws_sdk_sqs::types::Message) -> Self {
+        let mut message_attributes = MessageAttributes::new();
+        let mut dropped_attributes = Vec::new();
+        for (name, v) in m.message_attributes.unwrap_or_default() {
+            match AttributeValue::from_sdk(&v) {
+                Some(a) => {
+                    message_attributes.insert(name, a);
+                }
+                None => dropped_attributes.push(name),
+            }
+        }
         Self {
-            client,
-            main_queue_url: main_queue_url.into(),
-            dlq_url: dlq_url.into(),
+            message_id: m.message_id.unwrap_or_default(),
+            receipt_handle: m.receipt_handle.unwrap_or_default(),
+            body: m.body.unwrap_or_default(),
+            attributes: m
+                .attributes
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k.as_str().to_owned(), v))
+                .collect(),
+            message_attributes,
+            dropped_attributes,
         }
     }
+
+    /// `x-redrive-count` as read.
+    pub fn redrive_count(&self) -> RedriveCount {
+        crate::attributes::parse_redrive_count(&self.message_attributes)
+    }
+
+    /// Epoch millis of the producer's send.
+    pub fn first_sent_at(&self) -> Option<u64> {
+        crate::attributes::first_sent_at(
+            &self.message_attributes,
+            self.attributes.get("SentTimestamp").map(String::as_str),
+        )
+    }
+
+    /// `x-failure-reason`, if any.
+    pub fn failure_reason(&self) -> Option<&str> {
+        self.message_attributes
+            .get(X_FAILURE_REASON)
+            .and_then(|v| v.string_value.as_deref())
+    }
+
+    /// Marked `x-failure-class=permanent` by the consumer.
+    pub fn is_permanent(&self) -> bool {
+        self.message_attributes
+            .get(X_FAILURE_CLASS)
+            .and_then(|v| v.string_value.as_deref())
+            == Some(FAILURE_CLASS_PERMANENT)
+    }
+
+    /// The FIFO message group, if any.
+    pub fn group_id(&self) -> Option<&str> {
+        self.attributes.get("MessageGroupId").map(String::as_str)
+    }
+
+    /// What the archive keeps of it: the message whole, and what resq knows about it.
+    pub fn archive_entry(
+        &self,
+        reason: ArchiveReason,
+        source_queue: &str,
+        last_error: Option<String>,
+    ) -> ArchiveEntry {
+        ArchiveEntry::new(
+            reason,
+            source_queue,
+            OriginalMessage {
+                message_id: self.message_id.clone(),
+                body: self.body.clone(),
+                message_attributes: self.message_attributes.clone(),
+                attributes: self.attributes.clone(),
+            },
+            last_error,
+        )
+    }
+}
+
+/// Per entry of a batch call: `Ok` when SQS reported it `Successful` (for a send, with the
+/// copy's new message id), else why not.
+pub type EntryResults<T> = Vec<Result<T, AwsError>>;
+
+/// The SQS calls resq makes, one call each (the batch calls take at most [`MAX_BATCH`]
+/// entries; [`crate::settle`] splits and paces them). Implemented on the SDK's client, and on
+/// an in-memory double for tests (`test-util`).
+pub trait Queues: Send + Sync {
+    /// One `ReceiveMessage`: up to `max` (1–10) messages with every message and system
+    /// attribute, hidden for `visibility` seconds (`None`: the queue's own timeout), waiting up
+    /// to `wait_seconds` for the first.
+    fn receive(
+        &self,
+        queue: &str,
+        max: i32,
+        visibility: Option<i32>,
+        wait_seconds: i32,
+    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, AwsError>> + Send;
+
+    /// One `SendMessageBatch`. `Err` when the call itself failed: nothing was confirmed.
+    fn send(
+        &self,
+        queue: &str,
+        messages: &[&OutgoingMessage],
+    ) -> impl Future<Output = Result<EntryResults<String>, AwsError>> + Send;
+
+    /// One `DeleteMessageBatch` of receipt handles.
+    fn delete(
+        &self,
+        queue: &str,
+        receipt_handles: &[&str],
+    ) -> impl Future<Output = Result<EntryResults<()>, AwsError>> + Send;
+
+    /// One `ChangeMessageVisibilityBatch` of (receipt handle, seconds).
+    fn change_visibility(
+        &self,
+        queue: &str,
+        changes: &[(&str, i32)],
+    ) -> impl Future<Output = Result<EntryResults<()>, AwsError>> + Send;
 }
 
 /// One `ReceiveMessage` call as Lambda's poller and the redriver make it: up to `max` (1–10)
 /// messages with every message and system attribute, hidden for `visibility` seconds (`None`:
-/// the queue's own visibility timeout), waiting up to `wait_seconds` for the first.
+/// the queue's own visibility timeout), waiting up to `wait_seconds` for the first; as the SDK
+/// gives them (the local event source mapping builds Lambda's event from them).
 pub async fn receive(
     client: &aws_sdk_sqs::Client,
     queue_url: &str,
@@ -151,6 +230,158 @@ pub async fn receive(
         .await
         .map_err(AwsError::from_sdk)?;
     Ok(out.messages.unwrap_or_default())
+}
+
+/// [`Queues`] on SQS.
+impl Queues for aws_sdk_sqs::Client {
+    async fn receive(
+        &self,
+        queue: &str,
+        max: i32,
+        visibility: Option<i32>,
+        wait_seconds: i32,
+    ) -> Result<Vec<ReceivedMessage>, AwsError> {
+        let messages = receive(self, queue, max, visibility, wait_seconds).await?;
+        Ok(messages
+            .into_iter()
+            .map(ReceivedMessage::from_sdk)
+            .collect())
+    }
+
+    async fn send(
+        &self,
+        queue: &str,
+        messages: &[&OutgoingMessage],
+    ) -> Result<EntryResults<String>, AwsError> {
+        let mut entries = Vec::with_capacity(messages.len());
+        for (i, m) in messages.iter().enumerate() {
+            let entry = SendMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .message_body(&m.body)
+                .set_message_attributes(
+                    Some(sdk_attributes(&m.attributes)?).filter(|a| !a.is_empty()),
+                )
+                .set_message_group_id(m.group_id.clone())
+                .set_message_deduplication_id(m.deduplication_id.clone())
+                .build()
+                .map_err(|e| AwsError::local(e.to_string()))?;
+            entries.push(entry);
+        }
+        let out = self
+            .send_message_batch()
+            .queue_url(queue)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(AwsError::from_sdk)?;
+        let successful = out
+            .successful()
+            .iter()
+            .map(|s| (s.id().to_owned(), s.message_id().to_owned()));
+        Ok(entry_results(
+            messages.len(),
+            successful,
+            out.failed(),
+            "SendMessageBatch",
+        ))
+    }
+
+    async fn delete(
+        &self,
+        queue: &str,
+        receipt_handles: &[&str],
+    ) -> Result<EntryResults<()>, AwsError> {
+        let entries = receipt_handles
+            .iter()
+            .enumerate()
+            .map(|(i, receipt)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(*receipt)
+                    .build()
+                    .map_err(|e| AwsError::local(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = self
+            .delete_message_batch()
+            .queue_url(queue)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(AwsError::from_sdk)?;
+        let successful = out.successful().iter().map(|s| (s.id().to_owned(), ()));
+        Ok(entry_results(
+            receipt_handles.len(),
+            successful,
+            out.failed(),
+            "DeleteMessageBatch",
+        ))
+    }
+
+    async fn change_visibility(
+        &self,
+        queue: &str,
+        changes: &[(&str, i32)],
+    ) -> Result<EntryResults<()>, AwsError> {
+        let entries = changes
+            .iter()
+            .enumerate()
+            .map(|(i, (receipt, seconds))| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(*receipt)
+                    .visibility_timeout(*seconds)
+                    .build()
+                    .map_err(|e| AwsError::local(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = self
+            .change_message_visibility_batch()
+            .queue_url(queue)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(AwsError::from_sdk)?;
+        let successful = out.successful().iter().map(|s| (s.id().to_owned(), ()));
+        let call = "ChangeMessageVisibilityBatch";
+        Ok(entry_results(changes.len(), successful, out.failed(), call))
+    }
+}
+
+impl<T: Queues> Queues for &T {
+    fn receive(
+        &self,
+        queue: &str,
+        max: i32,
+        visibility: Option<i32>,
+        wait_seconds: i32,
+    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, AwsError>> + Send {
+        (**self).receive(queue, max, visibility, wait_seconds)
+    }
+
+    fn send(
+        &self,
+        queue: &str,
+        messages: &[&OutgoingMessage],
+    ) -> impl Future<Output = Result<EntryResults<String>, AwsError>> + Send {
+        (**self).send(queue, messages)
+    }
+
+    fn delete(
+        &self,
+        queue: &str,
+        receipt_handles: &[&str],
+    ) -> impl Future<Output = Result<EntryResults<()>, AwsError>> + Send {
+        (**self).delete(queue, receipt_handles)
+    }
+
+    fn change_visibility(
+        &self,
+        queue: &str,
+        changes: &[(&str, i32)],
+    ) -> impl Future<Output = Result<EntryResults<()>, AwsError>> + Send {
+        (**self).change_visibility(queue, changes)
+    }
 }
 
 /// An AWS call that did not go through.
@@ -301,142 +532,31 @@ pub fn sdk_attributes(
         .collect()
 }
 
-fn entry_error(e: &BatchResultErrorEntry) -> String {
-    format!("{}: {}", e.code(), e.message().unwrap_or(""))
-}
-
-/// Per-chunk outcome: the positions (within the chunk) not reported `Successful`, with why.
-fn unconfirmed(
+/// Per entry of a call of `len`: `Ok` for the ids SQS listed `Successful`, else its `Failed`
+/// entry as an error (an entry listed nowhere counts as not done).
+fn entry_results<T>(
     len: usize,
-    successful: impl Iterator<Item = String>,
+    successful: impl Iterator<Item = (String, T)>,
     failed: &[BatchResultErrorEntry],
     call: &str,
-) -> Vec<(usize, String)> {
-    let mut done = vec![false; len];
-    for id in successful {
-        if let Some(d) = id.parse::<usize>().ok().and_then(|i| done.get_mut(i)) {
-            *d = true;
+) -> EntryResults<T> {
+    let mut results: EntryResults<T> = (0..len)
+        .map(|i| {
+            Err(match failed.iter().find(|f| f.id() == i.to_string()) {
+                Some(f) => AwsError::service(
+                    f.code(),
+                    format!("{}: {}", f.code(), f.message().unwrap_or_default()),
+                ),
+                None => AwsError::local(format!("not reported by {call}")),
+            })
+        })
+        .collect();
+    for (id, value) in successful {
+        if let Some(r) = id.parse::<usize>().ok().and_then(|i| results.get_mut(i)) {
+            *r = Ok(value);
         }
     }
-    (0..len)
-        .filter(|i| !done[*i])
-        .map(|i| {
-            let why = failed
-                .iter()
-                .find(|f| f.id() == i.to_string())
-                .map_or(format!("not reported by {call}"), entry_error);
-            (i, why)
-        })
-        .collect()
-}
-
-/// Runs one batch call per chunk of 10 positions, up to [`CALLS_IN_FLIGHT`] at once; `call`
-/// returns the ids SQS reported `Successful` and its `Failed` entries. Returns the positions
-/// not confirmed, with why, in order.
-async fn in_batches<F, Fut>(len: usize, name: &str, call: F) -> Vec<(usize, String)>
-where
-    F: Fn(Range<usize>) -> Fut,
-    Fut: Future<Output = Result<(Vec<String>, Vec<BatchResultErrorEntry>), AwsError>>,
-{
-    let chunks = (0..len)
-        .step_by(MAX_BATCH)
-        .map(|start| start..(start + MAX_BATCH).min(len));
-    let call = &call;
-    let mut failed: Vec<(usize, String)> = futures::stream::iter(chunks)
-        .map(|range| async move {
-            let start = range.start;
-            let lost = match call(range.clone()).await {
-                Ok((successful, errors)) => {
-                    unconfirmed(range.len(), successful.into_iter(), &errors, name)
-                }
-                Err(e) => range
-                    .clone()
-                    .map(|i| (i - start, e.message.clone()))
-                    .collect(),
-            };
-            lost.into_iter()
-                .map(|(i, why)| (start + i, why))
-                .collect::<Vec<_>>()
-        })
-        .buffer_unordered(CALLS_IN_FLIGHT)
-        .flat_map(futures::stream::iter)
-        .collect()
-        .await;
-    failed.sort_by_key(|(i, _)| *i);
-    failed
-}
-
-/// Sets visibility timeouts, 10 per call, calls in parallel. Returns the positions in `changes`
-/// that did not change, with why.
-pub async fn change_visibility(
-    client: &aws_sdk_sqs::Client,
-    queue_url: &str,
-    changes: &[(&str, i32)],
-) -> Vec<(usize, String)> {
-    in_batches(
-        changes.len(),
-        "ChangeMessageVisibilityBatch",
-        |range| async move {
-            let entries = changes[range]
-                .iter()
-                .enumerate()
-                .filter_map(|(i, (receipt, timeout))| {
-                    ChangeMessageVisibilityBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(*receipt)
-                        .visibility_timeout(*timeout)
-                        .build()
-                        .ok()
-                })
-                .collect();
-            let out = client
-                .change_message_visibility_batch()
-                .queue_url(queue_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(AwsError::from_sdk)?;
-            Ok((
-                out.successful().iter().map(|s| s.id().to_owned()).collect(),
-                out.failed().to_vec(),
-            ))
-        },
-    )
-    .await
-}
-
-/// Deletes messages, 10 per call, calls in parallel. Returns the positions in `receipts` not
-/// deleted, with why.
-pub async fn delete(
-    client: &aws_sdk_sqs::Client,
-    queue_url: &str,
-    receipts: &[&str],
-) -> Vec<(usize, String)> {
-    in_batches(receipts.len(), "DeleteMessageBatch", |range| async move {
-        let entries = receipts[range]
-            .iter()
-            .enumerate()
-            .filter_map(|(i, receipt)| {
-                DeleteMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(*receipt)
-                    .build()
-                    .ok()
-            })
-            .collect();
-        let out = client
-            .delete_message_batch()
-            .queue_url(queue_url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-            .map_err(AwsError::from_sdk)?;
-        Ok((
-            out.successful().iter().map(|s| s.id().to_owned()).collect(),
-            out.failed().to_vec(),
-        ))
-    })
-    .await
+    results
 }
 
 /// A queue's ARN.
@@ -496,7 +616,7 @@ mod tests {
     }
 
     #[test]
-    fn unconfirmed_entries_carry_their_reason() {
+    fn entries_not_reported_successful_carry_their_reason() {
         let failed = [BatchResultErrorEntry::builder()
             .id("1")
             .sender_fault(false)
@@ -504,13 +624,17 @@ mod tests {
             .message("boom")
             .build()
             .unwrap()];
-        let lost = unconfirmed(3, ["0".to_owned()].into_iter(), &failed, "SendMessageBatch");
+        let successful = [("0".to_owned(), "new-0".to_owned())].into_iter();
+        let results = entry_results(3, successful, &failed, "SendMessageBatch");
+        assert_eq!(results[0], Ok("new-0".to_owned()));
+        let failed = results[1].as_ref().unwrap_err();
         assert_eq!(
-            lost,
-            vec![
-                (1, "InternalError: boom".to_owned()),
-                (2, "not reported by SendMessageBatch".to_owned())
-            ]
+            (failed.code.as_deref(), failed.message.as_str()),
+            (Some("InternalError"), "InternalError: boom")
+        );
+        assert_eq!(
+            results[2].as_ref().unwrap_err().message,
+            "not reported by SendMessageBatch"
         );
     }
 
@@ -674,5 +798,120 @@ mod tests {
             error_chain(&chain),
             "service error: QueueDoesNotExist: no such queue: root"
         );
+    }
+
+    /// The adapter on the SDK's client, against faults the emulators cannot produce (partial
+    /// batch failures, throttling), through aws-smithy-mocks.
+    mod adapter {
+        use super::super::*;
+        use aws_sdk_sqs::Client;
+        use aws_sdk_sqs::operation::change_message_visibility_batch::ChangeMessageVisibilityBatchOutput;
+        use aws_sdk_sqs::operation::send_message_batch::SendMessageBatchError;
+        use aws_sdk_sqs::types::ChangeMessageVisibilityBatchResultEntry;
+        use aws_sdk_sqs::types::error::RequestThrottled;
+        use aws_smithy_mocks::{RuleMode, mock, mock_client};
+
+        fn throttled() -> RequestThrottled {
+            let meta = aws_sdk_sqs::error::ErrorMetadata::builder()
+                .code("RequestThrottled")
+                .message("Rate exceeded")
+                .build();
+            RequestThrottled::builder()
+                .message("Rate exceeded")
+                .meta(meta)
+                .build()
+        }
+
+        #[tokio::test]
+        async fn a_partly_failed_visibility_call_is_reported_per_entry() {
+            // GIVEN SQS accepts entries 0 and 2 but not entry 1
+            let rule = mock!(Client::change_message_visibility_batch)
+                .match_requests(|r| r.queue_url() == Some("main"))
+                .then_compute_output(|req| {
+                    let mut out = ChangeMessageVisibilityBatchOutput::builder();
+                    for e in req.entries() {
+                        if e.id() == "1" {
+                            out = out.failed(
+                                BatchResultErrorEntry::builder()
+                                    .id("1")
+                                    .sender_fault(true)
+                                    .code("ReceiptHandleIsInvalid")
+                                    .message("expired")
+                                    .build()
+                                    .unwrap(),
+                            );
+                        } else {
+                            out = out.successful(
+                                ChangeMessageVisibilityBatchResultEntry::builder()
+                                    .id(e.id())
+                                    .build()
+                                    .unwrap(),
+                            );
+                        }
+                    }
+                    out.build().unwrap()
+                });
+            let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&rule]);
+            // WHEN three changes are made in one call
+            let results = client
+                .change_visibility("main", &[("rh0", 5), ("rh1", 5), ("rh2", 5)])
+                .await
+                .unwrap();
+            // THEN entry 1 is reported, with the reason
+            assert_eq!(rule.num_calls(), 1);
+            assert!(results[0].is_ok() && results[2].is_ok());
+            let failed = results[1].as_ref().unwrap_err();
+            assert_eq!(failed.code.as_deref(), Some("ReceiptHandleIsInvalid"));
+            assert_eq!(failed.message, "ReceiptHandleIsInvalid: expired");
+        }
+
+        #[tokio::test]
+        async fn a_failed_visibility_call_is_the_calls_error() {
+            let rule = mock!(Client::change_message_visibility_batch)
+                .sequence()
+                .http_status(500, None)
+                .repeatedly()
+                .build();
+            let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&rule]);
+            let result = client.change_visibility("main", &[("rh0", 5)]).await;
+            assert!(result.is_err(), "{result:?}");
+        }
+
+        #[tokio::test]
+        async fn a_throttled_send_is_an_error_not_a_drop() {
+            // the rule answers only the call that carries the copy as built (one entry, body and
+            // attributes unchanged, no FIFO ids): any other request would find no rule and fail
+            // with a different error
+            let rule = mock!(Client::send_message_batch)
+                .match_requests(|r| {
+                    let [entry] = r.entries() else { return false };
+                    entry.message_body() == "{"
+                        && entry
+                            .message_attributes()
+                            .and_then(|a| a.get("x-failure-class"))
+                            .and_then(|v| v.string_value())
+                            == Some("permanent")
+                        && entry.message_group_id().is_none()
+                        && entry.message_deduplication_id().is_none()
+                        && r.queue_url() == Some("dlq")
+                })
+                .then_error(|| SendMessageBatchError::RequestThrottled(throttled()));
+            let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&rule]);
+            let message = OutgoingMessage {
+                body: "{".into(),
+                attributes: MessageAttributes::from([(
+                    "x-failure-class".into(),
+                    AttributeValue::string("permanent"),
+                )]),
+                group_id: None,
+                deduplication_id: None,
+            };
+            let err = client.send("dlq", &[&message]).await.unwrap_err();
+            // THEN the throttle is the call's error (nothing counted as sent), as the service said
+            assert_eq!(err.code.as_deref(), Some("RequestThrottled"));
+            assert_eq!(err.kind, AwsErrorKind::Service);
+            assert!(err.message.contains("Rate exceeded"), "{err}");
+            assert!(rule.num_calls() >= 1, "the copy reached SQS as built");
+        }
     }
 }

@@ -63,7 +63,8 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
     assert_eq!(
         unexercised("consumer"),
         // the consumer archives only a count past the cap, which only a tool other than the
-        // redriver produces (SPEC, consumer step 1; tests/e2e/consumer.rs covers it)
+        // redriver produces (docs/design.md, "Record checks" step 1; tests/e2e/consumer.rs
+        // covers it)
         [("s3:PutObject", "ArchiveBucket/archive/*")]
     );
     assert_eq!(

@@ -16,14 +16,7 @@ fn fixture(name: &str) -> Value {
 
 async fn run_consumer(stack: &Stack, event: Value) -> Vec<String> {
     let c = consumer(stack, &[]);
-    let response = c
-        .handle_event(
-            event,
-            std::time::Instant::now() + std::time::Duration::from_secs(30),
-        )
-        .await
-        .expect("an SQS event");
-    failed_ids(&response)
+    failed_ids(&answer(&c, &event).await)
 }
 
 #[tokio::test]

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use aws_sdk_sqs::types::{Message, MessageAttributeValue};
 use consumer::Consumer;
-use consumer::handler::{HandlerError, OrderHandler, RecordMeta, RecordOrder};
+use consumer::event::SqsInvocation;
+use consumer::handler::{HandlerError, MessageHandler, OrderHandler, RecordMeta, RecordOrder};
 use consumer::order::Order;
-use consumer::queues::SqsQueues;
 use resq::config::{ConsumerConfig, Vars};
 use resq::store::S3Store;
 use resq_e2e::{Queue, REGION, Stack};
@@ -30,7 +30,8 @@ impl<H: OrderHandler> OrderHandler for FlakyDownstream<H> {
 }
 
 /// The consumer as `main.rs` wires it, configured from the stack's environment plus `extra`.
-pub type StackConsumer = Consumer<FlakyDownstream<RecordOrder<S3Store>>, SqsQueues, S3Store>;
+pub type StackConsumer =
+    Consumer<FlakyDownstream<RecordOrder<S3Store>>, aws_sdk_sqs::Client, S3Store>;
 
 pub fn consumer(stack: &Stack, extra: &[(&str, &str)]) -> StackConsumer {
     let mut env = stack.env();
@@ -38,17 +39,27 @@ pub fn consumer(stack: &Stack, extra: &[(&str, &str)]) -> StackConsumer {
     let config =
         ConsumerConfig::from_vars(&Vars(move |k: &str| env.get(k).cloned())).expect("config");
     let store = S3Store::new(stack.s3.clone(), &config.common.archive_bucket);
-    let queues = SqsQueues::new(
-        stack.sqs.clone(),
-        &config.common.main_queue_url,
-        &config.common.dlq_url,
-    );
     Consumer::new(
         FlakyDownstream(RecordOrder::new(store.clone())),
-        queues,
+        stack.sqs.clone(),
         store,
         config,
     )
+}
+
+/// A consumer's answer to `event` as Lambda invokes it: the payload read as the runtime reads
+/// it, the batch handled with 30 s to go, its metrics emitted.
+pub async fn answer<H: MessageHandler>(
+    consumer: &Consumer<H, aws_sdk_sqs::Client, S3Store>,
+    event: &serde_json::Value,
+) -> SqsBatchResponse {
+    let invocation =
+        SqsInvocation::from_json(&event.to_string()).expect("an SQS event is never an error");
+    let report = consumer
+        .handle(invocation, Instant::now() + Duration::from_secs(30))
+        .await;
+    report.metrics.emit();
+    report.response
 }
 
 /// Backoff of zero: a backed-off message is visible again at once, which proves the
@@ -65,10 +76,7 @@ pub async fn invoke(
     messages: &[Message],
 ) -> SqsBatchResponse {
     let event = resq::sqs_event::lambda_event(messages, &queue.arn, REGION);
-    let response = consumer
-        .handle_event(event, Instant::now() + Duration::from_secs(30))
-        .await
-        .expect("an SQS event is never an error");
+    let response = answer(consumer, &event).await;
     let failed: Vec<&str> = response
         .batch_item_failures
         .iter()
@@ -162,7 +170,7 @@ pub fn sys_attr(m: &Message, name: aws_sdk_sqs::types::MessageSystemAttributeNam
 
 /// The redriver as `main.rs` wires it, configured from the stack's environment plus `extra`.
 pub type StackRedriver =
-    redriver::Redriver<redriver::ports::SqsQueues, S3Store, redriver::ports::CloudWatchAlarms>;
+    redriver::Redriver<aws_sdk_sqs::Client, S3Store, redriver::ports::CloudWatchAlarms>;
 
 pub fn redriver_config(stack: &Stack, extra: &[(&str, &str)]) -> resq::config::RedriverConfig {
     let mut env = stack.env();
@@ -173,14 +181,9 @@ pub fn redriver_config(stack: &Stack, extra: &[(&str, &str)]) -> resq::config::R
 
 pub fn redriver(stack: &Stack, extra: &[(&str, &str)]) -> StackRedriver {
     let config = redriver_config(stack, extra);
-    let queues = redriver::ports::SqsQueues::new(
-        stack.sqs.clone(),
-        &config.common.main_queue_url,
-        &config.common.dlq_url,
-    );
     let store = S3Store::new(stack.s3.clone(), &config.common.archive_bucket);
     let alarms = redriver::ports::CloudWatchAlarms::new(stack.cloudwatch.clone());
-    redriver::Redriver::new(queues, store, alarms, config).with_receive_wait(0)
+    redriver::Redriver::new(stack.sqs.clone(), store, alarms, config).with_receive_wait(0)
 }
 
 /// One redriver invocation with `payload` (a manual payload, or `{}` for the schedule).

@@ -516,10 +516,7 @@ async fn max_messages_bounds_a_run() {
     )
     .await;
     assert_eq!(summary.redriven, 12);
-    assert_eq!(
-        summary.stopped_by,
-        redriver::engine::StopReason::MaxMessages
-    );
+    assert_eq!(summary.stopped_by, redriver::StopReason::MaxMessages);
     assert_eq!(
         stack.depth(&stack.dlq).await,
         (3, 0),

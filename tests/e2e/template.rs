@@ -790,22 +790,14 @@ pub(crate) async fn consume_as_the_stack(
     }))
     .unwrap();
     let store = resq::store::S3Store::new(s3, &cfg.common.archive_bucket);
-    let queues =
-        consumer::queues::SqsQueues::new(sqs, &cfg.common.main_queue_url, &cfg.common.dlq_url);
     let consumer = consumer::Consumer::new(
         consumer::handler::RecordOrder::new(store.clone()),
-        queues,
+        sqs,
         store,
         cfg,
     );
     let event = resq::sqs_event::lambda_event(received, &outputs.main_queue_arn, REGION);
-    consumer
-        .handle_event(
-            event,
-            std::time::Instant::now() + std::time::Duration::from_secs(30),
-        )
-        .await
-        .unwrap()
+    crate::helpers::answer(&consumer, &event).await
 }
 
 /// The parameters of a stack deployed with QueueType `queue_type` (the rest default), as

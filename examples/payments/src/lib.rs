@@ -114,7 +114,7 @@ impl<S: ObjectStore> MessageHandler for RecordPayment<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use resq::store::MemoryStore;
+    use resq::testing::MemoryStore;
 
     #[test]
     fn parsing_names_the_reason() {

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use consumer::Consumer;
-use consumer::queues::SqsQueues;
+use consumer::event::SqsInvocation;
 use payments::RecordPayment;
 use resq::config::{ConsumerConfig, Vars};
 use resq::store::S3Store;
@@ -21,8 +21,12 @@ async fn payments_are_recorded_once_and_bad_ones_reach_the_dlq_marked_permanent(
     let env = stack.env();
     let config = ConsumerConfig::from_vars(&Vars(move |k: &str| env.get(k).cloned())).unwrap();
     let store = S3Store::new(stack.s3.clone(), &stack.bucket);
-    let queues = SqsQueues::new(stack.sqs.clone(), &stack.main.url, &stack.dlq.url);
-    let consumer = Consumer::new(RecordPayment::new(store.clone()), queues, store, config);
+    let consumer = Consumer::new(
+        RecordPayment::new(store.clone()),
+        stack.sqs.clone(),
+        store,
+        config,
+    );
 
     // GIVEN a good payment sent twice, a body that is not JSON, and a currency not settled
     for body in [
@@ -45,10 +49,11 @@ async fn payments_are_recorded_once_and_bad_ones_reach_the_dlq_marked_permanent(
 
     // WHEN Lambda delivers them as one batch
     let event = resq::sqs_event::lambda_event(&messages, &stack.main.arn, "us-east-1");
-    let response = consumer
-        .handle_event(event, Instant::now() + Duration::from_secs(30))
-        .await
-        .unwrap();
+    let invocation = SqsInvocation::from_json(&event.to_string()).unwrap();
+    let report = consumer
+        .handle(invocation, Instant::now() + Duration::from_secs(30))
+        .await;
+    let response = report.response;
 
     // THEN no record is reported failed, the payment is recorded once, and the two bad ones
     // are in the DLQ with resq's attributes and the team's own reason

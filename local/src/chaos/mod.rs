@@ -671,7 +671,7 @@ async fn schedule(
                     .archived_by_redriver
                     .fetch_add(archived, Ordering::Relaxed);
                 // a run that could not even receive has not shown the DLQ to be settled
-                let moved = if summary.stopped_by == redriver::engine::StopReason::ReceiveError
+                let moved = if summary.stopped_by == redriver::StopReason::ReceiveError
                     || summary.failed != 0
                 {
                     u64::MAX

@@ -1,26 +1,15 @@
-//! Pure decisions of the consumer: reading the event record by record, grouping records into
-//! lanes, each record's disposition, what the dispositions mean for the batch response and for
-//! visibility, and when each phase of an invocation must end. No I/O here.
+//! Reading the consumer's event (docs/design.md, "Reading the event"): the payload's
+//! `Records` read one record at a time into resq's compact [`Record`], each on its own, so one
+//! that does not decode fails only itself. No I/O here.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsMessageAttribute};
-use rand::Rng;
-use resq::attributes::{
-    self, AttributeLimitExceeded, AttributeValue, FAILURE_CLASS_PERMANENT, MAX_MESSAGE_BYTES,
-    MessageAttributes, RedriveCount, X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT,
-};
-use resq::backoff::Backoff;
-use resq::reason::{ArchiveReason, ErrorCode};
-use resq::sqs::OutgoingMessage;
+use aws_lambda_events::event::sqs::SqsMessageAttribute;
+use resq::attributes::{self, MessageAttributes, RedriveCount};
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
-
-use crate::queues::VisibilityChange;
 
 /// One SQS record, read once from the event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -523,12 +512,6 @@ impl SqsInvocation {
     }
 }
 
-/// Reads an event given as a JSON value (tests, the local runner) the way the runtime reads
-/// it: [`SqsInvocation::from_json`].
-pub fn parse_event(value: Value) -> Result<Vec<Record>, EventError> {
-    Ok(SqsInvocation::from_json(&value.to_string())?.0)
-}
-
 fn check_source(index: usize, source: Option<&str>) -> Result<(), EventError> {
     match source {
         Some("aws:sqs") => Ok(()),
@@ -549,366 +532,12 @@ pub fn is_fifo(records: &[Record]) -> bool {
         .is_some_and(resq::fifo::is_fifo)
 }
 
-/// Lanes run concurrently; records within a lane run in order. Standard queues: one record
-/// per lane. FIFO: one lane per `MessageGroupId`, in order of first appearance. A FIFO record
-/// that cannot be read and whose group cannot be read either could belong to any group: it
-/// and every record after it go into one lane, so that they wait behind it (it fails).
-pub fn plan_lanes(records: &[Record], fifo: bool) -> Vec<Vec<usize>> {
-    if !fifo {
-        return (0..records.len()).map(|i| vec![i]).collect();
-    }
-    let mut lanes: Vec<Vec<usize>> = Vec::new();
-    let mut by_group: HashMap<&str, usize> = HashMap::new();
-    let mut catch_all: Option<usize> = None;
-    for (i, r) in records.iter().enumerate() {
-        if let Some(lane) = catch_all {
-            lanes[lane].push(i);
-            continue;
-        }
-        if r.unreadable.is_some() && r.group_id.is_none() {
-            catch_all = Some(lanes.len());
-            lanes.push(vec![i]);
-            continue;
-        }
-        let group = r.group_id.as_deref().unwrap_or("");
-        match by_group.get(group) {
-            Some(&lane) => lanes[lane].push(i),
-            None => {
-                by_group.insert(group, lanes.len());
-                lanes.push(vec![i]);
-            }
-        }
-    }
-    lanes
-}
-
-/// What is to become of one record once it ran: decided as a value, carried out by the
-/// settling step (one batch of calls for the whole invocation, bounded by the deadline).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Disposition {
-    /// Done: acknowledge (the order's effect is recorded).
-    Ack,
-    /// Report in `batchItemFailures`; back off unless it never started.
-    Retry(Failure),
-    /// Send this copy to the DLQ (`x-failure-class=permanent`), then acknowledge.
-    DeadLetter {
-        /// `x-failure-reason`.
-        reason: String,
-        /// What was wrong, for the logs.
-        details: String,
-        /// The copy.
-        copy: OutgoingMessage,
-    },
-    /// Write the message to the archive, then acknowledge.
-    Archive {
-        /// Why.
-        reason: ArchiveReason,
-        /// Recorded in the envelope.
-        last_error: Option<String>,
-    },
-    /// Already carried out, in its FIFO lane: a dead-letter or archive that must be confirmed
-    /// before the rest of its group may run.
-    Settled(Outcome),
-}
-
-impl Disposition {
-    /// A record that cannot continue its FIFO group: the rest of the group is held.
-    pub fn blocks_group(&self) -> bool {
-        matches!(
-            self,
-            Disposition::Retry(_) | Disposition::Settled(Outcome::Failed(_))
-        )
-    }
-}
-
-/// What happened to one record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// The order's effect is recorded (or was already).
-    Processed,
-    /// Archived to S3 with the full message; acknowledged.
-    Archived(ArchiveReason),
-    /// A copy is in the DLQ with `x-failure-class=permanent` and this reason; acknowledged.
-    DeadLettered(String),
-    /// Reported in `batchItemFailures`: the message stays in the queue.
-    Failed(Failure),
-}
-
-impl Outcome {
-    /// Reported back to Lambda as failed.
-    pub fn is_failed(&self) -> bool {
-        matches!(self, Outcome::Failed(_))
-    }
-}
-
-/// Why a record is reported failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
-    /// Worth retrying: handler transient error, panic, timeout, or an archive/DLQ write that
-    /// did not go through.
-    Transient {
-        /// Machine code.
-        code: String,
-        /// What happened.
-        details: String,
-    },
-    /// The record could not be read; SQS's own redrive policy moves it to the DLQ after
-    /// `maxReceiveCount` receives.
-    Unreadable(String),
-    /// FIFO: an earlier record of the same group failed, so this one was not run.
-    GroupBlocked,
-    /// The deadline margin was reached before this record started.
-    NotStarted,
-}
-
-impl Failure {
-    /// Machine code for logs.
-    pub fn code(&self) -> &str {
-        match self {
-            Failure::Transient { code, .. } => code,
-            Failure::Unreadable(_) => ErrorCode::RecordUnreadable.code(),
-            Failure::GroupBlocked => ErrorCode::FifoGroupBlocked.code(),
-            Failure::NotStarted => ErrorCode::DeadlineNotStarted.code(),
-        }
-    }
-
-    /// The record ran (or was read) and failed, as opposed to being held back unrun.
-    pub fn ran(&self) -> bool {
-        matches!(self, Failure::Transient { .. })
-    }
-}
-
-/// A replayed copy (`x-redrive-count` ≥ 1) that failed again, counted once per replay: on its
-/// first receive (`ApproximateReceiveCount` 1), when it ran and failed, was found not to be an
-/// order, or was held behind a failure of its FIFO group (a FIFO probe of a few groups must be
-/// able to trip the alarm). Retries of the same copy are not counted again; neither is a
-/// record the deadline kept from starting, nor one archived unrun.
-pub fn replay_failed(record: &Record, outcome: &Outcome) -> bool {
-    let replayed = matches!(record.redrive_count, RedriveCount::Count(n) if n >= 1);
-    let failed = match outcome {
-        Outcome::Failed(f) => f.ran() || *f == Failure::GroupBlocked,
-        Outcome::DeadLettered(_) => true,
-        Outcome::Archived(reason) => {
-            matches!(
-                reason,
-                ArchiveReason::AttributeLimit | ArchiveReason::SizeLimit
-            )
-        }
-        Outcome::Processed => false,
-    };
-    replayed && record.receive_count == 1 && failed
-}
-
-/// When each phase of an invocation ends, from the deadline and `DEADLINE_MARGIN_MS`:
-/// records start until `deadline - margin`; a record still running at `deadline - margin/2` is
-/// abandoned (reported failed); the settling calls (DLQ sends, archive writes, visibility
-/// changes) stop at `deadline - margin/8`; the rest is for the response and the metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Phases {
-    /// No record starts after this.
-    pub start_by: Instant,
-    /// Running records are abandoned here.
-    pub stop_by: Instant,
-    /// The settling step ends here, done or not.
-    pub settle_by: Instant,
-}
-
-impl Phases {
-    /// The phases of an invocation with this deadline.
-    pub fn new(deadline: Instant, margin: Duration) -> Self {
-        let now = Instant::now();
-        let sub = |d: Duration| deadline.checked_sub(d).unwrap_or_else(|| now.min(deadline));
-        Self {
-            start_by: sub(margin),
-            stop_by: sub(margin / 2),
-            settle_by: sub(margin / 8),
-        }
-    }
-}
-
-/// The batch response: every failed record's id, in event order, once.
-pub fn batch_response(records: &[Record], outcomes: &[Outcome]) -> SqsBatchResponse {
-    let mut response = SqsBatchResponse::default();
-    let mut seen = HashSet::new();
-    for (r, o) in records.iter().zip(outcomes) {
-        if o.is_failed() && seen.insert(r.message_id.as_str()) {
-            let mut f = BatchItemFailure::default();
-            f.item_identifier = r.message_id.clone();
-            response.batch_item_failures.push(f);
-        }
-    }
-    response
-}
-
-/// Lambda's poller may hold a batch this long (the longest batching window) between the
-/// receive and the invocation; the 12 h visibility limit counts from the receive.
-pub const LONGEST_BATCHING_WINDOW: Duration = Duration::from_secs(300);
-
-/// Visibility changes for failed records: full jitter on the receive count, never past what
-/// SQS still accepts (`ceiling_seconds`: its 12 h count from the receive). A FIFO record
-/// blocked behind a failure in its group gets that record's delay, so the group comes back
-/// together and in order. Records that never started get none: SQS returns them by itself
-/// after the queue's visibility timeout.
-pub fn plan_visibility(
-    records: &[Record],
-    lanes: &[Vec<usize>],
-    outcomes: &[Outcome],
-    backoff: &Backoff,
-    ceiling_seconds: i32,
-    rng: &mut impl Rng,
-) -> Vec<VisibilityChange> {
-    let mut changes = Vec::new();
-    for lane in lanes {
-        let mut group_delay = None;
-        for &i in lane {
-            let (r, o) = (&records[i], &outcomes[i]);
-            let delay = match o {
-                Outcome::Failed(Failure::NotStarted) => continue,
-                Outcome::Failed(Failure::GroupBlocked) => match group_delay {
-                    Some(d) => d,
-                    None => continue,
-                },
-                Outcome::Failed(_) => {
-                    let d = backoff
-                        .delay_seconds(r.receive_count, rng)
-                        .min(ceiling_seconds.max(0));
-                    group_delay.get_or_insert(d);
-                    d
-                }
-                _ => continue,
-            };
-            if !r.receipt_handle.is_empty() {
-                changes.push(VisibilityChange {
-                    message_id: r.message_id.clone(),
-                    receipt_handle: r.receipt_handle.clone(),
-                    timeout_seconds: delay,
-                });
-            }
-        }
-    }
-    changes
-}
-
-/// Why a DLQ copy cannot be sent: the record is archived instead (nothing is truncated).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CopyRefused {
-    /// More than 10 attributes.
-    #[error(transparent)]
-    AttributeLimit(#[from] AttributeLimitExceeded),
-    /// Body plus attributes over SQS's 1 MiB.
-    #[error("a copy would be {size} bytes; SQS allows {MAX_MESSAGE_BYTES}")]
-    SizeLimit {
-        /// The size SQS would count.
-        size: usize,
-    },
-}
-
-impl CopyRefused {
-    /// The archive reason.
-    pub fn reason(&self) -> ArchiveReason {
-        match self {
-            CopyRefused::AttributeLimit(_) => ArchiveReason::AttributeLimit,
-            CopyRefused::SizeLimit { .. } => ArchiveReason::SizeLimit,
-        }
-    }
-}
-
-/// A permanent failure's disposition: a DLQ copy, or the archive when no copy can be sent.
-/// `reason` becomes `x-failure-reason` as [`resq::reason::failure_reason`] makes it sendable.
-pub fn dead_letter(record: &Record, reason: &str, details: &str, dlq_is_fifo: bool) -> Disposition {
-    let reason = resq::reason::failure_reason(reason);
-    match dead_letter_copy(record, &reason, dlq_is_fifo) {
-        Ok(copy) => Disposition::DeadLetter {
-            reason,
-            details: details.to_owned(),
-            copy,
-        },
-        Err(refused) => Disposition::Archive {
-            reason: refused.reason(),
-            last_error: Some(format!("{reason}: {details}; {refused}")),
-        },
-    }
-}
-
-/// The DLQ copy of a permanent failure: body unchanged, original attributes kept,
-/// `x-failure-class`, `x-failure-reason` and `x-first-sent-at` set. A FIFO DLQ copy keeps the
-/// group and takes a deduplication id derived from the message id.
-pub fn dead_letter_copy(
-    record: &Record,
-    reason: &str,
-    dlq_is_fifo: bool,
-) -> Result<OutgoingMessage, CopyRefused> {
-    let mut set = vec![
-        (
-            X_FAILURE_CLASS,
-            AttributeValue::string(FAILURE_CLASS_PERMANENT),
-        ),
-        (X_FAILURE_REASON, AttributeValue::string(reason)),
-    ];
-    if let Some(sent) = attributes::first_sent_at(
-        &record.message_attributes,
-        record.attributes.get("SentTimestamp").as_deref(),
-    ) {
-        set.push((X_FIRST_SENT_AT, AttributeValue::number(sent)));
-    }
-    let attributes = attributes::copy_attributes(&record.message_attributes, set)?;
-    let body = record.body.clone().unwrap_or_default();
-    let size = attributes::message_size(&body, &attributes);
-    if size > MAX_MESSAGE_BYTES {
-        return Err(CopyRefused::SizeLimit { size });
-    }
-    let (group_id, deduplication_id) = resq::fifo::copy_ids(
-        dlq_is_fifo,
-        record.group_id.as_deref(),
-        resq::fifo::Copy::DeadLetter,
-        &record.message_id,
-    );
-    Ok(OutgoingMessage {
-        body,
-        attributes,
-        group_id,
-        deduplication_id,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
-    use rand::rngs::StdRng;
-    use serde_json::json;
-
-    fn rec(id: &str, extra: Value) -> Value {
-        let mut r = json!({
-            "messageId": id, "receiptHandle": format!("rh-{id}"), "body": "{}",
-            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1700000000000"},
-            "messageAttributes": {}, "eventSource": "aws:sqs",
-            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders", "awsRegion": "us-east-1"
-        });
-        if let (Some(r), Some(extra)) = (r.as_object_mut(), extra.as_object()) {
-            for (k, v) in extra {
-                r.insert(k.clone(), v.clone());
-            }
-        }
-        r
-    }
-
-    fn fifo_records(groups: &[&str]) -> Vec<Record> {
-        let recs: Vec<Value> = groups
-            .iter()
-            .enumerate()
-            .map(|(i, g)| {
-                rec(
-                    &format!("m{i}"),
-                    json!({
-                        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders.fifo",
-                        "attributes": {"ApproximateReceiveCount": "3", "MessageGroupId": g}
-                    }),
-                )
-            })
-            .collect();
-        parse_event(json!({"Records": recs})).unwrap()
-    }
+    use crate::decide::plan_lanes;
+    use crate::fixtures::{parse_event, rec};
+    use serde_json::{Value, json};
 
     #[test]
     fn reads_records_without_parsing_bodies() {
@@ -957,49 +586,52 @@ mod tests {
         Ok(invocation.0.map_err(|e| e.to_string())?.0)
     }
 
+    /// Payloads that are not SQS events, and what the error says.
+    const NOT_SQS: &[(&str, &str)] = &[
+        (
+            r#"{"detail-type": "Scheduled Event", "detail": {"a": [1, 2]}}"#,
+            "missing field `Records`",
+        ),
+        (
+            "[1, 2]",
+            "the payload is a list, not an object with `Records`",
+        ),
+        (
+            r#""orders""#,
+            "the payload is a string, not an object with `Records`",
+        ),
+        ("null", "the payload is null, not an object with `Records`"),
+        ("7", "the payload is a number"),
+        ("true", "the payload is true or false"),
+        (
+            r#"{"Records": {"a": [1]}}"#,
+            "`Records` is an object, not a list of records",
+        ),
+        (
+            r#"{"Records": "x"}"#,
+            "`Records` is a string, not a list of records",
+        ),
+        (
+            r#"{"Records": null}"#,
+            "`Records` is null, not a list of records",
+        ),
+        (
+            r#"{"Records": [], "Records": []}"#,
+            "duplicate field `Records`",
+        ),
+        (
+            r#"{"Records": [{"eventSource": "aws:s3", "messageId": "m"}]}"#,
+            "record 0 has eventSource \"aws:s3\", expected \"aws:sqs\"",
+        ),
+        (
+            r#"{"Records": [{"messageId": "m"}]}"#,
+            "record 0 has no eventSource, expected \"aws:sqs\"",
+        ),
+    ];
+
     #[test]
     fn a_payload_that_is_not_an_sqs_event_is_read_as_the_reason() {
-        for (raw, says) in [
-            (
-                r#"{"detail-type": "Scheduled Event", "detail": {"a": [1, 2]}}"#,
-                "missing field `Records`",
-            ),
-            (
-                "[1, 2]",
-                "the payload is a list, not an object with `Records`",
-            ),
-            (
-                r#""orders""#,
-                "the payload is a string, not an object with `Records`",
-            ),
-            ("null", "the payload is null, not an object with `Records`"),
-            ("7", "the payload is a number"),
-            ("true", "the payload is true or false"),
-            (
-                r#"{"Records": {"a": [1]}}"#,
-                "`Records` is an object, not a list of records",
-            ),
-            (
-                r#"{"Records": "x"}"#,
-                "`Records` is a string, not a list of records",
-            ),
-            (
-                r#"{"Records": null}"#,
-                "`Records` is null, not a list of records",
-            ),
-            (
-                r#"{"Records": [], "Records": []}"#,
-                "duplicate field `Records`",
-            ),
-            (
-                r#"{"Records": [{"eventSource": "aws:s3", "messageId": "m"}]}"#,
-                "record 0 has eventSource \"aws:s3\", expected \"aws:sqs\"",
-            ),
-            (
-                r#"{"Records": [{"messageId": "m"}]}"#,
-                "record 0 has no eventSource, expected \"aws:sqs\"",
-            ),
-        ] {
+        for &(raw, says) in NOT_SQS {
             let err = as_the_function_reads(raw).unwrap_err();
             assert!(err.starts_with("not an SQS event: "), "{raw}: {err}");
             assert!(err.contains(says), "{raw}: {err}");
@@ -1203,262 +835,30 @@ mod tests {
     }
 
     #[test]
-    fn lanes_standard_and_fifo() {
-        let records = fifo_records(&["a", "b", "a", "c", "b", "a"]);
-        assert!(is_fifo(&records));
-        assert_eq!(
-            plan_lanes(&records, true),
-            vec![vec![0, 2, 5], vec![1, 4], vec![3]]
-        );
-        assert_eq!(
-            plan_lanes(&records, false),
-            (0..6).map(|i| vec![i]).collect::<Vec<_>>()
-        );
-    }
-
-    #[test]
-    fn response_lists_each_failed_id_once_in_order() {
-        let records = fifo_records(&["a", "a", "b", "c"]);
-        let outcomes = vec![
-            Outcome::Failed(Failure::Transient {
-                code: "X".into(),
-                details: String::new(),
-            }),
-            Outcome::Failed(Failure::GroupBlocked),
-            Outcome::Processed,
-            Outcome::DeadLettered("MALFORMED_JSON".into()),
-        ];
-        let ids: Vec<String> = batch_response(&records, &outcomes)
-            .batch_item_failures
-            .into_iter()
-            .map(|f| f.item_identifier)
-            .collect();
-        assert_eq!(ids, vec!["m0", "m1"]);
-        let mut dup = records.clone();
-        dup[1].message_id = "m0".into();
-        assert_eq!(batch_response(&dup, &outcomes).batch_item_failures.len(), 1);
-    }
-
-    #[test]
-    fn blocked_records_follow_their_groups_delay() {
-        let records = fifo_records(&["a", "a", "a", "b", "c"]);
-        let lanes = plan_lanes(&records, true);
-        let outcomes = vec![
-            Outcome::Processed,
-            Outcome::Failed(Failure::Transient {
-                code: "X".into(),
-                details: String::new(),
-            }),
-            Outcome::Failed(Failure::GroupBlocked),
-            Outcome::Failed(Failure::Unreadable("bad base64".into())),
-            Outcome::Archived(ArchiveReason::RedriveCap),
-        ];
-        let backoff = Backoff {
-            base: Duration::from_secs(10),
-            cap: Duration::from_secs(300),
-        };
-        for seed in 0..20 {
-            let changes = plan_visibility(
-                &records,
-                &lanes,
-                &outcomes,
-                &backoff,
-                43_000,
-                &mut StdRng::seed_from_u64(seed),
-            );
-            let ids: Vec<&str> = changes.iter().map(|c| c.message_id.as_str()).collect();
-            assert_eq!(ids, vec!["m1", "m2", "m3"]);
-            assert_eq!(changes[0].timeout_seconds, changes[1].timeout_seconds);
-            // receive count 3 ⇒ window [0, 40]
-            assert!(
-                changes
-                    .iter()
-                    .all(|c| (0..=40).contains(&c.timeout_seconds))
-            );
-            assert_eq!(changes[0].receipt_handle, "rh-m1");
-        }
-    }
-
-    #[test]
-    fn records_that_never_started_need_no_visibility_change() {
-        // GIVEN the deadline cut a batch short: a FIFO group and two standard records unstarted
-        let records = fifo_records(&["a", "a", "b"]);
-        let lanes = plan_lanes(&records, true);
-        let outcomes = vec![
-            Outcome::Failed(Failure::NotStarted),
-            Outcome::Failed(Failure::GroupBlocked),
-            Outcome::Failed(Failure::NotStarted),
-        ];
-        // THEN nothing is planned: SQS returns them by itself after the visibility timeout
-        let changes = plan_visibility(
-            &records,
-            &lanes,
-            &outcomes,
-            &Backoff::default(),
-            43_000,
-            &mut StdRng::seed_from_u64(1),
-        );
-        assert_eq!(changes, vec![]);
-    }
-
-    #[test]
-    fn no_delay_passes_the_twelve_hours_counted_from_the_receive() {
-        let records = fifo_records(&["a"]);
-        let outcomes = vec![Outcome::Failed(Failure::Transient {
-            code: "X".into(),
-            details: String::new(),
-        })];
-        let long = Backoff {
-            base: Duration::from_secs(43_200),
-            cap: Duration::from_secs(43_200),
-        };
-        for seed in 0..50 {
-            let changes = plan_visibility(
-                &records,
-                &[vec![0]],
-                &outcomes,
-                &long,
-                1_000,
-                &mut StdRng::seed_from_u64(seed),
-            );
-            assert!(changes[0].timeout_seconds <= 1_000, "{changes:?}");
-        }
-    }
-
-    #[test]
-    fn deadline_phases() {
-        let now = Instant::now();
-        let deadline = now + Duration::from_secs(10);
-        let p = Phases::new(deadline, Duration::from_secs(2));
-        assert_eq!(p.start_by, deadline - Duration::from_secs(2));
-        assert_eq!(p.stop_by, deadline - Duration::from_secs(1));
-        assert_eq!(p.settle_by, deadline - Duration::from_millis(250));
-        assert!(p.start_by < p.stop_by && p.stop_by < p.settle_by && p.settle_by < deadline);
-        // a margin larger than the time left: nothing may start
-        let p = Phases::new(now + Duration::from_millis(500), Duration::from_secs(2));
-        assert!(p.start_by <= Instant::now());
-    }
-
-    #[test]
-    fn a_replay_is_counted_failed_once_and_only_when_it_ran() {
-        let mut r = fifo_records(&["a"]).remove(0);
-        let transient = Outcome::Failed(Failure::Transient {
-            code: "X".into(),
-            details: String::new(),
-        });
-        // not a replay
-        r.receive_count = 1;
-        r.redrive_count = RedriveCount::Count(0);
-        assert!(!replay_failed(&r, &transient));
-        // a replay failing on its first receive: counted
-        r.redrive_count = RedriveCount::Count(2);
-        assert!(replay_failed(&r, &transient));
-        assert!(replay_failed(
-            &r,
-            &Outcome::DeadLettered("ORDER_REJECTED".into())
+    fn a_payload_that_is_not_sqs_is_refused_with_resqs_own_error_naming_what_is_wrong() {
+        // the function's payload type: resq's error, with the reason and what to do
+        let err = SqsInvocation::from_json(r#"{"source": "aws.events"}"#).unwrap_err();
+        assert!(matches!(err, EventError::NotSqs(_)), "{err:?}");
+        let text = err.to_string();
+        assert!(text.starts_with("not an SQS event: "), "{text}");
+        assert!(text.contains("Records"), "{text}");
+        assert!(text.ends_with("the consumer must be invoked by an SQS event source mapping"));
+        // a record that is not an object cannot be reported alone: the event is refused
+        let err = SqsInvocation::from_json(r#"{"Records": 7}"#).unwrap_err();
+        assert!(matches!(err, EventError::NotSqs(_)), "{err:?}");
+        // a record that does not decode fails alone, as long as it has a messageId to report
+        let records = SqsInvocation::from_json(
+            r#"{"Records": [{"messageId": "m-1", "eventSource": "aws:sqs", "body": 7}]}"#,
+        )
+        .unwrap()
+        .0;
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].message_id, "m-1");
+        assert!(records[0].unreadable.is_some());
+        // without one, the batch cannot be reported record by record: the invocation fails
+        assert!(matches!(
+            SqsInvocation::from_json(r#"{"Records": [{"eventSource": "aws:sqs", "body": 7}]}"#),
+            Err(EventError::MissingMessageId { index: 0 })
         ));
-        assert!(replay_failed(
-            &r,
-            &Outcome::Archived(ArchiveReason::SizeLimit)
-        ));
-        // the same replay failing again on later receives: not counted again
-        r.receive_count = 2;
-        assert!(!replay_failed(&r, &transient));
-        // held behind a failure of its FIFO group: counted (the group's replays failed)
-        r.receive_count = 1;
-        assert!(replay_failed(&r, &Outcome::Failed(Failure::GroupBlocked)));
-        // not started, archived unrun, or processed: not a failed replay
-        for o in [
-            Outcome::Failed(Failure::NotStarted),
-            Outcome::Archived(ArchiveReason::RedriveCap),
-            Outcome::Processed,
-        ] {
-            assert!(!replay_failed(&r, &o), "{o:?}");
-        }
-    }
-
-    #[test]
-    fn an_empty_or_unsendable_failure_reason_still_makes_a_sendable_copy() {
-        let records = parse_event(json!({"Records": [rec("a", json!({}))]})).unwrap();
-        for (given, expected) in [
-            ("", "UNSPECIFIED"),
-            ("  ", "UNSPECIFIED"),
-            ("BAD\u{0}", "BAD_"),
-        ] {
-            match dead_letter(&records[0], given, "details", false) {
-                Disposition::DeadLetter { reason, copy, .. } => {
-                    assert_eq!(reason, expected);
-                    assert_eq!(
-                        copy.attributes[X_FAILURE_REASON].string_value.as_deref(),
-                        Some(expected)
-                    );
-                }
-                other => panic!("{other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn dead_letter_copy_keeps_attributes_and_marks_the_failure() {
-        let records = parse_event(json!({"Records": [rec("a", json!({"messageAttributes": {
-            "trace": {"stringValue": "t-1", "dataType": "String"}
-        }}))]}))
-        .unwrap();
-        let copy = dead_letter_copy(&records[0], "MALFORMED_JSON", false).unwrap();
-        assert_eq!(copy.body, "{}");
-        assert_eq!(
-            copy.attributes["trace"].string_value.as_deref(),
-            Some("t-1")
-        );
-        assert_eq!(
-            copy.attributes[X_FAILURE_CLASS].string_value.as_deref(),
-            Some("permanent")
-        );
-        assert_eq!(
-            copy.attributes[X_FAILURE_REASON].string_value.as_deref(),
-            Some("MALFORMED_JSON")
-        );
-        assert_eq!(
-            copy.attributes[X_FIRST_SENT_AT].string_value.as_deref(),
-            Some("1700000000000")
-        );
-        assert_eq!((copy.group_id, copy.deduplication_id), (None, None));
-
-        let fifo = fifo_records(&["g7"]);
-        let copy = dead_letter_copy(&fifo[0], "VALIDATION_FAILED", true).unwrap();
-        assert_eq!(copy.group_id.as_deref(), Some("g7"));
-        assert_eq!(copy.deduplication_id.as_deref(), Some("permanent-m0"));
-    }
-
-    #[test]
-    fn dead_letter_copy_over_the_attribute_limit_fails() {
-        let attrs: serde_json::Map<String, Value> = (0..9)
-            .map(|i| {
-                (
-                    format!("a{i}"),
-                    json!({"stringValue": "v", "dataType": "String"}),
-                )
-            })
-            .collect();
-        let records =
-            parse_event(json!({"Records": [rec("a", json!({"messageAttributes": attrs}))]}))
-                .unwrap();
-        assert_eq!(
-            dead_letter_copy(&records[0], "MALFORMED_JSON", false).unwrap_err(),
-            CopyRefused::AttributeLimit(AttributeLimitExceeded { count: 12 })
-        );
-    }
-
-    #[test]
-    fn dead_letter_copy_over_the_size_limit_fails() {
-        // a body that fits alone, but not with the failure marks
-        let body = format!("{{{}", "x".repeat(MAX_MESSAGE_BYTES - 10));
-        let records = parse_event(json!({"Records": [rec("a", json!({"body": body}))]})).unwrap();
-        let refused = dead_letter_copy(&records[0], "MALFORMED_JSON", false).unwrap_err();
-        assert_eq!(refused.reason(), ArchiveReason::SizeLimit);
-        assert!(
-            matches!(refused, CopyRefused::SizeLimit { size } if size > MAX_MESSAGE_BYTES),
-            "{refused:?}"
-        );
     }
 }

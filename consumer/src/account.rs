@@ -1,0 +1,248 @@
+//! The answer to Lambda (docs/design.md, "Batch response"): what became of each record once
+//! its action was confirmed or not, the partial batch response and the invocation's metrics.
+//! No I/O here.
+
+use std::collections::HashSet;
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse};
+use resq::attributes::RedriveCount;
+use resq::metrics::{self, Metrics};
+use resq::reason::{ArchiveReason, ErrorCode};
+use resq::settle::{Confirmation, SettleError};
+
+use crate::decide::{Failure, Fate};
+use crate::event::Record;
+
+/// What happened to one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The order's effect is recorded (or was already).
+    Processed,
+    /// Archived to S3 with the full message; acknowledged.
+    Archived(ArchiveReason),
+    /// A copy is in the DLQ with `x-failure-class=permanent` and this reason; acknowledged.
+    DeadLettered(String),
+    /// Reported in `batchItemFailures`: the message stays in the queue.
+    Failed(Failure),
+}
+
+impl Outcome {
+    /// Reported back to Lambda as failed.
+    pub fn is_failed(&self) -> bool {
+        matches!(self, Outcome::Failed(_))
+    }
+
+    /// Why it is reported failed.
+    pub fn failure(&self) -> Option<&Failure> {
+        match self {
+            Outcome::Failed(f) => Some(f),
+            _ => None,
+        }
+    }
+}
+
+/// A record's outcome: its fate, once the action that carries it out is confirmed. A DLQ copy
+/// or archive entry that was refused, or not confirmed in time, leaves the record failed (SQS
+/// delivers it again).
+pub fn outcome(fate: &Fate, confirmation: Option<&Confirmation>) -> Outcome {
+    let unconfirmed = |refused: ErrorCode, what: String| match confirmation {
+        Some(Confirmation::Failed(SettleError::Refused(e))) => {
+            Outcome::Failed(Failure::resq(refused, format!("{what}: {e}")))
+        }
+        _ => Outcome::Failed(Failure::resq(
+            ErrorCode::SettleDeadline,
+            "its DLQ copy or archive entry was not confirmed before the deadline margin; SQS delivers it again",
+        )),
+    };
+    let confirmed = confirmation.is_some_and(Confirmation::is_confirmed);
+    match fate {
+        Fate::Ack => Outcome::Processed,
+        Fate::Retry(f) => Outcome::Failed(f.clone()),
+        Fate::DeadLetter { reason, .. } if confirmed => Outcome::DeadLettered(reason.clone()),
+        Fate::DeadLetter { reason, .. } => unconfirmed(
+            ErrorCode::DlqSendFailed,
+            format!("permanent failure {reason} could not be sent to the DLQ"),
+        ),
+        Fate::Archive(reason) if confirmed => Outcome::Archived(*reason),
+        Fate::Archive(_) => unconfirmed(
+            ErrorCode::ArchiveFailed,
+            "archive not written, message kept in the queue".to_owned(),
+        ),
+    }
+}
+
+/// A replayed copy (`x-redrive-count` ≥ 1) that failed again, counted once per replay: on its
+/// first receive (`ApproximateReceiveCount` 1), when it ran and failed, was found not to be an
+/// order, or was held behind a failure of its FIFO group (a FIFO probe of a few groups must be
+/// able to trip the alarm). Retries of the same copy are not counted again; neither is a
+/// record the deadline kept from starting, nor one archived unrun.
+pub fn returned_replay(record: &Record, outcome: &Outcome) -> bool {
+    let replayed = matches!(record.redrive_count, RedriveCount::Count(n) if n >= 1);
+    let failed = match outcome {
+        Outcome::Failed(f) => f.ran() || *f == Failure::GroupBlocked,
+        Outcome::DeadLettered(_) => true,
+        Outcome::Archived(reason) => {
+            matches!(
+                reason,
+                ArchiveReason::AttributeLimit | ArchiveReason::SizeLimit
+            )
+        }
+        Outcome::Processed => false,
+    };
+    replayed && record.receive_count == 1 && failed
+}
+
+/// What one invocation did: the response for Lambda and the counts behind it.
+#[derive(Debug)]
+pub struct BatchReport {
+    /// `batchItemFailures` for Lambda.
+    pub response: SqsBatchResponse,
+    /// Outcome of each record, in event order.
+    pub outcomes: Vec<Outcome>,
+    /// The invocation's metrics.
+    pub metrics: Metrics,
+}
+
+/// The answer for `records` with these outcomes: every failed record's id in the response, in
+/// event order, once; and the invocation's metrics for `function_name`.
+pub fn answer(records: &[Record], outcomes: Vec<Outcome>, function_name: &str) -> BatchReport {
+    let mut response = SqsBatchResponse::default();
+    let mut seen = HashSet::new();
+    let names = [
+        metrics::PROCESSED,
+        metrics::RETRIED,
+        metrics::DEAD_LETTERED,
+        metrics::ARCHIVED,
+        metrics::REDRIVE_RETURNED,
+    ];
+    let mut m = Metrics::new(function_name, &names);
+    for (r, o) in records.iter().zip(&outcomes) {
+        match o {
+            Outcome::Processed => m.add(metrics::PROCESSED, 1),
+            Outcome::Archived(reason) => m.add_archived(*reason),
+            Outcome::DeadLettered(_) => m.add(metrics::DEAD_LETTERED, 1),
+            Outcome::Failed(_) => m.add(metrics::RETRIED, 1),
+        }
+        m.add(metrics::REDRIVE_RETURNED, u64::from(returned_replay(r, o)));
+        if o.is_failed() && seen.insert(r.message_id.as_str()) {
+            let mut f = BatchItemFailure::default();
+            f.item_identifier = r.message_id.clone();
+            response.batch_item_failures.push(f);
+        }
+    }
+    BatchReport {
+        response,
+        outcomes,
+        metrics: m,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::fifo_records;
+    use resq::sqs::AwsError;
+
+    #[test]
+    fn response_lists_each_failed_id_once_in_order() {
+        let records = fifo_records(&["a", "a", "b", "c"]);
+        let outcomes = vec![
+            Outcome::Failed(Failure::Transient {
+                code: "X".into(),
+                details: String::new(),
+            }),
+            Outcome::Failed(Failure::GroupBlocked),
+            Outcome::Processed,
+            Outcome::DeadLettered("MALFORMED_JSON".into()),
+        ];
+        let ids: Vec<String> = answer(&records, outcomes.clone(), "consumer")
+            .response
+            .batch_item_failures
+            .into_iter()
+            .map(|f| f.item_identifier)
+            .collect();
+        assert_eq!(ids, vec!["m0", "m1"]);
+        let mut dup = records.clone();
+        dup[1].message_id = "m0".into();
+        let report = answer(&dup, outcomes, "consumer");
+        assert_eq!(report.response.batch_item_failures.len(), 1);
+    }
+    #[test]
+    fn an_action_not_confirmed_leaves_its_record_failed_and_says_why() {
+        let dead_letter = Fate::DeadLetter {
+            reason: "MALFORMED_JSON".into(),
+            details: String::new(),
+        };
+        let archive = Fate::Archive(ArchiveReason::RedriveCap);
+        let confirmed = Confirmation::Confirmed(None);
+        assert_eq!(
+            outcome(&dead_letter, Some(&confirmed)),
+            Outcome::DeadLettered("MALFORMED_JSON".into())
+        );
+        assert_eq!(
+            outcome(&archive, Some(&confirmed)),
+            Outcome::Archived(ArchiveReason::RedriveCap)
+        );
+        let refused = Confirmation::Failed(SettleError::Refused(AwsError::service(
+            "ThrottlingException",
+            "slow down",
+        )));
+        let unanswered = Confirmation::Failed(SettleError::Unanswered);
+        let code = |o: Outcome| match o {
+            Outcome::Failed(Failure::Resq { code, details }) => (code, details),
+            other => panic!("{other:?}"),
+        };
+        let (c, details) = code(outcome(&dead_letter, Some(&refused)));
+        assert_eq!(c, ErrorCode::DlqSendFailed);
+        assert!(
+            details.contains("MALFORMED_JSON") && details.contains("slow down"),
+            "{details}"
+        );
+        assert_eq!(
+            code(outcome(&archive, Some(&refused))).0,
+            ErrorCode::ArchiveFailed
+        );
+        for c in [Some(&unanswered), None] {
+            assert_eq!(code(outcome(&archive, c)).0, ErrorCode::SettleDeadline);
+            assert_eq!(code(outcome(&dead_letter, c)).0, ErrorCode::SettleDeadline);
+        }
+    }
+
+    #[test]
+    fn a_replay_is_counted_failed_once_and_only_when_it_ran() {
+        let mut r = fifo_records(&["a"]).remove(0);
+        let transient = Outcome::Failed(Failure::Transient {
+            code: "X".into(),
+            details: String::new(),
+        });
+        // not a replay
+        r.receive_count = 1;
+        r.redrive_count = RedriveCount::Count(0);
+        assert!(!returned_replay(&r, &transient));
+        // a replay failing on its first receive: counted
+        r.redrive_count = RedriveCount::Count(2);
+        assert!(returned_replay(&r, &transient));
+        assert!(returned_replay(
+            &r,
+            &Outcome::DeadLettered("ORDER_REJECTED".into())
+        ));
+        assert!(returned_replay(
+            &r,
+            &Outcome::Archived(ArchiveReason::SizeLimit)
+        ));
+        // the same replay failing again on later receives: not counted again
+        r.receive_count = 2;
+        assert!(!returned_replay(&r, &transient));
+        // held behind a failure of its FIFO group: counted (the group's replays failed)
+        r.receive_count = 1;
+        assert!(returned_replay(&r, &Outcome::Failed(Failure::GroupBlocked)));
+        // not started, archived unrun, or processed: not a failed replay
+        for o in [
+            Outcome::Failed(Failure::NotStarted),
+            Outcome::Archived(ArchiveReason::RedriveCap),
+            Outcome::Processed,
+        ] {
+            assert!(!returned_replay(&r, &o), "{o:?}");
+        }
+    }
+}

@@ -1,0 +1,704 @@
+//! What becomes of each record (docs/design.md, "Consumer"): which records run, and in which
+//! lanes; one pure function from a record, the configuration and what running it came to, to
+//! its fate and the action that carries it out; the backoff of what failed; and when each
+//! phase of an invocation ends. No I/O here.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use resq::archive::{ArchiveEntry, OriginalMessage};
+use resq::attributes::{
+    self, AttributeLimitExceeded, AttributeValue, FAILURE_CLASS_PERMANENT, MAX_MESSAGE_BYTES,
+    X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT,
+};
+use resq::backoff::Backoff;
+use resq::config::ConsumerConfig;
+use resq::reason::{ArchiveReason, ErrorCode};
+use resq::settle::{Action, QueueUrl};
+use resq::sqs::OutgoingMessage;
+
+use crate::event::Record;
+use crate::handler::{HandlerError, Rejection};
+
+/// Lanes run concurrently; records within a lane run in order. Standard queues: one record
+/// per lane. FIFO: one lane per `MessageGroupId`, in order of first appearance. A FIFO record
+/// that cannot be read and whose group cannot be read either could belong to any group: it
+/// and every record after it go into one lane, so that they wait behind it (it fails).
+pub fn plan_lanes(records: &[Record], fifo: bool) -> Vec<Vec<usize>> {
+    if !fifo {
+        return (0..records.len()).map(|i| vec![i]).collect();
+    }
+    let mut lanes: Vec<Vec<usize>> = Vec::new();
+    let mut by_group: HashMap<&str, usize> = HashMap::new();
+    let mut catch_all: Option<usize> = None;
+    for (i, r) in records.iter().enumerate() {
+        let lane = match (catch_all, &r.unreadable, r.group_id.as_deref()) {
+            (Some(lane), _, _) => lane,
+            (None, Some(_), None) => *catch_all.insert(lanes.len()),
+            (None, _, group) => {
+                let next = lanes.len();
+                *by_group.entry(group.unwrap_or("")).or_insert(next)
+            }
+        };
+        if lane == lanes.len() {
+            lanes.push(Vec::new());
+        }
+        lanes[lane].push(i);
+    }
+    lanes
+}
+
+/// Whether the handler runs for `record`: it could be read and is not past the redrive cap
+/// (a copy at the cap is the last real replay and runs).
+pub fn runs(record: &Record, config: &ConsumerConfig) -> bool {
+    let cap = config.common.max_redrive_attempts;
+    record.unreadable.is_none() && attributes::cap_on_delivery(record.redrive_count, cap).is_none()
+}
+
+/// What running a record came to: the engine's part, the handler run under unwinding and a
+/// timeout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandlerOutcome {
+    /// Not run: [`runs`] said no.
+    NotRun,
+    /// The deadline margin came before it started.
+    NotStarted,
+    /// FIFO: a record before it in its group failed.
+    GroupBlocked,
+    /// The handler's parsing refused it.
+    Rejected(Rejection),
+    /// The handler's effect returned.
+    Handled(Result<(), HandlerError>),
+    /// The handler's parsing or effect panicked, with this message.
+    Panicked(String),
+    /// Still running at the deadline margin: abandoned.
+    TimedOut,
+}
+
+/// Why a record is reported failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The handler's transient error, with its own code.
+    Transient {
+        /// The handler's code.
+        code: String,
+        /// What happened.
+        details: String,
+    },
+    /// resq's own: a panic, a timeout, a DLQ copy or archive entry not confirmed.
+    Resq {
+        /// resq's code.
+        code: ErrorCode,
+        /// What happened.
+        details: String,
+    },
+    /// The record could not be read; SQS's redrive policy moves it to the DLQ after
+    /// `maxReceiveCount` receives.
+    Unreadable(String),
+    /// FIFO: an earlier record of the same group failed, so this one was not run.
+    GroupBlocked,
+    /// The deadline margin was reached before this record started.
+    NotStarted,
+}
+
+impl Failure {
+    /// resq's own failure.
+    pub fn resq(code: ErrorCode, details: impl Into<String>) -> Self {
+        Self::Resq {
+            code,
+            details: details.into(),
+        }
+    }
+
+    /// Machine code for logs.
+    pub fn code(&self) -> &str {
+        match self {
+            Failure::Transient { code, .. } => code,
+            Failure::Resq { code, .. } => code.code(),
+            Failure::Unreadable(_) => ErrorCode::RecordUnreadable.code(),
+            Failure::GroupBlocked => ErrorCode::FifoGroupBlocked.code(),
+            Failure::NotStarted => ErrorCode::DeadlineNotStarted.code(),
+        }
+    }
+
+    /// What happened, for logs.
+    pub fn details(&self) -> &str {
+        match self {
+            Failure::Transient { details, .. } | Failure::Resq { details, .. } => details,
+            Failure::Unreadable(why) => why,
+            Failure::GroupBlocked | Failure::NotStarted => "",
+        }
+    }
+
+    /// The record ran (or was settled) and failed, as opposed to being held back unrun.
+    pub fn ran(&self) -> bool {
+        matches!(self, Failure::Transient { .. } | Failure::Resq { .. })
+    }
+}
+
+/// What is to become of a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fate {
+    /// Done: acknowledge (its effect is recorded).
+    Ack,
+    /// Report it in `batchItemFailures`, backed off unless it never started.
+    Retry(Failure),
+    /// Acknowledge once its DLQ copy (the decision's action) is confirmed.
+    DeadLetter {
+        /// `x-failure-reason`.
+        reason: String,
+        /// What was wrong, for the logs.
+        details: String,
+    },
+    /// Acknowledge once its archive entry (the decision's action) is confirmed.
+    Archive(ArchiveReason),
+}
+
+/// A record's fate, and the action that carries it out (a DLQ copy, an archive entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// What is to become of it.
+    pub fate: Fate,
+    /// What must be confirmed first.
+    pub action: Option<Action>,
+}
+
+impl From<Fate> for Decision {
+    fn from(fate: Fate) -> Self {
+        Self { fate, action: None }
+    }
+}
+
+/// The one decision of a record's fate (docs/design.md, "Record checks"): unreadable → retry;
+/// past the redrive cap → archive; rejected by the handler's parsing, or a permanent error →
+/// a DLQ copy (archived instead when SQS would refuse the copy); a transient error, a panic,
+/// a timeout → retry; success → acknowledge.
+pub fn decide(record: &Record, config: &ConsumerConfig, ran: HandlerOutcome) -> Decision {
+    let retry = |failure| Fate::Retry(failure).into();
+    match ran {
+        HandlerOutcome::NotRun => match (&record.unreadable, over_cap(record, config)) {
+            (Some(why), _) => retry(Failure::Unreadable(why.clone())),
+            (None, Some(reason)) => archive(record, config, reason, None),
+            (None, None) => retry(Failure::NotStarted),
+        },
+        HandlerOutcome::NotStarted => retry(Failure::NotStarted),
+        HandlerOutcome::GroupBlocked => retry(Failure::GroupBlocked),
+        HandlerOutcome::Rejected(r) => dead_letter(record, config, &r.code, &r.details),
+        HandlerOutcome::Handled(Ok(())) => Fate::Ack.into(),
+        HandlerOutcome::Handled(Err(HandlerError::Transient { code, details })) => {
+            retry(Failure::Transient { code, details })
+        }
+        HandlerOutcome::Handled(Err(HandlerError::Permanent { code, details })) => {
+            dead_letter(record, config, &code, &details)
+        }
+        HandlerOutcome::Panicked(why) => retry(Failure::resq(ErrorCode::HandlerPanic, why)),
+        HandlerOutcome::TimedOut => retry(Failure::resq(
+            ErrorCode::RecordTimeout,
+            "still running at the deadline margin; abandoned so the batch can report",
+        )),
+    }
+}
+
+fn over_cap(record: &Record, config: &ConsumerConfig) -> Option<ArchiveReason> {
+    attributes::cap_on_delivery(record.redrive_count, config.common.max_redrive_attempts)
+}
+
+/// The archive entry of `record`, as an action.
+fn archive(
+    record: &Record,
+    config: &ConsumerConfig,
+    reason: ArchiveReason,
+    last_error: Option<String>,
+) -> Decision {
+    let message = OriginalMessage {
+        message_id: record.message_id.clone(),
+        body: record.body.clone().unwrap_or_default(),
+        message_attributes: record.message_attributes.clone(),
+        attributes: record.attributes.to_map(),
+    };
+    let source = &config.common.main_queue_url;
+    let entry = ArchiveEntry::new(reason, source, message, last_error);
+    Decision {
+        fate: Fate::Archive(reason),
+        action: Some(Action::Archive(Box::new(entry))),
+    }
+}
+
+/// A permanent failure: a DLQ copy, or the archive when no copy can be sent. `reason` becomes
+/// `x-failure-reason` as [`resq::reason::failure_reason`] makes it sendable.
+fn dead_letter(record: &Record, config: &ConsumerConfig, reason: &str, details: &str) -> Decision {
+    let reason = resq::reason::failure_reason(reason);
+    let dlq = &config.common.dlq_url;
+    match dead_letter_copy(record, &reason, resq::fifo::is_fifo(dlq)) {
+        Ok(copy) => Decision {
+            fate: Fate::DeadLetter {
+                reason,
+                details: details.to_owned(),
+            },
+            action: Some(Action::Copy {
+                to: QueueUrl::from(dlq.as_str()),
+                message: copy,
+            }),
+        },
+        Err(refused) => {
+            let last_error = format!("{reason}: {details}; {refused}");
+            archive(record, config, refused.reason(), Some(last_error))
+        }
+    }
+}
+
+/// Why a DLQ copy cannot be sent: the record is archived instead (nothing is truncated).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CopyRefused {
+    /// More than 10 attributes.
+    #[error(transparent)]
+    AttributeLimit(#[from] AttributeLimitExceeded),
+    /// Body plus attributes over SQS's 1 MiB.
+    #[error("a copy would be {size} bytes; SQS allows {MAX_MESSAGE_BYTES}")]
+    SizeLimit {
+        /// The size SQS would count.
+        size: usize,
+    },
+}
+
+impl CopyRefused {
+    /// The archive reason.
+    pub fn reason(&self) -> ArchiveReason {
+        match self {
+            CopyRefused::AttributeLimit(_) => ArchiveReason::AttributeLimit,
+            CopyRefused::SizeLimit { .. } => ArchiveReason::SizeLimit,
+        }
+    }
+}
+
+/// The DLQ copy of a permanent failure: body unchanged, original attributes kept,
+/// `x-failure-class`, `x-failure-reason` and `x-first-sent-at` set. A FIFO DLQ copy keeps the
+/// group and takes a deduplication id derived from the message id.
+pub fn dead_letter_copy(
+    record: &Record,
+    reason: &str,
+    dlq_is_fifo: bool,
+) -> Result<OutgoingMessage, CopyRefused> {
+    let mut set = vec![
+        (
+            X_FAILURE_CLASS,
+            AttributeValue::string(FAILURE_CLASS_PERMANENT),
+        ),
+        (X_FAILURE_REASON, AttributeValue::string(reason)),
+    ];
+    if let Some(sent) = attributes::first_sent_at(
+        &record.message_attributes,
+        record.attributes.get("SentTimestamp").as_deref(),
+    ) {
+        set.push((X_FIRST_SENT_AT, AttributeValue::number(sent)));
+    }
+    let attributes = attributes::copy_attributes(&record.message_attributes, set)?;
+    let body = record.body.clone().unwrap_or_default();
+    let size = attributes::message_size(&body, &attributes);
+    if size > MAX_MESSAGE_BYTES {
+        return Err(CopyRefused::SizeLimit { size });
+    }
+    let (group_id, deduplication_id) = resq::fifo::copy_ids(
+        dlq_is_fifo,
+        record.group_id.as_deref(),
+        resq::fifo::Copy::DeadLetter,
+        &record.message_id,
+    );
+    Ok(OutgoingMessage {
+        body,
+        attributes,
+        group_id,
+        deduplication_id,
+    })
+}
+
+/// Lambda's poller may hold a batch this long (the longest batching window) between the
+/// receive and the invocation; the 12 h visibility limit counts from the receive.
+pub const LONGEST_BATCHING_WINDOW: Duration = Duration::from_secs(300);
+
+/// The backoff of the records reported failed (`failures[i]`, `None` for the others), as
+/// (record, seconds): full jitter on the receive count, never past what SQS still accepts
+/// (`ceiling_seconds`: its 12 h count from the receive). A FIFO record held behind a failure in
+/// its group gets that record's delay, so the group comes back together and in order. Records
+/// that never started get none: SQS returns them by itself after the queue's visibility
+/// timeout; neither does a record without a receipt handle.
+pub fn backoff(
+    records: &[Record],
+    lanes: &[Vec<usize>],
+    failures: &[Option<&Failure>],
+    backoff: &Backoff,
+    ceiling_seconds: i32,
+    rng: &mut impl Rng,
+) -> Vec<(usize, i32)> {
+    let mut changes = Vec::new();
+    for lane in lanes {
+        let mut group_delay = None;
+        for &i in lane {
+            let delay = match failures[i] {
+                None | Some(Failure::NotStarted) => continue,
+                Some(Failure::GroupBlocked) => match group_delay {
+                    Some(d) => d,
+                    None => continue,
+                },
+                Some(_) => {
+                    let d = backoff.delay_seconds(records[i].receive_count, rng);
+                    let d = d.min(ceiling_seconds.max(0));
+                    group_delay.get_or_insert(d);
+                    d
+                }
+            };
+            if !records[i].receipt_handle.is_empty() {
+                changes.push((i, delay));
+            }
+        }
+    }
+    changes
+}
+
+/// When each phase of an invocation ends, from the deadline and `DEADLINE_MARGIN_MS`:
+/// records start until `deadline - margin`; a record still running at `deadline - margin/2` is
+/// abandoned (reported failed); the settling calls (DLQ copies, archive writes, visibility
+/// changes) stop at `deadline - margin/8`; the rest is for the response and the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Phases {
+    /// No record starts after this.
+    pub start_by: Instant,
+    /// Running records are abandoned here.
+    pub stop_by: Instant,
+    /// The settling step ends here, done or not.
+    pub settle_by: Instant,
+}
+
+impl Phases {
+    /// The phases of an invocation with this deadline.
+    pub fn new(deadline: Instant, margin: Duration) -> Self {
+        let now = Instant::now();
+        let sub = |d: Duration| deadline.checked_sub(d).unwrap_or_else(|| now.min(deadline));
+        Self {
+            start_by: sub(margin),
+            stop_by: sub(margin / 2),
+            settle_by: sub(margin / 8),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::is_fifo;
+    use crate::fixtures::{fifo_records, parse_event, rec};
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+    use resq::config::CommonConfig;
+    use serde_json::{Value, json};
+
+    fn config() -> ConsumerConfig {
+        ConsumerConfig {
+            common: CommonConfig {
+                main_queue_url: "http://127.0.0.1/1/orders".into(),
+                dlq_url: "http://127.0.0.1/1/orders-dlq".into(),
+                archive_bucket: "b".into(),
+                max_redrive_attempts: 3,
+                deadline_margin: Duration::from_secs(1),
+            },
+            concurrency: 4,
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// A record with nine attributes: one too many for a DLQ copy, which adds two.
+    fn nine_attributes() -> Value {
+        let attrs: serde_json::Map<String, Value> = (0..9)
+            .map(|i| {
+                (
+                    format!("a{i}"),
+                    json!({"stringValue": "v", "dataType": "String"}),
+                )
+            })
+            .collect();
+        rec("a", json!({"messageAttributes": attrs}))
+    }
+
+    fn transient() -> Failure {
+        Failure::Transient {
+            code: "X".into(),
+            details: String::new(),
+        }
+    }
+
+    #[test]
+    fn lanes_standard_and_fifo() {
+        let records = fifo_records(&["a", "b", "a", "c", "b", "a"]);
+        assert!(is_fifo(&records));
+        assert_eq!(
+            plan_lanes(&records, true),
+            vec![vec![0, 2, 5], vec![1, 4], vec![3]]
+        );
+        assert_eq!(
+            plan_lanes(&records, false),
+            (0..6).map(|i| vec![i]).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn each_outcome_of_a_run_has_its_fate() {
+        let records = parse_event(json!({"Records": [
+            rec("a", json!({})),
+            rec("capped", json!({"messageAttributes": {"x-redrive-count": {"stringValue": "4", "dataType": "Number"}}})),
+            rec("bad", json!({"messageAttributes": {"a": {"dataType": "Binary", "binaryValue": "%%"}}})),
+        ]}))
+        .unwrap();
+        let (ok, capped, bad) = (&records[0], &records[1], &records[2]);
+        let cfg = config();
+        assert!(runs(ok, &cfg) && !runs(capped, &cfg) && !runs(bad, &cfg));
+        let fate = |r: &Record, ran: HandlerOutcome| decide(r, &cfg, ran).fate;
+        assert_eq!(fate(ok, HandlerOutcome::Handled(Ok(()))), Fate::Ack);
+        assert_eq!(
+            fate(capped, HandlerOutcome::NotRun),
+            Fate::Archive(ArchiveReason::RedriveCap)
+        );
+        assert!(matches!(
+            fate(bad, HandlerOutcome::NotRun),
+            Fate::Retry(Failure::Unreadable(_))
+        ));
+        let transient = HandlerError::transient("DOWNSTREAM", "503");
+        assert_eq!(
+            fate(ok, HandlerOutcome::Handled(Err(transient))),
+            Fate::Retry(Failure::Transient {
+                code: "DOWNSTREAM".into(),
+                details: "503".into()
+            })
+        );
+        let permanent = HandlerError::permanent("ORDER_REJECTED", "unknown product");
+        let d = decide(ok, &cfg, HandlerOutcome::Handled(Err(permanent)));
+        assert_eq!(
+            d.fate,
+            Fate::DeadLetter {
+                reason: "ORDER_REJECTED".into(),
+                details: "unknown product".into()
+            }
+        );
+        assert!(
+            matches!(d.action, Some(Action::Copy { ref to, .. }) if &**to == "http://127.0.0.1/1/orders-dlq")
+        );
+        let d = decide(
+            ok,
+            &cfg,
+            HandlerOutcome::Rejected(Rejection::malformed("not JSON")),
+        );
+        assert!(
+            matches!(d.fate, Fate::DeadLetter { ref reason, .. } if reason == "MALFORMED_JSON")
+        );
+        for (ran, code) in [
+            (
+                HandlerOutcome::Panicked("boom".into()),
+                ErrorCode::HandlerPanic,
+            ),
+            (HandlerOutcome::TimedOut, ErrorCode::RecordTimeout),
+        ] {
+            assert!(
+                matches!(fate(ok, ran), Fate::Retry(Failure::Resq { code: c, .. }) if c == code)
+            );
+        }
+        assert_eq!(
+            fate(ok, HandlerOutcome::NotStarted),
+            Fate::Retry(Failure::NotStarted)
+        );
+        assert_eq!(
+            fate(ok, HandlerOutcome::GroupBlocked),
+            Fate::Retry(Failure::GroupBlocked)
+        );
+    }
+
+    #[test]
+    fn an_archive_entry_keeps_the_record_whole_with_what_resq_knows() {
+        let records = parse_event(json!({"Records": [rec("m-1", json!({
+            "body": "{\"orderId\": \"o-1\"}",
+            "attributes": {"ApproximateReceiveCount": "2", "SentTimestamp": "1700000000000"},
+            "messageAttributes": {"x-redrive-count": {"stringValue": "4", "dataType": "Number"}}
+        }))]}))
+        .unwrap();
+        let d = decide(&records[0], &config(), HandlerOutcome::NotRun);
+        let Some(Action::Archive(entry)) = d.action else {
+            panic!("{d:?}")
+        };
+        assert_eq!(entry.reason, ArchiveReason::RedriveCap);
+        assert_eq!(entry.message.body, "{\"orderId\": \"o-1\"}");
+        assert_eq!(entry.message.attributes["ApproximateReceiveCount"], "2");
+        assert_eq!(entry.facts.source_queue, "http://127.0.0.1/1/orders");
+        assert_eq!(
+            (
+                entry.facts.redrive_count,
+                entry.facts.receive_count,
+                entry.facts.first_sent_at
+            ),
+            (Some(4), Some(2), Some(1_700_000_000_000))
+        );
+    }
+
+    #[test]
+    fn a_copy_sqs_would_refuse_is_archived_with_why() {
+        let records = parse_event(json!({"Records": [nine_attributes()]})).unwrap();
+        let d = decide(
+            &records[0],
+            &config(),
+            HandlerOutcome::Rejected(Rejection::malformed("x")),
+        );
+        assert_eq!(d.fate, Fate::Archive(ArchiveReason::AttributeLimit));
+        let Some(Action::Archive(entry)) = d.action else {
+            panic!("{d:?}")
+        };
+        let last = entry.facts.last_error.unwrap_or_default();
+        assert!(last.starts_with("MALFORMED_JSON: x; "), "{last}");
+        assert_eq!(entry.message.message_attributes.len(), 9);
+    }
+
+    #[test]
+    fn blocked_records_follow_their_groups_delay() {
+        let records = fifo_records(&["a", "a", "a", "b", "c"]);
+        let lanes = plan_lanes(&records, true);
+        let (failed, blocked) = (transient(), Failure::GroupBlocked);
+        let unreadable = Failure::Unreadable("bad base64".into());
+        let failures = [None, Some(&failed), Some(&blocked), Some(&unreadable), None];
+        let policy = Backoff {
+            base: Duration::from_secs(10),
+            cap: Duration::from_secs(300),
+        };
+        for seed in 0..20 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let changes = backoff(&records, &lanes, &failures, &policy, 43_000, &mut rng);
+            let ids: Vec<usize> = changes.iter().map(|(i, _)| *i).collect();
+            assert_eq!(ids, vec![1, 2, 3]);
+            assert_eq!(changes[0].1, changes[1].1);
+            // receive count 3 ⇒ window [0, 40]
+            assert!(changes.iter().all(|(_, s)| (0..=40).contains(s)));
+        }
+    }
+
+    #[test]
+    fn records_that_never_started_need_no_visibility_change() {
+        // GIVEN the deadline cut a batch short: a FIFO group and a record unstarted
+        let records = fifo_records(&["a", "a", "b"]);
+        let lanes = plan_lanes(&records, true);
+        let (not_started, blocked) = (Failure::NotStarted, Failure::GroupBlocked);
+        let failures = [Some(&not_started), Some(&blocked), Some(&not_started)];
+        // THEN nothing is planned: SQS returns them by itself after the visibility timeout
+        let mut rng = StdRng::seed_from_u64(1);
+        let policy = Backoff::default();
+        let changes = backoff(&records, &lanes, &failures, &policy, 43_000, &mut rng);
+        assert_eq!(changes, vec![]);
+    }
+
+    #[test]
+    fn no_delay_passes_the_twelve_hours_counted_from_the_receive() {
+        let records = fifo_records(&["a"]);
+        let failed = transient();
+        let long = Backoff {
+            base: Duration::from_secs(43_200),
+            cap: Duration::from_secs(43_200),
+        };
+        for seed in 0..50 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let changes = backoff(
+                &records,
+                &[vec![0]],
+                &[Some(&failed)],
+                &long,
+                1_000,
+                &mut rng,
+            );
+            assert!(changes[0].1 <= 1_000, "{changes:?}");
+        }
+    }
+
+    #[test]
+    fn deadline_phases() {
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(10);
+        let p = Phases::new(deadline, Duration::from_secs(2));
+        assert_eq!(p.start_by, deadline - Duration::from_secs(2));
+        assert_eq!(p.stop_by, deadline - Duration::from_secs(1));
+        assert_eq!(p.settle_by, deadline - Duration::from_millis(250));
+        assert!(p.start_by < p.stop_by && p.stop_by < p.settle_by && p.settle_by < deadline);
+        // a margin larger than the time left: nothing may start
+        let p = Phases::new(now + Duration::from_millis(500), Duration::from_secs(2));
+        assert!(p.start_by <= Instant::now());
+    }
+    #[test]
+    fn an_empty_or_unsendable_failure_reason_still_makes_a_sendable_copy() {
+        let records = parse_event(json!({"Records": [rec("a", json!({}))]})).unwrap();
+        for (given, expected) in [
+            ("", "UNSPECIFIED"),
+            ("  ", "UNSPECIFIED"),
+            ("BAD\u{0}", "BAD_"),
+        ] {
+            let ran = HandlerOutcome::Rejected(Rejection::new(given, "details"));
+            match decide(&records[0], &config(), ran) {
+                Decision {
+                    fate: Fate::DeadLetter { reason, .. },
+                    action: Some(Action::Copy { message, .. }),
+                } => {
+                    assert_eq!(reason, expected);
+                    assert_eq!(
+                        message.attributes[X_FAILURE_REASON].string_value.as_deref(),
+                        Some(expected)
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn dead_letter_copy_keeps_attributes_and_marks_the_failure() {
+        let records = parse_event(json!({"Records": [rec("a", json!({"messageAttributes": {
+            "trace": {"stringValue": "t-1", "dataType": "String"}
+        }}))]}))
+        .unwrap();
+        let copy = dead_letter_copy(&records[0], "MALFORMED_JSON", false).unwrap();
+        assert_eq!(copy.body, "{}");
+        assert_eq!(
+            copy.attributes["trace"].string_value.as_deref(),
+            Some("t-1")
+        );
+        assert_eq!(
+            copy.attributes[X_FAILURE_CLASS].string_value.as_deref(),
+            Some("permanent")
+        );
+        assert_eq!(
+            copy.attributes[X_FAILURE_REASON].string_value.as_deref(),
+            Some("MALFORMED_JSON")
+        );
+        assert_eq!(
+            copy.attributes[X_FIRST_SENT_AT].string_value.as_deref(),
+            Some("1700000000000")
+        );
+        assert_eq!((copy.group_id, copy.deduplication_id), (None, None));
+
+        let fifo = fifo_records(&["g7"]);
+        let copy = dead_letter_copy(&fifo[0], "VALIDATION_FAILED", true).unwrap();
+        assert_eq!(copy.group_id.as_deref(), Some("g7"));
+        assert_eq!(copy.deduplication_id.as_deref(), Some("permanent-m0"));
+    }
+    #[test]
+    fn dead_letter_copy_over_the_attribute_limit_fails() {
+        let records = parse_event(json!({"Records": [nine_attributes()]})).unwrap();
+        assert_eq!(
+            dead_letter_copy(&records[0], "MALFORMED_JSON", false).unwrap_err(),
+            CopyRefused::AttributeLimit(AttributeLimitExceeded { count: 12 })
+        );
+    }
+    #[test]
+    fn dead_letter_copy_over_the_size_limit_fails() {
+        // a body that fits alone, but not with the failure marks
+        let body = format!("{{{}", "x".repeat(MAX_MESSAGE_BYTES - 10));
+        let records = parse_event(json!({"Records": [rec("a", json!({"body": body}))]})).unwrap();
+        let refused = dead_letter_copy(&records[0], "MALFORMED_JSON", false).unwrap_err();
+        assert_eq!(refused.reason(), ArchiveReason::SizeLimit);
+        assert!(
+            matches!(refused, CopyRefused::SizeLimit { size } if size > MAX_MESSAGE_BYTES),
+            "{refused:?}"
+        );
+    }
+}

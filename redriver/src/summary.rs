@@ -1,0 +1,434 @@
+//! A run's summary (docs/design.md, "Run summary"), counted from its plans and what the
+//! settle executor reported: [`Run`] is a run as it goes, changed only by the pure steps here
+//! (a breaker verdict, a cycle's report, a keep plan's report), never inside I/O. The metrics
+//! come from the summary.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use resq::config::RedriverConfig;
+use resq::keep::KeptMessage;
+use resq::metrics::{self, Metrics};
+use resq::reason::{ArchiveReason, ErrorCode};
+use resq::settle::{ActionId, Confirmation, Report, SettleError, Unattempted};
+use resq::sqs::ReceivedMessage;
+use serde::{Deserialize, Serialize};
+
+use crate::breaker::Breaker;
+use crate::classify::{self, Rules};
+use crate::plan::{Cycle, Fate, Held, PendingKeep};
+use crate::request::RunRequest;
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StopReason {
+    /// The DLQ had nothing more to receive.
+    Empty,
+    /// `maxMessages` were handled.
+    MaxMessages,
+    /// The Lambda deadline margin was reached.
+    Deadline,
+    /// `ReceiveMessage` failed.
+    ReceiveError,
+}
+
+/// What a run did (in a dry run: what it would have done).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Nothing was changed.
+    pub dry_run: bool,
+    /// The circuit breaker held replay (at the start or during the run).
+    pub paused: bool,
+    /// Which alarm, or why its state is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_reason: Option<String>,
+    /// An alarm of the breaker cleared a short while ago: this run replayed at most this many
+    /// (a probe), not its full budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<u32>,
+    /// Messages received from the DLQ.
+    pub received: u64,
+    /// Copies confirmed in the main queue (their DLQ message deleted or being deleted).
+    pub redriven: u64,
+    /// Archive entries written, by reason.
+    pub archived: BTreeMap<ArchiveReason, u64>,
+    /// Left in the DLQ on purpose: permanent failures kept, messages outside the selection,
+    /// replays held by the breaker or behind a failed send of their FIFO group.
+    pub skipped: u64,
+    /// Of those, permanent failures kept for a human (hidden until their TTL, see `resq dlq
+    /// peek --kept`).
+    pub kept: u64,
+    /// Kept messages made visible again for this run (a selective run by reason; a dry run
+    /// counts those it would bring back, and changes nothing).
+    pub unhidden: u64,
+    /// Not moved because a send or archive write failed or was not confirmed: still in the
+    /// DLQ.
+    pub failed: u64,
+    /// Replays that had failed again (`x-redrive-count` ≥ 1) and that this run moved on
+    /// (replayed again or archived): each counted by the run that moves it.
+    pub returned: u64,
+    /// Moved, but the DLQ delete failed: the message reappears (a FIFO resend is deduplicated).
+    pub delete_failed: u64,
+    /// Wall time of the run.
+    pub elapsed_ms: u64,
+    /// The configured rate.
+    pub rate_per_second: f64,
+    /// Replays per second between sends: the messages confirmed after the first send, over the
+    /// time from the first send to the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub achieved_rate_per_second: Option<f64>,
+    /// Why the run ended.
+    pub stopped_by: StopReason,
+}
+
+impl Summary {
+    /// The run's metrics, for `function_name`.
+    pub fn metrics(&self, function_name: &str) -> Metrics {
+        let names = [
+            metrics::REDRIVEN,
+            metrics::REDRIVE_SKIPPED,
+            metrics::REDRIVE_FAILED,
+            metrics::REDRIVE_PAUSED,
+            metrics::ARCHIVED,
+        ];
+        let mut m = Metrics::new(function_name, &names);
+        m.add(metrics::REDRIVEN, self.redriven);
+        m.add(metrics::REDRIVE_SKIPPED, self.skipped);
+        m.add(metrics::REDRIVE_FAILED, self.failed);
+        m.add(metrics::REDRIVE_PAUSED, u64::from(self.paused));
+        for (reason, n) in &self.archived {
+            m.add_archived_n(*reason, *n);
+        }
+        m
+    }
+}
+
+/// A received message's (message id, receipt handle).
+pub type Receipt = (String, String);
+
+/// A run as it goes: its summary so far, its rules and budget, and what it holds.
+#[derive(Debug)]
+pub struct Run {
+    summary: Summary,
+    /// The rules its cycles classify by (the breaker may pause it).
+    pub rules: Rules,
+    max_messages: u32,
+    /// Copies sent or attempted: what counts against `maxMessages`. Archiving does not
+    /// (expired messages must not starve replay, nor fresh ones their archiving), nor do kept
+    /// or unselected messages.
+    replays: u64,
+    held: Vec<Receipt>,
+    pending: Vec<PendingKeep>,
+    /// The first send call and how many it confirmed, and the last send call.
+    sends: Option<((Instant, u64), Instant)>,
+}
+
+impl Run {
+    /// A run of `request` under `config`.
+    pub fn new(request: &RunRequest, config: &RedriverConfig) -> Self {
+        Self {
+            summary: Summary {
+                dry_run: request.dry_run,
+                paused: false,
+                pause_reason: None,
+                probe: None,
+                received: 0,
+                redriven: 0,
+                archived: BTreeMap::new(),
+                skipped: 0,
+                kept: 0,
+                unhidden: 0,
+                failed: 0,
+                returned: 0,
+                delete_failed: 0,
+                elapsed_ms: 0,
+                rate_per_second: request.rate_per_second,
+                achieved_rate_per_second: None,
+                stopped_by: StopReason::Empty,
+            },
+            rules: Rules {
+                max_redrive_attempts: config.common.max_redrive_attempts,
+                archive_after: config.archive_after,
+                permanent_action: config.permanent_action,
+                reason: request.reason.clone(),
+                older_than: request.older_than,
+                paused: false,
+            },
+            max_messages: request.max_messages,
+            replays: 0,
+            held: Vec::new(),
+            pending: Vec::new(),
+            sends: None,
+        }
+    }
+
+    /// Takes the breaker's verdict: open pauses replay (archiving goes on), half-open lowers
+    /// the budget to a probe.
+    pub fn apply(&mut self, verdict: Breaker) {
+        match verdict {
+            Breaker::Closed => {}
+            Breaker::Open(reason) => {
+                tracing::warn!(reason = %reason, "replay paused by the circuit breaker; archiving goes on");
+                self.summary.paused = true;
+                self.summary.pause_reason = Some(reason);
+                self.rules.paused = true;
+            }
+            Breaker::HalfOpen { budget, reason } if budget < self.max_messages => {
+                tracing::warn!(reason = %reason, budget, "replaying a probe only");
+                self.max_messages = budget;
+                self.summary.probe = Some(budget);
+            }
+            Breaker::HalfOpen { .. } => {}
+        }
+    }
+
+    /// Replays left in the budget.
+    pub fn budget(&self) -> u64 {
+        u64::from(self.max_messages).saturating_sub(self.replays)
+    }
+
+    /// Kept messages made visible for this run.
+    pub fn unhidden(&mut self, count: u64) {
+        self.summary.unhidden = count;
+    }
+
+    /// Why the run ends.
+    pub fn stop(&mut self, why: StopReason) {
+        self.summary.stopped_by = why;
+    }
+
+    /// Counts a cycle from what the executor reported (`None`: a dry run, nothing settled).
+    /// Returns whether the cycle ran out of time (a copy that could not start, or was not
+    /// answered, before its deadline).
+    pub fn account(&mut self, cycle: Cycle, report: Option<&Report>) -> bool {
+        self.summary.received += cycle.items.len() as u64;
+        let mut out_of_time = false;
+        for (m, fate) in cycle.items {
+            if !m.dropped_attributes.is_empty() {
+                tracing::warn!(message_id = %m.message_id, dropped = %m.dropped_attributes.join(", "), "list-valued attributes are not supported by SQS and are not copied");
+            }
+            match (fate, report) {
+                (Fate::Held(held), _) => self.held(m, held),
+                (Fate::Kept(until), _) => self.kept(m, until, cycle.received_at),
+                (Fate::Redrive { copy, delete }, Some(r)) => {
+                    out_of_time |= self.redriven(&m, r, copy, delete);
+                }
+                (
+                    Fate::Archive {
+                        reason,
+                        write,
+                        delete,
+                    },
+                    Some(r),
+                ) => self.archived(&m, r, reason, write, delete),
+                (_, None) => self.hold(&m),
+            }
+        }
+        out_of_time
+    }
+
+    fn held(&mut self, m: ReceivedMessage, held: Held) {
+        match held {
+            Held::NotSelected | Held::Paused => {
+                tracing::debug!(message_id = %m.message_id, held = ?held, "left in the DLQ");
+                self.summary.skipped += 1;
+            }
+            Held::OverBudget => {}
+            Held::WouldRedrive => {
+                self.replays += 1;
+                self.summary.redriven += 1;
+            }
+            Held::WouldArchive(reason) => *self.summary.archived.entry(reason).or_default() += 1,
+        }
+        self.hold(&m);
+    }
+
+    fn kept(&mut self, m: ReceivedMessage, until: Option<u64>, received_at: Instant) {
+        self.summary.skipped += 1;
+        self.summary.kept += 1;
+        match until {
+            Some(until_ms) if !self.summary.dry_run => self.pending.push(PendingKeep {
+                kept: KeptMessage {
+                    failure_reason: m.failure_reason().map(str::to_owned),
+                    first_sent_at: m.first_sent_at(),
+                    message_id: m.message_id,
+                    receipt_handle: m.receipt_handle,
+                    hidden_until: until_ms,
+                },
+                until_ms,
+                received_at,
+            }),
+            _ => self.hold(&m),
+        }
+    }
+
+    /// A redrive: its replay confirmed, refused (held for the run), unanswered (it reappears
+    /// by itself) or not attempted. Returns whether it ran out of time.
+    fn redriven(
+        &mut self,
+        m: &ReceivedMessage,
+        r: &Report,
+        copy: ActionId,
+        delete: ActionId,
+    ) -> bool {
+        let attempted = r.started_at(copy);
+        if let Some(at) = attempted {
+            self.replays += 1;
+            self.note_send(at, r.is_confirmed(copy));
+        }
+        match r.get(copy) {
+            Confirmation::Confirmed(_) => {
+                self.summary.redriven += 1;
+                self.summary.returned += u64::from(classify::is_returned_replay(m));
+                self.deleted(m, r.get(delete));
+                false
+            }
+            Confirmation::Failed(SettleError::Refused(why)) => {
+                self.summary.failed += 1;
+                tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::RedriveSendFailed.code(), error_details = %why, "not redriven; left in the DLQ");
+                self.hold(m);
+                false
+            }
+            // unknown whether SQS took it: neither deleted nor released; it reappears after
+            // its visibility timeout (a FIFO resend is deduplicated)
+            Confirmation::Failed(SettleError::Unanswered) => {
+                self.summary.failed += 1;
+                true
+            }
+            // behind a failed send of its FIFO group: it waits for a later run
+            Confirmation::NotAttempted(Unattempted::Held) => {
+                self.summary.skipped += 1;
+                self.hold(m);
+                false
+            }
+            Confirmation::NotAttempted(Unattempted::OutOfTime) => {
+                self.hold(m);
+                true
+            }
+        }
+    }
+
+    /// An archive entry: written (then deleted), refused (held for the run), or not written in
+    /// time (it reappears by itself).
+    fn archived(
+        &mut self,
+        m: &ReceivedMessage,
+        r: &Report,
+        reason: ArchiveReason,
+        write: ActionId,
+        delete: ActionId,
+    ) {
+        match r.get(write) {
+            Confirmation::Confirmed(key) => {
+                tracing::info!(message_id = %m.message_id, reason = reason.code(), key = key.as_deref(), "archived");
+                *self.summary.archived.entry(reason).or_default() += 1;
+                self.summary.returned += u64::from(classify::is_returned_replay(m));
+                self.deleted(m, r.get(delete));
+            }
+            Confirmation::Failed(SettleError::Refused(why)) => {
+                tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::ArchiveFailed.code(), error_details = %why, "not archived; left in the DLQ");
+                self.summary.failed += 1;
+                self.hold(m);
+            }
+            _ => self.summary.failed += 1,
+        }
+    }
+
+    /// A moved message's delete. One not confirmed leaves it to be seen again: an archive
+    /// finds its entry; a replay is sent again.
+    fn deleted(&mut self, m: &ReceivedMessage, delete: &Confirmation) {
+        match delete {
+            Confirmation::Confirmed(_) => {}
+            Confirmation::Failed(SettleError::Refused(why)) => {
+                self.summary.delete_failed += 1;
+                tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::DlqDeleteFailed.code(), error_details = %why, "moved but not deleted from the DLQ; it will be seen again (an archive finds its entry; a replay is sent again)");
+            }
+            _ => {
+                self.summary.delete_failed += 1;
+                tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::DlqDeleteDeadline.code(), "delete not confirmed before the deadline margin; it will be seen again (an archive finds its entry; a replay is sent again)");
+            }
+        }
+    }
+
+    fn note_send(&mut self, at: Instant, confirmed: bool) {
+        let confirmed = u64::from(confirmed);
+        self.sends = Some(match self.sends {
+            None => ((at, confirmed), at),
+            Some(((first, n), last)) if at == first => ((first, n + confirmed), last.max(at)),
+            Some(((first, _), last)) if at < first => ((at, confirmed), last.max(first)),
+            Some((first, last)) => (first, last.max(at)),
+        });
+    }
+
+    fn hold(&mut self, m: &ReceivedMessage) {
+        self.held
+            .push((m.message_id.clone(), m.receipt_handle.clone()));
+    }
+
+    /// Kept messages waiting to be listed and hidden.
+    pub fn pending_keeps(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Takes the kept messages waiting to be listed and hidden.
+    pub fn take_pending_keeps(&mut self) -> Vec<PendingKeep> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Counts a keep plan from what the executor reported: a message whose listing was not
+    /// confirmed is not hidden either, and is released at the end of the run (released
+    /// earlier, the run would read it again).
+    pub fn account_keeps(&mut self, entries: &[(KeptMessage, ActionId, ActionId)], r: &Report) {
+        let unlisted: Vec<&KeptMessage> = entries
+            .iter()
+            .filter(|(_, listed, _)| !r.is_confirmed(*listed))
+            .map(|(k, _, _)| k)
+            .collect();
+        if let Some((_, listed, _)) = entries.iter().find(|(_, l, _)| !r.is_confirmed(*l)) {
+            tracing::warn!(error_code = ErrorCode::KeepListFailed.code(), error_details = %describe(r.get(*listed)), count = unlisted.len(), "keep list not written: kept messages are released after the run, not hidden (a hidden message must be reachable)");
+        }
+        for k in unlisted {
+            self.held
+                .push((k.message_id.clone(), k.receipt_handle.clone()));
+        }
+        let not_hidden = entries
+            .iter()
+            .filter(|(_, l, h)| r.is_confirmed(*l) && !r.is_confirmed(*h))
+            .count();
+        if not_hidden > 0 {
+            tracing::warn!(
+                error_code = ErrorCode::KeepHideDeadline.code(),
+                count = not_hidden,
+                "kept messages not hidden; they come back after the run"
+            );
+        }
+    }
+
+    /// Takes what the run holds, to release at its end.
+    pub fn take_held(&mut self) -> Vec<Receipt> {
+        std::mem::take(&mut self.held)
+    }
+
+    /// The summary, once the run took `elapsed`.
+    pub fn finish(mut self, elapsed: Duration) -> Summary {
+        if let Some(((first, in_first), last)) = self.sends {
+            let secs = last.duration_since(first).as_secs_f64();
+            if secs > 0.0 {
+                // What the first send carried was paid for before it; the rest after it.
+                let after_first = self.summary.redriven.saturating_sub(in_first);
+                self.summary.achieved_rate_per_second = Some(after_first as f64 / secs);
+            }
+        }
+        self.summary.elapsed_ms = elapsed.as_millis() as u64;
+        self.summary
+    }
+}
+
+fn describe(c: &Confirmation) -> String {
+    match c {
+        Confirmation::Failed(e) => e.to_string(),
+        _ => "not attempted before the deadline margin".to_owned(),
+    }
+}

@@ -1,0 +1,910 @@
+//! The settle executor: the one place where both functions carry out what they decided
+//! (docs/design.md, "Settle"). A function decides, as a value, a [`Plan`] of typed
+//! [`Action`]s (copy a message to a queue, write an archive entry, note a kept message in the
+//! keep list, delete a received message, change its visibility); [`Settler::settle`] carries
+//! it out and reports each action as confirmed, failed (with the typed error) or not
+//! attempted.
+//!
+//! - **Lanes.** Actions go into lanes; an action that is not confirmed holds the rest of its
+//!   lane, which is then not attempted. A message's delete waits in its lane for its copy or
+//!   archive entry (nothing leaves a queue before its next home is confirmed); a FIFO
+//!   message group is one lane, so a later message of a group is never sent ahead of an
+//!   earlier one that did not go, and no call carries two messages of one group.
+//! - **Batches.** What is ready goes out in as few calls as SQS allows: copies per queue in
+//!   `SendMessageBatch` calls of at most 10 entries and 1 MiB, deletes and visibility changes
+//!   10 per call, kept messages in lists of up to 2,000; archive entries one conditional put
+//!   each. Calls run concurrently, up to a limit.
+//! - **Pace.** Copies take their turn from a [`Pacer`] (the redriver's token bucket); one
+//!   still waiting when copies must stop starting is not attempted.
+//! - **Deadlines.** Copies, archive writes and keep lists are answered by
+//!   [`Deadlines::move_by`], deletes and visibility changes by [`Deadlines::settle_by`], or
+//!   they count as unanswered: they may or may not have taken effect, so nothing that depends
+//!   on them happens, and SQS brings the message back by itself.
+//! - **Shared.** A settler holds no state between calls: several plans may settle at once
+//!   (the consumer's lanes, batches in flight under one pacer).
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+
+use crate::archive::{ArchiveEntry, Archiver};
+use crate::keep::{KeptMessage, MAX_ENTRIES_PER_LIST};
+use crate::sqs::{AwsError, CALLS_IN_FLIGHT, MAX_BATCH, OutgoingMessage, Queues};
+use crate::store::ObjectStore;
+
+/// A queue's URL, shared by the actions on it.
+pub type QueueUrl = Arc<str>;
+
+/// One thing to do with SQS or S3.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send a copy to a queue (`SendMessageBatch`).
+    Copy {
+        /// The queue.
+        to: QueueUrl,
+        /// The copy.
+        message: OutgoingMessage,
+    },
+    /// Write an archive entry (a conditional put: an entry already there counts as written).
+    Archive(Box<ArchiveEntry>),
+    /// Note a kept message in its queue's keep list (before it is hidden).
+    Keep {
+        /// The queue it is kept in.
+        queue: QueueUrl,
+        /// The entry.
+        message: KeptMessage,
+    },
+    /// Delete a received message (`DeleteMessageBatch`); a delete SQS refused is tried once
+    /// more while its receipt handle holds.
+    Delete {
+        /// The queue.
+        from: QueueUrl,
+        /// The receipt handle of its receive.
+        receipt_handle: String,
+    },
+    /// Change a received message's visibility timeout (`ChangeMessageVisibilityBatch`).
+    ChangeVisibility {
+        /// The queue.
+        of: QueueUrl,
+        /// The receipt handle of its receive.
+        receipt_handle: String,
+        /// The new timeout (0 makes it visible at once).
+        seconds: i32,
+    },
+}
+
+/// An action's place in its plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ActionId(usize);
+
+/// Actions in lanes, decided as a value and carried out by [`Settler::settle`].
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Each action, and the one it waits for.
+    steps: Vec<(Action, Option<usize>)>,
+    /// The last action of each named lane.
+    lanes: HashMap<String, usize>,
+}
+
+impl Plan {
+    /// An empty plan.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an action in a lane of its own: it waits for nothing.
+    pub fn push(&mut self, action: Action) -> ActionId {
+        self.add(action, None)
+    }
+
+    /// Adds an action at the end of lane `lane` (a FIFO message group): it is attempted only
+    /// once the lane's previous action is confirmed.
+    pub fn push_to(&mut self, lane: &str, action: Action) -> ActionId {
+        let after = self.lanes.get(lane).copied();
+        let id = self.add(action, after);
+        self.lanes.insert(lane.to_owned(), id.0);
+        id
+    }
+
+    /// Adds an action attempted only once `after` is confirmed (a message's delete after its
+    /// copy). It holds back only what is added after it.
+    pub fn then(&mut self, after: ActionId, action: Action) -> ActionId {
+        self.add(action, Some(after.0))
+    }
+
+    /// A plan that makes received messages of `queue` visible again at once (visibility 0):
+    /// what a run held, what a peek looked at.
+    pub fn release(queue: &QueueUrl, receipt_handles: impl IntoIterator<Item = String>) -> Self {
+        let mut plan = Self::new();
+        for receipt_handle in receipt_handles {
+            plan.push(Action::ChangeVisibility {
+                of: queue.clone(),
+                receipt_handle,
+                seconds: 0,
+            });
+        }
+        plan
+    }
+
+    fn add(&mut self, action: Action, after: Option<usize>) -> ActionId {
+        self.steps.push((action, after));
+        ActionId(self.steps.len() - 1)
+    }
+
+    /// Actions in the plan.
+    pub fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// The action `id`.
+    pub fn action(&self, id: ActionId) -> &Action {
+        &self.steps[id.0].0
+    }
+}
+
+/// When a settle's actions must be answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    /// No copy starts after this (one still waiting for its pacer is not attempted).
+    pub start_by: Instant,
+    /// Copies, archive writes and keep lists are answered by this.
+    pub move_by: Instant,
+    /// Deletes and visibility changes are answered by this.
+    pub settle_by: Instant,
+}
+
+impl Deadlines {
+    /// Every action by `at`.
+    pub fn all_by(at: Instant) -> Self {
+        Self {
+            start_by: at,
+            move_by: at,
+            settle_by: at,
+        }
+    }
+}
+
+/// What became of one action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confirmation {
+    /// Done. For a copy its new message id, for an archive entry or a keep list its key.
+    Confirmed(Option<String>),
+    /// Not done, or not known to be done.
+    Failed(SettleError),
+    /// Not attempted.
+    NotAttempted(Unattempted),
+}
+
+impl Confirmation {
+    /// It is done.
+    pub fn is_confirmed(&self) -> bool {
+        matches!(self, Confirmation::Confirmed(_))
+    }
+}
+
+/// Why an action is not confirmed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettleError {
+    /// SQS or S3 refused it, or its call failed: it did not take effect.
+    #[error("{0}")]
+    Refused(AwsError),
+    /// No answer by its deadline: it may or may not have taken effect.
+    #[error("not answered before the deadline margin")]
+    Unanswered,
+}
+
+/// Why an action was not attempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unattempted {
+    /// An action before it in its lane was not confirmed.
+    Held,
+    /// Its deadline came before it could start (a copy still waiting for its pacer).
+    OutOfTime,
+}
+
+/// What became of each action of a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    results: Vec<Confirmation>,
+    started: Vec<Option<Instant>>,
+}
+
+impl Report {
+    /// What became of action `id`.
+    pub fn get(&self, id: ActionId) -> &Confirmation {
+        &self.results[id.0]
+    }
+
+    /// Action `id` is done.
+    pub fn is_confirmed(&self, id: ActionId) -> bool {
+        self.get(id).is_confirmed()
+    }
+
+    /// When the call carrying action `id` started (none if it was not attempted).
+    pub fn started_at(&self, id: ActionId) -> Option<Instant> {
+        self.started[id.0]
+    }
+
+    /// Every action's confirmation, in plan order.
+    pub fn iter(&self) -> impl Iterator<Item = (ActionId, &Confirmation)> {
+        self.results
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (ActionId(i), c))
+    }
+}
+
+/// Gives copies their turn: the redriver's rate.
+pub trait Pacer: Sync {
+    /// Waits until up to `n` more copies may go, at most until `until`; how many may go.
+    fn admit(&self, n: usize, until: Instant) -> impl Future<Output = usize> + Send;
+}
+
+/// No pace: every copy may go at once.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unpaced;
+
+impl Pacer for Unpaced {
+    async fn admit(&self, n: usize, _until: Instant) -> usize {
+        n
+    }
+}
+
+/// One call's worth of ready actions: their places in the plan, and what each carries.
+enum Call<'p> {
+    Send(&'p str, Vec<(usize, &'p OutgoingMessage)>),
+    Delete(&'p str, Vec<(usize, &'p str)>),
+    ChangeVisibility(&'p str, Vec<(usize, (&'p str, i32))>),
+    Keep(&'p str, Vec<(usize, &'p KeptMessage)>, usize),
+    Archive(usize, &'p ArchiveEntry),
+}
+
+/// What a call reports: per action, what became of it and when its call started.
+type Outcomes = Vec<(usize, Confirmation, Option<Instant>)>;
+
+/// Carries out plans against SQS and S3.
+#[derive(Debug, Clone)]
+pub struct Settler<Q, S> {
+    queues: Q,
+    archiver: Archiver<S>,
+    calls_in_flight: usize,
+}
+
+impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
+    /// A settler whose archive entries are signed `archived_by`.
+    pub fn new(queues: Q, store: S, archived_by: &str) -> Self {
+        Self {
+            queues,
+            archiver: Archiver::new(store, archived_by),
+            calls_in_flight: CALLS_IN_FLIGHT,
+        }
+    }
+
+    /// At most `n` calls at once (default [`CALLS_IN_FLIGHT`]).
+    pub fn with_calls_in_flight(mut self, n: usize) -> Self {
+        self.calls_in_flight = n.max(1);
+        self
+    }
+
+    /// The queues it settles on.
+    pub fn queues(&self) -> &Q {
+        &self.queues
+    }
+
+    /// The store it archives to.
+    pub fn store(&self) -> &S {
+        self.archiver.store()
+    }
+
+    /// Carries `plan` out by `by`, copies paced by `pacer`, and reports each action. Each round
+    /// starts what is ready (its lane's previous action confirmed) in as few calls as SQS
+    /// allows; what an unconfirmed action holds is not attempted.
+    pub async fn settle(&self, plan: &Plan, by: Deadlines, pacer: &impl Pacer) -> Report {
+        let n = plan.len();
+        let mut results: Vec<Option<Confirmation>> = vec![None; n];
+        let mut started = vec![None; n];
+        let mut retried = vec![false; n];
+        let mut part = 0;
+        let run = format!("{:016x}", rand::random::<u64>());
+        loop {
+            let ready = ready(plan, &mut results);
+            if ready.is_empty() {
+                break;
+            }
+            let tasks = calls(plan, &ready, &mut part)
+                .into_iter()
+                .map(|call| self.execute(call, by, pacer, &run));
+            // each call is bounded by its own deadline, and one that could not start before it
+            // is not attempted: the round ends by the settle deadline
+            let done: Vec<Outcomes> = futures::stream::iter(tasks)
+                .buffer_unordered(self.calls_in_flight)
+                .collect()
+                .await;
+            let mut again = Vec::new();
+            for (i, confirmation, at) in done.into_iter().flatten() {
+                started[i] = started[i].or(at);
+                let refused_delete = matches!(plan.steps[i].0, Action::Delete { .. })
+                    && matches!(confirmation, Confirmation::Failed(SettleError::Refused(_)));
+                if refused_delete && !retried[i] && Instant::now() < by.settle_by {
+                    retried[i] = true;
+                    again.push(i);
+                } else {
+                    results[i] = Some(confirmation);
+                }
+            }
+            // every call answers for each action it carries; this is only a guard
+            for &i in &ready {
+                if results[i].is_none() && !again.contains(&i) {
+                    results[i] = Some(Confirmation::Failed(SettleError::Unanswered));
+                }
+            }
+        }
+        Report {
+            results: results
+                .into_iter()
+                .map(|r| r.unwrap_or(Confirmation::Failed(SettleError::Unanswered)))
+                .collect(),
+            started,
+        }
+    }
+
+    /// One call; every action it carries gets its confirmation.
+    async fn execute(
+        &self,
+        call: Call<'_>,
+        by: Deadlines,
+        pacer: &impl Pacer,
+        run: &str,
+    ) -> Outcomes {
+        match call {
+            Call::Send(queue, copies) => self.send(queue, copies, by, pacer).await,
+            Call::Delete(queue, entries) => {
+                let (ids, handles): (Vec<usize>, Vec<&str>) = entries.into_iter().unzip();
+                let answer = self.queues.delete(queue, &handles);
+                answered(ids, by.settle_by, answer, |()| None).await
+            }
+            Call::ChangeVisibility(queue, entries) => {
+                let (ids, changes): (Vec<usize>, Vec<(&str, i32)>) = entries.into_iter().unzip();
+                let answer = self.queues.change_visibility(queue, &changes);
+                answered(ids, by.settle_by, answer, |()| None).await
+            }
+            Call::Archive(i, entry) => {
+                let write = async {
+                    let (key, _) = self.archiver.write(entry, chrono::Utc::now()).await?;
+                    Ok(vec![Ok(key)])
+                };
+                answered(vec![i], by.move_by, write, Some).await
+            }
+            Call::Keep(queue, entries, part) => {
+                let (ids, kept): (Vec<usize>, Vec<KeptMessage>) =
+                    entries.into_iter().map(|(i, k)| (i, k.clone())).unzip();
+                let write = async {
+                    let (store, at) = (self.archiver.store(), chrono::Utc::now());
+                    let key = crate::keep::write_list(store, queue, run, part, at, &kept).await?;
+                    Ok(vec![Ok(key); kept.len()])
+                };
+                answered(ids, by.move_by, write, Some).await
+            }
+        }
+    }
+
+    /// One `SendMessageBatch`, once its copies have their turn.
+    async fn send(
+        &self,
+        queue: &str,
+        copies: Vec<(usize, &OutgoingMessage)>,
+        by: Deadlines,
+        pacer: &impl Pacer,
+    ) -> Outcomes {
+        let start_by = by.start_by.min(by.move_by);
+        let admitted = if Instant::now() < start_by {
+            pacer.admit(copies.len(), start_by).await.min(copies.len())
+        } else {
+            0
+        };
+        let (go, wait) = copies.split_at(admitted);
+        let mut out: Outcomes = wait
+            .iter()
+            .map(|&(i, _)| (i, out_of_time(), None))
+            .collect();
+        if go.is_empty() {
+            return out;
+        }
+        let (ids, messages): (Vec<usize>, Vec<&OutgoingMessage>) = go.iter().copied().unzip();
+        let answer = self.queues.send(queue, &messages);
+        out.extend(answered(ids, by.move_by, answer, Some).await);
+        out
+    }
+}
+
+fn out_of_time() -> Confirmation {
+    Confirmation::NotAttempted(Unattempted::OutOfTime)
+}
+
+/// Waits for a call's per-entry answer until `by`; a call not started before `by` is not
+/// attempted.
+async fn answered<T>(
+    ids: Vec<usize>,
+    by: Instant,
+    call: impl Future<Output = Result<Vec<Result<T, AwsError>>, AwsError>>,
+    confirmed: impl Fn(T) -> Option<String>,
+) -> Outcomes {
+    let at = Instant::now();
+    if at >= by {
+        return ids.into_iter().map(|i| (i, out_of_time(), None)).collect();
+    }
+    let per_entry: Vec<Confirmation> = match tokio::time::timeout_at(by.into(), call).await {
+        Ok(Ok(entries)) => entries
+            .into_iter()
+            .map(|e| match e {
+                Ok(v) => Confirmation::Confirmed(confirmed(v)),
+                Err(e) => Confirmation::Failed(SettleError::Refused(e)),
+            })
+            .collect(),
+        Ok(Err(e)) => vec![Confirmation::Failed(SettleError::Refused(e)); ids.len()],
+        Err(_) => vec![Confirmation::Failed(SettleError::Unanswered); ids.len()],
+    };
+    let missing = Confirmation::Failed(SettleError::Unanswered);
+    let per_entry = per_entry.into_iter().chain(std::iter::repeat(missing));
+    ids.into_iter()
+        .zip(per_entry)
+        .map(|(i, c)| (i, c, Some(at)))
+        .collect()
+}
+
+/// The actions to start now: not decided yet, and whatever they wait for confirmed. An action
+/// behind one that was not confirmed is decided here as held.
+fn ready(plan: &Plan, results: &mut [Option<Confirmation>]) -> Vec<usize> {
+    let mut ready = Vec::new();
+    for (i, (_, after)) in plan.steps.iter().enumerate() {
+        if results[i].is_some() {
+            continue;
+        }
+        match after.map(|a| &results[a]) {
+            None | Some(Some(Confirmation::Confirmed(_))) => ready.push(i),
+            Some(Some(_)) => results[i] = Some(Confirmation::NotAttempted(Unattempted::Held)),
+            Some(None) => {}
+        }
+    }
+    ready
+}
+
+/// The calls that carry `ready`: per kind and queue, in plan order, within SQS's limits.
+fn calls<'p>(plan: &'p Plan, ready: &[usize], part: &mut usize) -> Vec<Call<'p>> {
+    type ByQueue<'p, T> = BTreeMap<&'p str, Vec<(usize, T)>>;
+    let mut sends: ByQueue<'p, &OutgoingMessage> = BTreeMap::new();
+    let mut deletes: ByQueue<'p, &str> = BTreeMap::new();
+    let mut changes: ByQueue<'p, (&str, i32)> = BTreeMap::new();
+    let mut keeps: ByQueue<'p, &KeptMessage> = BTreeMap::new();
+    let mut calls = Vec::new();
+    for &i in ready {
+        match &plan.steps[i].0 {
+            Action::Copy { to, message } => sends.entry(to).or_default().push((i, message)),
+            Action::Delete {
+                from,
+                receipt_handle,
+            } => deletes.entry(from).or_default().push((i, receipt_handle)),
+            Action::ChangeVisibility {
+                of,
+                receipt_handle,
+                seconds,
+            } => changes
+                .entry(of)
+                .or_default()
+                .push((i, (receipt_handle, *seconds))),
+            Action::Keep { queue, message } => keeps.entry(queue).or_default().push((i, message)),
+            Action::Archive(entry) => calls.push(Call::Archive(i, entry)),
+        }
+    }
+    for (queue, copies) in sends {
+        let sizes: Vec<usize> = copies.iter().map(|(_, c)| c.size()).collect();
+        for range in crate::sqs::pack(&sizes) {
+            calls.push(Call::Send(queue, copies[range].to_vec()));
+        }
+    }
+    for (queue, entries) in deletes {
+        calls.extend(
+            entries
+                .chunks(MAX_BATCH)
+                .map(|c| Call::Delete(queue, c.to_vec())),
+        );
+    }
+    for (queue, entries) in changes {
+        let chunks = entries.chunks(MAX_BATCH);
+        calls.extend(chunks.map(|c| Call::ChangeVisibility(queue, c.to_vec())));
+    }
+    for (queue, entries) in keeps {
+        for chunk in entries.chunks(MAX_ENTRIES_PER_LIST) {
+            calls.push(Call::Keep(queue, chunk.to_vec(), *part));
+            *part += 1;
+        }
+    }
+    calls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::OriginalMessage;
+    use crate::attributes::MessageAttributes;
+    use crate::reason::ArchiveReason;
+    use crate::sqs::ReceivedMessage;
+    use crate::testing::{Call, MemorySqs, MemoryStore};
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    const MAIN: &str = "http://127.0.0.1/1/orders";
+    const DLQ: &str = "http://127.0.0.1/1/orders-dlq";
+
+    fn later() -> Deadlines {
+        Deadlines::all_by(Instant::now() + Duration::from_secs(30))
+    }
+
+    fn copy(body: &str, group: Option<&str>) -> Action {
+        Action::Copy {
+            to: QueueUrl::from(MAIN),
+            message: OutgoingMessage {
+                body: body.to_owned(),
+                attributes: MessageAttributes::new(),
+                group_id: group.map(str::to_owned),
+                deduplication_id: group.map(|_| format!("d-{body}")),
+            },
+        }
+    }
+
+    fn delete(receipt_handle: &str) -> Action {
+        Action::Delete {
+            from: QueueUrl::from(DLQ),
+            receipt_handle: receipt_handle.to_owned(),
+        }
+    }
+
+    /// `n` messages received from the DLQ (their receipt handles).
+    async fn received(sqs: &MemorySqs, n: usize) -> Vec<String> {
+        for i in 0..n {
+            sqs.push(
+                DLQ,
+                ReceivedMessage {
+                    message_id: format!("d{i}"),
+                    receipt_handle: String::new(),
+                    body: format!("b{i}"),
+                    attributes: BTreeMap::new(),
+                    message_attributes: MessageAttributes::new(),
+                    dropped_attributes: Vec::new(),
+                },
+            );
+        }
+        let mut handles = Vec::new();
+        while handles.len() < n {
+            let batch = sqs.receive(DLQ, 10, Some(60), 0).await.unwrap();
+            handles.extend(batch.into_iter().map(|m| m.receipt_handle));
+        }
+        handles
+    }
+
+    #[tokio::test]
+    async fn a_delete_waits_for_its_copy_and_an_unconfirmed_copy_holds_its_lane() {
+        // GIVEN three DLQ messages, two replayed in FIFO group g, one alone; SQS refuses the
+        // first copy of g
+        let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+        let handles = received(&sqs, 3).await;
+        sqs.fail_sends(|m| m.body == "b0");
+        let settler = Settler::new(&sqs, &store, "test");
+        let mut plan = Plan::new();
+        let mut ids = Vec::new();
+        for (i, (body, group)) in [("b0", Some("g")), ("b1", Some("g")), ("b2", None)]
+            .into_iter()
+            .enumerate()
+        {
+            let c = match group {
+                Some(g) => plan.push_to(g, copy(body, group)),
+                None => plan.push(copy(body, group)),
+            };
+            ids.push((c, plan.then(c, delete(&handles[i]))));
+        }
+        // WHEN it settles
+        let report = settler.settle(&plan, later(), &Unpaced).await;
+        // THEN the refused copy is reported with SQS's reason, and what waits on it is not
+        // attempted: its delete, the rest of its group and that one's delete
+        assert!(
+            matches!(report.get(ids[0].0), Confirmation::Failed(SettleError::Refused(e)) if e.message.contains("InternalError"))
+        );
+        for held in [ids[0].1, ids[1].0, ids[1].1] {
+            assert_eq!(
+                report.get(held),
+                &Confirmation::NotAttempted(Unattempted::Held)
+            );
+        }
+        // the other lane went on: copied (with its new id), then deleted
+        assert!(matches!(
+            report.get(ids[2].0),
+            Confirmation::Confirmed(Some(_))
+        ));
+        assert!(report.is_confirmed(ids[2].1));
+        assert_eq!(sqs.sent(MAIN).len(), 1);
+        assert_eq!(sqs.deleted(DLQ), vec![handles[2].clone()]);
+        assert_eq!(
+            sqs.len(DLQ),
+            2,
+            "nothing left the DLQ before its copy was confirmed"
+        );
+    }
+
+    #[tokio::test]
+    async fn no_call_carries_two_messages_of_one_lane_and_the_lane_keeps_its_order() {
+        let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+        let settler = Settler::new(&sqs, &store, "test");
+        let mut plan = Plan::new();
+        for (body, g) in [
+            ("a1", "a"),
+            ("a2", "a"),
+            ("b1", "b"),
+            ("a3", "a"),
+            ("b2", "b"),
+        ] {
+            plan.push_to(g, copy(body, Some(g)));
+        }
+        let report = settler.settle(&plan, later(), &Unpaced).await;
+        assert!(report.iter().all(|(_, c)| c.is_confirmed()));
+        let bodies: Vec<String> = sqs.sent(MAIN).into_iter().map(|m| m.body).collect();
+        assert_eq!(bodies, vec!["a1", "b1", "a2", "b2", "a3"]);
+        assert_eq!(sqs.calls(), 3, "one call per round: a1+b1, a2+b2, a3");
+    }
+
+    #[tokio::test]
+    async fn what_is_ready_goes_out_in_as_few_calls_as_sqs_allows() {
+        // GIVEN 23 copies (one of them near 1 MiB), 23 deletes and 12 visibility changes
+        let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+        let handles = received(&sqs, 35).await;
+        let calls_before = sqs.calls();
+        let settler = Settler::new(&sqs, &store, "test");
+        let mut plan = Plan::new();
+        for i in 0..23 {
+            let body = if i == 5 {
+                "x".repeat(crate::attributes::MAX_MESSAGE_BYTES - 1)
+            } else {
+                format!("c{i}")
+            };
+            plan.push(copy(&body, None));
+        }
+        for h in &handles[..23] {
+            plan.push(delete(h));
+        }
+        for h in &handles[23..] {
+            plan.push(Action::ChangeVisibility {
+                of: QueueUrl::from(DLQ),
+                receipt_handle: h.clone(),
+                seconds: 0,
+            });
+        }
+        let report = settler.settle(&plan, later(), &Unpaced).await;
+        assert!(report.iter().all(|(_, c)| c.is_confirmed()), "{report:?}");
+        // copies: 0..5, 5 alone (1 MiB), 6..16, 16..23 → 4 calls; deletes 3; changes 2
+        assert_eq!(sqs.calls() - calls_before, 4 + 3 + 2);
+        assert_eq!(sqs.sent(MAIN).len(), 23);
+    }
+
+    #[tokio::test]
+    async fn archive_entries_and_keep_lists_are_confirmed_with_their_keys() {
+        let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+        let handles = received(&sqs, 1).await;
+        let settler = Settler::new(&sqs, &store, "redriver");
+        let message = OriginalMessage {
+            message_id: "d0".into(),
+            body: "b0".into(),
+            message_attributes: MessageAttributes::new(),
+            attributes: BTreeMap::from([("SentTimestamp".into(), "1700000000000".into())]),
+        };
+        let entry = ArchiveEntry::new(ArchiveReason::TtlExpired, DLQ, message, None);
+        let kept = KeptMessage {
+            message_id: "d0".into(),
+            receipt_handle: handles[0].clone(),
+            failure_reason: Some("MALFORMED_JSON".into()),
+            first_sent_at: None,
+            hidden_until: 1,
+        };
+        let mut plan = Plan::new();
+        let archive = plan.push(Action::Archive(Box::new(entry)));
+        let keep = plan.push(Action::Keep {
+            queue: QueueUrl::from(DLQ),
+            message: kept,
+        });
+        let report = settler.settle(&plan, later(), &Unpaced).await;
+        let key = |id| match report.get(id) {
+            Confirmation::Confirmed(Some(key)) => key.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(key(archive), "archive/TTL_EXPIRED/2023/11/14/d0.json");
+        assert!(key(keep).starts_with("kept/"));
+        assert_eq!(store.keys("").len(), 2);
+        // an entry already there is confirmed too: a retried archive finds its entry
+        let report = settler.settle(&plan, later(), &Unpaced).await;
+        assert!(report.is_confirmed(archive));
+    }
+
+    #[tokio::test]
+    async fn a_refused_delete_is_tried_once_more() {
+        let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+        let handles = received(&sqs, 2).await;
+        let first = handles[0].clone();
+        let tries = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let seen = tries.clone();
+        // the first attempt at handles[0] fails, the second goes through
+        sqs.fail_deletes(move |rh| {
+            rh == first && seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0
+        });
+        let settler = Settler::new(&sqs, &store, "test");
+        let mut plan = Plan::new();
+        let ids: Vec<ActionId> = handles.iter().map(|h| plan.push(delete(h))).collect();
+        let report = settler.settle(&plan, later(), &Unpaced).await;
+        assert!(report.is_confirmed(ids[0]) && report.is_confirmed(ids[1]));
+        assert_eq!(sqs.len(DLQ), 0);
+        // one that keeps failing is reported refused after its second try
+        let handles = received(&sqs, 1).await;
+        sqs.fail_deletes(|_| true);
+        let mut plan = Plan::new();
+        let id = plan.push(delete(&handles[0]));
+        let calls = sqs.calls();
+        let report = settler.settle(&plan, later(), &Unpaced).await;
+        assert!(matches!(
+            report.get(id),
+            Confirmation::Failed(SettleError::Refused(_))
+        ));
+        assert_eq!(sqs.calls() - calls, 2);
+    }
+
+    #[tokio::test]
+    async fn a_slow_sqs_cannot_make_a_settle_late_and_nothing_unanswered_is_followed_up() {
+        let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+        let handles = received(&sqs, 2).await;
+        sqs.set_delay(Duration::from_secs(5));
+        let settler = Settler::new(&sqs, &store, "test");
+        let mut plan = Plan::new();
+        let c = plan.push(copy("b0", None));
+        let d = plan.then(c, delete(&handles[0]));
+        let started = Instant::now();
+        let by = Deadlines::all_by(started + Duration::from_millis(300));
+        let report = settler.settle(&plan, by, &Unpaced).await;
+        assert!(
+            Instant::now() < started + Duration::from_secs(2),
+            "settled late"
+        );
+        assert_eq!(
+            report.get(c),
+            &Confirmation::Failed(SettleError::Unanswered)
+        );
+        assert_eq!(
+            report.get(d),
+            &Confirmation::NotAttempted(Unattempted::Held)
+        );
+        assert_eq!(report.started_at(d), None);
+        // past the deadline nothing starts at all
+        let report = settler.settle(&plan, by, &Unpaced).await;
+        assert_eq!(
+            report.get(c),
+            &Confirmation::NotAttempted(Unattempted::OutOfTime)
+        );
+        let _ = handles;
+    }
+
+    /// Lets `n` copies go, then none.
+    struct Allow(std::sync::atomic::AtomicUsize);
+
+    impl Pacer for Allow {
+        async fn admit(&self, n: usize, _until: Instant) -> usize {
+            let left = self.0.load(std::sync::atomic::Ordering::SeqCst);
+            let go = n.min(left);
+            self.0.fetch_sub(go, std::sync::atomic::Ordering::SeqCst);
+            go
+        }
+    }
+
+    #[tokio::test]
+    async fn copies_go_only_as_the_pacer_admits_them() {
+        let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+        let settler = Settler::new(&sqs, &store, "test");
+        let mut plan = Plan::new();
+        let ids: Vec<ActionId> = (0..5)
+            .map(|i| plan.push(copy(&format!("c{i}"), None)))
+            .collect();
+        let pacer = Allow(std::sync::atomic::AtomicUsize::new(3));
+        let report = settler.settle(&plan, later(), &pacer).await;
+        assert!(ids[..3].iter().all(|&i| report.is_confirmed(i)));
+        for &i in &ids[3..] {
+            assert_eq!(
+                report.get(i),
+                &Confirmation::NotAttempted(Unattempted::OutOfTime)
+            );
+        }
+        assert_eq!(sqs.sent(MAIN).len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_failed_call_fails_every_action_it_carries() {
+        let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+        sqs.fail_calls(Call::Send, true);
+        let settler = Settler::new(&sqs, &store, "test");
+        let mut plan = Plan::new();
+        let ids: Vec<ActionId> = (0..3)
+            .map(|i| plan.push(copy(&format!("c{i}"), None)))
+            .collect();
+        let report = settler.settle(&plan, later(), &Unpaced).await;
+        for id in ids {
+            assert!(matches!(
+                report.get(id),
+                Confirmation::Failed(SettleError::Refused(_))
+            ));
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 256,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Whatever the sizes and the lanes, every copy goes in exactly one call, no call
+        /// breaks SQS's limits or carries two messages of one lane, and each lane keeps its
+        /// order.
+        #[test]
+        fn calls_keep_the_limits_and_each_lanes_order(
+            sizes in proptest::collection::vec(
+                proptest::prop_oneof![1usize..300_000, proptest::strategy::Just(crate::attributes::MAX_MESSAGE_BYTES)],
+                0..40,
+            ),
+            lanes in proptest::collection::vec(proptest::option::of(0u8..4), 40),
+        ) {
+            let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+            let settler = Settler::new(&sqs, &store, "test");
+            let mut plan = Plan::new();
+            for (i, (size, lane)) in sizes.iter().zip(&lanes).enumerate() {
+                let mut body = format!("{i:03}");
+                body.push_str(&"x".repeat(size.saturating_sub(3)));
+                let group = lane.map(|g| format!("g{g}"));
+                let action = copy(&body, group.as_deref());
+                match &group {
+                    Some(g) => plan.push_to(g, action),
+                    None => plan.push(action),
+                };
+            }
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let report = rt.block_on(settler.settle(&plan, later(), &Unpaced));
+            proptest::prop_assert!(report.iter().all(|(_, c)| c.is_confirmed()));
+            let calls = sqs.send_calls(MAIN);
+            let mut seen = 0;
+            for call in &calls {
+                proptest::prop_assert!(!call.is_empty() && call.len() <= MAX_BATCH);
+                let bytes: usize = call.iter().map(OutgoingMessage::size).sum();
+                proptest::prop_assert!(bytes <= crate::attributes::MAX_MESSAGE_BYTES);
+                let mut groups = std::collections::HashSet::new();
+                proptest::prop_assert!(
+                    call.iter().filter_map(|m| m.group_id.clone()).all(|g| groups.insert(g)),
+                    "a call carries one message of a lane at most"
+                );
+                seen += call.len();
+            }
+            proptest::prop_assert_eq!(seen, sizes.len());
+            for g in 0..4u8 {
+                let group = Some(format!("g{g}"));
+                let order: Vec<String> = sqs
+                    .sent(MAIN)
+                    .into_iter()
+                    .filter(|m| m.group_id == group)
+                    .map(|m| m.body[..3].to_owned())
+                    .collect();
+                let mut sorted = order.clone();
+                sorted.sort();
+                proptest::prop_assert_eq!(order, sorted, "lane g{} out of order", g);
+            }
+        }
+    }
+}

@@ -1,0 +1,430 @@
+//! In-memory doubles of resq's ports, for tests and benchmarks: an SQS that keeps its
+//! visibility rules ([`MemorySqs`]) and an object store ([`MemoryStore`]). Both can be told to
+//! fail or to be slow. Behind the `test-util` feature: the shipped functions carry none of it.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::backoff::MAX_VISIBILITY_TIMEOUT;
+use crate::sqs::{AwsError, EntryResults, OutgoingMessage, Queues, ReceivedMessage};
+use crate::store::{ObjectStore, PutOutcome, StoreError};
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One SQS call, for injecting faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Call {
+    /// `ReceiveMessage`.
+    Receive,
+    /// `SendMessageBatch`.
+    Send,
+    /// `DeleteMessageBatch`.
+    Delete,
+    /// `ChangeMessageVisibilityBatch`.
+    ChangeVisibility,
+}
+
+type SendFault = Box<dyn Fn(&OutgoingMessage) -> bool + Send + Sync>;
+type ReceiptFault = Box<dyn Fn(&str) -> bool + Send + Sync>;
+
+struct Stored {
+    message: ReceivedMessage,
+    visible_at: Instant,
+    received_at: Option<Instant>,
+    receives: u32,
+}
+
+#[derive(Default)]
+struct State {
+    queues: BTreeMap<String, VecDeque<Stored>>,
+    offset: Duration,
+    seq: u64,
+    handed_out: HashSet<String>,
+    sent: Vec<(String, OutgoingMessage)>,
+    send_calls: Vec<(String, Vec<OutgoingMessage>)>,
+    changes: Vec<(String, String, i32)>,
+    deleted: Vec<(String, String)>,
+    failing: HashSet<Call>,
+    fail_send: Option<SendFault>,
+    fail_delete: Option<ReceiptFault>,
+}
+
+/// SQS in memory: queues by URL, oldest message first, each receive handing out a new receipt
+/// handle and hiding the message for its visibility timeout (at most 12 h from the receive),
+/// an old receipt handle no longer valid. A receipt handle the double never handed out (a
+/// test's own event) is taken at its word: its change or delete succeeds and is recorded. Time
+/// is the machine's clock plus an offset a test moves ([`MemorySqs::advance`]).
+#[derive(Default)]
+pub struct MemorySqs {
+    state: Mutex<State>,
+    delay: Mutex<Duration>,
+    calls: AtomicU64,
+}
+
+impl MemorySqs {
+    /// The double's clock.
+    pub fn now(&self) -> Instant {
+        Instant::now() + lock(&self.state).offset
+    }
+
+    /// Moves the clock forward (hidden messages whose timeout passed become visible).
+    pub fn advance(&self, by: Duration) {
+        lock(&self.state).offset += by;
+    }
+
+    /// Puts a message at the back of `queue`, visible (its receipt handle is ignored).
+    pub fn push(&self, queue: &str, message: ReceivedMessage) {
+        let now = self.now();
+        lock(&self.state)
+            .queues
+            .entry(queue.to_owned())
+            .or_default()
+            .push_back(Stored {
+                message,
+                visible_at: now,
+                received_at: None,
+                receives: 0,
+            });
+    }
+
+    /// Messages in `queue`, visible or not.
+    pub fn len(&self, queue: &str) -> usize {
+        lock(&self.state).queues.get(queue).map_or(0, VecDeque::len)
+    }
+
+    /// `queue` holds nothing.
+    pub fn is_empty(&self, queue: &str) -> bool {
+        self.len(queue) == 0
+    }
+
+    /// Messages in `queue` visible now.
+    pub fn visible(&self, queue: &str) -> usize {
+        let now = self.now();
+        let state = lock(&self.state);
+        let queue = state.queues.get(queue);
+        queue.map_or(0, |q| q.iter().filter(|s| s.visible_at <= now).count())
+    }
+
+    /// Ids of `queue`'s messages, oldest first.
+    pub fn ids(&self, queue: &str) -> Vec<String> {
+        let state = lock(&self.state);
+        let queue = state.queues.get(queue).into_iter().flatten();
+        queue.map(|s| s.message.message_id.clone()).collect()
+    }
+
+    /// Copies SQS took for `queue`, in order.
+    pub fn sent(&self, queue: &str) -> Vec<OutgoingMessage> {
+        let state = lock(&self.state);
+        let sent = state.sent.iter().filter(|(q, _)| q == queue);
+        sent.map(|(_, m)| m.clone()).collect()
+    }
+
+    /// Every `SendMessageBatch` call to `queue` that SQS answered: the entries it carried.
+    pub fn send_calls(&self, queue: &str) -> Vec<Vec<OutgoingMessage>> {
+        let state = lock(&self.state);
+        let calls = state.send_calls.iter().filter(|(q, _)| q == queue);
+        calls.map(|(_, entries)| entries.clone()).collect()
+    }
+
+    /// Visibility changes SQS took in `queue`: (receipt handle, seconds), in order.
+    pub fn changes(&self, queue: &str) -> Vec<(String, i32)> {
+        let state = lock(&self.state);
+        let changes = state.changes.iter().filter(|(q, _, _)| q == queue);
+        changes.map(|(_, r, s)| (r.clone(), *s)).collect()
+    }
+
+    /// Receipt handles deleted from `queue`, in order.
+    pub fn deleted(&self, queue: &str) -> Vec<String> {
+        let state = lock(&self.state);
+        let deleted = state.deleted.iter().filter(|(q, _)| q == queue);
+        deleted.map(|(_, r)| r.clone()).collect()
+    }
+
+    /// Calls made so far (each batch call counts once).
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Makes every `call` fail as a whole (`true`) or work again (`false`).
+    pub fn fail_calls(&self, call: Call, failing: bool) {
+        let mut state = lock(&self.state);
+        if failing {
+            state.failing.insert(call);
+        } else {
+            state.failing.remove(&call);
+        }
+    }
+
+    /// Makes the sent entries matching `fault` fail, as SQS reports a failed entry.
+    pub fn fail_sends(&self, fault: impl Fn(&OutgoingMessage) -> bool + Send + Sync + 'static) {
+        lock(&self.state).fail_send = Some(Box::new(fault));
+    }
+
+    /// Makes the deletes of receipt handles matching `fault` fail, as SQS reports a failed
+    /// entry.
+    pub fn fail_deletes(&self, fault: impl Fn(&str) -> bool + Send + Sync + 'static) {
+        lock(&self.state).fail_delete = Some(Box::new(fault));
+    }
+
+    /// Makes every call take this long before it answers (a slow SQS).
+    pub fn set_delay(&self, delay: Duration) {
+        *lock(&self.delay) = delay;
+    }
+
+    /// Counts the call, waits the delay, and says whether it fails as a whole.
+    async fn call(&self, call: Call) -> Result<(), AwsError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let delay = *lock(&self.delay);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        if lock(&self.state).failing.contains(&call) {
+            return Err(AwsError::service(
+                "InternalError",
+                "InternalError: injected",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn entry_error(code: &str) -> AwsError {
+    AwsError::service(code, format!("{code}: injected"))
+}
+
+impl State {
+    /// The stored message whose current receipt handle is `receipt`, in flight at `now`.
+    fn in_flight(&mut self, queue: &str, receipt: &str, now: Instant) -> Option<&mut Stored> {
+        let queue = self.queues.get_mut(queue)?;
+        queue
+            .iter_mut()
+            .find(|s| s.message.receipt_handle == receipt && s.visible_at > now)
+    }
+
+    fn receive(
+        &mut self,
+        queue: &str,
+        max: usize,
+        hide: Duration,
+        now: Instant,
+    ) -> Vec<ReceivedMessage> {
+        let mut out = Vec::new();
+        let stored = self.queues.entry(queue.to_owned()).or_default();
+        for s in stored.iter_mut().filter(|s| s.visible_at <= now).take(max) {
+            self.seq += 1;
+            s.receives += 1;
+            s.visible_at = now + hide;
+            s.received_at = Some(now);
+            s.message.receipt_handle = format!("rh-{}-{}", s.message.message_id, self.seq);
+            let receives = s.receives.to_string();
+            s.message
+                .attributes
+                .insert("ApproximateReceiveCount".into(), receives);
+            self.handed_out.insert(s.message.receipt_handle.clone());
+            out.push(s.message.clone());
+        }
+        out
+    }
+
+    fn send(&mut self, queue: &str, m: &OutgoingMessage, now: Instant) -> Result<String, AwsError> {
+        if self.fail_send.as_ref().is_some_and(|f| f(m)) {
+            return Err(entry_error("InternalError"));
+        }
+        self.seq += 1;
+        let message_id = format!("m-{}", self.seq);
+        let sent_ms = chrono::Utc::now().timestamp_millis().to_string();
+        let mut attributes = BTreeMap::from([("SentTimestamp".to_owned(), sent_ms)]);
+        if let Some(g) = &m.group_id {
+            attributes.insert("MessageGroupId".into(), g.clone());
+        }
+        self.sent.push((queue.to_owned(), m.clone()));
+        self.queues
+            .entry(queue.to_owned())
+            .or_default()
+            .push_back(Stored {
+                message: ReceivedMessage {
+                    message_id: message_id.clone(),
+                    receipt_handle: String::new(),
+                    body: m.body.clone(),
+                    attributes,
+                    message_attributes: m.attributes.clone(),
+                    dropped_attributes: Vec::new(),
+                },
+                visible_at: now,
+                received_at: None,
+                receives: 0,
+            });
+        Ok(message_id)
+    }
+
+    fn delete(&mut self, queue: &str, receipt: &str) -> Result<(), AwsError> {
+        if self.fail_delete.as_ref().is_some_and(|f| f(receipt)) {
+            return Err(entry_error("InternalError"));
+        }
+        let handed_out = self.handed_out.contains(receipt);
+        let stored = self.queues.entry(queue.to_owned()).or_default();
+        match stored
+            .iter()
+            .position(|s| s.message.receipt_handle == receipt)
+        {
+            Some(i) => {
+                stored.remove(i);
+            }
+            None if handed_out => return Err(entry_error("ReceiptHandleIsInvalid")),
+            None => {}
+        }
+        self.deleted.push((queue.to_owned(), receipt.to_owned()));
+        Ok(())
+    }
+
+    fn change(
+        &mut self,
+        queue: &str,
+        receipt: &str,
+        seconds: i32,
+        now: Instant,
+    ) -> Result<(), AwsError> {
+        let handed_out = self.handed_out.contains(receipt);
+        let to = Duration::from_secs(seconds.max(0) as u64);
+        match self.in_flight(queue, receipt, now) {
+            Some(s) => {
+                let held = now.saturating_duration_since(s.received_at.unwrap_or(now));
+                if held + to > MAX_VISIBILITY_TIMEOUT {
+                    return Err(AwsError::service(
+                        "InvalidParameterValue",
+                        "InvalidParameterValue: Total VisibilityTimeout for the message is beyond the limit [43200 seconds]",
+                    ));
+                }
+                s.visible_at = now + to;
+            }
+            None if handed_out => return Err(entry_error("MessageNotInflight")),
+            None => {}
+        }
+        self.changes
+            .push((queue.to_owned(), receipt.to_owned(), seconds));
+        Ok(())
+    }
+}
+
+impl Queues for MemorySqs {
+    async fn receive(
+        &self,
+        queue: &str,
+        max: i32,
+        visibility: Option<i32>,
+        _wait_seconds: i32,
+    ) -> Result<Vec<ReceivedMessage>, AwsError> {
+        self.call(Call::Receive).await?;
+        let now = self.now();
+        let hide = Duration::from_secs(visibility.unwrap_or(30).max(0) as u64);
+        let max = max.clamp(1, crate::sqs::MAX_BATCH as i32) as usize;
+        Ok(lock(&self.state).receive(queue, max, hide, now))
+    }
+
+    async fn send(
+        &self,
+        queue: &str,
+        messages: &[&OutgoingMessage],
+    ) -> Result<EntryResults<String>, AwsError> {
+        self.call(Call::Send).await?;
+        let now = self.now();
+        let mut state = lock(&self.state);
+        let entries = messages.iter().map(|m| (*m).clone()).collect();
+        state.send_calls.push((queue.to_owned(), entries));
+        Ok(messages.iter().map(|m| state.send(queue, m, now)).collect())
+    }
+
+    async fn delete(
+        &self,
+        queue: &str,
+        receipt_handles: &[&str],
+    ) -> Result<EntryResults<()>, AwsError> {
+        self.call(Call::Delete).await?;
+        let mut state = lock(&self.state);
+        Ok(receipt_handles
+            .iter()
+            .map(|r| state.delete(queue, r))
+            .collect())
+    }
+
+    async fn change_visibility(
+        &self,
+        queue: &str,
+        changes: &[(&str, i32)],
+    ) -> Result<EntryResults<()>, AwsError> {
+        self.call(Call::ChangeVisibility).await?;
+        let now = self.now();
+        let mut state = lock(&self.state);
+        let results = changes.iter().map(|(r, s)| state.change(queue, r, *s, now));
+        Ok(results.collect())
+    }
+}
+
+/// An in-memory [`ObjectStore`]; can be told to fail.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    objects: Mutex<BTreeMap<String, Vec<u8>>>,
+    failing: AtomicBool,
+    puts: AtomicU64,
+}
+
+impl MemoryStore {
+    /// Makes every following call fail (`true`) or succeed again (`false`).
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// A copy of the stored objects.
+    pub fn objects(&self) -> BTreeMap<String, Vec<u8>> {
+        lock(&self.objects).clone()
+    }
+
+    /// Keys stored under `prefix`.
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        let objects = lock(&self.objects);
+        let keys = objects.keys().filter(|k| k.starts_with(prefix));
+        keys.cloned().collect()
+    }
+
+    /// Put attempts so far (written, found existing or failed).
+    pub fn puts(&self) -> u64 {
+        self.puts.load(Ordering::SeqCst)
+    }
+
+    fn check(&self, what: &str) -> Result<(), StoreError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(StoreError::service(
+                "InternalError",
+                format!("{what}: injected failure"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ObjectStore for MemoryStore {
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.check(key)?;
+        Ok(lock(&self.objects).get(key).cloned())
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        self.check(prefix)?;
+        Ok(self.keys(prefix))
+    }
+
+    async fn put_if_absent(&self, key: &str, body: Vec<u8>) -> Result<PutOutcome, StoreError> {
+        self.puts.fetch_add(1, Ordering::SeqCst);
+        self.check(key)?;
+        let mut objects = lock(&self.objects);
+        if objects.contains_key(key) {
+            return Ok(PutOutcome::AlreadyExists);
+        }
+        objects.insert(key.to_owned(), body);
+        Ok(PutOutcome::Created)
+    }
+}
