@@ -1,8 +1,8 @@
 //! The batch engine (docs/design.md, "Consumer phases"): read → decide → settle → answer.
 //! This file runs the handler, each record isolated (a panic or overrunning the margin is that
-//! record's failure), up to `CONSUMER_CONCURRENCY` at once, FIFO groups in order, and hands
-//! what was decided to the settle executor; what becomes of a record is decided in
-//! [`crate::decide`], the answer in [`crate::account`].
+//! record's failure), up to `CONSUMER_CONCURRENCY` at once, FIFO groups in order; what becomes
+//! of a record is decided in [`crate::decide`], carried out in [`crate::settle`] (through
+//! resq's executor), and answered in [`crate::account`].
 //!
 //! With deadline `D` and margin `m` ([`Phases`]): records start until `D - m`, are abandoned at
 //! `D - m/2`, and the settling calls (DLQ copies, archive entries, then the backoff of what
@@ -15,16 +15,13 @@ use std::time::Instant;
 use futures::{FutureExt, StreamExt, stream};
 use resq::config::ConsumerConfig;
 use resq::metrics::{self, Metrics};
-use resq::reason::ErrorCode;
-use resq::settle::{
-    Action, Confirmation, Deadlines, Plan, QueueUrl, SettleError, Settler, Unpaced,
-};
+use resq::settle::{Action, Confirmation, QueueUrl, Settler};
 use resq::sqs::{CALLS_IN_FLIGHT, Queues};
 use resq::store::ObjectStore;
 use tracing::{Instrument, Span, field};
 
-use crate::account::{self, BatchReport, Outcome};
-use crate::decide::{self, Failure, Fate, HandlerOutcome, Phases};
+use crate::account::{self, BatchReport};
+use crate::decide::{self, Fate, HandlerOutcome, Phases};
 use crate::event::{self, Record, SqsInvocation};
 use crate::handler::{MessageHandler, RecordMeta};
 
@@ -42,19 +39,19 @@ pub const PERMISSIONS: &[resq::iam::Permission] = &[
 /// The consumer: one per process, reused across invocations (it keeps no state between them).
 pub struct Consumer<H, Q, S> {
     handler: H,
-    settler: Settler<Q, S>,
-    config: ConsumerConfig,
-    main_queue: QueueUrl,
+    pub(crate) settler: Settler<Q, S>,
+    pub(crate) config: ConsumerConfig,
+    pub(crate) main_queue: QueueUrl,
     function_name: String,
 }
 
 /// A record once it ran: its fate, the action still to carry it out, what became of an action
 /// already settled in its FIFO lane, and its span while something is left to log.
-struct Settling {
-    fate: Fate,
-    action: Option<Action>,
-    settled: Option<Confirmation>,
-    span: Span,
+pub(crate) struct Settling {
+    pub(crate) fate: Fate,
+    pub(crate) action: Option<Action>,
+    pub(crate) settled: Option<Confirmation>,
+    pub(crate) span: Span,
 }
 
 impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
@@ -237,97 +234,6 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             Err(_) => HandlerOutcome::TimedOut,
         }
     }
-
-    /// Carries out the actions still to settle (DLQ copies, archive entries) by `settle_by`,
-    /// and says what became of every record.
-    async fn settle(
-        &self,
-        records: &[Record],
-        ran: &mut [Settling],
-        settle_by: Instant,
-    ) -> Vec<Outcome> {
-        let pending: Vec<usize> = (0..ran.len())
-            .filter(|&i| ran[i].action.is_some())
-            .collect();
-        let actions = pending
-            .iter()
-            .filter_map(|&i| ran[i].action.take())
-            .collect();
-        let confirmations = self.settle_plan(actions, settle_by).await;
-        for (i, c) in pending.into_iter().zip(confirmations) {
-            ran[i].settled = Some(c);
-        }
-        let outcomes = ran
-            .iter()
-            .map(|s| account::outcome(&s.fate, s.settled.as_ref()));
-        let outcomes: Vec<Outcome> = outcomes.collect();
-        for ((s, o), r) in ran.iter().zip(&outcomes).zip(records) {
-            log_outcome(s, o, r);
-        }
-        outcomes
-    }
-
-    /// Settles independent actions by `until`; what became of each, in order.
-    async fn settle_plan(&self, actions: Vec<Action>, until: Instant) -> Vec<Confirmation> {
-        if actions.is_empty() {
-            return Vec::new();
-        }
-        let mut plan = Plan::new();
-        for action in actions {
-            plan.push(action);
-        }
-        let report = self
-            .settler
-            .settle(&plan, Deadlines::all_by(until), &Unpaced)
-            .await;
-        report.iter().map(|(_, c)| c.clone()).collect()
-    }
-
-    /// Backs off what failed, within SQS's 12 h from the receive, by `settle_by`.
-    async fn back_off(
-        &self,
-        records: &[Record],
-        lanes: &[Vec<usize>],
-        outcomes: &[Outcome],
-        received_at: Instant,
-        settle_by: Instant,
-    ) {
-        let ceiling = resq::backoff::visibility_left(received_at.elapsed());
-        let failures: Vec<Option<&Failure>> = outcomes.iter().map(Outcome::failure).collect();
-        let backoff = &self.config.backoff;
-        let delays = decide::backoff(
-            records,
-            lanes,
-            &failures,
-            backoff,
-            ceiling,
-            &mut rand::rng(),
-        );
-        let changes = delays.iter().map(|&(i, seconds)| Action::ChangeVisibility {
-            of: self.main_queue.clone(),
-            receipt_handle: records[i].receipt_handle.clone(),
-            seconds,
-        });
-        let confirmations = self.settle_plan(changes.collect(), settle_by).await;
-        let mut unanswered = 0;
-        for ((i, _), c) in delays.iter().zip(&confirmations) {
-            match c {
-                Confirmation::Confirmed(_) => {}
-                // still reported failed: it comes back after the queue's visibility timeout
-                Confirmation::Failed(SettleError::Refused(why)) => {
-                    tracing::warn!(message_id = %records[*i].message_id, error_code = ErrorCode::VisibilityChangeFailed.code(), error_details = %why, "could not back the message off")
-                }
-                _ => unanswered += 1,
-            }
-        }
-        if unanswered > 0 {
-            tracing::warn!(
-                planned = unanswered,
-                error_code = ErrorCode::VisibilityChangeDeadline.code(),
-                "backoff not confirmed before the deadline margin; those records come back after the queue's visibility timeout"
-            );
-        }
-    }
 }
 
 /// Logs a decided fate in the record's span; returns the span while something is left to log
@@ -355,35 +261,6 @@ fn log_decision(span: Span, fate: &Fate) -> Span {
     }
 }
 
-/// Logs what became of a record's DLQ copy or archive entry, in its span.
-fn log_outcome(s: &Settling, outcome: &Outcome, record: &Record) {
-    let _enter = s.span.enter();
-    match outcome {
-        Outcome::Archived(reason) => {
-            s.span.record("error_code", reason.code());
-            let key = match &s.settled {
-                Some(Confirmation::Confirmed(key)) => key.as_deref(),
-                _ => None,
-            };
-            tracing::warn!(reason = reason.code(), key, "archived")
-        }
-        Outcome::DeadLettered(reason) => {
-            tracing::warn!(reason = %reason, "sent to the DLQ as a permanent failure")
-        }
-        Outcome::Failed(Failure::Resq { code, details })
-            if matches!(
-                code,
-                ErrorCode::DlqSendFailed | ErrorCode::ArchiveFailed | ErrorCode::SettleDeadline
-            ) =>
-        {
-            s.span.record("error_code", code.code());
-            s.span.record("error_details", details.as_str());
-            tracing::warn!(message_id = %record.message_id, "not settled; will be retried")
-        }
-        Outcome::Processed | Outcome::Failed(_) => {}
-    }
-}
-
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     panic
         .downcast_ref::<&str>()
@@ -395,6 +272,8 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::account::Outcome;
+    use crate::decide::Failure;
     use crate::event::EventError;
     use crate::handler::{HandlerError, OrderHandler, RecordOrder, Rejection};
     use crate::order::Order;

@@ -1,7 +1,8 @@
 //! The resq consumer: an SQS-triggered Lambda that processes orders, reports only the failed
 //! records, backs failures off, fast-tracks permanent failures to the DLQ and archives
-//! messages past the redrive cap (docs/design.md, "Consumer"): read ([`event`]) → decide
-//! ([`decide`]) → settle (resq's executor, run by [`engine`]) → answer ([`account`]).
+//! messages past the redrive cap (docs/design.md, "Consumer"): read ([`event`]) → run the
+//! handler ([`engine`]) → decide ([`decide`]) → settle (resq's executor) → answer
+//! ([`account`]).
 #![warn(missing_docs)]
 
 pub mod account;
@@ -13,6 +14,7 @@ mod fixtures;
 pub mod handler;
 pub mod lambda;
 pub mod order;
+mod settle;
 
 pub use engine::Consumer;
 

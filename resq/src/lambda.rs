@@ -98,26 +98,6 @@ where
     }
 }
 
-/// Runs `tasks`, up to `in_flight` at once, until all are done or `until` passes, and returns
-/// the results of those that finished, in the order they finished. Tasks still running at
-/// `until` are dropped: their calls may or may not have taken effect, which callers treat as
-/// not confirmed (the message reappears; nothing is deleted on an unconfirmed write).
-pub async fn run_until<T, F>(
-    tasks: impl IntoIterator<Item = F>,
-    in_flight: usize,
-    until: Instant,
-) -> Vec<T>
-where
-    F: std::future::Future<Output = T>,
-{
-    use futures::StreamExt;
-    futures::stream::iter(tasks)
-        .buffer_unordered(in_flight.max(1))
-        .take_until(tokio::time::sleep_until(until.into()))
-        .collect()
-        .await
-}
-
 /// Lambda's log-level filter for application logs in JSON format, as documented: a line that
 /// is a JSON object with a valid `level` (TRACE … FATAL, any case) and a valid RFC 3339
 /// `timestamp` has that level; every other line (no level, an invalid one, no valid
@@ -165,19 +145,6 @@ mod tests {
         );
     }
     use crate::telemetry::LogLevel;
-
-    #[tokio::test]
-    async fn run_until_keeps_what_finished_in_time() {
-        let until = Instant::now() + Duration::from_millis(300);
-        let tasks = [10u64, 50, 2_000, 20].map(|ms| async move {
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            ms
-        });
-        let mut done = run_until(tasks, 2, until).await;
-        done.sort();
-        assert_eq!(done, vec![10, 20, 50]);
-        assert!(Instant::now() < until + Duration::from_millis(100));
-    }
 
     #[test]
     fn lambdas_filter_reads_level_and_timestamp() {
