@@ -85,3 +85,34 @@ fn the_design_rule_map_names_real_code() {
         missing.join("\n")
     );
 }
+
+/// The resq features a build of `packages` (their normal dependencies, as `cargo lambda
+/// build` builds the functions) enables.
+fn resq_features(packages: &[&str]) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut cargo = std::process::Command::new(env!("CARGO"));
+    cargo
+        .current_dir(&root)
+        .args(["tree", "--offline", "-e", "normal,features", "-i", "resq"]);
+    for p in packages {
+        cargo.args(["-p", p]);
+    }
+    let out = cargo.output().expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The in-memory doubles are behind resq's `test-util` feature: the functions' own build
+/// never enables it (the bench's does, which shows the check can see it).
+#[test]
+fn the_shipped_functions_carry_no_test_doubles() {
+    let doubles = "resq feature \"test-util\"";
+    let shipped = resq_features(&["consumer", "redriver"]);
+    assert!(shipped.contains("resq feature \"default\""), "{shipped}");
+    assert!(!shipped.contains(doubles), "{shipped}");
+    assert!(resq_features(&["resq-bench"]).contains(doubles));
+}
