@@ -27,10 +27,10 @@ use tokio::sync::{mpsc, watch};
 
 use crate::CliError;
 use crate::chaos::runtime::{Function, Outcome};
+use crate::driver::{gather_batch, next_tick, settle_answer};
 use crate::emf::MetricForwarder;
 use crate::emulator::{Emulator, EmulatorKind, Installs, REGION};
 use crate::http::{http_response, post};
-use crate::pipeline::{gather_batch, next_tick, settle_answer};
 use crate::stack::{AroundFunctions, Resolver, StackOutputs, around_functions, deploy_stack};
 
 /// How `up` runs.

@@ -26,8 +26,8 @@ use tokio::sync::watch;
 
 use crate::CliError;
 use crate::demo::{self, Audit, DemoOptions, Downstream, Plan};
+use crate::driver::{gather_batch, next_tick, schedule_ticks};
 use crate::emulator::{Emulator, REGION};
-use crate::pipeline::{gather_batch, next_tick, schedule_ticks};
 use crate::stack::{StackOutputs, deploy_stack};
 use faults::{FaultProxy, FaultStats};
 use resq_cli::context::Context;
@@ -585,13 +585,8 @@ async fn event_source_mapping(
         match consumer.invoke(&event.to_string(), kill_after).await? {
             Outcome::Response(body) => {
                 typical = (typical * 3 + began.elapsed()) / 4;
-                match crate::pipeline::settle_answer(
-                    &ctx.sqs,
-                    &outputs.main_queue_url,
-                    &batch,
-                    &body,
-                )
-                .await
+                match crate::driver::settle_answer(&ctx.sqs, &outputs.main_queue_url, &batch, &body)
+                    .await
                 {
                     Ok(failed) => {
                         state
