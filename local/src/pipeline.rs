@@ -1,25 +1,32 @@
-//! The local pipeline: the stack deployed into the emulator, and what AWS does around the two
-//! functions: Lambda's SQS event source mapping for the consumer (receive, build the event,
-//! invoke, delete what was not reported failed) and the EventBridge schedule for the redriver.
+//! The demo's pipeline: the two functions in-process, wired to the stack, run by the driver
+//! ([`crate::driver`]) as AWS runs them: Lambda's SQS event source mapping in front of the
+//! consumer, the EventBridge schedule in front of the redriver.
+//!
+//! [`InProcessConsumer`] and [`InProcessRedriver`] are the only places in `local` that call the
+//! consumer's and the redriver's Rust API: each takes the event as JSON text, as the binary
+//! gets it from the Lambda runtime, and answers what the binary would.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_sdk_sqs::types::Message;
 use consumer::Consumer;
+use consumer::decision::SqsInvocation;
 use consumer::handler::OrderHandler;
 use consumer::queues::SqsQueues;
 use redriver::Redriver;
 use redriver::ports::CloudWatchAlarms;
 use redriver::request::RunRequest;
 use resq::config::{ConsumerConfig, RedriverConfig};
-use resq::metrics;
+use resq::metrics::{self, Metrics};
 use resq::store::S3Store;
 use tokio::sync::watch;
 
-use crate::driver::{delete_done, gather_batch, next_tick, schedule_ticks};
-use crate::emulator::REGION;
+use crate::CliError;
+use crate::chaos::runtime::Outcome;
+use crate::driver::{
+    EventSourceMapping, FirstRun, Invoke, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
+};
 use crate::stack::StackOutputs;
 
 /// Counts across the pipeline's invocations.
@@ -48,6 +55,28 @@ impl Counters {
     pub fn get(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
     }
+
+    fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Adds one consumer invocation's metrics.
+    fn add_batch(&self, m: &Metrics) {
+        Self::add(&self.processed, m.get(metrics::PROCESSED));
+        Self::add(&self.retried, m.get(metrics::RETRIED));
+        Self::add(&self.dead_lettered, m.get(metrics::DEAD_LETTERED));
+        Self::add(&self.archived, m.get(metrics::ARCHIVED));
+    }
+
+    /// Adds one redriver run.
+    fn add_run(&self, s: &redriver::Summary) {
+        let archived: u64 = s.archived.values().sum();
+        Self::add(&self.redrive_runs, 1);
+        Self::add(&self.redriven, s.redriven);
+        self.last_run_moved
+            .store(s.redriven + archived, Ordering::Relaxed);
+        Self::add(&self.archived, archived);
+    }
 }
 
 /// How the emulated event source mapping and schedule behave.
@@ -67,13 +96,155 @@ pub struct PipelineSettings {
     pub redriver_timeout: Duration,
 }
 
+/// The consumer in-process, invoked as its binary is. Its metrics go to the pipeline's
+/// counters, as the binary's metric lines go to CloudWatch.
+pub struct InProcessConsumer<H> {
+    consumer: Consumer<H, SqsQueues, S3Store>,
+    timeout: Duration,
+    counters: Arc<Counters>,
+}
+
+impl<H: OrderHandler> InProcessConsumer<H> {
+    /// The consumer over the stack's queues and bucket, with `handler` as its order handler.
+    pub fn new(
+        config: &aws_config::SdkConfig,
+        outputs: &StackOutputs,
+        handler: H,
+        consumer_config: ConsumerConfig,
+        timeout: Duration,
+        counters: Arc<Counters>,
+    ) -> Self {
+        let sqs = aws_sdk_sqs::Client::new(config);
+        let consumer = Consumer::new(
+            handler,
+            SqsQueues::new(sqs, &outputs.main_queue_url, &outputs.dlq_url),
+            S3Store::new(resq::aws::s3_client(config), &outputs.bucket),
+            consumer_config,
+        );
+        Self {
+            consumer,
+            timeout,
+            counters,
+        }
+    }
+}
+
+// Through a reference: every poller invokes the one consumer, as Lambda runs concurrent
+// invocations of one function. In-process, nothing can be killed: `kill_after` is not taken.
+impl<H: OrderHandler> Invoke for &InProcessConsumer<H> {
+    async fn invoke(&mut self, event: &str, _: Option<Duration>) -> Result<Outcome, CliError> {
+        let deadline = Instant::now() + self.timeout;
+        let invocation = match SqsInvocation::from_json(event) {
+            Ok(invocation) => invocation,
+            // the binary answers an event it cannot read with a function error
+            Err(e) => return Ok(Outcome::Error(e.to_string())),
+        };
+        let report = self.consumer.process_invocation(invocation, deadline).await;
+        self.counters.add_batch(&report.metrics);
+        Ok(respond(&report.response))
+    }
+}
+
+/// The redriver in-process, invoked as its binary is; it emits no metrics.
+pub struct InProcessRedriver {
+    redriver: Redriver<SqsQueues, S3Store, CloudWatchAlarms>,
+    config: RedriverConfig,
+    timeout: Duration,
+}
+
+impl InProcessRedriver {
+    /// The redriver over the stack's queues, bucket and alarms.
+    pub fn new(
+        config: &aws_config::SdkConfig,
+        outputs: &StackOutputs,
+        redriver_config: RedriverConfig,
+        timeout: Duration,
+    ) -> Self {
+        let sqs = aws_sdk_sqs::Client::new(config);
+        let redriver = Redriver::new(
+            SqsQueues::new(sqs, &outputs.main_queue_url, &outputs.dlq_url),
+            S3Store::new(resq::aws::s3_client(config), &outputs.bucket),
+            CloudWatchAlarms::new(aws_sdk_cloudwatch::Client::new(config)),
+            redriver_config.clone(),
+        )
+        .with_receive_wait(0)
+        .with_metrics(false);
+        Self {
+            redriver,
+            config: redriver_config,
+            timeout,
+        }
+    }
+}
+
+impl Invoke for &InProcessRedriver {
+    async fn invoke(&mut self, event: &str, _: Option<Duration>) -> Result<Outcome, CliError> {
+        let deadline = Instant::now() + self.timeout;
+        let request = serde_json::from_str(event)
+            .map_err(|e| e.to_string())
+            .and_then(|event| {
+                RunRequest::from_event(event, &self.config).map_err(|e| e.to_string())
+            });
+        let request = match request {
+            Ok(request) => request,
+            Err(e) => return Ok(Outcome::Error(e)),
+        };
+        let summary = self.redriver.run(&request, deadline).await;
+        Ok(respond(&summary))
+    }
+}
+
+/// A response as the runtime would send it: the value as JSON.
+fn respond(value: &impl serde::Serialize) -> Outcome {
+    serde_json::to_string(value).map_or_else(|e| Outcome::Error(e.to_string()), Outcome::Response)
+}
+
+/// The redriver's response read back: its run's summary.
+pub fn read_summary(body: &str) -> Result<redriver::Summary, serde_json::Error> {
+    serde_json::from_str(body)
+}
+
+/// The demo's hooks on the event source mapping: counts the invocations.
+struct CountBatches<'a>(&'a Counters);
+
+impl<F> MappingHooks<F> for CountBatches<'_> {
+    fn invoking(&mut self) -> Option<Duration> {
+        Counters::add(&self.0.invocations, 1);
+        None
+    }
+
+    fn answered(&mut self, _: &F, invoked: Invoked<'_>) {
+        // not settled: Lambda retries the whole batch after the visibility timeout
+        match invoked.settled {
+            Settled::Deleted(_) => {}
+            Settled::BatchFailed(e) => tracing::error!(error = %e, "the consumer's answer"),
+            other => tracing::error!(outcome = ?other, "consumer invocation failed"),
+        }
+    }
+}
+
+/// The demo's hooks on the schedule: counts the runs and what they moved.
+struct CountRuns<'a>(&'a Counters);
+
+impl<F> ScheduleHooks<F> for CountRuns<'_> {
+    fn answered(&mut self, _: &F, outcome: Outcome, _: Duration) {
+        let summary = match &outcome {
+            Outcome::Response(body) => read_summary(body).map_err(|e| e.to_string()),
+            other => Err(format!("{other:?}")),
+        };
+        match summary {
+            Ok(s) => self.0.add_run(&s),
+            Err(e) => tracing::error!(error = %e, "redriver run failed"),
+        }
+    }
+}
+
 /// The two functions, wired to the stack, run the way AWS runs them.
 pub struct Pipeline<H> {
     sqs: aws_sdk_sqs::Client,
     outputs: StackOutputs,
-    consumer: Consumer<H, SqsQueues, S3Store>,
-    redriver: Redriver<SqsQueues, S3Store, CloudWatchAlarms>,
-    redriver_config: RedriverConfig,
+    consumer: InProcessConsumer<H>,
+    redriver: InProcessRedriver,
     settings: PipelineSettings,
     /// What happened so far.
     pub counters: Arc<Counters>,
@@ -89,33 +260,25 @@ impl<H: OrderHandler> Pipeline<H> {
         redriver_config: RedriverConfig,
         settings: PipelineSettings,
     ) -> Self {
-        let sqs = aws_sdk_sqs::Client::new(config);
-        let s3 = resq::aws::s3_client(config);
-        let store = S3Store::new(s3, &outputs.bucket);
-        let consumer = Consumer::new(
-            handler,
-            SqsQueues::new(sqs.clone(), &outputs.main_queue_url, &outputs.dlq_url),
-            store.clone(),
-            consumer_config,
-        );
-        let redriver = Redriver::new(
-            SqsQueues::new(sqs.clone(), &outputs.main_queue_url, &outputs.dlq_url),
-            store,
-            CloudWatchAlarms::new(aws_sdk_cloudwatch::Client::new(config)),
-            redriver_config.clone(),
-        )
-        .with_receive_wait(0)
-        .with_metrics(false);
         let counters = Arc::new(Counters {
             last_run_moved: AtomicU64::new(u64::MAX),
             ..Default::default()
         });
+        let consumer = InProcessConsumer::new(
+            config,
+            &outputs,
+            handler,
+            consumer_config,
+            settings.consumer_timeout,
+            counters.clone(),
+        );
+        let redriver =
+            InProcessRedriver::new(config, &outputs, redriver_config, settings.redriver_timeout);
         Self {
-            sqs,
+            sqs: aws_sdk_sqs::Client::new(config),
             outputs,
             consumer,
             redriver,
-            redriver_config,
             settings,
             counters,
         }
@@ -123,79 +286,37 @@ impl<H: OrderHandler> Pipeline<H> {
 
     /// Runs pollers and the schedule until `stop` turns true.
     pub async fn run(&self, stop: watch::Receiver<bool>) {
-        let pollers = (0..self.settings.pollers.max(1)).map(|_| self.poll(stop.clone()));
-        tokio::join!(
-            futures::future::join_all(pollers),
-            self.schedule(stop.clone())
-        );
-    }
-
-    /// One event source mapping poller: receive, batch, invoke, delete the successes.
-    async fn poll(&self, stop: watch::Receiver<bool>) {
-        while !*stop.borrow() {
-            let batch = gather_batch(
-                &self.sqs,
-                &self.outputs.main_queue_url,
-                self.settings.batch_size,
-                self.settings.batching_window,
-            )
-            .await;
-            if !batch.is_empty() {
-                self.invoke(&batch).await;
-            }
-        }
-    }
-
-    async fn invoke(&self, batch: &[Message]) {
-        let event = resq::sqs_event::lambda_event(batch, &self.outputs.main_queue_arn, REGION);
-        let deadline = Instant::now() + self.settings.consumer_timeout;
-        let c = &self.counters;
-        c.invocations.fetch_add(1, Ordering::Relaxed);
-        let report = match self.consumer.process(event, deadline).await {
-            Ok(r) => r,
-            Err(e) => {
-                // a function error: Lambda retries the whole batch after the visibility timeout
-                tracing::error!(error = %e, "consumer invocation failed");
-                return;
-            }
+        let mapping = EventSourceMapping {
+            sqs: &self.sqs,
+            queue_url: &self.outputs.main_queue_url,
+            queue_arn: &self.outputs.main_queue_arn,
+            batch_size: self.settings.batch_size,
+            batching_window: self.settings.batching_window,
         };
-        c.processed
-            .fetch_add(report.metrics.get(metrics::PROCESSED), Ordering::Relaxed);
-        c.retried
-            .fetch_add(report.metrics.get(metrics::RETRIED), Ordering::Relaxed);
-        c.dead_lettered.fetch_add(
-            report.metrics.get(metrics::DEAD_LETTERED),
-            Ordering::Relaxed,
+        let schedule = Schedule {
+            every: self.settings.redrive_every,
+            first: FirstRun::AtOnce,
+            rule: "resq-demo-schedule",
+        };
+        let pollers = (0..self.settings.pollers.max(1)).map(|_| {
+            let stop = stop.clone();
+            async move {
+                let (mut consumer, mut hooks) = (&self.consumer, CountBatches(&self.counters));
+                mapping.run(&mut consumer, &mut hooks, stop).await
+            }
+        });
+        let (mut redriver, mut hooks) = (&self.redriver, CountRuns(&self.counters));
+        let (polled, scheduled) = tokio::join!(
+            futures::future::join_all(pollers),
+            schedule.run(&mut redriver, &mut hooks, stop.clone())
         );
-        c.archived
-            .fetch_add(report.metrics.get(metrics::ARCHIVED), Ordering::Relaxed);
-        let failed = report
-            .response
-            .batch_item_failures
-            .iter()
-            .map(|f| f.item_identifier.clone())
-            .collect();
-        delete_done(&self.sqs, &self.outputs.main_queue_url, batch, &failed).await;
-    }
-
-    /// The EventBridge schedule: one redriver run per period, never two at once.
-    async fn schedule(&self, mut stop: watch::Receiver<bool>) {
-        let mut ticks = schedule_ticks(self.settings.redrive_every);
-        while next_tick(&mut ticks, &mut stop).await {
-            let request = RunRequest::defaults(&self.redriver_config);
-            let summary = self
-                .redriver
-                .run(&request, Instant::now() + self.settings.redriver_timeout)
-                .await;
-            let c = &self.counters;
-            c.redrive_runs.fetch_add(1, Ordering::Relaxed);
-            c.redriven.fetch_add(summary.redriven, Ordering::Relaxed);
-            c.last_run_moved.store(
-                summary.redriven + summary.archived.values().sum::<u64>(),
-                Ordering::Relaxed,
-            );
-            c.archived
-                .fetch_add(summary.archived.values().sum(), Ordering::Relaxed);
+        // in-process, a function always runs: the driver has no error to pass on
+        for e in polled
+            .into_iter()
+            .chain([scheduled])
+            .filter_map(Result::err)
+        {
+            tracing::error!(error = %e, "the pipeline stopped");
         }
     }
 }
