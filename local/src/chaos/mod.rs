@@ -193,14 +193,7 @@ impl ChaosReport {
 
     /// Every broken promise, in words (empty: the run passed).
     pub fn failures(&self, opts: &ChaosOptions) -> Vec<String> {
-        let mut out = Vec::new();
-        if !self.audit.lost.is_empty() {
-            out.push(format!(
-                "{} orders lost: {}",
-                self.audit.lost.len(),
-                self.audit.lost.join(", ")
-            ));
-        }
+        let mut out: Vec<String> = self.audit.lost_orders().into_iter().collect();
         if self.duplicate_effects() > 0 {
             out.push(format!(
                 "{} order effects doubled",
