@@ -159,6 +159,12 @@ pub struct Audit {
 }
 
 impl Audit {
+    /// The lost orders in words; `None` when nothing was lost.
+    pub fn lost_orders(&self) -> Option<String> {
+        (!self.lost.is_empty())
+            .then(|| format!("{} orders lost: {}", self.lost.len(), self.lost.join(", ")))
+    }
+
     /// The demo's last line.
     pub fn summary_line(&self) -> String {
         format!(

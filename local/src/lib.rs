@@ -7,6 +7,7 @@
 
 pub mod chaos;
 pub mod demo;
+pub mod driver;
 pub mod emf;
 pub mod emulator;
 pub mod event;

@@ -27,10 +27,13 @@ use tokio::sync::{mpsc, watch};
 
 use crate::CliError;
 use crate::chaos::runtime::{Function, Outcome};
+use crate::driver::{
+    EventSourceMapping, FirstRun, Invoke, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
+    next_tick,
+};
 use crate::emf::MetricForwarder;
 use crate::emulator::{Emulator, EmulatorKind, Installs, REGION};
 use crate::http::{http_response, post};
-use crate::pipeline::{gather_batch, next_tick, settle_answer};
 use crate::stack::{AroundFunctions, Resolver, StackOutputs, around_functions, deploy_stack};
 
 /// How `up` runs.
@@ -373,6 +376,8 @@ struct Lambda {
 struct Invoker {
     lambda: Lambda,
     process: Option<Function>,
+    /// Where the latest invocation ran.
+    via: Via,
 }
 
 impl Invoker {
@@ -380,56 +385,75 @@ impl Invoker {
         Self {
             lambda,
             process: None,
+            via: Via::Binary,
         }
     }
 
-    /// Invokes with `event`; the answer, where it ran, and how long it took. Publishes
-    /// Lambda's own metrics for the invocation.
-    async fn invoke(&mut self, event: &str, via_watch: bool) -> (Via, Outcome, Duration) {
-        let started = Instant::now();
+    /// Invokes the built binary, started the first time (and again after watch went away);
+    /// `Err` when there is no binary to start (no invocation happened).
+    async fn invoke_binary(
+        &mut self,
+        event: &str,
+        kill_after: Option<Duration>,
+    ) -> Result<Outcome, CliError> {
         let l = &self.lambda;
-        let (via, outcome) = if via_watch {
-            if let Some(mut p) = self.process.take() {
-                p.kill().await; // watch took over
-            }
-            let outcome = invoke_watch(l.watch_port, l.watch_name, event)
-                .await
-                .unwrap_or_else(Outcome::Error);
-            (Via::Watch, outcome)
-        } else {
-            if self.process.is_none() {
-                match Function::new(l.watch_name, &l.binary, l.env.clone(), &l.log, l.timeout) {
-                    Ok(f) => {
-                        self.process = Some(
-                            f.with_function_name(&l.function_name)
-                                .forward_metrics(l.metrics.clone()),
-                        );
-                    }
-                    Err(e) => {
-                        return (
-                            Via::Binary,
-                            Outcome::Error(e.to_string()),
-                            started.elapsed(),
-                        );
-                    }
-                }
-            }
-            let outcome = match self.process.as_mut() {
-                Some(p) => p
-                    .invoke(event, None)
-                    .await
-                    .unwrap_or_else(|e| Outcome::Error(e.to_string())),
-                None => Outcome::Error("no process".into()),
-            };
-            (Via::Binary, outcome)
+        let process = match self.process.take() {
+            Some(p) => p,
+            None => Function::new(l.watch_name, &l.binary, l.env.clone(), &l.log, l.timeout)?
+                .with_function_name(&l.function_name)
+                .forward_metrics(l.metrics.clone()),
         };
-        let took = started.elapsed();
-        let _ = l.metrics.send(lambda_metrics(
-            &l.function_name,
+        let process = self.process.insert(process);
+        Ok(process
+            .invoke(event, kill_after)
+            .await
+            .unwrap_or_else(|e| Outcome::Error(e.to_string())))
+    }
+}
+
+/// Invokes through watch when it listens (no kill there: watch runs the function), else the
+/// binary; either way a failure to run it is the invocation's error, and Lambda's own metrics
+/// for the invocation are published.
+impl Invoke for Invoker {
+    async fn invoke(
+        &mut self,
+        event: &str,
+        kill_after: Option<Duration>,
+    ) -> Result<Outcome, CliError> {
+        let started = Instant::now();
+        self.via = if watch_listens(self.lambda.watch_port).await {
+            Via::Watch
+        } else {
+            Via::Binary
+        };
+        let outcome = match self.via {
+            Via::Watch => {
+                if let Some(mut p) = self.process.take() {
+                    p.kill().await; // watch took over
+                }
+                let l = &self.lambda;
+                invoke_watch(l.watch_port, l.watch_name, event)
+                    .await
+                    .unwrap_or_else(Outcome::Error)
+            }
+            Via::Binary => match self.invoke_binary(event, kill_after).await {
+                Ok(outcome) => outcome,
+                // not an invocation: Lambda counts none
+                Err(e) => return Ok(Outcome::Error(e.to_string())),
+            },
+        };
+        let _ = self.lambda.metrics.send(lambda_metrics(
+            &self.lambda.function_name,
             !matches!(outcome, Outcome::Response(_)),
-            took,
+            started.elapsed(),
         ));
-        (via, outcome, took)
+        Ok(outcome)
+    }
+
+    async fn stop(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.kill().await;
+        }
     }
 }
 
@@ -485,8 +509,58 @@ async fn invoke_watch(port: u16, function: &str, event: &str) -> Result<Outcome,
     })
 }
 
-/// One of the event source mapping's pollers: receive a batch (batch size, window), invoke,
-/// delete what the response did not report failed; after a function error, delete nothing.
+/// The live pipeline's hooks on one poller: counts the invocations, takes watch's turn, prints
+/// a line per invocation.
+struct LiveBatches<'a> {
+    invocations: &'a AtomicU64,
+    watch_turn: &'a tokio::sync::Mutex<()>,
+    watch_port: u16,
+    /// Held from before a receive until the next one.
+    turn: Option<tokio::sync::MutexGuard<'a, ()>>,
+}
+
+impl MappingHooks<Invoker> for LiveBatches<'_> {
+    // the turn is taken before the receive; the route is chosen again at the invocation
+    // (watch may have come up during the receive and the batching window)
+    async fn receiving(&mut self) {
+        self.turn = None;
+        if watch_listens(self.watch_port).await {
+            self.turn = Some(self.watch_turn.lock().await);
+        }
+    }
+
+    fn invoking(&mut self) -> Option<Duration> {
+        self.invocations.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    fn answered(&mut self, invoker: &Invoker, invoked: Invoked<'_>) {
+        let records = invoked.batch.len();
+        let unanswered = |outcome: Outcome| {
+            format!(
+                "{}; nothing deleted, the {records} records come back after the visibility timeout",
+                describe(&outcome)
+            )
+        };
+        let line = match invoked.settled {
+            Settled::Deleted(failed) if failed.is_empty() => {
+                format!("{records} records settled and deleted")
+            }
+            Settled::Deleted(failed) => format!(
+                "{records} records, {} reported failed (they come back after their backoff), the rest deleted",
+                failed.len()
+            ),
+            Settled::BatchFailed(e) => format!("the whole batch failed: {e}; nothing deleted"),
+            Settled::Error(body) => unanswered(Outcome::Error(body)),
+            Settled::Killed => unanswered(Outcome::Killed),
+            Settled::TimedOut => unanswered(Outcome::TimedOut),
+        };
+        let (via, ms) = (invoker.via, invoked.took.as_millis());
+        println!("consumer ({via}, {ms} ms): {line}");
+    }
+}
+
+/// One of the event source mapping's pollers, as the template sets it.
 async fn event_source_mapping(
     consumer: Lambda,
     ctx: &resq_cli::context::Context,
@@ -496,59 +570,23 @@ async fn event_source_mapping(
     invocations: Arc<AtomicU64>,
     watch_turn: Arc<tokio::sync::Mutex<()>>,
 ) {
-    let watch_port = consumer.watch_port;
-    let mut invoker = Invoker::new(consumer);
-    while !*stop.borrow() {
-        // the turn is taken before the receive; the route is chosen again at the invocation
-        // (watch may have come up during the receive and the batching window)
-        let _turn = if watch_listens(watch_port).await {
-            Some(watch_turn.lock().await)
-        } else {
-            None
-        };
-        let batch = gather_batch(
-            &ctx.sqs,
-            &outputs.main_queue_url,
-            around.batch_size,
-            around.batching_window,
-        )
+    let mapping = EventSourceMapping {
+        sqs: &ctx.sqs,
+        queue_url: &outputs.main_queue_url,
+        queue_arn: &outputs.main_queue_arn,
+        batch_size: around.batch_size,
+        batching_window: around.batching_window,
+    };
+    let mut hooks = LiveBatches {
+        invocations: &invocations,
+        watch_turn: &watch_turn,
+        watch_port: consumer.watch_port,
+        turn: None,
+    };
+    // the invoker turns every failure into the invocation's outcome: nothing to pass on
+    let _ = mapping
+        .run(&mut Invoker::new(consumer), &mut hooks, stop)
         .await;
-        if batch.is_empty() {
-            continue;
-        }
-        let event = resq::sqs_event::lambda_event(&batch, &outputs.main_queue_arn, REGION);
-        invocations.fetch_add(1, Ordering::Relaxed);
-        let (via, outcome, took) = invoker
-            .invoke(&event.to_string(), watch_listens(watch_port).await)
-            .await;
-        let ms = took.as_millis();
-        match outcome {
-            Outcome::Response(body) => {
-                match settle_answer(&ctx.sqs, &outputs.main_queue_url, &batch, &body).await {
-                    Ok(failed) if failed.is_empty() => println!(
-                        "consumer ({via}, {ms} ms): {} records settled and deleted",
-                        batch.len()
-                    ),
-                    Ok(failed) => println!(
-                        "consumer ({via}, {ms} ms): {} records, {} reported failed (they come back after their backoff), the rest deleted",
-                        batch.len(),
-                        failed.len()
-                    ),
-                    Err(e) => println!(
-                        "consumer ({via}, {ms} ms): the whole batch failed: {e}; nothing deleted"
-                    ),
-                }
-            }
-            other => println!(
-                "consumer ({via}, {ms} ms): {}; nothing deleted, the {} records come back after the visibility timeout",
-                describe(&other),
-                batch.len()
-            ),
-        }
-    }
-    if let Some(mut p) = invoker.process.take() {
-        p.kill().await;
-    }
 }
 
 fn describe(outcome: &Outcome) -> String {
@@ -560,46 +598,36 @@ fn describe(outcome: &Outcome) -> String {
     }
 }
 
-/// EventBridge's `rate()` schedule: the first run one period after the start, never two runs
-/// at once (a late one is delayed).
-async fn scheduler(redriver: Lambda, every: Duration, mut stop: watch::Receiver<bool>) {
-    let mut invoker = Invoker::new(redriver);
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while next_tick(&mut ticks, &mut stop).await {
-        let via_watch = watch_listens(invoker.lambda.watch_port).await;
-        let (via, outcome, took) = invoker
-            .invoke(&scheduled_event().to_string(), via_watch)
-            .await;
-        let ms = took.as_millis();
+/// The live pipeline's hooks on the schedule: a line per run.
+struct LiveRuns;
+
+impl ScheduleHooks<Invoker> for LiveRuns {
+    fn answered(&mut self, invoker: &Invoker, outcome: Outcome, took: Duration) {
+        let (via, ms) = (invoker.via, took.as_millis());
         match outcome {
             Outcome::Response(body) => println!("redriver ({via}, {ms} ms): {}", run_line(&body)),
             other => println!("redriver ({via}, {ms} ms): {}", describe(&other)),
         }
     }
-    if let Some(mut p) = invoker.process.take() {
-        p.kill().await;
-    }
 }
 
-/// An EventBridge scheduled event, now.
-pub fn scheduled_event() -> Value {
-    json!({
-        "version": "0",
-        "id": format!("{:032x}", rand::random::<u128>()),
-        "detail-type": "Scheduled Event",
-        "source": "aws.events",
-        "account": "000000000000",
-        "time": chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        "region": REGION,
-        "resources": ["arn:aws:events:us-east-1:000000000000:rule/resq-local-RedriverFunctionSchedule"],
-        "detail": {}
-    })
+/// EventBridge's `rate()` schedule: the first run one period after the start, never two runs
+/// at once (a late one is delayed).
+async fn scheduler(redriver: Lambda, every: Duration, stop: watch::Receiver<bool>) {
+    let schedule = Schedule {
+        every,
+        first: FirstRun::AfterOnePeriod,
+        rule: "resq-local-RedriverFunctionSchedule",
+    };
+    // the invoker turns every failure into the invocation's outcome: nothing to pass on
+    let _ = schedule
+        .run(&mut Invoker::new(redriver), &mut LiveRuns, stop)
+        .await;
 }
 
 /// The redriver's summary in a line.
 pub fn run_line(body: &str) -> String {
-    let Ok(s) = serde_json::from_str::<redriver::Summary>(body) else {
+    let Ok(s) = crate::pipeline::read_summary(body) else {
         return body.to_owned();
     };
     let mut line = format!(

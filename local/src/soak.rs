@@ -36,10 +36,13 @@ use crate::CliError;
 use crate::chaos::faults::FaultProxy;
 use crate::chaos::runtime::{Function, Outcome};
 use crate::demo::{self, Audit, Downstream, Plan};
+use crate::driver::{
+    EventSourceMapping, FirstRun, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
+};
 use crate::emf::MetricForwarder;
 use crate::emulator::REGION;
 use crate::localstack::LocalStack;
-use crate::pipeline::{gather_batch, next_tick, schedule_ticks, settle_answer};
+use crate::pipeline::read_summary;
 use crate::stack::Resolver;
 use resq_cli::context::Context;
 use resq_cli::orders::{self, Outgoing};
@@ -149,14 +152,7 @@ impl SoakReport {
 
     /// Every broken promise, in words (empty: the run passed).
     pub fn failures(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        if !self.audit.lost.is_empty() {
-            out.push(format!(
-                "{} orders lost: {}",
-                self.audit.lost.len(),
-                self.audit.lost.join(", ")
-            ));
-        }
+        let mut out: Vec<String> = self.audit.lost_orders().into_iter().collect();
         if self.audit.duplicate_effects > 0 {
             out.push(format!(
                 "{} order effects doubled",
@@ -456,6 +452,25 @@ fn function_env(
     .collect()
 }
 
+/// The soak's hooks on the event source mapping: counts what did not settle.
+struct SoakBatches<'a>(&'a State);
+
+impl<F> MappingHooks<F> for SoakBatches<'_> {
+    fn answered(&mut self, _: &F, invoked: Invoked<'_>) {
+        match invoked.settled {
+            Settled::Deleted(_) => {}
+            Settled::BatchFailed(e) => {
+                self.0.function_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "the consumer's answer");
+            }
+            other => {
+                self.0.function_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(outcome = ?other, "consumer invocation failed");
+            }
+        }
+    }
+}
+
 /// Lambda's SQS poller in front of the consumer process.
 async fn event_source_mapping(
     mut consumer: Function,
@@ -464,72 +479,37 @@ async fn event_source_mapping(
     state: &State,
     stop: watch::Receiver<bool>,
 ) -> Result<(), CliError> {
-    while !*stop.borrow() {
-        let batch = gather_batch(
-            &ctx.sqs,
-            &ctx.main_queue_url,
-            10,
-            Duration::from_millis(200),
-        )
-        .await;
-        if batch.is_empty() {
-            continue;
-        }
-        let event = resq::sqs_event::lambda_event(&batch, main_arn, REGION);
-        match consumer.invoke(&event.to_string(), None).await? {
-            Outcome::Response(body) => {
-                if let Err(e) = settle_answer(&ctx.sqs, &ctx.main_queue_url, &batch, &body).await {
-                    state.function_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(error = %e, "the consumer's answer");
-                }
-            }
-            other => {
-                state.function_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(outcome = ?other, "consumer invocation failed");
-            }
-        }
-    }
-    consumer.kill().await;
-    Ok(())
+    let mapping = EventSourceMapping {
+        sqs: &ctx.sqs,
+        queue_url: &ctx.main_queue_url,
+        queue_arn: main_arn,
+        batch_size: 10,
+        batching_window: Duration::from_millis(200),
+    };
+    mapping
+        .run(&mut consumer, &mut SoakBatches(state), stop)
+        .await
 }
 
-/// The EventBridge schedule in front of the redriver process (held during the burst).
-async fn schedule(
-    mut redriver: Function,
-    state: &State,
-    every: Duration,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(), CliError> {
-    let mut ticks = schedule_ticks(every);
-    while next_tick(&mut ticks, &mut stop).await {
-        if state.hold_schedule.load(Ordering::SeqCst) {
-            continue;
-        }
-        state.run_in_progress.store(true, Ordering::SeqCst);
-        let event = serde_json::json!({
-            "version": "0", "id": "soak", "detail-type": "Scheduled Event", "source": "aws.events",
-            "account": "123456789012", "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            "region": REGION, "resources": [format!("arn:aws:events:{REGION}:123456789012:rule/{STACK}-schedule")], "detail": {}
-        });
-        let outcome = redriver.invoke(&event.to_string(), None).await?;
+/// The soak's hooks on the schedule: held during the burst; counts the runs, the paused ones
+/// and what they archived.
+struct SoakRuns<'a>(&'a State);
+
+impl<F> ScheduleHooks<F> for SoakRuns<'_> {
+    fn held(&self) -> bool {
+        self.0.hold_schedule.load(Ordering::SeqCst)
+    }
+
+    fn invoking(&mut self) -> Option<Duration> {
+        self.0.run_in_progress.store(true, Ordering::SeqCst);
+        None
+    }
+
+    fn answered(&mut self, _: &F, outcome: Outcome, _: Duration) {
+        let state = self.0;
         match outcome {
-            Outcome::Response(body) => match serde_json::from_str::<redriver::Summary>(&body) {
-                Ok(s) => {
-                    let archived: u64 = s.archived.values().sum();
-                    state.runs.fetch_add(1, Ordering::Relaxed);
-                    state.replayed.fetch_add(s.redriven, Ordering::Relaxed);
-                    if s.paused {
-                        state.paused_runs.fetch_add(1, Ordering::Relaxed);
-                        state
-                            .archived_while_paused
-                            .fetch_add(archived, Ordering::Relaxed);
-                    } else if s.redriven > 0 {
-                        lock(&state.unpaused_replays).push(Instant::now());
-                    }
-                    state
-                        .last_run_moved
-                        .store(s.redriven + archived, Ordering::Relaxed);
-                }
+            Outcome::Response(body) => match read_summary(&body) {
+                Ok(s) => state.count_run(&s),
                 Err(e) => {
                     state.function_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(error = %e, body, "not a redriver summary");
@@ -542,8 +522,41 @@ async fn schedule(
         }
         state.run_in_progress.store(false, Ordering::SeqCst);
     }
-    redriver.kill().await;
-    Ok(())
+}
+
+impl State {
+    /// Counts a run that answered with its summary.
+    fn count_run(&self, s: &redriver::Summary) {
+        let archived: u64 = s.archived.values().sum();
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        self.replayed.fetch_add(s.redriven, Ordering::Relaxed);
+        if s.paused {
+            self.paused_runs.fetch_add(1, Ordering::Relaxed);
+            self.archived_while_paused
+                .fetch_add(archived, Ordering::Relaxed);
+        } else if s.redriven > 0 {
+            lock(&self.unpaused_replays).push(Instant::now());
+        }
+        self.last_run_moved
+            .store(s.redriven + archived, Ordering::Relaxed);
+    }
+}
+
+/// The EventBridge schedule in front of the redriver process (held during the burst).
+async fn schedule(
+    mut redriver: Function,
+    state: &State,
+    every: Duration,
+    stop: watch::Receiver<bool>,
+) -> Result<(), CliError> {
+    let schedule = Schedule {
+        every,
+        first: FirstRun::AtOnce,
+        rule: &format!("{STACK}-schedule"),
+    };
+    schedule
+        .run(&mut redriver, &mut SoakRuns(state), stop)
+        .await
 }
 
 /// Records the alarm's state changes (once a second).

@@ -26,8 +26,11 @@ use tokio::sync::watch;
 
 use crate::CliError;
 use crate::demo::{self, Audit, DemoOptions, Downstream, Plan};
+use crate::driver::{
+    EventSourceMapping, FirstRun, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
+};
 use crate::emulator::{Emulator, REGION};
-use crate::pipeline::{gather_batch, next_tick, schedule_ticks};
+use crate::pipeline::read_summary;
 use crate::stack::{StackOutputs, deploy_stack};
 use faults::{FaultProxy, FaultStats};
 use resq_cli::context::Context;
@@ -190,14 +193,7 @@ impl ChaosReport {
 
     /// Every broken promise, in words (empty: the run passed).
     pub fn failures(&self, opts: &ChaosOptions) -> Vec<String> {
-        let mut out = Vec::new();
-        if !self.audit.lost.is_empty() {
-            out.push(format!(
-                "{} orders lost: {}",
-                self.audit.lost.len(),
-                self.audit.lost.join(", ")
-            ));
-        }
+        let mut out: Vec<String> = self.audit.lost_orders().into_iter().collect();
         if self.duplicate_effects() > 0 {
             out.push(format!(
                 "{} order effects doubled",
@@ -480,7 +476,8 @@ struct FunctionEnv {
     redriver: Vec<(String, String)>,
 }
 
-/// The functions' environment: the SPEC's variables, the proxy as the SDK's endpoint.
+/// The functions' environment: their configuration variables (docs/design.md, "Configuration"),
+/// the proxy as the SDK's endpoint.
 fn function_env(
     sdk_attempts: u32,
     permanent_action: PermanentAction,
@@ -543,8 +540,72 @@ fn kill_plan(rng: &mut StdRng, p: f64, typical: Duration) -> Option<Duration> {
     })
 }
 
-/// Lambda's SQS poller in front of the consumer process: receive a batch, invoke, delete what
-/// the response did not report failed; after an error, a timeout or a kill, delete nothing.
+/// Chaos's hooks around one function: when to kill it (at random, within how long an
+/// invocation typically takes), and what to count. The consumer's spread the kills over the
+/// run; the redriver's surely kill once every order is sent and kills are still owed.
+struct ChaosHooks<'a> {
+    state: &'a State,
+    opts: &'a ChaosOptions,
+    rng: StdRng,
+    /// How long an answered invocation typically takes (the kills fall within it).
+    typical: Duration,
+}
+
+impl<'a> ChaosHooks<'a> {
+    fn new(state: &'a State, opts: &'a ChaosOptions, seed: u64, typical: Duration) -> Self {
+        Self {
+            state,
+            opts,
+            rng: StdRng::seed_from_u64(seed),
+            typical,
+        }
+    }
+}
+
+impl<F> MappingHooks<F> for ChaosHooks<'_> {
+    fn invoking(&mut self) -> Option<Duration> {
+        // spread the kills over the run: the fewer orders left to send, the likelier
+        let (state, wanted) = (self.state, u64::from(self.opts.consumer_kills));
+        let kills = get(&state.consumer_kills);
+        let left = self
+            .opts
+            .demo
+            .orders
+            .saturating_sub(state.sent.load(Ordering::Relaxed));
+        let p = if kills >= wanted {
+            0.0
+        } else {
+            2.0 * (wanted - kills) as f64 / (left as f64 / 10.0).max(1.0)
+        };
+        let kill_after = kill_plan(&mut self.rng, p, self.typical);
+        state.consumer_invocations.fetch_add(1, Ordering::Relaxed);
+        kill_after
+    }
+
+    fn answered(&mut self, _: &F, invoked: Invoked<'_>) {
+        let state = self.state;
+        if invoked.settled.answered() {
+            self.typical = (self.typical * 3 + invoked.took) / 4;
+        }
+        match invoked.settled {
+            Settled::Deleted(failed) => {
+                let done = (invoked.batch.len() - failed.len()) as u64;
+                state.processed.fetch_add(done, Ordering::Relaxed);
+            }
+            Settled::BatchFailed(e) => {
+                state.function_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "the consumer's answer");
+            }
+            Settled::Killed => {
+                state.consumer_kills.fetch_add(1, Ordering::Relaxed);
+            }
+            Settled::Error(body) => state.function_failed("consumer", Some(&body)),
+            Settled::TimedOut => state.function_failed("consumer", None),
+        }
+    }
+}
+
+/// Lambda's SQS poller in front of the consumer process, with kills.
 async fn event_source_mapping(
     mut consumer: Function,
     ctx: &Context,
@@ -554,151 +615,100 @@ async fn event_source_mapping(
     stop: watch::Receiver<bool>,
     seed: u64,
 ) -> Result<(), CliError> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut typical = Duration::from_millis(200);
-    while !*stop.borrow() {
-        let batch = gather_batch(
-            &ctx.sqs,
-            &outputs.main_queue_url,
-            10,
-            Duration::from_millis(300),
-        )
-        .await;
-        if batch.is_empty() {
-            continue;
-        }
-        let event = resq::sqs_event::lambda_event(&batch, &outputs.main_queue_arn, REGION);
-        // spread the kills over the run: the fewer orders left to send, the likelier
-        let kills = get(&state.consumer_kills);
-        let left = opts
-            .demo
-            .orders
-            .saturating_sub(state.sent.load(Ordering::Relaxed));
-        let p = if kills >= u64::from(opts.consumer_kills) {
-            0.0
-        } else {
-            2.0 * (u64::from(opts.consumer_kills) - kills) as f64 / (left as f64 / 10.0).max(1.0)
-        };
-        let kill_after = kill_plan(&mut rng, p, typical);
-        let began = Instant::now();
-        state.consumer_invocations.fetch_add(1, Ordering::Relaxed);
-        match consumer.invoke(&event.to_string(), kill_after).await? {
-            Outcome::Response(body) => {
-                typical = (typical * 3 + began.elapsed()) / 4;
-                match crate::pipeline::settle_answer(
-                    &ctx.sqs,
-                    &outputs.main_queue_url,
-                    &batch,
-                    &body,
-                )
-                .await
-                {
-                    Ok(failed) => {
-                        state
-                            .processed
-                            .fetch_add((batch.len() - failed.len()) as u64, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        state.function_errors.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(error = %e, "the consumer's answer");
-                    }
-                }
-            }
-            Outcome::Killed => {
-                state.consumer_kills.fetch_add(1, Ordering::Relaxed);
-            }
-            Outcome::Error(body) => {
-                state.function_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(body, "consumer invocation failed");
-            }
-            Outcome::TimedOut => {
-                state.function_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!("consumer invocation timed out");
-            }
-        }
-    }
-    consumer.kill().await;
-    Ok(())
+    let mapping = EventSourceMapping {
+        sqs: &ctx.sqs,
+        queue_url: &outputs.main_queue_url,
+        queue_arn: &outputs.main_queue_arn,
+        batch_size: 10,
+        batching_window: Duration::from_millis(300),
+    };
+    let mut hooks = ChaosHooks::new(state, opts, seed, Duration::from_millis(200));
+    mapping.run(&mut consumer, &mut hooks, stop).await
 }
 
-/// The EventBridge schedule in front of the redriver process: one run per period.
-async fn schedule(
-    mut redriver: Function,
-    state: &State,
-    opts: &ChaosOptions,
-    mut stop: watch::Receiver<bool>,
-    seed: u64,
-) -> Result<(), CliError> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut typical = Duration::from_secs(1);
-    let mut ticks = schedule_ticks(REDRIVE_EVERY);
-    while next_tick(&mut ticks, &mut stop).await {
-        let run = state.runs_started.fetch_add(1, Ordering::Relaxed);
-        let event = serde_json::json!({
-            "version": "0", "id": format!("chaos-{run}"), "detail-type": "Scheduled Event",
-            "source": "aws.events", "account": "123456789012",
-            "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            "region": REGION,
-            "resources": ["arn:aws:events:us-east-1:123456789012:rule/resq-chaos-schedule"],
-            "detail": {}
-        });
+impl<F> ScheduleHooks<F> for ChaosHooks<'_> {
+    fn invoking(&mut self) -> Option<Duration> {
+        let state = self.state;
+        state.runs_started.fetch_add(1, Ordering::Relaxed);
         let kills = get(&state.redriver_kills);
-        let all_sent = state.sent.load(Ordering::Relaxed) >= opts.demo.orders;
-        let p = match kills >= u64::from(opts.redriver_kills) {
+        let all_sent = state.sent.load(Ordering::Relaxed) >= self.opts.demo.orders;
+        let p = match kills >= u64::from(self.opts.redriver_kills) {
             true => 0.0,
             false if all_sent => 1.0,
             false => 0.25,
         };
-        let kill_after = kill_plan(&mut rng, p, typical);
-        let began = Instant::now();
-        match redriver.invoke(&event.to_string(), kill_after).await? {
+        kill_plan(&mut self.rng, p, self.typical)
+    }
+
+    fn answered(&mut self, _: &F, outcome: Outcome, took: Duration) {
+        let state = self.state;
+        // whatever did not end in a summary leaves the DLQ's state unknown
+        let mut moved = u64::MAX;
+        match outcome {
             Outcome::Response(body) => {
-                typical = (typical * 3 + began.elapsed()) / 4;
-                let summary = match serde_json::from_str::<redriver::Summary>(&body) {
-                    Ok(s) => s,
+                self.typical = (self.typical * 3 + took) / 4;
+                match read_summary(&body) {
+                    Ok(summary) => moved = state.count_run(&summary),
+                    // a response that is not a run's summary: counted as a function error
                     Err(e) => {
-                        // a response that is not a run's summary: counted as a function error
                         state.function_errors.fetch_add(1, Ordering::Relaxed);
-                        state.last_run_moved.store(u64::MAX, Ordering::Relaxed);
                         tracing::error!(body, error = %e, "redriver answered something that is not a summary");
-                        continue;
                     }
-                };
-                let (redriven, archived) = (summary.redriven, summary.archived.values().sum());
-                state.redrive_runs.fetch_add(1, Ordering::Relaxed);
-                state.redriven.fetch_add(redriven, Ordering::Relaxed);
-                state
-                    .archived_by_redriver
-                    .fetch_add(archived, Ordering::Relaxed);
-                // a run that could not even receive has not shown the DLQ to be settled
-                let moved = if summary.stopped_by == redriver::StopReason::ReceiveError
-                    || summary.failed != 0
-                {
-                    u64::MAX
-                } else {
-                    redriven + archived
-                };
-                state.last_run_moved.store(moved, Ordering::Relaxed);
+                }
             }
             Outcome::Killed => {
                 state.redriver_kills.fetch_add(1, Ordering::Relaxed);
                 *lock(&state.last_redriver_kill) = Some(Instant::now());
-                state.last_run_moved.store(u64::MAX, Ordering::Relaxed);
             }
-            Outcome::Error(body) => {
-                state.function_errors.fetch_add(1, Ordering::Relaxed);
-                state.last_run_moved.store(u64::MAX, Ordering::Relaxed);
-                tracing::error!(body, "redriver invocation failed");
-            }
-            Outcome::TimedOut => {
-                state.function_errors.fetch_add(1, Ordering::Relaxed);
-                state.last_run_moved.store(u64::MAX, Ordering::Relaxed);
-                tracing::error!("redriver invocation timed out");
-            }
+            Outcome::Error(body) => state.function_failed("redriver", Some(&body)),
+            Outcome::TimedOut => state.function_failed("redriver", None),
+        }
+        state.last_run_moved.store(moved, Ordering::Relaxed);
+    }
+}
+
+impl State {
+    /// Counts a function error (its error document) or, without one, a timeout.
+    fn function_failed(&self, function: &str, error: Option<&str>) {
+        self.function_errors.fetch_add(1, Ordering::Relaxed);
+        match error {
+            Some(body) => tracing::error!(body, "{function} invocation failed"),
+            None => tracing::error!("{function} invocation timed out"),
         }
     }
-    redriver.kill().await;
-    Ok(())
+
+    /// Counts a run that answered with its summary; what it moved, as far as it shows the
+    /// DLQ settled (`u64::MAX`: it does not).
+    fn count_run(&self, summary: &redriver::Summary) -> u64 {
+        let (redriven, archived) = (summary.redriven, summary.archived.values().sum());
+        self.redrive_runs.fetch_add(1, Ordering::Relaxed);
+        self.redriven.fetch_add(redriven, Ordering::Relaxed);
+        self.archived_by_redriver
+            .fetch_add(archived, Ordering::Relaxed);
+        // a run that could not even receive has not shown the DLQ to be settled
+        if summary.stopped_by == redriver::StopReason::ReceiveError || summary.failed != 0 {
+            u64::MAX
+        } else {
+            redriven + archived
+        }
+    }
+}
+
+/// The EventBridge schedule in front of the redriver process: one run per period, with kills.
+async fn schedule(
+    mut redriver: Function,
+    state: &State,
+    opts: &ChaosOptions,
+    stop: watch::Receiver<bool>,
+    seed: u64,
+) -> Result<(), CliError> {
+    let schedule = Schedule {
+        every: REDRIVE_EVERY,
+        first: FirstRun::AtOnce,
+        rule: "resq-chaos-schedule",
+    };
+    let mut hooks = ChaosHooks::new(state, opts, seed, Duration::from_secs(1));
+    schedule.run(&mut redriver, &mut hooks, stop).await
 }
 
 /// Feeds the main queue progressively, shows progress, and stops the run once it settled:

@@ -358,6 +358,21 @@ impl Function {
     }
 }
 
+/// The driver's function: the binary under the runtime API, killed when the run is over.
+impl crate::driver::Invoke for Function {
+    async fn invoke(
+        &mut self,
+        event: &str,
+        kill_after: Option<Duration>,
+    ) -> Result<Outcome, CliError> {
+        Function::invoke(self, event, kill_after).await
+    }
+
+    async fn stop(&mut self) {
+        self.kill().await;
+    }
+}
+
 /// Lambda's log pipeline for one output stream: each line Lambda's level filter keeps (all of
 /// them without a filter, as in its text format) goes to the log file, and an EMF document to
 /// the metric forwarder.
