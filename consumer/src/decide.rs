@@ -442,7 +442,7 @@ mod tests {
     }
 
     #[test]
-    fn each_outcome_of_a_run_has_its_fate() {
+    fn what_does_not_run_and_what_succeeds_have_their_fates() {
         let records = parse_event(json!({"Records": [
             rec("a", json!({})),
             rec("capped", json!({"messageAttributes": {"x-redrive-count": {"stringValue": "4", "dataType": "Number"}}})),
@@ -462,6 +462,13 @@ mod tests {
             fate(bad, HandlerOutcome::NotRun),
             Fate::Retry(Failure::Unreadable(_))
         ));
+    }
+
+    #[test]
+    fn a_handlers_errors_and_what_the_engine_saw_have_their_fates() {
+        let records = parse_event(json!({"Records": [rec("a", json!({}))]})).unwrap();
+        let (ok, cfg) = (&records[0], config());
+        let fate = |r: &Record, ran: HandlerOutcome| decide(r, &cfg, ran).fate;
         let transient = HandlerError::transient("DOWNSTREAM", "503");
         assert_eq!(
             fate(ok, HandlerOutcome::Handled(Err(transient))),
