@@ -598,6 +598,57 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_fifo_group_held_in_one_cycle_is_not_overtaken_in_the_next() {
+        // GIVEN a FIFO DLQ: group A (a01…a12, more than one receive) then b1; a01's send fails
+        let (dlq, store, alarms) = (
+            MemorySqs::default(),
+            MemoryStore::default(),
+            FixedAlarms::default(),
+        );
+        let (main, dlq_url) = (
+            "http://127.0.0.1/1/orders.fifo",
+            "http://127.0.0.1/1/orders-dlq.fifo",
+        );
+        let mut cfg = config(&[]);
+        cfg.common.main_queue_url = main.into();
+        cfg.common.dlq_url = dlq_url.into();
+        let ids: Vec<String> = (1..=12)
+            .map(|i| format!("a{i:02}"))
+            .chain(["b1".to_owned()])
+            .collect();
+        for id in &ids {
+            let mut m = dlq_message(id, now_ms(), &[]);
+            m.attributes
+                .insert("MessageGroupId".into(), id[..1].to_uppercase());
+            dlq.push(dlq_url, m);
+        }
+        dlq.fail_sends(|c| c.body.contains("a01"));
+        // WHEN a run goes over two receives
+        let first = scheduled(&dlq, &store, &alarms, &cfg).await;
+        // THEN the rest of A waits behind a01 in both cycles (SQS hands out none of a group
+        // while one of it is in flight); B goes; only the held ones behind the refused send are
+        // skipped
+        let sent: Vec<String> = dlq.sent(main).into_iter().map(|c| c.body).collect();
+        assert_eq!(sent, vec![r#"{"orderId":"b1"}"#], "{first:?}");
+        assert_eq!(
+            (first.redriven, first.failed, first.skipped),
+            (1, 1, 9),
+            "{first:?}"
+        );
+        // AND once sends go through, the group follows in order
+        dlq.fail_sends(|_| false);
+        scheduled(&dlq, &store, &alarms, &cfg).await;
+        let order: Vec<String> = dlq
+            .sent(main)
+            .into_iter()
+            .skip(1)
+            .map(|c| c.body[12..15].to_owned())
+            .collect();
+        assert_eq!(order, ids[..12].to_vec());
+        assert!(dlq.is_empty(dlq_url));
+    }
+
+    #[tokio::test]
     async fn a_slow_sqs_cannot_make_the_run_late() {
         // GIVEN an SQS that takes 2 s per call and a 3 s budget (margin 1 s)
         let (dlq, store, alarms) = (

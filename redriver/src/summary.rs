@@ -3,7 +3,7 @@
 //! (a breaker verdict, a cycle's report, a keep plan's report), never inside I/O. The metrics
 //! come from the summary.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use resq::config::RedriverConfig;
@@ -204,6 +204,9 @@ impl Run {
     /// answered, before its deadline).
     pub fn account(&mut self, cycle: Cycle, report: Option<&Report>) -> bool {
         self.summary.received += cycle.items.len() as u64;
+        let refused = report
+            .map(|r| refused_groups(&cycle, r))
+            .unwrap_or_default();
         let mut out_of_time = false;
         for (m, fate) in cycle.items {
             if !m.dropped_attributes.is_empty() {
@@ -213,7 +216,8 @@ impl Run {
                 (Fate::Held(held), _) => self.held(m, held),
                 (Fate::Kept(until), _) => self.kept(m, until, cycle.received_at),
                 (Fate::Redrive { copy, delete }, Some(r)) => {
-                    out_of_time |= self.redriven(&m, r, copy, delete);
+                    let behind_refused = m.group_id().is_some_and(|g| refused.contains(g));
+                    out_of_time |= self.redriven(&m, r, copy, delete, behind_refused);
                 }
                 (
                     Fate::Archive {
@@ -272,6 +276,7 @@ impl Run {
         r: &Report,
         copy: ActionId,
         delete: ActionId,
+        behind_refused: bool,
     ) -> bool {
         let attempted = r.started_at(copy);
         if let Some(at) = attempted {
@@ -297,9 +302,11 @@ impl Run {
                 self.summary.failed += 1;
                 true
             }
-            // behind a failed send of its FIFO group: it waits for a later run
+            // behind a send of its FIFO group that did not go: it waits for a later run (left
+            // on purpose, and so skipped, when SQS refused that send; behind one not answered
+            // in time it is only held)
             Confirmation::NotAttempted(Unattempted::Held) => {
-                self.summary.skipped += 1;
+                self.summary.skipped += u64::from(behind_refused);
                 self.hold(m);
                 false
             }
@@ -424,6 +431,17 @@ impl Run {
         self.summary.elapsed_ms = elapsed.as_millis() as u64;
         self.summary
     }
+}
+
+/// The FIFO groups of a cycle with a replay SQS refused.
+fn refused_groups(cycle: &Cycle, r: &Report) -> HashSet<String> {
+    let refused = |copy| matches!(r.get(copy), Confirmation::Failed(SettleError::Refused(_)));
+    cycle
+        .items
+        .iter()
+        .filter(|(_, fate)| matches!(fate, Fate::Redrive { copy, .. } if refused(*copy)))
+        .filter_map(|(m, _)| m.group_id().map(str::to_owned))
+        .collect()
 }
 
 fn describe(c: &Confirmation) -> String {

@@ -13,7 +13,7 @@
 //! - **Batches.** What is ready goes out in as few calls as SQS allows: copies per queue in
 //!   `SendMessageBatch` calls of at most 10 entries and 1 MiB, deletes and visibility changes
 //!   10 per call, kept messages in lists of up to 2,000; archive entries one conditional put
-//!   each. Calls run concurrently, up to a limit.
+//!   each. Calls run concurrently, SQS's and S3's each up to their own limit.
 //! - **Pace.** Copies take their turn from a [`Pacer`] (the redriver's token bucket); one
 //!   still waiting when copies must stop starting is not attempted.
 //! - **Deadlines.** Copies, archive writes and keep lists are answered by
@@ -267,6 +267,13 @@ enum Call<'p> {
     Archive(usize, &'p ArchiveEntry),
 }
 
+impl Call<'_> {
+    /// An archive entry or a keep list: a call to S3.
+    fn is_s3(&self) -> bool {
+        matches!(self, Call::Archive(..) | Call::Keep(..))
+    }
+}
+
 /// What a call reports: per action, what became of it and when its call started.
 type Outcomes = Vec<(usize, Confirmation, Option<Instant>)>;
 
@@ -288,7 +295,8 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
         }
     }
 
-    /// At most `n` calls at once (default [`CALLS_IN_FLIGHT`]).
+    /// At most `n` S3 calls at once (default [`CALLS_IN_FLIGHT`]); SQS calls, at most
+    /// [`CALLS_IN_FLIGHT`] (or `n`, if fewer), have slots of their own.
     pub fn with_calls_in_flight(mut self, n: usize) -> Self {
         self.calls_in_flight = n.max(1);
         self
@@ -319,15 +327,18 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
             if ready.is_empty() {
                 break;
             }
-            let tasks = calls(plan, &ready, &mut part)
+            let (to_s3, to_sqs): (Vec<Call<'_>>, Vec<Call<'_>>) = calls(plan, &ready, &mut part)
                 .into_iter()
-                .map(|call| self.execute(call, by, pacer, &run));
+                .partition(Call::is_s3);
             // each call is bounded by its own deadline, and one that could not start before it
-            // is not attempted: the round ends by the settle deadline
-            let done: Vec<Outcomes> = futures::stream::iter(tasks)
-                .buffer_unordered(self.calls_in_flight)
-                .collect()
-                .await;
+            // is not attempted: the round ends by the settle deadline. SQS and S3 calls have
+            // their own slots, so slow archive writes never keep a batch's DLQ copies waiting.
+            let sqs_slots = CALLS_IN_FLIGHT.min(self.calls_in_flight);
+            let (sqs_done, s3_done) = futures::join!(
+                self.execute_all(to_sqs, sqs_slots, by, pacer, &run),
+                self.execute_all(to_s3, self.calls_in_flight, by, pacer, &run),
+            );
+            let done = sqs_done.into_iter().chain(s3_done);
             let mut again = Vec::new();
             for (i, confirmation, at) in done.into_iter().flatten() {
                 started[i] = started[i].or(at);
@@ -354,6 +365,22 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
                 .collect(),
             started,
         }
+    }
+
+    /// `calls`, up to `in_flight` at once.
+    async fn execute_all(
+        &self,
+        calls: Vec<Call<'_>>,
+        in_flight: usize,
+        by: Deadlines,
+        pacer: &impl Pacer,
+        run: &str,
+    ) -> Vec<Outcomes> {
+        let tasks = calls.into_iter().map(|c| self.execute(c, by, pacer, run));
+        futures::stream::iter(tasks)
+            .buffer_unordered(in_flight)
+            .collect()
+            .await
     }
 
     /// One call; every action it carries gets its confirmation.
@@ -793,6 +820,67 @@ mod tests {
             &Confirmation::NotAttempted(Unattempted::OutOfTime)
         );
         let _ = handles;
+    }
+
+    #[tokio::test]
+    async fn slow_archive_writes_never_keep_copies_waiting() {
+        // GIVEN 40 archive entries ahead of a copy in the plan, and an S3 that takes 5 s a put
+        let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+        store.set_delay(Duration::from_secs(5));
+        let settler = Settler::new(&sqs, &store, "test");
+        let mut plan = Plan::new();
+        for i in 0..40 {
+            let message = OriginalMessage {
+                message_id: format!("a{i}"),
+                body: "{}".into(),
+                message_attributes: MessageAttributes::new(),
+                attributes: BTreeMap::new(),
+            };
+            let entry = ArchiveEntry::new(ArchiveReason::RedriveCap, MAIN, message, None);
+            plan.push(Action::Archive(Box::new(entry)));
+        }
+        let c = plan.push(copy("dead letter", None));
+        // WHEN it settles within 1 s
+        let by = Deadlines::all_by(Instant::now() + Duration::from_secs(1));
+        let report = settler.settle(&plan, by, &Unpaced).await;
+        // THEN the copy went (SQS calls have their own slots); the writes were not answered
+        assert!(report.is_confirmed(c), "{:?}", report.get(c));
+        assert!(
+            report
+                .iter()
+                .filter(|(id, _)| *id != c)
+                .all(|(_, c)| !c.is_confirmed())
+        );
+    }
+
+    #[tokio::test]
+    async fn the_double_hands_out_nothing_of_a_fifo_group_while_one_is_in_flight() {
+        let (sqs, fifo) = (MemorySqs::default(), "http://127.0.0.1/1/q.fifo");
+        for (id, g) in [("a1", "A"), ("a2", "A"), ("b1", "B")] {
+            let attributes = BTreeMap::from([("MessageGroupId".to_owned(), g.to_owned())]);
+            sqs.push(
+                fifo,
+                ReceivedMessage {
+                    message_id: id.into(),
+                    receipt_handle: String::new(),
+                    body: id.into(),
+                    attributes,
+                    message_attributes: MessageAttributes::new(),
+                    dropped_attributes: Vec::new(),
+                },
+            );
+        }
+        let ids = |batch: Vec<ReceivedMessage>| -> Vec<String> {
+            batch.into_iter().map(|m| m.message_id).collect()
+        };
+        let first = sqs.receive(fifo, 1, Some(60), 0).await.unwrap();
+        assert_eq!(ids(first), vec!["a1"]);
+        // a1 in flight: A waits, B does not
+        let next = sqs.receive(fifo, 10, Some(60), 0).await.unwrap();
+        assert_eq!(ids(next), vec!["b1"]);
+        sqs.advance(Duration::from_secs(61));
+        let again = sqs.receive(fifo, 10, Some(60), 0).await.unwrap();
+        assert_eq!(ids(again), vec!["a1", "a2", "b1"]);
     }
 
     /// Lets `n` copies go, then none.

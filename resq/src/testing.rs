@@ -55,7 +55,8 @@ struct State {
 
 /// SQS in memory: queues by URL, oldest message first, each receive handing out a new receipt
 /// handle and hiding the message for its visibility timeout (at most 12 h from the receive),
-/// an old receipt handle no longer valid. A receipt handle the double never handed out (a
+/// an old receipt handle no longer valid; a FIFO queue (`.fifo`) hands out nothing of a message
+/// group while one of its messages is in flight. A receipt handle the double never handed out (a
 /// test's own event) is taken at its word: its change or delete succeeds and is recorded. Time
 /// is the machine's clock plus an offset a test moves ([`MemorySqs::advance`]).
 #[derive(Default)]
@@ -213,8 +214,24 @@ impl State {
         now: Instant,
     ) -> Vec<ReceivedMessage> {
         let mut out = Vec::new();
+        let fifo = crate::fifo::is_fifo(queue);
         let stored = self.queues.entry(queue.to_owned()).or_default();
-        for s in stored.iter_mut().filter(|s| s.visible_at <= now).take(max) {
+        // A FIFO queue hands out nothing of a group while a message of it is in flight.
+        let mut locked = HashSet::new();
+        let mut ready = Vec::new();
+        for (i, s) in stored.iter().enumerate() {
+            let group = s.message.group_id().filter(|_| fifo).map(str::to_owned);
+            match (s.visible_at <= now, group) {
+                (false, Some(g)) => {
+                    locked.insert(g);
+                }
+                (true, Some(g)) if locked.contains(&g) => {}
+                (true, _) => ready.push(i),
+                (false, None) => {}
+            }
+        }
+        for i in ready.into_iter().take(max) {
+            let s = &mut stored[i];
             self.seq += 1;
             s.receives += 1;
             s.visible_at = now + hide;
@@ -370,6 +387,7 @@ pub struct MemoryStore {
     objects: Mutex<BTreeMap<String, Vec<u8>>>,
     failing: AtomicBool,
     puts: AtomicU64,
+    delay: Mutex<Duration>,
 }
 
 impl MemoryStore {
@@ -393,6 +411,11 @@ impl MemoryStore {
     /// Put attempts so far (written, found existing or failed).
     pub fn puts(&self) -> u64 {
         self.puts.load(Ordering::SeqCst)
+    }
+
+    /// Makes every put take this long before it answers (a slow S3).
+    pub fn set_delay(&self, delay: Duration) {
+        *lock(&self.delay) = delay;
     }
 
     fn check(&self, what: &str) -> Result<(), StoreError> {
@@ -419,6 +442,10 @@ impl ObjectStore for MemoryStore {
 
     async fn put_if_absent(&self, key: &str, body: Vec<u8>) -> Result<PutOutcome, StoreError> {
         self.puts.fetch_add(1, Ordering::SeqCst);
+        let delay = *lock(&self.delay);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         self.check(key)?;
         let mut objects = lock(&self.objects);
         if objects.contains_key(key) {
