@@ -368,11 +368,7 @@ mod tests {
     async fn kept_messages_a_hundred_times_the_budget_starve_nothing() {
         // GIVEN 2,000 kept permanent failures ahead of 20 replayable messages, and a budget of
         // 20 messages a run (kept : budget = 100 : 1)
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         let cfg = config(&[("MAX_MESSAGES_PER_RUN", "20")]);
         let sent = now_ms() - HOUR_MS;
         for i in 0..2000 {
@@ -413,11 +409,7 @@ mod tests {
     #[tokio::test]
     async fn expired_messages_do_not_use_up_the_replay_budget() {
         // GIVEN 100 messages past their TTL ahead of 5 replayable ones, a budget of 5 replays
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         let cfg = config(&[("MAX_MESSAGES_PER_RUN", "5")]);
         for i in 0..100 {
             dlq.push(
@@ -449,11 +441,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_paused_run_archives_what_is_due_and_replays_nothing() {
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         alarms.set("replays-failing", true, Duration::from_secs(60), 10.0);
         let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
         let now = now_ms();
@@ -526,11 +514,7 @@ mod tests {
     async fn after_the_alarm_clears_a_run_replays_a_probe_not_its_budget() {
         // GIVEN 100 replayable messages and the breaker's alarm back in OK two minutes ago
         // (threshold 4 a minute)
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
         for i in 0..100 {
             dlq.push(DLQ, dlq_message(&format!("m{i}"), now_ms(), &[]));
@@ -547,21 +531,39 @@ mod tests {
         assert_eq!((full.redriven, full.probe), (90, None));
     }
 
-    #[tokio::test]
-    async fn a_failed_fifo_send_holds_the_rest_of_its_group() {
-        // GIVEN a FIFO pipeline: group A (a1 a2 a3) and B (b1 b2); a1's send fails
-        let (dlq, store, alarms) = (
+    /// A DLQ and main queue, a bucket and alarms, in memory.
+    fn doubles() -> (MemorySqs, MemoryStore, FixedAlarms) {
+        (
             MemorySqs::default(),
             MemoryStore::default(),
             FixedAlarms::default(),
-        );
-        let (main, dlq_url) = (
-            "http://127.0.0.1/1/orders.fifo",
-            "http://127.0.0.1/1/orders-dlq.fifo",
-        );
+        )
+    }
+
+    const FIFO_MAIN: &str = "http://127.0.0.1/1/orders.fifo";
+    const FIFO_DLQ: &str = "http://127.0.0.1/1/orders-dlq.fifo";
+
+    /// The configuration of a FIFO pipeline.
+    fn fifo_config() -> RedriverConfig {
         let mut cfg = config(&[]);
-        cfg.common.main_queue_url = main.into();
-        cfg.common.dlq_url = dlq_url.into();
+        cfg.common.main_queue_url = FIFO_MAIN.into();
+        cfg.common.dlq_url = FIFO_DLQ.into();
+        cfg
+    }
+
+    /// A DLQ message of FIFO group `group`.
+    fn in_group(id: &str, group: &str) -> ReceivedMessage {
+        let mut m = dlq_message(id, now_ms(), &[]);
+        m.attributes.insert("MessageGroupId".into(), group.into());
+        m
+    }
+
+    #[tokio::test]
+    async fn a_failed_fifo_send_holds_the_rest_of_its_group() {
+        // GIVEN a FIFO pipeline: group A (a1 a2 a3) and B (b1 b2); a1's send fails
+        let (dlq, store, alarms) = doubles();
+        let cfg = fifo_config();
+        let (main, dlq_url) = (FIFO_MAIN, FIFO_DLQ);
         for (id, g) in [
             ("a1", "A"),
             ("b1", "B"),
@@ -569,9 +571,7 @@ mod tests {
             ("a3", "A"),
             ("b2", "B"),
         ] {
-            let mut m = dlq_message(id, now_ms(), &[]);
-            m.attributes.insert("MessageGroupId".into(), g.into());
-            dlq.push(dlq_url, m);
+            dlq.push(dlq_url, in_group(id, g));
         }
         dlq.fail_sends(|c| c.body.contains("a1"));
         let first = scheduled(&dlq, &store, &alarms, &cfg).await;
@@ -600,27 +600,15 @@ mod tests {
     #[tokio::test]
     async fn a_fifo_group_held_in_one_cycle_is_not_overtaken_in_the_next() {
         // GIVEN a FIFO DLQ: group A (a01…a12, more than one receive) then b1; a01's send fails
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
-        let (main, dlq_url) = (
-            "http://127.0.0.1/1/orders.fifo",
-            "http://127.0.0.1/1/orders-dlq.fifo",
-        );
-        let mut cfg = config(&[]);
-        cfg.common.main_queue_url = main.into();
-        cfg.common.dlq_url = dlq_url.into();
+        let (dlq, store, alarms) = doubles();
+        let cfg = fifo_config();
+        let (main, dlq_url) = (FIFO_MAIN, FIFO_DLQ);
         let ids: Vec<String> = (1..=12)
             .map(|i| format!("a{i:02}"))
             .chain(["b1".to_owned()])
             .collect();
         for id in &ids {
-            let mut m = dlq_message(id, now_ms(), &[]);
-            m.attributes
-                .insert("MessageGroupId".into(), id[..1].to_uppercase());
-            dlq.push(dlq_url, m);
+            dlq.push(dlq_url, in_group(id, &id[..1].to_uppercase()));
         }
         dlq.fail_sends(|c| c.body.contains("a01"));
         // WHEN a run goes over two receives
@@ -651,11 +639,7 @@ mod tests {
     #[tokio::test]
     async fn a_slow_sqs_cannot_make_the_run_late() {
         // GIVEN an SQS that takes 2 s per call and a 3 s budget (margin 1 s)
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         for i in 0..30 {
             dlq.push(DLQ, dlq_message(&format!("m{i}"), now_ms(), &[]));
         }
@@ -674,11 +658,7 @@ mod tests {
 
     #[tokio::test]
     async fn returned_replays_are_counted_once_by_the_run_that_moves_them() {
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         let cfg = config(&[]);
         let now = now_ms();
         let mut kept = permanent("VALIDATION_FAILED");
@@ -703,11 +683,7 @@ mod tests {
     #[tokio::test]
     async fn a_selective_run_brings_back_the_kept_messages_of_its_reason() {
         // GIVEN a scheduled run kept (and hid) two permanent failures of different reasons
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         let cfg = config(&[]);
         dlq.push(
             DLQ,
@@ -747,11 +723,7 @@ mod tests {
     #[tokio::test]
     async fn no_message_is_hidden_that_the_keep_list_does_not_name() {
         // GIVEN a bucket that takes no writes
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         store.set_failing(true);
         let cfg = config(&[]);
         for i in 0..3 {
@@ -769,11 +741,7 @@ mod tests {
     #[tokio::test]
     async fn kept_hides_stay_within_twelve_hours_of_the_receive() {
         // GIVEN a TTL of 13 days: a kept message's TTL is far beyond SQS's 12 h
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         let cfg = config(&[("ARCHIVE_AFTER_SECONDS", "1123200")]);
         dlq.push(
             DLQ,
@@ -835,11 +803,7 @@ mod tests {
     #[tokio::test]
     async fn only_successful_sends_are_deleted() {
         // GIVEN SQS refuses the copy of m1
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         fill(&dlq, 3, 0);
         dlq.fail_sends(|c| c.body.contains("\"m1\""));
         let summary = scheduled(&dlq, &store, &alarms, &config(&[])).await;
@@ -852,11 +816,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_send_call_deletes_nothing() {
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         fill(&dlq, 3, 0);
         dlq.fail_calls(Call::Send, true);
         let summary = scheduled(&dlq, &store, &alarms, &config(&[])).await;
@@ -867,11 +827,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_partial_delete_failure_is_reported_and_loses_nothing() {
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         fill(&dlq, 3, 0);
         dlq.fail_deletes(|rh| rh.starts_with("rh-m0-"));
         let summary = scheduled(&dlq, &store, &alarms, &config(&[])).await;
@@ -889,11 +845,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_archive_write_keeps_the_message() {
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         store.set_failing(true);
         fill(&dlq, 2, 1);
         let summary = scheduled(&dlq, &store, &alarms, &config(&[])).await;
@@ -905,11 +857,7 @@ mod tests {
 
     #[tokio::test]
     async fn nothing_starts_inside_the_deadline_margin() {
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         fill(&dlq, 1, 0);
         let summary = run_with(&dlq, &store, &alarms, &config(&[]), 10.0, Instant::now()).await;
         assert_eq!(
@@ -922,11 +870,7 @@ mod tests {
     async fn replays_waiting_for_tokens_past_the_margin_are_released_not_sent() {
         // 1 token per second and a full bucket (one batch) at the start; the margin (1 s) is
         // reached 0.5 s in: the first batch goes, the next would wait past the margin
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         fill(&dlq, 13, 0);
         let deadline = Instant::now() + Duration::from_millis(1500);
         let summary = run_with(&dlq, &store, &alarms, &config(&[]), 1.0, deadline).await;
@@ -945,11 +889,7 @@ mod tests {
 
     #[tokio::test]
     async fn unreadable_alarm_states_pause_replay() {
-        let (dlq, store, alarms) = (
-            MemorySqs::default(),
-            MemoryStore::default(),
-            FixedAlarms::default(),
-        );
+        let (dlq, store, alarms) = doubles();
         alarms.fail(PortError::service("AccessDenied", "not allowed"));
         fill(&dlq, 1, 0);
         let summary = scheduled(&dlq, &store, &alarms, &config(&[("PAUSE_ON_ALARMS", "a")])).await;
