@@ -62,7 +62,7 @@ pub struct Redriver<Q, S, A> {
     settler: Settler<Q, S>,
     alarms: A,
     config: RedriverConfig,
-    queues: plan::Queues,
+    queues: plan::QueueUrls,
     receive_wait_seconds: i32,
     function_name: String,
     emit_metrics: bool,
@@ -79,7 +79,7 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         Self {
             settler: Settler::new(queues, store, ARCHIVED_BY),
             alarms,
-            queues: plan::Queues::new(&config.common.main_queue_url, &config.common.dlq_url),
+            queues: plan::QueueUrls::new(&config.common.main_queue_url, &config.common.dlq_url),
             config,
             receive_wait_seconds: 1,
             function_name: Metrics::function_name_from_env(ARCHIVED_BY),

@@ -14,14 +14,14 @@ use crate::classify::{self, Decision, Keep, Rules};
 
 /// The two queues of a run.
 #[derive(Debug, Clone)]
-pub struct Queues {
+pub struct QueueUrls {
     /// The main queue, where replays go.
     pub main: QueueUrl,
     /// The DLQ, read and settled.
     pub dlq: QueueUrl,
 }
 
-impl Queues {
+impl QueueUrls {
     /// The queues at these URLs.
     pub fn new(main: &str, dlq: &str) -> Self {
         Self {
@@ -100,7 +100,7 @@ pub struct Limits {
 pub fn cycle(
     batch: Vec<ReceivedMessage>,
     rules: &Rules,
-    queues: &Queues,
+    queues: &QueueUrls,
     limits: Limits,
     received_at: Instant,
 ) -> Cycle {
@@ -136,7 +136,7 @@ fn redrive(
     plan: &mut Plan,
     m: &ReceivedMessage,
     budget: &mut u64,
-    queues: &Queues,
+    queues: &QueueUrls,
     dry_run: bool,
 ) -> Fate {
     let copy = match classify::replay(m, resq::fifo::is_fifo(&queues.main)) {
@@ -172,7 +172,7 @@ fn archive(
     m: &ReceivedMessage,
     reason: ArchiveReason,
     last_error: Option<String>,
-    queues: &Queues,
+    queues: &QueueUrls,
     dry_run: bool,
 ) -> Fate {
     if dry_run {
@@ -188,7 +188,7 @@ fn archive(
     }
 }
 
-fn delete(m: &ReceivedMessage, queues: &Queues) -> Action {
+fn delete(m: &ReceivedMessage, queues: &QueueUrls) -> Action {
     Action::Delete {
         from: queues.dlq.clone(),
         receipt_handle: m.receipt_handle.clone(),

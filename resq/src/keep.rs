@@ -74,24 +74,8 @@ pub fn keep_key(at: DateTime<Utc>, run: &str, part: usize) -> String {
     )
 }
 
-/// Writes a run's kept messages (nothing when there are none), [`MAX_ENTRIES_PER_LIST`] a
-/// list; returns the keys written.
-pub async fn write(
-    store: &impl ObjectStore,
-    queue_url: &str,
-    run: &str,
-    at: DateTime<Utc>,
-    messages: &[KeptMessage],
-) -> Result<Vec<String>, StoreError> {
-    let mut keys = Vec::new();
-    for (part, chunk) in messages.chunks(MAX_ENTRIES_PER_LIST).enumerate() {
-        keys.push(write_list(store, queue_url, run, part, at, chunk).await?);
-    }
-    Ok(keys)
-}
-
-/// Writes one list, the `part`-th of run `run` (at most [`MAX_ENTRIES_PER_LIST`] messages);
-/// returns its key.
+/// Writes one list, the `part`-th of run `run` (at most [`MAX_ENTRIES_PER_LIST`] messages:
+/// the settle executor splits a run's kept messages into lists); returns its key.
 pub async fn write_list(
     store: &impl ObjectStore,
     queue_url: &str,
@@ -191,10 +175,11 @@ mod tests {
         let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 20, 0, 0).unwrap();
         let t1 = t0 + ChronoDuration::hours(5); // 01:00 the next day
         let now = t1 + ChronoDuration::hours(1);
-        write(
+        write_list(
             &store,
             q,
             "run-a",
+            0,
             t0,
             &[
                 kept("m1", "rh-a1", t0 + ChronoDuration::hours(12)),
@@ -203,19 +188,21 @@ mod tests {
         )
         .await
         .unwrap();
-        write(
+        write_list(
             &store,
             q,
             "run-b",
+            0,
             t1,
             &[kept("m1", "rh-b1", t1 + ChronoDuration::hours(12))],
         )
         .await
         .unwrap();
-        write(
+        write_list(
             &store,
             "http://q/other",
             "run-c",
+            0,
             t1,
             &[kept("m9", "rh-c9", t1 + ChronoDuration::hours(12))],
         )
@@ -228,21 +215,5 @@ mod tests {
         assert_eq!(hidden[0].receipt_handle, "rh-b1");
         assert_eq!(store.keys(KEEP_PREFIX).len(), 3);
         assert!(store.keys("kept/2026/11/22/200000000-run-a-0.json").len() == 1);
-    }
-
-    #[tokio::test]
-    async fn big_runs_write_several_lists() {
-        let store = MemoryStore::default();
-        let at = Utc.with_ymd_and_hms(2026, 11, 22, 8, 0, 0).unwrap();
-        let many: Vec<KeptMessage> = (0..(MAX_ENTRIES_PER_LIST + 1))
-            .map(|i| kept(&format!("m{i}"), "rh", at + ChronoDuration::hours(1)))
-            .collect();
-        let keys = write(&store, "q", "r", at, &many).await.unwrap();
-        assert_eq!(keys.len(), 2);
-        assert_eq!(
-            still_hidden(&store, "q", at).await.unwrap().len(),
-            many.len()
-        );
-        assert!(write(&store, "q", "r2", at, &[]).await.unwrap().is_empty());
     }
 }

@@ -143,11 +143,6 @@ impl Plan {
     pub fn is_empty(&self) -> bool {
         self.steps.is_empty()
     }
-
-    /// The action `id`.
-    pub fn action(&self, id: ActionId) -> &Action {
-        &self.steps[id.0].0
-    }
 }
 
 /// When a settle's actions must be answered.
@@ -755,6 +750,32 @@ mod tests {
         // an entry already there is confirmed too: a retried archive finds its entry
         let report = settler.settle(&plan, later(), &Unpaced).await;
         assert!(report.is_confirmed(archive));
+    }
+
+    #[tokio::test]
+    async fn kept_messages_past_one_list_go_in_several_and_all_read_back() {
+        let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+        let settler = Settler::new(&sqs, &store, "redriver");
+        let hidden_until = chrono::Utc::now().timestamp_millis() as u64 + 3_600_000;
+        let mut plan = Plan::new();
+        for i in 0..=MAX_ENTRIES_PER_LIST {
+            let message = KeptMessage {
+                message_id: format!("m{i}"),
+                receipt_handle: format!("rh{i}"),
+                failure_reason: None,
+                first_sent_at: None,
+                hidden_until,
+            };
+            plan.push(Action::Keep {
+                queue: QueueUrl::from(DLQ),
+                message,
+            });
+        }
+        let report = settler.settle(&plan, later(), &Unpaced).await;
+        assert!(report.iter().all(|(_, c)| c.is_confirmed()));
+        assert_eq!(store.keys(crate::keep::KEEP_PREFIX).len(), 2);
+        let hidden = crate::keep::still_hidden(&store, DLQ, chrono::Utc::now()).await;
+        assert_eq!(hidden.unwrap().len(), MAX_ENTRIES_PER_LIST + 1);
     }
 
     #[tokio::test]

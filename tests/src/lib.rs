@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::{Message, QueueAttributeName};
 
 pub use resq_local::emulator::{Emulator, EmulatorKind, Installs, MotoServer, REGION};
 
@@ -177,18 +177,9 @@ impl Stack {
 
     /// Receives up to `max` messages (≤ 10) with every attribute, as Lambda's poller does.
     pub async fn receive(&self, queue: &Queue, max: i32) -> Vec<Message> {
-        self.sqs
-            .receive_message()
-            .queue_url(&queue.url)
-            .max_number_of_messages(max)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .message_attribute_names("All")
-            .wait_time_seconds(0)
-            .send()
+        resq::sqs::receive(&self.sqs, &queue.url, max, None, 0)
             .await
             .expect("receive")
-            .messages
-            .unwrap_or_default()
     }
 
     /// Receives until `count` messages arrived or nothing more comes.
