@@ -240,7 +240,7 @@ impl RedriveOptions {
     pub fn run_request(&self) -> RunRequest {
         RunRequest {
             dry_run: self.dry_run,
-            max_messages: self.max_messages,
+            max_messages: Some(self.max_messages),
             rate_per_second: self.rate_per_second,
             reason: self.failure_reason.clone(),
             older_than: self.older_than,
@@ -292,6 +292,7 @@ pub async fn redrive(
         },
         rate_per_second: request.rate_per_second,
         max_messages_per_run: request.max_messages,
+        kept_in_flight_max: resq::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
         archive_after,
         permanent_action,
         pause_on_alarms: Vec::new(),
@@ -330,7 +331,7 @@ mod tests {
             options.run_request(),
             RunRequest {
                 dry_run: true,
-                max_messages: 50,
+                max_messages: Some(50),
                 rate_per_second: 2.5,
                 reason: Some("VALIDATION_FAILED".into()),
                 older_than: Some(Duration::from_secs(600)),

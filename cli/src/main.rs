@@ -118,8 +118,8 @@ struct RedriveArgs {
     /// Only messages at least this many seconds old.
     #[arg(long = "older-than-seconds", alias = "older-than")]
     older_than_seconds: Option<u64>,
-    /// Handle at most this many messages.
-    #[arg(long = "max-messages", alias = "max", default_value_t = resq::config::DEFAULT_MAX_MESSAGES_PER_RUN, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Replay at most this many messages (the run still archives what is due past them).
+    #[arg(long = "max-messages", alias = "max", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     max_messages: u32,
     /// Redriven messages per second.
     #[arg(long = "rate-per-second", alias = "rate", default_value_t = resq::config::DEFAULT_RATE_PER_SECOND, value_parser = rate)]

@@ -301,7 +301,8 @@ pub async fn run(opts: &DemoOptions) -> Result<Audit, CliError> {
     let redriver_config = RedriverConfig {
         common,
         rate_per_second: 200.0,
-        max_messages_per_run: 1000,
+        max_messages_per_run: None,
+        kept_in_flight_max: resq::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
         archive_after: Duration::from_secs(86_400),
         permanent_action: PermanentAction::Keep,
         pause_on_alarms: Vec::new(),

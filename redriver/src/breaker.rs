@@ -43,7 +43,28 @@ pub enum Breaker {
         reason: String,
     },
     /// Replay nothing.
-    Open(String),
+    Open {
+        /// Which alarm, or why its state is unknown.
+        reason: String,
+        /// The pause has lasted longer than the alarm's hold (plus [`PAUSE_SLACK`]), or the
+        /// alarm cannot be read: no silent pause may end in a mass archive.
+        too_long: bool,
+    },
+}
+
+/// How much longer than an alarm's hold a pause may last before it is reported as too long:
+/// a schedule period of the redriver (the default, five minutes).
+pub const PAUSE_SLACK: Duration = Duration::from_secs(300);
+
+/// An alarm in `ALARM` has held it longer than its hold (its evaluation periods) plus
+/// [`PAUSE_SLACK`] at `now_ms`: replays or the consumer keep failing, or nothing brings it
+/// back. Not known (no change time or period): not too long.
+pub fn held_too_long(s: &AlarmState, now_ms: u64) -> bool {
+    let (Some(at), Some(period)) = (s.changed_at_ms, s.period) else {
+        return false;
+    };
+    let hold = period * s.evaluation_periods.unwrap_or(1) + PAUSE_SLACK;
+    now_ms.saturating_sub(at) > hold.as_millis() as u64
 }
 
 /// How long after an alarm leaves `ALARM` runs only probe: as long as it held `ALARM` after the
@@ -81,20 +102,31 @@ pub fn decide(names: &[String], read: Result<&[AlarmState], &str>, now_ms: u64) 
     }
     let states = match read {
         Ok(states) => states,
-        Err(e) => return Breaker::Open(format!("alarm state unknown, not replaying blind: {e}")),
+        Err(e) => {
+            return Breaker::Open {
+                reason: format!("alarm state unknown, not replaying blind: {e}"),
+                too_long: true,
+            };
+        }
     };
-    let firing: Vec<&str> = names
+    let firing: Vec<&AlarmState> = states
         .iter()
-        .filter(|n| states.iter().any(|s| &s.name == *n && s.in_alarm))
-        .map(String::as_str)
+        .filter(|s| names.contains(&s.name) && s.in_alarm)
         .collect();
     if !firing.is_empty() {
-        return Breaker::Open(format!("alarm in ALARM: {}", firing.join(", ")));
+        let names: Vec<&str> = firing.iter().map(|s| s.name.as_str()).collect();
+        return Breaker::Open {
+            reason: format!("alarm in ALARM: {}", names.join(", ")),
+            too_long: firing.iter().any(|s| held_too_long(s, now_ms)),
+        };
     }
     if let Some(missing) = names.iter().find(|n| !states.iter().any(|s| &s.name == *n)) {
-        return Breaker::Open(format!(
-            "alarm \"{missing}\" named in PAUSE_ON_ALARMS does not exist; not replaying blind"
-        ));
+        return Breaker::Open {
+            reason: format!(
+                "alarm \"{missing}\" named in PAUSE_ON_ALARMS does not exist; not replaying blind"
+            ),
+            too_long: true,
+        };
     }
     // a change out of ALARM, or one that cannot be told apart from it; the smallest probe
     let recent = states
@@ -133,15 +165,21 @@ mod tests {
     fn open_half_open_closed() {
         let names = vec!["replays-failing".to_owned()];
         assert_eq!(decide(&[], Err("x"), NOW), Breaker::Closed);
+        // what cannot be read pauses, and says the pause is one to look at
         assert!(
-            matches!(decide(&names, Err("AccessDenied"), NOW), Breaker::Open(r) if r.contains("AccessDenied"))
+            matches!(decide(&names, Err("AccessDenied"), NOW), Breaker::Open { reason, too_long: true } if reason.contains("AccessDenied"))
         );
         assert!(
-            matches!(decide(&names, Ok(&[]), NOW), Breaker::Open(r) if r.contains("does not exist"))
+            matches!(decide(&names, Ok(&[]), NOW), Breaker::Open { reason, too_long: true } if reason.contains("does not exist"))
         );
+        // in ALARM for its hold (15 periods of a minute) and a schedule period: not yet too long
         assert!(matches!(
-            decide(&names, Ok(&[state("replays-failing", true, 3600)]), NOW),
-            Breaker::Open(r) if r.contains("ALARM")
+            decide(&names, Ok(&[state("replays-failing", true, 1200)]), NOW),
+            Breaker::Open { reason, too_long: false } if reason.contains("ALARM")
+        ));
+        assert!(matches!(
+            decide(&names, Ok(&[state("replays-failing", true, 1201)]), NOW),
+            Breaker::Open { too_long: true, .. }
         ));
         // cleared two minutes ago: a probe of twice threshold + 1
         assert_eq!(

@@ -8,13 +8,47 @@ use resq::attributes::{
     X_FAILURE_REASON, X_FIRST_SENT_AT, X_REDRIVE_COUNT,
 };
 use resq::config::PermanentAction;
-use resq::reason::ArchiveReason;
+use resq::reason::{ArchiveReason, FailureReason};
 pub use resq::sqs::{OutgoingMessage, ReceivedMessage};
 
 /// A replay that failed again (`x-redrive-count` ≥ 1, or unreadable): a run that moves it
 /// counts it in `returned`.
 pub fn is_returned_replay(m: &ReceivedMessage) -> bool {
     !matches!(m.redrive_count(), RedriveCount::Count(0))
+}
+
+/// A dead letter without `x-failure-class`: SQS moved it after invocations that crashed, timed
+/// out or were throttled (the consumer marks every dead letter it writes).
+pub fn is_unexplained(m: &ReceivedMessage) -> bool {
+    !m.message_attributes.contains_key(X_FAILURE_CLASS)
+}
+
+/// The copy of an unexplained dead letter that says why, for the DLQ itself: body and
+/// attributes unchanged, `x-failure-class=transient`, `x-failure-reason=INVOCATION_FAILED`,
+/// `x-first-sent-at` carried (the copy's own `SentTimestamp` is new); or why it cannot be sent.
+pub fn explained(m: &ReceivedMessage) -> Result<OutgoingMessage, ArchiveReason> {
+    let mut set = vec![
+        (
+            X_FAILURE_CLASS,
+            AttributeValue::string(attributes::FAILURE_CLASS_TRANSIENT),
+        ),
+        (
+            X_FAILURE_REASON,
+            AttributeValue::string(FailureReason::InvocationFailed.code()),
+        ),
+    ];
+    if let Some(sent) = m.first_sent_at() {
+        set.push((X_FIRST_SENT_AT, AttributeValue::number(sent)));
+    }
+    let attributes = attributes::copy_attributes(&m.message_attributes, set)
+        .map_err(|_| ArchiveReason::AttributeLimit)?;
+    fits(m, &attributes)?;
+    Ok(OutgoingMessage {
+        body: m.body.clone(),
+        attributes,
+        group_id: None,
+        deduplication_id: None,
+    })
 }
 
 /// Why a message stays in the DLQ.

@@ -21,16 +21,19 @@
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+use futures::future::LocalBoxFuture;
+use futures::stream::FuturesUnordered;
 use resq::config::RedriverConfig;
 use resq::keep;
 use resq::metrics::Metrics;
 use resq::reason::ErrorCode;
-use resq::settle::{Deadlines, Plan, Settler, Unpaced};
+use resq::settle::{ActionId, Deadlines, Plan, Report, Settler, Unpaced};
 use resq::sqs::{Queues, ReceivedMessage};
 use resq::store::ObjectStore;
 
 use crate::breaker::{self, Breaker};
-use crate::plan::{self, Limits};
+use crate::plan;
 use crate::ports::Alarms;
 use crate::ratelimit::TokenBucket;
 use crate::request::RunRequest;
@@ -43,6 +46,10 @@ pub const BREAKER_RECHECK: Duration = Duration::from_secs(30);
 /// How long a run waits for the breaker's alarms before it pauses replay (and goes on
 /// archiving): a slow CloudWatch must not eat the run.
 pub const BREAKER_WAIT: Duration = Duration::from_secs(5);
+/// The most DLQ messages a run holds hidden (kept ones, those held for the run and those in
+/// its cycles): SQS hands out nothing past about 120,000 in flight in a standard queue, with
+/// no error, so a run stays well below it.
+pub const IN_FLIGHT_MAX: u64 = 110_000;
 /// Received messages stay hidden this long past the deadline, so one the run could not finish
 /// (a crash, a call cut off) comes back soon after it.
 pub const HOLD_PAST_DEADLINE: Duration = Duration::from_secs(30);
@@ -67,6 +74,7 @@ pub struct Redriver<Q, S, A> {
     function_name: String,
     emit_metrics: bool,
     breaker_recheck: Duration,
+    in_flight_max: u64,
 }
 
 fn now_ms() -> u64 {
@@ -85,7 +93,15 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             function_name: Metrics::function_name_from_env(ARCHIVED_BY),
             emit_metrics: true,
             breaker_recheck: BREAKER_RECHECK,
+            in_flight_max: IN_FLIGHT_MAX,
         }
+    }
+
+    /// The most DLQ messages a run holds hidden, kept ones included (default
+    /// [`IN_FLIGHT_MAX`]); a stand-in with a smaller in-flight quota sets it below its quota.
+    pub fn with_in_flight_max(mut self, n: u64) -> Self {
+        self.in_flight_max = n;
+        self
     }
 
     /// How often a run reads the breaker's alarms again (default [`BREAKER_RECHECK`]).
@@ -127,13 +143,19 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             move_by: at(margin / 2),
             settle_by: at(margin / 4),
         };
-        let mut run = Run::new(request, &self.config);
+        let mut run = Run::new(request, &self.config, by.start_by - started);
         run.apply(self.breaker(by.start_by).await);
-        if let Some(reason) = &request.reason
-            && !run.rules.paused
-        {
-            run.unhidden(self.unhide(reason, request.dry_run, by.settle_by).await);
-        }
+        let hidden = self.kept_hidden(by.settle_by).await;
+        let unhidden = match (&request.reason, &hidden) {
+            (Some(reason), Some(hidden)) if !run.rules.paused => {
+                let plan = keep::unhide(hidden.clone(), Some(reason), &self.queues.dlq);
+                self.unhide(plan, reason, request.dry_run, by.settle_by)
+                    .await
+            }
+            _ => 0,
+        };
+        run.unhidden(unhidden);
+        run.kept_hidden_before(hidden.map(|h| h.len() as u64), unhidden);
         let stopped_by = self.cycles(&mut run, request, deadline, by).await;
         run.stop(stopped_by);
         self.keep_and_hide(&mut run, by.settle_by).await;
@@ -141,8 +163,11 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         run.finish(started.elapsed())
     }
 
-    /// Receive, plan and settle, cycle after cycle, until the budget, the DLQ or the time runs
-    /// out; why it stopped.
+    /// Receives, plans and settles, several cycles in flight under one token bucket
+    /// ([`plan::cycles_in_flight`] for the rate), until the DLQ, the time or the room in flight
+    /// runs out; why receiving stopped. A spent budget does not stop it: what is past its TTL
+    /// or the cap is archived whatever the budget, and the rest is held and released at the
+    /// end. The breaker is read again every [`BREAKER_RECHECK`] while the cycles go on.
     async fn cycles(
         &self,
         run: &mut Run,
@@ -151,40 +176,134 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         by: Deadlines,
     ) -> StopReason {
         let pacer = TokenBucket::new(request.rate_per_second);
+        let (depth, ahead) = (
+            plan::cycles_in_flight(request.rate_per_second),
+            plan::replays_ahead(request.rate_per_second),
+        );
+        let mut steps: FuturesUnordered<LocalBoxFuture<'_, Step>> = FuturesUnordered::new();
+        let (mut cycles, mut stopped, mut checking, mut drained) = (0usize, None, false, false);
         let mut recheck_at = Instant::now() + self.breaker_recheck;
         loop {
-            if run.budget() == 0 {
-                return StopReason::MaxMessages;
+            if !checking && !run.rules.paused && stopped.is_none() && Instant::now() >= recheck_at {
+                checking = true;
+                steps.push(Box::pin(async {
+                    Step::Breaker(self.breaker(by.move_by).await)
+                }));
             }
-            if Instant::now() >= by.start_by {
-                return StopReason::Deadline;
+            // no receive starts while the breaker is read (its batch would be planned under
+            // the old verdict), nor while the replays already planned would keep it waiting
+            // for tokens
+            while !checking
+                && !drained
+                && stopped.is_none()
+                && cycles < depth
+                && run.planned() <= ahead
+            {
+                stopped = self.may_receive(run, cycles, by);
+                if stopped.is_none() {
+                    steps.push(Box::pin(self.receive_step(deadline, by)));
+                    cycles += 1;
+                }
             }
-            if !run.rules.paused && Instant::now() >= recheck_at {
-                recheck_at = Instant::now() + self.breaker_recheck;
-                run.apply(self.breaker(by.move_by).await);
-            }
-            let (batch, received_at) = match self.receive(deadline, by).await {
-                Ok((batch, _)) if batch.is_empty() => return StopReason::Empty,
-                Ok(received) => received,
-                Err(stop) => return stop,
+            let Some(step) = steps.next().await else {
+                return stopped.unwrap_or(StopReason::Empty);
             };
-            let limits = Limits {
-                budget: run.budget(),
-                dry_run: request.dry_run,
-                now_ms: now_ms(),
-            };
-            let cycle = plan::cycle(batch, &run.rules, &self.queues, limits, received_at);
-            let report = match request.dry_run {
-                true => None,
-                false => Some(self.settler.settle(&cycle.plan, by, &pacer).await),
-            };
-            if run.account(cycle, report.as_ref()) {
-                return StopReason::Deadline;
-            }
-            if run.pending_keeps() >= keep::MAX_ENTRIES_PER_LIST {
-                self.keep_and_hide(run, by.settle_by).await;
+            match step {
+                // empty while other cycles hold messages (a FIFO group they lock, the last of
+                // a standard queue): receive again once one of them settled; else the end
+                Step::Received(Ok((batch, _))) if batch.is_empty() => {
+                    cycles -= 1;
+                    match cycles {
+                        0 => _ = stopped.get_or_insert(StopReason::Empty),
+                        _ => drained = true,
+                    }
+                }
+                Step::Received(Ok((batch, received_at))) => {
+                    let cycle = run.plan(batch, &self.queues, now_ms(), received_at);
+                    match request.dry_run {
+                        true => {
+                            cycles -= 1;
+                            run.account(cycle, None);
+                        }
+                        false => steps.push(Box::pin(self.settle_step(cycle, by, &pacer))),
+                    }
+                }
+                Step::Received(Err(stop)) => {
+                    cycles -= 1;
+                    stopped.get_or_insert(stop);
+                }
+                Step::Settled(cycle, report) => {
+                    (cycles, drained) = (cycles - 1, false);
+                    if run.account(cycle, Some(&report)) {
+                        stopped = Some(StopReason::Deadline);
+                    }
+                    self.settle_leftovers(run, &mut steps, by);
+                }
+                Step::Kept(entries, report) => run.account_keeps(&entries, &report),
+                Step::Released(failed) => warn_unreleased(failed),
+                Step::Breaker(verdict) => {
+                    checking = false;
+                    recheck_at = Instant::now() + self.breaker_recheck;
+                    run.apply(verdict);
+                }
             }
         }
+    }
+
+    /// Whether another receive may start, or why receiving stops: the deadline margin, or the
+    /// messages the run holds hidden (and those of its `cycles` in flight) at its in-flight
+    /// limit.
+    fn may_receive(&self, run: &Run, cycles: usize, by: Deadlines) -> Option<StopReason> {
+        if Instant::now() >= by.start_by {
+            return Some(StopReason::Deadline);
+        }
+        let in_hand = run.hidden() + (cycles * resq::sqs::MAX_BATCH) as u64;
+        if in_hand + resq::sqs::MAX_BATCH as u64 > self.in_flight_max {
+            tracing::warn!(
+                hidden = in_hand,
+                limit = self.in_flight_max,
+                "the run holds as many DLQ messages hidden as it may: it stops receiving (SQS hands out nothing past its in-flight quota)"
+            );
+            return Some(StopReason::InFlightLimit);
+        }
+        None
+    }
+
+    /// After a cycle: replayed messages whose delete failed are made visible again now (this
+    /// run then only deletes them), and kept messages are listed and hidden every
+    /// [`keep::MAX_ENTRIES_PER_LIST`].
+    fn settle_leftovers<'a>(
+        &'a self,
+        run: &mut Run,
+        steps: &mut FuturesUnordered<LocalBoxFuture<'a, Step>>,
+        by: Deadlines,
+    ) {
+        let release = run.take_release_now();
+        if !release.is_empty() {
+            steps.push(Box::pin(async move {
+                Step::Released(self.release_now(release, by.move_by).await)
+            }));
+        }
+        if run.pending_keeps() >= keep::MAX_ENTRIES_PER_LIST {
+            let pending = run.take_pending_keeps();
+            let (plan, entries) = plan::keep(pending, &self.queues.dlq, now_ms(), Instant::now());
+            steps.push(Box::pin(async move {
+                let report = self
+                    .settler
+                    .settle(&plan, Deadlines::all_by(by.settle_by), &Unpaced)
+                    .await;
+                Step::Kept(entries, report)
+            }));
+        }
+    }
+
+    async fn receive_step(&self, deadline: Instant, by: Deadlines) -> Step {
+        Step::Received(self.receive(deadline, by).await)
+    }
+
+    async fn settle_step(&self, cycle: plan::Cycle, by: Deadlines, pacer: &TokenBucket) -> Step {
+        let report = self.settler.settle(&cycle.plan, by, pacer).await;
+        Step::Settled(cycle, report)
     }
 
     /// One receive of up to 10, hidden until a little past the deadline, by `by.move_by`.
@@ -226,20 +345,25 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         }
     }
 
-    /// Makes the kept messages of `reason` visible again, from the keep list, by `until`; how
-    /// many (a dry run counts them and changes nothing).
-    async fn unhide(&self, reason: &str, dry_run: bool, until: Instant) -> u64 {
+    /// The kept messages earlier runs hid that are still hidden, from the keep lists, by
+    /// `until`; `None` when they cannot be read (then this run hides no more: it cannot count
+    /// them against `KEPT_IN_FLIGHT_MAX`).
+    async fn kept_hidden(&self, until: Instant) -> Option<Vec<keep::KeptMessage>> {
         let (store, dlq) = (self.settler.store(), &self.queues.dlq);
         let read = keep::still_hidden(store, dlq, chrono::Utc::now());
-        let hidden = match tokio::time::timeout_at(until.into(), read).await {
-            Ok(Ok(hidden)) => hidden,
+        match tokio::time::timeout_at(until.into(), read).await {
+            Ok(Ok(hidden)) => Some(hidden),
             Ok(Err(e)) => {
-                tracing::warn!(error_code = ErrorCode::KeepListUnreadable.code(), error_details = %e, "kept messages hidden by earlier runs stay hidden until their TTL");
-                return 0;
+                tracing::warn!(error_code = ErrorCode::KeepListUnreadable.code(), error_details = %e, "kept messages hidden by earlier runs stay hidden until their TTL; this run hides no more");
+                None
             }
-            Err(_) => return 0,
-        };
-        let plan = keep::unhide(hidden, Some(reason), dlq);
+            Err(_) => None,
+        }
+    }
+
+    /// Makes the kept messages of `reason` visible again (`plan`, from the keep lists), by
+    /// `until`; how many (a dry run counts them and changes nothing).
+    async fn unhide(&self, plan: Plan, reason: &str, dry_run: bool, until: Instant) -> u64 {
         if dry_run || plan.is_empty() {
             return plan.len() as u64;
         }
@@ -268,21 +392,43 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
 
     /// Makes what the run held visible again, by `until`.
     async fn release(&self, held: Vec<crate::summary::Receipt>, until: Instant) {
+        warn_unreleased(self.release_now(held, until).await);
+    }
+
+    /// Makes `held` visible again, by `until`; how many were not.
+    async fn release_now(&self, held: Vec<crate::summary::Receipt>, until: Instant) -> usize {
         if held.is_empty() {
-            return;
+            return 0;
         }
         let plan = Plan::release(&self.queues.dlq, held.into_iter().map(|(_, rh)| rh));
         let report = self
             .settler
             .settle(&plan, Deadlines::all_by(until), &Unpaced)
             .await;
-        let failed = report.iter().filter(|(_, c)| !c.is_confirmed()).count();
-        if failed > 0 {
-            tracing::warn!(
-                count = failed,
-                "could not release DLQ messages; they return after their visibility timeout"
-            );
-        }
+        report.iter().filter(|(_, c)| !c.is_confirmed()).count()
+    }
+}
+
+/// What a step of a run's cycles brought back.
+enum Step {
+    /// A receive: the batch and when it was received, or why receiving stops.
+    Received(Result<(Vec<ReceivedMessage>, Instant), StopReason>),
+    /// A cycle settled, with what the executor reported.
+    Settled(plan::Cycle, Report),
+    /// A keep plan settled.
+    Kept(Vec<(keep::KeptMessage, ActionId, ActionId)>, Report),
+    /// A release: how many were not made visible.
+    Released(usize),
+    /// The breaker read again.
+    Breaker(Breaker),
+}
+
+fn warn_unreleased(failed: usize) {
+    if failed > 0 {
+        tracing::warn!(
+            count = failed,
+            "could not release DLQ messages; they return after their visibility timeout"
+        );
     }
 }
 
@@ -325,7 +471,22 @@ mod tests {
         .unwrap()
     }
 
+    /// A dead letter with a reason (a transient failure, unless `attrs` say otherwise).
     fn dlq_message(id: &str, sent_ms: u64, attrs: &[(&str, AttributeValue)]) -> ReceivedMessage {
+        let mut m = unexplained(id, sent_ms, attrs);
+        for (name, value) in [
+            (X_FAILURE_CLASS, "transient"),
+            (X_FAILURE_REASON, "DOWNSTREAM_UNAVAILABLE"),
+        ] {
+            m.message_attributes
+                .entry(name.to_owned())
+                .or_insert_with(|| AttributeValue::string(value));
+        }
+        m
+    }
+
+    /// A dead letter SQS moved without a reason.
+    fn unexplained(id: &str, sent_ms: u64, attrs: &[(&str, AttributeValue)]) -> ReceivedMessage {
         ReceivedMessage {
             message_id: id.into(),
             receipt_handle: String::new(),
@@ -388,7 +549,8 @@ mod tests {
         let replayed: HashSet<String> = dlq.sent(MAIN).iter().map(|c| c.body.clone()).collect();
         assert_eq!(replayed.len(), 20, "{first:?}");
         assert_eq!((first.redriven, first.kept), (20, 2000));
-        assert_eq!(first.stopped_by, StopReason::MaxMessages);
+        // past its budget the run read on to the end of the DLQ (to archive what is due)
+        assert_eq!(first.stopped_by, StopReason::Empty);
         assert_eq!((second.received, second.stopped_by), (0, StopReason::Empty));
         // the kept messages are all still in the DLQ, hidden until their TTL, and listed
         assert_eq!((dlq.len(DLQ), dlq.visible(DLQ)), (2000, 0));
@@ -435,7 +597,7 @@ mod tests {
             dlq.push(DLQ, dlq_message(&format!("more-{i}"), now_ms(), &[]));
         }
         let run = scheduled(&dlq, &store, &alarms, &cfg).await;
-        assert_eq!((run.redriven, run.stopped_by), (5, StopReason::MaxMessages));
+        assert_eq!((run.redriven, run.stopped_by), (5, StopReason::Empty));
         assert_eq!((dlq.len(DLQ), dlq.visible(DLQ)), (7, 7));
     }
 
@@ -831,16 +993,43 @@ mod tests {
         fill(&dlq, 3, 0);
         dlq.fail_deletes(|rh| rh.starts_with("rh-m0-"));
         let summary = scheduled(&dlq, &store, &alarms, &config(&[])).await;
-        // all three reached the main queue; one stays in the DLQ too (seen again later)
+        // all three reached the main queue once; m0 stays in the DLQ too (seen again later):
+        // its delete failed, it was made visible again, received again and, not sent twice,
+        // its delete failed again
         assert_eq!(
             (summary.redriven, summary.delete_failed, summary.failed),
-            (3, 1, 0)
+            (3, 2, 0)
         );
         assert_eq!(ids_of(dlq.deleted(DLQ)), vec!["m1", "m2"]);
         assert_eq!(
             (dlq.sent(MAIN).len(), dlq.ids(DLQ)),
             (3, vec!["m0".to_owned()])
         );
+    }
+
+    #[tokio::test]
+    async fn a_replay_whose_delete_failed_is_not_sent_twice() {
+        // GIVEN a FIFO pipeline whose DLQ refuses the first delete of a1 (and its retry)
+        let (dlq, store, alarms) = doubles();
+        let cfg = fifo_config();
+        for (id, g) in [("a1", "A"), ("a2", "A"), ("b1", "B")] {
+            dlq.push(FIFO_DLQ, in_group(id, g));
+        }
+        let first = std::sync::Mutex::new(None::<String>);
+        dlq.fail_deletes(move |rh| {
+            let mut first = first.lock().unwrap();
+            rh.starts_with("rh-a1-") && first.get_or_insert_with(|| rh.to_owned()) == rh
+        });
+        let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
+        // THEN a1 was made visible again at once, received again by the same run and deleted
+        // without a second send; its group followed in order; nothing is left
+        let sent: Vec<String> = dlq.sent(FIFO_MAIN).into_iter().map(|c| c.body).collect();
+        let of = |id: &str| sent.iter().filter(|b| b.contains(id)).count();
+        assert_eq!((of("a1"), of("a2"), of("b1")), (1, 1, 1), "{summary:?}");
+        let a: Vec<&String> = sent.iter().filter(|b| b.contains("\"a")).collect();
+        assert!(a[0].contains("a1") && a[1].contains("a2"), "{sent:?}");
+        assert!(dlq.is_empty(FIFO_DLQ), "{:?}", dlq.ids(FIFO_DLQ));
+        assert_eq!((summary.redriven, summary.delete_failed), (3, 1));
     }
 
     #[tokio::test]

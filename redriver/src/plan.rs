@@ -3,6 +3,7 @@
 //! messages (listed, then hidden until their TTL); what was held for the run (released at its
 //! end). No I/O here: the engine hands the plans to the settle executor.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use resq::keep::KeptMessage;
@@ -55,6 +56,28 @@ pub enum Fate {
     Kept(Option<u64>),
     /// Left in the DLQ for now: released at the end of the run.
     Held(Held),
+    /// A dead letter without a reason, held by this run: its copy carrying its reason
+    /// (`x-failure-class=transient`, `INVOCATION_FAILED`) goes into the DLQ, then the message
+    /// is deleted, so it is counted once (`DeadLetteredUnexplained`) and says why from then on.
+    Explain {
+        /// The copy into the DLQ.
+        copy: ActionId,
+        /// The delete of the message without a reason.
+        delete: ActionId,
+    },
+    /// Received again after this run confirmed its replay (its delete had failed, and it was
+    /// made visible again): deleted, not sent twice.
+    ReplayedBefore {
+        /// Its delete from the DLQ.
+        delete: ActionId,
+    },
+}
+
+impl Fate {
+    /// Whether the fate takes a replay from the run's budget.
+    pub fn is_replay(&self) -> bool {
+        matches!(self, Fate::Redrive { .. } | Fate::Held(Held::WouldRedrive))
+    }
 }
 
 /// Why a message is held for the run.
@@ -92,34 +115,32 @@ pub struct Limits {
     pub dry_run: bool,
     /// Now, in epoch millis (for TTLs).
     pub now_ms: u64,
+    /// Kept messages that may still be hidden (`KEPT_IN_FLIGHT_MAX` less those hidden);
+    /// beyond, a kept message is archived (`PERMANENT_FAILURE`). `None`: how many are hidden
+    /// is not known (the keep lists could not be read), so kept ones are only held for the run.
+    pub kept_room: Option<u64>,
 }
 
 /// The plan of one received batch. Replays of a FIFO main queue go into one lane per message
 /// group, so a later message of a group is sent only after the one before it went; a delete
-/// waits for its copy or archive entry.
+/// waits for its copy or archive entry. A message whose replay this run already confirmed
+/// (`replayed`, by DLQ message id) is only deleted.
 pub fn cycle(
     batch: Vec<ReceivedMessage>,
     rules: &Rules,
     queues: &QueueUrls,
-    limits: Limits,
+    mut limits: Limits,
     received_at: Instant,
+    replayed: &HashSet<String>,
 ) -> Cycle {
     let mut plan = Plan::new();
-    let mut budget = limits.budget;
-    let dlq_is_fifo = resq::fifo::is_fifo(&queues.dlq);
     let mut items = Vec::with_capacity(batch.len());
     for m in batch {
-        let fate = match classify::classify(&m, rules, limits.now_ms) {
-            Decision::Keep(Keep::Permanent) => {
-                Fate::Kept(classify::keep_until(&m, rules, dlq_is_fifo))
-            }
-            Decision::Keep(Keep::NotSelected) => Fate::Held(Held::NotSelected),
-            Decision::Keep(Keep::Paused) => Fate::Held(Held::Paused),
-            Decision::Archive(reason) => {
-                let last = m.failure_reason().map(str::to_owned);
-                archive(&mut plan, &m, reason, last, queues, limits.dry_run)
-            }
-            Decision::Redrive => redrive(&mut plan, &m, &mut budget, queues, limits.dry_run),
+        let fate = match replayed.contains(&m.message_id) && !limits.dry_run {
+            true => Fate::ReplayedBefore {
+                delete: plan.push(delete(&m, queues)),
+            },
+            false => fate(&mut plan, &m, rules, queues, &mut limits),
         };
         items.push((m, fate));
     }
@@ -128,6 +149,80 @@ pub fn cycle(
         items,
         received_at,
     }
+}
+
+/// What becomes of one message, its actions planned; `limits` counts down the budget and
+/// the room for kept messages.
+fn fate(
+    plan: &mut Plan,
+    m: &ReceivedMessage,
+    rules: &Rules,
+    queues: &QueueUrls,
+    limits: &mut Limits,
+) -> Fate {
+    let dlq_is_fifo = resq::fifo::is_fifo(&queues.dlq);
+    let held = |plan: &mut Plan, held| explain(plan, m, queues, limits.dry_run, held);
+    match classify::classify(m, rules, limits.now_ms) {
+        Decision::Keep(Keep::Permanent) => {
+            match (
+                classify::keep_until(m, rules, dlq_is_fifo),
+                limits.kept_room,
+            ) {
+                (Some(_), Some(0)) => {
+                    let last = Some(format!(
+                        "{} (KEPT_IN_FLIGHT_MAX reached: no more kept messages may be hidden)",
+                        m.failure_reason().unwrap_or("permanent failure")
+                    ));
+                    archive(
+                        plan,
+                        m,
+                        ArchiveReason::PermanentFailure,
+                        last,
+                        queues,
+                        limits.dry_run,
+                    )
+                }
+                (Some(until), Some(room)) => {
+                    limits.kept_room = Some(room - 1);
+                    Fate::Kept(Some(until))
+                }
+                _ => Fate::Kept(None),
+            }
+        }
+        Decision::Keep(Keep::NotSelected) => held(plan, Held::NotSelected),
+        Decision::Keep(Keep::Paused) => held(plan, Held::Paused),
+        Decision::Archive(reason) => {
+            let last = m.failure_reason().map(str::to_owned);
+            archive(plan, m, reason, last, queues, limits.dry_run)
+        }
+        Decision::Redrive => match redrive(plan, m, &mut limits.budget, queues, limits.dry_run) {
+            Fate::Held(Held::OverBudget) => held(plan, Held::OverBudget),
+            fate => fate,
+        },
+    }
+}
+
+/// A held message: left for later, or, when it is a dead letter without a reason in a
+/// standard DLQ, given its reason ([`Fate::Explain`]) so that it is counted once.
+fn explain(
+    plan: &mut Plan,
+    m: &ReceivedMessage,
+    queues: &QueueUrls,
+    dry_run: bool,
+    held: Held,
+) -> Fate {
+    if dry_run || !classify::is_unexplained(m) || resq::fifo::is_fifo(&queues.dlq) {
+        return Fate::Held(held);
+    }
+    let Ok(copy) = classify::explained(m) else {
+        return Fate::Held(held);
+    };
+    let copy = plan.push(Action::Copy {
+        to: queues.dlq.clone(),
+        message: copy,
+    });
+    let delete = plan.then(copy, delete(m, queues));
+    Fate::Explain { copy, delete }
 }
 
 /// A redrive within the budget: the replay (in its group's lane in a FIFO main queue), then
@@ -245,4 +340,35 @@ pub fn receive_visibility(until_deadline: Duration, hold_past_deadline: Duration
     (until_deadline + hold_past_deadline)
         .as_secs()
         .clamp(30, resq::backoff::MAX_VISIBILITY_TIMEOUT.as_secs()) as i32
+}
+
+/// `MAX_MESSAGES_PER_RUN=auto`: what the rate allows in `time`, the token bucket's first batch
+/// included, so that runs back to back replay at the configured rate.
+pub fn auto_budget(rate_per_second: f64, time: Duration) -> u64 {
+    let allowed = (rate_per_second * time.as_secs_f64()).ceil();
+    (allowed.clamp(0.0, u32::MAX as f64) as u64).saturating_add(resq::sqs::MAX_BATCH as u64)
+}
+
+/// The longest a cycle (receive, then copies and deletes) is assumed to take, for
+/// [`cycles_in_flight`]: a few SQS round trips of tens of milliseconds each.
+pub const CYCLE_TIME: Duration = Duration::from_millis(150);
+/// The most cycles a run keeps in flight.
+pub const MAX_CYCLES_IN_FLIGHT: usize = 64;
+
+/// How many receive → settle cycles a run keeps in flight at `rate_per_second`: enough that
+/// the token bucket, not the SQS round trips, sets the pace (a cycle carries 10 messages and
+/// takes up to [`CYCLE_TIME`]), and no more, so that few received messages wait for tokens
+/// (at least 2: one receiving while one settles).
+pub fn cycles_in_flight(rate_per_second: f64) -> usize {
+    let batches_per_cycle_time =
+        rate_per_second * CYCLE_TIME.as_secs_f64() / resq::sqs::MAX_BATCH as f64;
+    (batches_per_cycle_time.ceil() as usize + 1).clamp(2, MAX_CYCLES_IN_FLIGHT)
+}
+
+/// How many replays a run plans ahead of the token bucket at most (those received and not
+/// yet sent): what the rate allows in a [`CYCLE_TIME`], plus a batch. Receiving further ahead
+/// would only hold messages waiting, and plan them under a breaker verdict that may be stale
+/// by the time their tokens come.
+pub fn replays_ahead(rate_per_second: f64) -> u64 {
+    (rate_per_second * CYCLE_TIME.as_secs_f64()).ceil() as u64 + resq::sqs::MAX_BATCH as u64
 }

@@ -29,8 +29,8 @@ pub struct Overrides {
 pub struct RunRequest {
     /// Change nothing.
     pub dry_run: bool,
-    /// Messages to handle at most.
-    pub max_messages: u32,
+    /// Replays at most; `None`: what the rate allows in the run's time (`auto`).
+    pub max_messages: Option<u32>,
     /// Token-bucket rate.
     pub rate_per_second: f64,
     /// Selection: this `x-failure-reason` only.
@@ -73,7 +73,7 @@ impl RunRequest {
             if n == 0 {
                 return Err(RequestError("maxMessages must be at least 1".into()));
             }
-            self.max_messages = n;
+            self.max_messages = Some(n);
         }
         if let Some(r) = overrides.rate_per_second {
             if !(r.is_finite() && r > 0.0 && r <= resq::config::MAX_RATE_PER_SECOND) {
@@ -180,7 +180,7 @@ mod tests {
         )
         .unwrap();
         assert!(r.dry_run);
-        assert_eq!((r.max_messages, r.rate_per_second), (50, 2.5));
+        assert_eq!((r.max_messages, r.rate_per_second), (Some(50), 2.5));
         assert_eq!(r.reason.as_deref(), Some("VALIDATION_FAILED"));
         assert_eq!(r.older_than, Some(Duration::from_secs(600)));
     }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::Breaker;
 use crate::classify::{self, Rules};
-use crate::plan::{Cycle, Fate, Held, PendingKeep};
+use crate::plan::{self, Cycle, Fate, Held, Limits, PendingKeep, QueueUrls};
 use crate::request::RunRequest;
 
 /// Why a run ended.
@@ -31,6 +31,9 @@ pub enum StopReason {
     Deadline,
     /// `ReceiveMessage` failed.
     ReceiveError,
+    /// The messages the run holds hidden (with the kept ones) reached its in-flight limit:
+    /// SQS hands out nothing past its in-flight quota, so the run stops receiving before it.
+    InFlightLimit,
 }
 
 /// What a run did (in a dry run: what it would have done).
@@ -69,8 +72,22 @@ pub struct Summary {
     /// Replays that had failed again (`x-redrive-count` ≥ 1) and that this run moved on
     /// (replayed again or archived): each counted by the run that moves it.
     pub returned: u64,
-    /// Moved, but the DLQ delete failed: the message reappears (a FIFO resend is deduplicated).
+    /// Moved, but the DLQ delete failed. A replayed one is made visible again at once: when
+    /// this run receives it again it only deletes it; one a later run receives is sent again
+    /// (a FIFO main queue deduplicates that within its 5-minute interval; the consumer is
+    /// idempotent by orderId in any case). An archived one finds its entry.
     pub delete_failed: u64,
+    /// Dead letters without a reason (`x-failure-class`) this run saw first: moved, or given
+    /// their reason (`DeadLetteredUnexplained`).
+    #[serde(default)]
+    pub unexplained: u64,
+    /// Kept permanent failures hidden in the DLQ at the end of the run (`Kept`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_in_flight: Option<u64>,
+    /// Replay has been paused longer than the pausing alarm's hold, or by an alarm that could
+    /// not be read (`RedrivePausedTooLong`).
+    #[serde(default)]
+    pub paused_too_long: bool,
     /// Wall time of the run.
     pub elapsed_ms: u64,
     /// The configured rate.
@@ -92,12 +109,22 @@ impl Summary {
             metrics::REDRIVE_FAILED,
             metrics::REDRIVE_PAUSED,
             metrics::ARCHIVED,
+            metrics::DEAD_LETTERED_UNEXPLAINED,
+            metrics::REDRIVE_PAUSED_TOO_LONG,
         ];
         let mut m = Metrics::new(function_name, &names);
         m.add(metrics::REDRIVEN, self.redriven);
         m.add(metrics::REDRIVE_SKIPPED, self.skipped);
         m.add(metrics::REDRIVE_FAILED, self.failed);
         m.add(metrics::REDRIVE_PAUSED, u64::from(self.paused));
+        m.add(metrics::DEAD_LETTERED_UNEXPLAINED, self.unexplained);
+        m.add(
+            metrics::REDRIVE_PAUSED_TOO_LONG,
+            u64::from(self.paused_too_long),
+        );
+        if let Some(kept) = self.kept_in_flight {
+            m.add(metrics::KEPT, kept);
+        }
         for (reason, n) in &self.archived {
             m.add_archived_n(*reason, *n);
         }
@@ -114,11 +141,22 @@ pub struct Run {
     summary: Summary,
     /// The rules its cycles classify by (the breaker may pause it).
     pub rules: Rules,
-    max_messages: u32,
+    max_messages: u64,
     /// Copies sent or attempted: what counts against `maxMessages`. Archiving does not
     /// (expired messages must not starve replay, nor fresh ones their archiving), nor do kept
     /// or unselected messages.
     replays: u64,
+    /// Replays and kept messages planned by cycles still in flight.
+    reserved: (u64, u64),
+    /// `KEPT_IN_FLIGHT_MAX`.
+    kept_max: u64,
+    /// Kept messages hidden now (by earlier runs, from their keep lists, and by this one);
+    /// `None` when the keep lists could not be read.
+    kept_hidden: Option<u64>,
+    /// DLQ message ids whose replay this run confirmed.
+    replayed: HashSet<String>,
+    /// Replayed messages whose delete failed, to make visible again at once.
+    release_now: Vec<Receipt>,
     held: Vec<Receipt>,
     pending: Vec<PendingKeep>,
     /// The first send call and how many it confirmed, and the last send call.
@@ -126,8 +164,9 @@ pub struct Run {
 }
 
 impl Run {
-    /// A run of `request` under `config`.
-    pub fn new(request: &RunRequest, config: &RedriverConfig) -> Self {
+    /// A run of `request` under `config`, with `time` to start work in (`auto`: the budget is
+    /// what the rate allows in that time).
+    pub fn new(request: &RunRequest, config: &RedriverConfig, time: Duration) -> Self {
         Self {
             summary: Summary {
                 dry_run: request.dry_run,
@@ -143,6 +182,9 @@ impl Run {
                 failed: 0,
                 returned: 0,
                 delete_failed: 0,
+                unexplained: 0,
+                kept_in_flight: None,
+                paused_too_long: false,
                 elapsed_ms: 0,
                 rate_per_second: request.rate_per_second,
                 achieved_rate_per_second: None,
@@ -156,8 +198,16 @@ impl Run {
                 older_than: request.older_than,
                 paused: false,
             },
-            max_messages: request.max_messages,
+            max_messages: request.max_messages.map_or_else(
+                || plan::auto_budget(request.rate_per_second, time),
+                u64::from,
+            ),
             replays: 0,
+            reserved: (0, 0),
+            kept_max: config.kept_in_flight_max,
+            kept_hidden: None,
+            replayed: HashSet::new(),
+            release_now: Vec::new(),
             held: Vec::new(),
             pending: Vec::new(),
             sends: None,
@@ -169,24 +219,84 @@ impl Run {
     pub fn apply(&mut self, verdict: Breaker) {
         match verdict {
             Breaker::Closed => {}
-            Breaker::Open(reason) => {
-                tracing::warn!(reason = %reason, "replay paused by the circuit breaker; archiving goes on");
+            Breaker::Open { reason, too_long } => {
+                match too_long {
+                    true => {
+                        tracing::error!(error_code = ErrorCode::BreakerUnreadable.code(), reason = %reason, "replay paused longer than the alarm's hold, or by an alarm that cannot be read; archiving goes on")
+                    }
+                    false => {
+                        tracing::warn!(reason = %reason, "replay paused by the circuit breaker; archiving goes on")
+                    }
+                }
                 self.summary.paused = true;
+                self.summary.paused_too_long |= too_long;
                 self.summary.pause_reason = Some(reason);
                 self.rules.paused = true;
             }
-            Breaker::HalfOpen { budget, reason } if budget < self.max_messages => {
+            Breaker::HalfOpen { budget, reason } if u64::from(budget) < self.max_messages => {
                 tracing::warn!(reason = %reason, budget, "replaying a probe only");
-                self.max_messages = budget;
+                self.max_messages = u64::from(budget);
                 self.summary.probe = Some(budget);
             }
             Breaker::HalfOpen { .. } => {}
         }
     }
 
-    /// Replays left in the budget.
+    /// Replays left in the budget (less those planned by cycles in flight).
     pub fn budget(&self) -> u64 {
-        u64::from(self.max_messages).saturating_sub(self.replays)
+        self.max_messages
+            .saturating_sub(self.replays)
+            .saturating_sub(self.reserved.0)
+    }
+
+    /// Replays planned by cycles in flight and not yet counted.
+    pub fn planned(&self) -> u64 {
+        self.reserved.0
+    }
+
+    /// How many kept messages earlier runs left hidden (`None`: not known), less the ones this
+    /// run made visible again.
+    pub fn kept_hidden_before(&mut self, hidden: Option<u64>, unhidden: u64) {
+        self.kept_hidden = hidden.map(|h| h.saturating_sub(unhidden));
+        self.summary.kept_in_flight = self.kept_hidden;
+    }
+
+    /// Messages the run holds hidden in the DLQ: held for the run, kept (hidden or waiting to
+    /// be), and those in cycles in flight are the engine's to add.
+    pub fn hidden(&self) -> u64 {
+        (self.held.len() + self.pending.len()) as u64 + self.kept_hidden.unwrap_or(0)
+    }
+
+    /// The plan of a received batch, under the run's rules, budget and room for kept messages;
+    /// what it plans is reserved until [`Run::account`] counts it.
+    pub fn plan(
+        &mut self,
+        batch: Vec<ReceivedMessage>,
+        queues: &QueueUrls,
+        now_ms: u64,
+        received_at: Instant,
+    ) -> Cycle {
+        let kept_room = self.kept_hidden.map(|hidden| {
+            self.kept_max
+                .saturating_sub(hidden + self.pending.len() as u64 + self.reserved.1)
+        });
+        let limits = Limits {
+            budget: self.budget(),
+            dry_run: self.summary.dry_run,
+            now_ms,
+            kept_room,
+        };
+        let cycle = plan::cycle(
+            batch,
+            &self.rules,
+            queues,
+            limits,
+            received_at,
+            &self.replayed,
+        );
+        let (replays, kept) = reserved(&cycle);
+        self.reserved = (self.reserved.0 + replays, self.reserved.1 + kept);
+        cycle
     }
 
     /// Kept messages made visible for this run.
@@ -203,6 +313,11 @@ impl Run {
     /// Returns whether the cycle ran out of time (a copy that could not start, or was not
     /// answered, before its deadline).
     pub fn account(&mut self, cycle: Cycle, report: Option<&Report>) -> bool {
+        let (replays, kept) = reserved(&cycle);
+        self.reserved = (
+            self.reserved.0.saturating_sub(replays),
+            self.reserved.1.saturating_sub(kept),
+        );
         self.summary.received += cycle.items.len() as u64;
         let refused = report
             .map(|r| refused_groups(&cycle, r))
@@ -227,6 +342,10 @@ impl Run {
                     },
                     Some(r),
                 ) => self.archived(&m, r, reason, write, delete),
+                (Fate::Explain { copy, delete }, Some(r)) => self.explained(&m, r, copy, delete),
+                (Fate::ReplayedBefore { delete }, Some(r)) => {
+                    self.deleted(&m, r.get(delete), false)
+                }
                 (_, None) => self.hold(&m),
             }
         }
@@ -287,7 +406,9 @@ impl Run {
             Confirmation::Confirmed(_) => {
                 self.summary.redriven += 1;
                 self.summary.returned += u64::from(classify::is_returned_replay(m));
-                self.deleted(m, r.get(delete));
+                self.summary.unexplained += u64::from(classify::is_unexplained(m));
+                self.replayed.insert(m.message_id.clone());
+                self.deleted(m, r.get(delete), true);
                 false
             }
             Confirmation::Failed(SettleError::Refused(why)) => {
@@ -332,7 +453,8 @@ impl Run {
                 tracing::info!(message_id = %m.message_id, reason = reason.code(), key = key.as_deref(), "archived");
                 *self.summary.archived.entry(reason).or_default() += 1;
                 self.summary.returned += u64::from(classify::is_returned_replay(m));
-                self.deleted(m, r.get(delete));
+                self.summary.unexplained += u64::from(classify::is_unexplained(m));
+                self.deleted(m, r.get(delete), false);
             }
             Confirmation::Failed(SettleError::Refused(why)) => {
                 tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::ArchiveFailed.code(), error_details = %why, "not archived; left in the DLQ");
@@ -343,9 +465,29 @@ impl Run {
         }
     }
 
+    /// An unexplained dead letter held by the run: counted once its copy with a reason is in
+    /// the DLQ (then it is deleted); left as it is, and held, when that copy did not go.
+    fn explained(&mut self, m: &ReceivedMessage, r: &Report, copy: ActionId, delete: ActionId) {
+        self.summary.skipped += 1;
+        match r.get(copy) {
+            Confirmation::Confirmed(id) => {
+                tracing::info!(message_id = %m.message_id, new_message_id = id.as_deref(), reason = resq::reason::FailureReason::InvocationFailed.code(), "dead letter without a reason: its copy in the DLQ now says why");
+                self.summary.unexplained += 1;
+                self.deleted(m, r.get(delete), false);
+            }
+            Confirmation::Failed(SettleError::Unanswered) => {}
+            _ => self.hold(m),
+        }
+    }
+
     /// A moved message's delete. One not confirmed leaves it to be seen again: an archive
-    /// finds its entry; a replay is sent again.
-    fn deleted(&mut self, m: &ReceivedMessage, delete: &Confirmation) {
+    /// finds its entry; a replay is made visible again at once (`replay`), and when this run
+    /// receives it again it is only deleted.
+    fn deleted(&mut self, m: &ReceivedMessage, delete: &Confirmation, replay: bool) {
+        if replay && !delete.is_confirmed() {
+            self.release_now
+                .push((m.message_id.clone(), m.receipt_handle.clone()));
+        }
         match delete {
             Confirmation::Confirmed(_) => {}
             Confirmation::Failed(SettleError::Refused(why)) => {
@@ -374,6 +516,11 @@ impl Run {
             .push((m.message_id.clone(), m.receipt_handle.clone()));
     }
 
+    /// Replayed messages whose delete failed, to make visible again now.
+    pub fn take_release_now(&mut self) -> Vec<Receipt> {
+        std::mem::take(&mut self.release_now)
+    }
+
     /// Kept messages waiting to be listed and hidden.
     pub fn pending_keeps(&self) -> usize {
         self.pending.len()
@@ -399,6 +546,14 @@ impl Run {
         for k in unlisted {
             self.held
                 .push((k.message_id.clone(), k.receipt_handle.clone()));
+        }
+        let hidden = entries
+            .iter()
+            .filter(|(_, _, h)| r.is_confirmed(*h))
+            .count() as u64;
+        if let Some(before) = self.kept_hidden {
+            self.kept_hidden = Some(before + hidden);
+            self.summary.kept_in_flight = self.kept_hidden;
         }
         let not_hidden = entries
             .iter()
@@ -431,6 +586,16 @@ impl Run {
         self.summary.elapsed_ms = elapsed.as_millis() as u64;
         self.summary
     }
+}
+
+/// The replays and the kept messages to hide a cycle planned.
+fn reserved(cycle: &Cycle) -> (u64, u64) {
+    let count =
+        |f: fn(&Fate) -> bool| cycle.items.iter().filter(|(_, fate)| f(fate)).count() as u64;
+    (
+        count(Fate::is_replay),
+        count(|f| matches!(f, Fate::Kept(Some(_)))),
+    )
 }
 
 /// The FIFO groups of a cycle with a replay SQS refused.

@@ -20,6 +20,8 @@ pub const X_FAILURE_REASON: &str = "x-failure-reason";
 pub const X_FIRST_SENT_AT: &str = "x-first-sent-at";
 /// The value of `x-failure-class` for permanent failures.
 pub const FAILURE_CLASS_PERMANENT: &str = "permanent";
+/// `x-failure-class` of a transient failure dead-lettered with its reason.
+pub const FAILURE_CLASS_TRANSIENT: &str = "transient";
 /// SQS accepts at most this many message attributes per message.
 pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
 

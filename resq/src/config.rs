@@ -106,8 +106,12 @@ pub struct RedriverConfig {
     pub common: CommonConfig,
     /// `REDRIVE_RATE_PER_SECOND`: token-bucket rate of replays.
     pub rate_per_second: f64,
-    /// `MAX_MESSAGES_PER_RUN`: messages received per invocation at most.
-    pub max_messages_per_run: u32,
+    /// `MAX_MESSAGES_PER_RUN`: replays per invocation at most; `None` is `auto` (the default):
+    /// what the rate allows in the run's time.
+    pub max_messages_per_run: Option<u32>,
+    /// `KEPT_IN_FLIGHT_MAX`: kept permanent failures hidden in the DLQ at most; beyond, they
+    /// are archived (`PERMANENT_FAILURE`).
+    pub kept_in_flight_max: u64,
     /// `ARCHIVE_AFTER_SECONDS`: TTL from the producer's send.
     pub archive_after: Duration,
     /// `PERMANENT_ACTION`.
@@ -128,8 +132,12 @@ pub const DEFAULT_BACKOFF_BASE_SECONDS: u64 = 2;
 pub const DEFAULT_BACKOFF_MAX_SECONDS: u64 = 300;
 /// `REDRIVE_RATE_PER_SECOND` when unset.
 pub const DEFAULT_RATE_PER_SECOND: f64 = 10.0;
-/// `MAX_MESSAGES_PER_RUN` when unset.
-pub const DEFAULT_MAX_MESSAGES_PER_RUN: u32 = 1000;
+/// `KEPT_IN_FLIGHT_MAX` when unset.
+pub const DEFAULT_KEPT_IN_FLIGHT_MAX: u64 = 50_000;
+/// Highest accepted `KEPT_IN_FLIGHT_MAX`: SQS stops handing out messages of a standard queue
+/// at about 120,000 in flight (long polling then returns nothing, with no error), and a run's
+/// own receives need room beside the kept ones.
+pub const MAX_KEPT_IN_FLIGHT: u64 = 100_000;
 /// `ARCHIVE_AFTER_SECONDS` when unset: a day.
 pub const DEFAULT_ARCHIVE_AFTER_SECONDS: u64 = 86_400;
 
@@ -157,8 +165,10 @@ impl RedriverConfig {
             ("REDRIVE_RATE_PER_SECOND", self.rate_per_second.to_string()),
             (
                 "MAX_MESSAGES_PER_RUN",
-                self.max_messages_per_run.to_string(),
+                self.max_messages_per_run
+                    .map_or_else(|| "auto".to_owned(), |n| n.to_string()),
             ),
+            ("KEPT_IN_FLIGHT_MAX", self.kept_in_flight_max.to_string()),
             (
                 "ARCHIVE_AFTER_SECONDS",
                 self.archive_after.as_secs().to_string(),
@@ -212,10 +222,24 @@ impl RedriverConfig {
         Ok(Self {
             common: CommonConfig::from_vars(vars)?,
             rate_per_second: rate,
-            max_messages_per_run: vars.number(
-                "MAX_MESSAGES_PER_RUN",
-                DEFAULT_MAX_MESSAGES_PER_RUN,
-                1..=1_000_000,
+            max_messages_per_run: match vars.get("MAX_MESSAGES_PER_RUN") {
+                Some(raw) if raw.trim().eq_ignore_ascii_case("auto") => None,
+                Some(_) => Some(vars.number("MAX_MESSAGES_PER_RUN", 1, 1..=1_000_000).map_err(
+                    |e| match e {
+                        ConfigError::Invalid { var, value, .. } => ConfigError::Invalid {
+                            var,
+                            value,
+                            expected: "auto (what the rate allows in the run's time) or a whole number from 1 to 1000000".into(),
+                        },
+                        other => other,
+                    },
+                )?),
+                None => None,
+            },
+            kept_in_flight_max: vars.number(
+                "KEPT_IN_FLIGHT_MAX",
+                DEFAULT_KEPT_IN_FLIGHT_MAX,
+                0..=MAX_KEPT_IN_FLIGHT,
             )?,
             // at least a minute: a shorter TTL would archive messages before they could be
             // replayed; at most the DLQ's retention less a day, or a message could reach the
@@ -537,7 +561,8 @@ mod tests {
     fn redriver_defaults_and_overrides() {
         let c = RedriverConfig::from_vars(&vars(&REQUIRED)).unwrap();
         assert_eq!(c.rate_per_second, 10.0);
-        assert_eq!(c.max_messages_per_run, 1000);
+        assert_eq!(c.max_messages_per_run, None, "auto");
+        assert_eq!(c.kept_in_flight_max, 50_000);
         assert_eq!(c.archive_after, Duration::from_secs(86_400));
         assert_eq!(c.permanent_action, PermanentAction::Keep);
         assert!(c.pause_on_alarms.is_empty());
@@ -545,13 +570,35 @@ mod tests {
         v.extend([
             ("REDRIVE_RATE_PER_SECOND", "2.5"),
             ("MAX_MESSAGES_PER_RUN", "50"),
+            ("KEPT_IN_FLIGHT_MAX", "7"),
             ("ARCHIVE_AFTER_SECONDS", "3600"),
             ("PERMANENT_ACTION", "Archive"),
             ("PAUSE_ON_ALARMS", " replays-failing , ,dlq-depth"),
         ]);
         let c = RedriverConfig::from_vars(&vars(&v)).unwrap();
         assert_eq!(c.rate_per_second, 2.5);
-        assert_eq!(c.max_messages_per_run, 50);
+        assert_eq!(c.max_messages_per_run, Some(50));
+        assert_eq!(c.kept_in_flight_max, 7);
+        for (raw, parsed) in [("auto", None), (" AUTO ", None), ("1", Some(1))] {
+            v.retain(|(k, _)| *k != "MAX_MESSAGES_PER_RUN");
+            v.push(("MAX_MESSAGES_PER_RUN", raw));
+            let c = RedriverConfig::from_vars(&vars(&v)).unwrap();
+            assert_eq!(c.max_messages_per_run, parsed, "{raw}");
+            let back = c.to_vars();
+            let back: Vec<(&str, &str)> = back.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            assert_eq!(RedriverConfig::from_vars(&vars(&back)).unwrap(), c);
+        }
+        for bad in [
+            ("MAX_MESSAGES_PER_RUN", "0"),
+            ("MAX_MESSAGES_PER_RUN", "many"),
+            ("KEPT_IN_FLIGHT_MAX", "100001"),
+        ] {
+            let mut w = v.clone();
+            w.retain(|(k, _)| *k != bad.0);
+            w.push(bad);
+            let err = RedriverConfig::from_vars(&vars(&w)).unwrap_err();
+            assert!(err.to_string().starts_with(bad.0), "{err}");
+        }
         assert_eq!(c.archive_after, Duration::from_secs(3600));
         assert_eq!(c.permanent_action, PermanentAction::Archive);
         assert_eq!(

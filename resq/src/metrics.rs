@@ -34,6 +34,17 @@ pub const REDRIVE_PAUSED: &str = "RedrivePaused";
 /// replayed copy first fails (the replays-failing alarm, and so the breaker, watch it).
 pub const REDRIVE_RETURNED: &str = "RedriveReturned";
 
+/// Kept permanent failures hidden in the DLQ now (a gauge, one value per redriver run): DLQ
+/// depth less this is what waits for replay.
+pub const KEPT: &str = "Kept";
+/// Dead letters that reached the DLQ without `x-failure-class` (SQS moved them after
+/// invocations that crashed or timed out), counted once by the redriver, the first time it
+/// sees each; the replays-failing alarm counts them as failed replays.
+pub const DEAD_LETTERED_UNEXPLAINED: &str = "DeadLetteredUnexplained";
+/// 1 for a redriver run whose replay has been paused longer than the pausing alarm's hold, or
+/// paused by an alarm it cannot read; else 0.
+pub const REDRIVE_PAUSED_TOO_LONG: &str = "RedrivePausedTooLong";
+
 /// Counts for one invocation, written out as EMF lines.
 #[derive(Debug, Clone)]
 pub struct Metrics {

@@ -127,6 +127,8 @@ codes! {
         DlqDeleteFailed => "DLQ_DELETE_FAILED",
         /// Deletes were not confirmed before the deadline margin.
         DlqDeleteDeadline => "DLQ_DELETE_DEADLINE",
+        /// The breaker could not read an alarm of `PAUSE_ON_ALARMS` (replay pauses).
+        BreakerUnreadable => "BREAKER_UNREADABLE",
     }
 }
 
@@ -141,6 +143,10 @@ codes! {
         ValidationFailed => "VALIDATION_FAILED",
         /// A permanent failure whose handler gave no code.
         Unspecified => "UNSPECIFIED",
+        /// A dead letter SQS moved without a reason (the invocations that received it crashed,
+        /// timed out or were throttled until its receives were used up): the redriver writes
+        /// this reason on it the first time it sees it.
+        InvocationFailed => "INVOCATION_FAILED",
     }
 }
 

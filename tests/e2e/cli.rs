@@ -265,7 +265,7 @@ async fn dlq_redrive_dry_run_first_then_selectively() {
     .await;
     let request = |dry_run| redriver::request::RunRequest {
         dry_run,
-        max_messages: 100,
+        max_messages: Some(100),
         rate_per_second: 100.0,
         reason: Some("VALIDATION_FAILED".into()),
         older_than: None,

@@ -81,7 +81,7 @@ async fn the_redriver_fixtures() {
             manual.rate_per_second,
             manual.reason.as_deref()
         ),
-        (100, 5.0, Some("VALIDATION_FAILED"))
+        (Some(100), 5.0, Some("VALIDATION_FAILED"))
     );
 
     send(

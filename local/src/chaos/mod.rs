@@ -504,7 +504,8 @@ fn function_env(
     let redriver = RedriverConfig {
         common,
         rate_per_second: 200.0,
-        max_messages_per_run: resq::config::DEFAULT_MAX_MESSAGES_PER_RUN,
+        max_messages_per_run: None,
+        kept_in_flight_max: resq::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
         archive_after: Duration::from_secs(resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
         permanent_action,
         pause_on_alarms: Vec::new(),
