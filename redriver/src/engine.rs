@@ -75,6 +75,7 @@ pub struct Redriver<Q, S, A> {
     emit_metrics: bool,
     breaker_recheck: Duration,
     in_flight_max: u64,
+    max_cycles: usize,
 }
 
 fn now_ms() -> u64 {
@@ -94,7 +95,15 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             emit_metrics: true,
             breaker_recheck: BREAKER_RECHECK,
             in_flight_max: IN_FLIGHT_MAX,
+            max_cycles: plan::MAX_CYCLES_IN_FLIGHT,
         }
+    }
+
+    /// At most `n` (≥ 1) receive → settle cycles in flight (default
+    /// [`plan::MAX_CYCLES_IN_FLIGHT`]); 1 is the sequential design, for comparison.
+    pub fn with_max_cycles_in_flight(mut self, n: usize) -> Self {
+        self.max_cycles = n.max(1);
+        self
     }
 
     /// The most DLQ messages a run holds hidden, kept ones included (default
@@ -177,7 +186,7 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
     ) -> StopReason {
         let pacer = TokenBucket::new(request.rate_per_second);
         let (depth, ahead) = (
-            plan::cycles_in_flight(request.rate_per_second),
+            plan::cycles_in_flight(request.rate_per_second).min(self.max_cycles),
             plan::replays_ahead(request.rate_per_second),
         );
         let mut steps: FuturesUnordered<LocalBoxFuture<'_, Step>> = FuturesUnordered::new();
