@@ -447,7 +447,8 @@ mod tests {
     use crate::fixtures::FixedAlarms;
     use crate::ports::PortError;
     use resq::attributes::{
-        AttributeValue, MessageAttributes, X_FAILURE_CLASS, X_FAILURE_REASON, X_REDRIVE_COUNT,
+        AttributeValue, MessageAttributes, X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT,
+        X_REDRIVE_COUNT,
     };
     use resq::config::Vars;
     use resq::metrics;
@@ -1106,5 +1107,228 @@ mod tests {
         );
         assert!(dlq.deleted(DLQ).is_empty());
         assert_eq!(released(&dlq), vec!["m0"]);
+    }
+
+    #[tokio::test]
+    async fn several_cycles_are_in_flight_at_once() {
+        // GIVEN an SQS that takes 5 ms per call and 300 replayable messages, at 3,000/s
+        let (dlq, store, alarms) = doubles();
+        fill(&dlq, 300, 0);
+        dlq.set_delay(Duration::from_millis(5));
+        let cfg = config(&[]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let summary = run_with(&dlq, &store, &alarms, &cfg, 3000.0, deadline).await;
+        // THEN all went, and receives, sends and deletes of several batches overlapped (one
+        // batch at a time never has more than one call under way)
+        assert_eq!(summary.redriven, 300, "{summary:?}");
+        assert!(dlq.is_empty(DLQ));
+        assert!(
+            dlq.peak_concurrent_calls() >= 4,
+            "{}",
+            dlq.peak_concurrent_calls()
+        );
+        // the sequential design, for comparison
+        let (dlq, store, alarms) = doubles();
+        fill(&dlq, 30, 0);
+        dlq.set_delay(Duration::from_millis(5));
+        let r = Redriver::new(&dlq, &store, &alarms, cfg.clone())
+            .with_receive_wait(0)
+            .with_max_cycles_in_flight(1);
+        r.run(&RunRequest::defaults(&cfg), deadline).await;
+        assert_eq!(dlq.peak_concurrent_calls(), 1);
+    }
+
+    #[tokio::test]
+    async fn pipelined_fifo_groups_keep_their_order() {
+        // GIVEN a FIFO DLQ of 5 groups of 30, interleaved, and an SQS that takes 2 ms per call
+        let (dlq, store, alarms) = doubles();
+        let cfg = fifo_config();
+        for i in 0..30 {
+            for g in ["A", "B", "C", "D", "E"] {
+                dlq.push(FIFO_DLQ, in_group(&format!("{g}{i:02}"), g));
+            }
+        }
+        dlq.set_delay(Duration::from_millis(2));
+        let request = RunRequest {
+            rate_per_second: 3000.0,
+            ..RunRequest::defaults(&cfg)
+        };
+        let r = Redriver::new(&dlq, &store, &alarms, cfg.clone()).with_receive_wait(0);
+        let summary = r
+            .run(&request, Instant::now() + Duration::from_secs(60))
+            .await;
+        // THEN every message went, once, and each group in its order
+        assert_eq!(summary.redriven, 150, "{summary:?}");
+        let sent: Vec<String> = dlq.sent(FIFO_MAIN).into_iter().map(|c| c.body).collect();
+        for g in ["A", "B", "C", "D", "E"] {
+            let order: Vec<&String> = sent
+                .iter()
+                .filter(|b| b.contains(&format!("\"{g}")))
+                .collect();
+            let expected: Vec<String> = (0..30)
+                .map(|i| format!("{{\"orderId\":\"{g}{i:02}\"}}"))
+                .collect();
+            assert_eq!(order, expected.iter().collect::<Vec<_>>(), "group {g}");
+        }
+        assert!(dlq.is_empty(FIFO_DLQ));
+    }
+
+    #[tokio::test]
+    async fn auto_replays_what_the_rate_allows_in_the_run() {
+        // GIVEN 1,500 replayable messages, 1,000/s and about 2 s to start work in
+        let (dlq, store, alarms) = doubles();
+        fill(&dlq, 1500, 0);
+        let deadline = || Instant::now() + Duration::from_secs(3);
+        // WHEN MAX_MESSAGES_PER_RUN is left to its default (auto)
+        let cfg = config(&[]);
+        assert_eq!(cfg.max_messages_per_run, None);
+        let summary = run_with(&dlq, &store, &alarms, &cfg, 1000.0, deadline()).await;
+        // THEN the run replays what its rate allows in its time: all of them here
+        assert_eq!(summary.redriven, 1500, "{summary:?}");
+        assert_eq!(plan::auto_budget(1000.0, Duration::from_secs(2)), 2010);
+        // AND a number still bounds it
+        fill(&dlq, 1500, 0);
+        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "1000")]);
+        let summary = run_with(&dlq, &store, &alarms, &cfg, 1000.0, deadline()).await;
+        assert_eq!(summary.redriven, 1000, "{summary:?}");
+    }
+
+    #[tokio::test]
+    async fn a_spent_budget_still_archives_what_is_due() {
+        // GIVEN 20 replayable messages ahead of 30 past their TTL, and a budget of 5 replays
+        let (dlq, store, alarms) = doubles();
+        for i in 0..20 {
+            dlq.push(DLQ, dlq_message(&format!("new-{i}"), now_ms(), &[]));
+        }
+        for i in 0..30 {
+            dlq.push(
+                DLQ,
+                dlq_message(&format!("old-{i}"), now_ms() - 25 * HOUR_MS, &[]),
+            );
+        }
+        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "5")]);
+        let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
+        // THEN it replayed 5, went on reading to archive the 30, and released the other 15
+        assert_eq!(summary.redriven, 5, "{summary:?}");
+        assert_eq!(summary.archived.get(&ArchiveReason::TtlExpired), Some(&30));
+        assert_eq!((dlq.len(DLQ), dlq.visible(DLQ)), (15, 15));
+        assert_eq!(summary.stopped_by, StopReason::Empty);
+    }
+
+    #[tokio::test]
+    async fn kept_messages_never_push_the_dlq_past_its_in_flight_quota() {
+        // GIVEN a DLQ that, like SQS, answers receives with nothing past 400 messages in
+        // flight; 400 kept permanent failures ahead of 50 replayable ones; KEPT_IN_FLIGHT_MAX
+        // 100 (a run holds at most 350 hidden)
+        let (dlq, store, alarms) = doubles();
+        dlq.set_in_flight_quota(400);
+        let cfg = config(&[("KEPT_IN_FLIGHT_MAX", "100")]);
+        let sent = now_ms() - HOUR_MS;
+        let kept = |dlq: &MemorySqs, from: usize, n: usize| {
+            for i in from..from + n {
+                let m = dlq_message(&format!("kept-{i}"), sent, &permanent("MALFORMED_JSON"));
+                dlq.push(DLQ, m);
+            }
+        };
+        kept(&dlq, 0, 400);
+        fill(&dlq, 50, 0);
+        let run = || {
+            Redriver::new(&dlq, &store, &alarms, cfg.clone())
+                .with_receive_wait(0)
+                .with_in_flight_max(350)
+        };
+        let request = RunRequest::defaults(&cfg);
+        let deadline = || Instant::now() + Duration::from_secs(60);
+        let first = run().run(&request, deadline()).await;
+        // THEN 100 are kept hidden, the other 300 archived, and the replayable ones replayed
+        assert_eq!(first.kept_in_flight, Some(100), "{first:?}");
+        assert_eq!(
+            first.archived.get(&ArchiveReason::PermanentFailure),
+            Some(&300),
+            "{first:?}"
+        );
+        assert_eq!(first.redriven, 50);
+        assert_eq!(dlq.in_flight(DLQ), 100);
+        assert_eq!(first.metrics("redriver").get(metrics::KEPT), 100);
+        // AND later kept ones are archived while 100 are hidden; replay goes on
+        kept(&dlq, 400, 20);
+        fill(&dlq, 5, 0);
+        let second = run().run(&request, deadline()).await;
+        assert_eq!(
+            second.archived.get(&ArchiveReason::PermanentFailure),
+            Some(&20),
+            "{second:?}"
+        );
+        assert_eq!((second.redriven, second.kept_in_flight), (5, Some(100)));
+        assert!(dlq.in_flight(DLQ) <= 100);
+    }
+
+    #[tokio::test]
+    async fn dead_letters_without_a_reason_are_counted_once() {
+        // GIVEN five dead letters SQS moved without a reason, and replay paused
+        let (dlq, store, alarms) = doubles();
+        alarms.set("consumer-errors", true, Duration::from_secs(60), 0.0);
+        let paused = config(&[("PAUSE_ON_ALARMS", "consumer-errors")]);
+        let sent = now_ms() - HOUR_MS;
+        for i in 0..5 {
+            dlq.push(DLQ, unexplained(&format!("crashed-{i}"), sent, &[]));
+        }
+        let first = scheduled(&dlq, &store, &alarms, &paused).await;
+        // THEN the run counts them, and leaves in their place copies that say why
+        assert_eq!(first.unexplained, 5, "{first:?}");
+        assert_eq!(
+            first
+                .metrics("redriver")
+                .get(metrics::DEAD_LETTERED_UNEXPLAINED),
+            5
+        );
+        assert_eq!((dlq.len(DLQ), dlq.visible(DLQ)), (5, 5));
+        // AND a later run counts them no more; once replay resumes, they are replayed
+        let second = scheduled(&dlq, &store, &alarms, &paused).await;
+        assert_eq!((second.received, second.unexplained), (5, 0), "{second:?}");
+        let third = scheduled(&dlq, &store, &alarms, &config(&[])).await;
+        assert_eq!((third.redriven, third.unexplained), (5, 0), "{third:?}");
+        for copy in dlq.sent(MAIN) {
+            assert_eq!(
+                copy.attributes
+                    .get(X_FIRST_SENT_AT)
+                    .and_then(|v| v.string_value.clone()),
+                Some(sent.to_string())
+            );
+        }
+        // AND a run that replays one it sees first counts it then
+        dlq.push(DLQ, unexplained("crashed-late", now_ms(), &[]));
+        let fourth = scheduled(&dlq, &store, &alarms, &config(&[])).await;
+        assert_eq!((fourth.redriven, fourth.unexplained), (1, 1), "{fourth:?}");
+    }
+
+    #[tokio::test]
+    async fn a_pause_longer_than_its_hold_or_blind_is_reported() {
+        let (dlq, store, alarms) = doubles();
+        let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
+        // in ALARM for 10 minutes (the hold is 15): a pause, not yet too long
+        alarms.set("replays-failing", true, Duration::from_secs(600), 10.0);
+        let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
+        assert!(summary.paused && !summary.paused_too_long, "{summary:?}");
+        assert_eq!(
+            summary
+                .metrics("redriver")
+                .get(metrics::REDRIVE_PAUSED_TOO_LONG),
+            0
+        );
+        // in ALARM for an hour: too long
+        alarms.set("replays-failing", true, Duration::from_secs(3600), 10.0);
+        let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
+        assert!(summary.paused_too_long, "{summary:?}");
+        assert_eq!(
+            summary
+                .metrics("redriver")
+                .get(metrics::REDRIVE_PAUSED_TOO_LONG),
+            1
+        );
+        // an alarm that cannot be read: paused, and loudly
+        alarms.fail(PortError::service("AccessDenied", "not allowed"));
+        let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
+        assert!(summary.paused && summary.paused_too_long, "{summary:?}");
     }
 }

@@ -226,6 +226,11 @@ pub async fn receive(
         .wait_time_seconds(wait_seconds)
         .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
         .message_attribute_names("All")
+        .customize()
+        .config_override(
+            aws_sdk_sqs::config::Builder::default()
+                .timeout_config(crate::aws::long_poll_timeouts(wait_seconds)),
+        )
         .send()
         .await
         .map_err(AwsError::from_sdk)?;

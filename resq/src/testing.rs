@@ -51,6 +51,7 @@ struct State {
     failing: HashSet<Call>,
     fail_send: Option<SendFault>,
     fail_delete: Option<ReceiptFault>,
+    in_flight_quota: Option<usize>,
 }
 
 /// SQS in memory: queues by URL, oldest message first, each receive handing out a new receipt
@@ -64,6 +65,8 @@ pub struct MemorySqs {
     state: Mutex<State>,
     delay: Mutex<Duration>,
     calls: AtomicU64,
+    /// Calls under way now, and the most at once.
+    concurrent: Mutex<(u64, u64)>,
 }
 
 impl MemorySqs {
@@ -171,6 +174,22 @@ impl MemorySqs {
         lock(&self.state).fail_delete = Some(Box::new(fault));
     }
 
+    /// Like SQS past its in-flight quota (about 120,000 in a standard queue), receives answer
+    /// nothing, with no error, while `quota` messages or more of the queue are in flight.
+    pub fn set_in_flight_quota(&self, quota: usize) {
+        lock(&self.state).in_flight_quota = Some(quota);
+    }
+
+    /// Messages of `queue` in flight (hidden) now.
+    pub fn in_flight(&self, queue: &str) -> usize {
+        self.len(queue) - self.visible(queue)
+    }
+
+    /// The most calls the double had under way at once.
+    pub fn peak_concurrent_calls(&self) -> u64 {
+        lock(&self.concurrent).1
+    }
+
     /// Makes every call take this long before it answers (a slow SQS).
     pub fn set_delay(&self, delay: Duration) {
         *lock(&self.delay) = delay;
@@ -179,10 +198,16 @@ impl MemorySqs {
     /// Counts the call, waits the delay, and says whether it fails as a whole.
     async fn call(&self, call: Call) -> Result<(), AwsError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        {
+            let mut c = lock(&self.concurrent);
+            c.0 += 1;
+            c.1 = c.1.max(c.0);
+        }
         let delay = *lock(&self.delay);
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
+        lock(&self.concurrent).0 -= 1;
         if lock(&self.state).failing.contains(&call) {
             return Err(AwsError::service(
                 "InternalError",
@@ -215,7 +240,12 @@ impl State {
     ) -> Vec<ReceivedMessage> {
         let mut out = Vec::new();
         let fifo = crate::fifo::is_fifo(queue);
+        let quota = self.in_flight_quota;
         let stored = self.queues.entry(queue.to_owned()).or_default();
+        // past its in-flight quota SQS answers a receive with nothing, and no error
+        if quota.is_some_and(|q| stored.iter().filter(|s| s.visible_at > now).count() >= q) {
+            return out;
+        }
         // A FIFO queue hands out nothing of a group while a message of it is in flight.
         let mut locked = HashSet::new();
         let mut ready = Vec::new();
