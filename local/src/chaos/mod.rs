@@ -840,7 +840,8 @@ mod tests {
         }
         for (k, v) in [
             ("REDRIVE_RATE_PER_SECOND", "200"),
-            ("MAX_MESSAGES_PER_RUN", "1000"),
+            ("MAX_MESSAGES_PER_RUN", "auto"),
+            ("KEPT_IN_FLIGHT_MAX", "50000"),
             ("ARCHIVE_AFTER_SECONDS", "86400"),
             ("PERMANENT_ACTION", "keep"),
             ("MAX_REDRIVE_ATTEMPTS", "3"),
