@@ -35,6 +35,16 @@ impl<T: Alarms> Alarms for &T {
 pub const ALARM_PERMISSIONS: &[resq::iam::Permission] = &[
     resq::iam::Permission::new("cloudwatch:DescribeAlarms", "alarm:replays-failing"),
     resq::iam::Permission::new("cloudwatch:DescribeAlarmHistory", "alarm:replays-failing"),
+    resq::iam::Permission::new("cloudwatch:DescribeAlarms", "alarm:consumer-errors"),
+    resq::iam::Permission::new("cloudwatch:DescribeAlarmHistory", "alarm:consumer-errors"),
+    resq::iam::Permission::new(
+        "cloudwatch:DescribeAlarms",
+        "alarm:dead-letters-unexplained",
+    ),
+    resq::iam::Permission::new(
+        "cloudwatch:DescribeAlarmHistory",
+        "alarm:dead-letters-unexplained",
+    ),
 ];
 
 /// [`Alarms`] on CloudWatch.

@@ -69,14 +69,22 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
     );
     assert_eq!(
         unexercised("redriver"),
-        // the breaker's alarm: this run sets no PAUSE_ON_ALARMS (the soak runs the breaker, on
-        // LocalStack's CloudWatch); keep lists are read back only by a selective redrive,
-        // which scheduled runs never are
+        // the breaker's alarms: this run sets no PAUSE_ON_ALARMS (the soak runs the breaker, on
+        // LocalStack's CloudWatch); every run reads the keep lists (to count the kept messages
+        // hidden against KEPT_IN_FLIGHT_MAX)
         [
+            ("cloudwatch:DescribeAlarmHistory", "alarm:consumer-errors"),
+            (
+                "cloudwatch:DescribeAlarmHistory",
+                "alarm:dead-letters-unexplained"
+            ),
             ("cloudwatch:DescribeAlarmHistory", "alarm:replays-failing"),
+            ("cloudwatch:DescribeAlarms", "alarm:consumer-errors"),
+            (
+                "cloudwatch:DescribeAlarms",
+                "alarm:dead-letters-unexplained"
+            ),
             ("cloudwatch:DescribeAlarms", "alarm:replays-failing"),
-            ("s3:GetObject", "ArchiveBucket/kept/*"),
-            ("s3:ListBucket", "ArchiveBucket if s3:prefix=kept/*")
         ]
     );
     for plan in [Plan::Doomed, Plan::Malformed, Plan::Invalid] {
