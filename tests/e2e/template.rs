@@ -61,14 +61,6 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
             60.0,
             5.0,
         ),
-        (
-            "replays-failing",
-            "resq",
-            "RedriveReturned",
-            10.0,
-            60.0,
-            15.0,
-        ),
         ("consumer-errors", "AWS/Lambda", "Errors", 0.0, 60.0, 1.0),
         (
             "consumer-throttles",
@@ -112,11 +104,21 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
             60.0,
             1.0,
         ),
+        // a run paused longer than its alarm's hold, or by an alarm it cannot read (a gauge:
+        // 1 or 0 per run)
+        (
+            "redrive-paused-too-long",
+            "resq",
+            "RedrivePausedTooLong",
+            0.0,
+            300.0,
+            1.0,
+        ),
     ];
     assert_eq!(
         alarms.len(),
-        expected.len() + 3,
-        "the ten above plus dlq-depth, poison-archived and redriver-heartbeat: {:?}",
+        expected.len() + 4,
+        "the ten above plus dlq-depth, poison-archived, redriver-heartbeat and replays-failing: {:?}",
         alarms.keys()
     );
     let topic = json!([{"Ref": "AlertTopic"}]);
@@ -138,18 +140,21 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
         assert_eq!(a["OKActions"], topic, "{name}");
         assert_eq!(a["TreatMissingData"], "notBreaching", "{name}");
     }
-    // the breaker's alarm: the consumer's count of failed replays, in ALARM as soon as one
-    // minute is over the threshold, and until ReplaysFailingHoldMinutes minutes in a row were
-    // not (so a paused redriver stays paused that long after the last failed replay)
+    // the breaker's alarm: failed replays (tests below), in ALARM as soon as one minute is
+    // over the threshold, and until ReplaysFailingHoldMinutes minutes in a row were not (so a
+    // paused redriver stays paused that long after the last failed replay)
     let replays = alarms["replays-failing"];
     assert_eq!(number(&replays["DatapointsToAlarm"]), 1.0);
     assert_eq!(
         replays["EvaluationPeriods"],
         json!({"Ref": "ReplaysFailingHoldMinutes"})
     );
+    assert_eq!(number(resolve(&t, &replays["Threshold"])), 10.0);
+    assert_eq!(replays["ComparisonOperator"], "GreaterThanThreshold");
+    assert_eq!(replays["TreatMissingData"], "notBreaching");
     assert_eq!(
-        replays["Dimensions"][0]["Value"],
-        t["Resources"]["ConsumerFunction"]["Properties"]["FunctionName"]
+        (&replays["AlarmActions"], &replays["OKActions"]),
+        (&topic, &topic)
     );
     // DLQ depth: visible and hidden messages (kept permanent failures are hidden)
     let depth = alarms["dlq-depth"];
@@ -230,12 +235,154 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
         archived[0]["MetricStat"]["Metric"]["Dimensions"][0]["Value"],
         *consumer_name
     );
-    // the breaker: the redriver pauses on exactly the replays-failing alarm
-    let env = &t["Resources"]["RedriverFunction"]["Properties"]["Environment"]["Variables"];
+}
+
+/// The alarm resource whose `AlarmName` is the stack's name followed by `-{name}`.
+fn alarm<'a>(t: &'a Value, name: &str) -> &'a Value {
+    let wanted = format!("${{AWS::StackName}}-{name}");
+    resources_of(t, "AWS::CloudWatch::Alarm")
+        .into_iter()
+        .map(|(_, a)| &a["Properties"])
+        .find(|p| p["AlarmName"]["Fn::Sub"] == wanted.as_str())
+        .unwrap_or_else(|| panic!("alarm {name} missing"))
+}
+
+/// A metric-math alarm's query `id`.
+fn query<'a>(alarm: &'a Value, id: &str) -> &'a Value {
+    alarm["Metrics"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a metric-math alarm: {alarm}"))
+        .iter()
+        .find(|m| m["Id"] == id)
+        .unwrap_or_else(|| panic!("no query {id} in {alarm}"))
+}
+
+/// The one query a metric-math alarm watches (`ReturnData` true).
+fn watched(alarm: &Value) -> &Value {
+    let returned: Vec<&Value> = alarm["Metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["ReturnData"] == true)
+        .collect();
+    assert_eq!(returned.len(), 1, "{alarm}");
+    returned[0]
+}
+
+/// A metric-math query's metric as (namespace, name, the `FunctionName` it is of, stat,
+/// period).
+fn metric_of(q: &Value) -> (&str, &str, &Value, &str, f64) {
+    let stat = &q["MetricStat"];
+    let m = &stat["Metric"];
+    assert_eq!(m["Dimensions"].as_array().map(Vec::len), Some(1), "{q}");
+    assert_eq!(m["Dimensions"][0]["Name"], "FunctionName", "{q}");
+    (
+        m["Namespace"].as_str().unwrap(),
+        m["MetricName"].as_str().unwrap(),
+        &m["Dimensions"][0]["Value"],
+        stat["Stat"].as_str().unwrap(),
+        number(&stat["Period"]),
+    )
+}
+
+fn function_name<'a>(t: &'a Value, function: &str) -> &'a Value {
+    &t["Resources"][function]["Properties"]["FunctionName"]
+}
+
+#[test]
+fn failed_replays_count_the_consumers_returned_replays_and_the_redrivers_unexplained_dead_letters()
+{
+    let t = translated_template("resq-artifacts");
+    let a = alarm(&t, "replays-failing");
+    // per minute: a replay that failed again (the consumer), and a dead letter SQS moved without
+    // a reason after invocations that crashed or timed out (the redriver, once each)
     assert_eq!(
-        env["PAUSE_ON_ALARMS"],
-        alarms["replays-failing"]["AlarmName"]
+        metric_of(query(a, "returned")),
+        (
+            "resq",
+            "RedriveReturned",
+            function_name(&t, "ConsumerFunction"),
+            "Sum",
+            60.0
+        )
     );
+    assert_eq!(
+        metric_of(query(a, "unexplained")),
+        (
+            "resq",
+            "DeadLetteredUnexplained",
+            function_name(&t, "RedriverFunction"),
+            "Sum",
+            60.0
+        )
+    );
+    // their sum, a minute without one of them counting as 0
+    let expression = watched(a)["Expression"].as_str().unwrap();
+    let terms: BTreeSet<&str> = expression.split('+').map(str::trim).collect();
+    assert_eq!(
+        terms,
+        BTreeSet::from(["FILL(returned, 0)", "FILL(unexplained, 0)"]),
+        "{expression}"
+    );
+    assert!(
+        a["AlarmDescription"]
+            .as_str()
+            .is_some_and(|d| d.contains("DeadLetteredUnexplained")),
+        "the description says what it counts"
+    );
+}
+
+#[test]
+fn the_redriver_pauses_on_failing_replays_and_on_a_consumer_that_fails_whole_invocations() {
+    let t = translated_template("resq-artifacts");
+    let r = resq_local::stack::Resolver::new(&t, "stk", &[]);
+    let env = &t["Resources"]["RedriverFunction"]["Properties"]["Environment"]["Variables"];
+    let pause_on = r.value(&env["PAUSE_ON_ALARMS"]).unwrap();
+    let names: BTreeSet<&str> = pause_on.split(',').collect();
+    let replays = r.value(&alarm(&t, "replays-failing")["AlarmName"]).unwrap();
+    let errors = alarm(&t, "consumer-errors");
+    let errors_name = r.value(&errors["AlarmName"]).unwrap();
+    assert_eq!(
+        names,
+        BTreeSet::from([replays.as_str(), errors_name.as_str()]),
+        "PAUSE_ON_ALARMS names both alarms, comma-separated"
+    );
+    // the consumer's errors: Lambda's count of failed invocations of the consumer, any at all
+    assert_eq!(
+        (errors["Namespace"].as_str(), errors["MetricName"].as_str()),
+        (Some("AWS/Lambda"), Some("Errors"))
+    );
+    assert_eq!(
+        errors["Dimensions"][0]["Value"],
+        json!({"Ref": "ConsumerFunction"})
+    );
+    assert_eq!(number(&errors["Threshold"]), 0.0);
+    // the redriver may read each of them (its state and its history), and no other alarm
+    let statement = t["Resources"]["RedriverRole"]["Properties"]["Policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap())
+        .find(|st| st["Sid"] == "CircuitBreaker")
+        .expect("the breaker's statement");
+    assert_eq!(
+        statement["Action"],
+        json!([
+            "cloudwatch:DescribeAlarms",
+            "cloudwatch:DescribeAlarmHistory"
+        ])
+    );
+    let readable: BTreeSet<String> = statement["Resource"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|arn| r.value(arn).unwrap())
+        .collect();
+    let expected: BTreeSet<String> = names
+        .iter()
+        .map(|n| format!("arn:aws:cloudwatch:{REGION}:000000000000:alarm:{n}"))
+        .collect();
+    assert_eq!(readable, expected);
 }
 
 #[test]
