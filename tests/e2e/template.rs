@@ -385,6 +385,147 @@ fn the_redriver_pauses_on_failing_replays_and_on_a_consumer_that_fails_whole_inv
     assert_eq!(readable, expected);
 }
 
+/// What `pattern`, a parameter's AllowedPattern (CloudFormation matches it against the whole
+/// value), accepts among the whole numbers 0 to 2,000,000, as a range (it must be one), and
+/// whether it accepts `auto`.
+fn accepted_by_pattern(pattern: &str) -> (std::ops::RangeInclusive<u64>, bool) {
+    const SCRIPT: &str = "import re, sys
+p = re.compile(sys.argv[1])
+ok = [n for n in range(2000001) if p.fullmatch(str(n))]
+print(ok[0] if ok else -1, ok[-1] if ok else -1, len(ok), int(p.fullmatch('auto') is not None))";
+    let out = std::process::Command::new(resq_e2e::tools_python())
+        .args(["-c", SCRIPT, pattern])
+        .output()
+        .expect("the tool venv's python (make setup)");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let f: Vec<i64> = text
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert!(f[0] >= 0, "{pattern} accepts no number");
+    let (lo, hi) = (f[0] as u64, f[1] as u64);
+    assert_eq!(
+        f[2] as u64,
+        hi - lo + 1,
+        "{pattern}: the numbers it accepts have gaps"
+    );
+    (lo..=hi, f[3] == 1)
+}
+
+/// The numbers `MaxMessagesPerRun` accepts (`auto` apart).
+fn numeric_budgets(param: &Value) -> std::ops::RangeInclusive<u64> {
+    match param["AllowedPattern"].as_str() {
+        Some(pattern) => accepted_by_pattern(pattern).0,
+        None => number(&param["MinValue"]) as u64..=number(&param["MaxValue"]) as u64,
+    }
+}
+
+/// Why the breaker could not trip under some parameter set the template accepts (SPEC §4.6,
+/// §7), empty when it can under all. The replays-failing alarm trips when more than
+/// `ReplaysFailingThreshold` replays fail within one of its periods; after it clears, a run
+/// replays a probe of `probe_budget(threshold)`. A run's replays, spread over two periods,
+/// leave at least half in one of them, and a run long enough to cover a whole period fills it
+/// at the rate: so the breaker can trip when the slowest rate fills a period with more than the
+/// largest threshold, and the smallest budget and the shortest run each allow a probe.
+fn breaker_conflicts(t: &Value) -> Vec<String> {
+    let p = &t["Parameters"];
+    let bound = |name: &str, key: &str| p[name].get(key).map(number);
+    let a = alarm(t, "replays-failing");
+    let periods: BTreeSet<u64> = a["Metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["MetricStat"].get("Period").map(|p| number(p) as u64))
+        .collect();
+    assert_eq!(periods.len(), 1, "one period for all of {a}");
+    let period = *periods.first().unwrap() as f64;
+    let Some(threshold) = bound("ReplaysFailingThreshold", "MaxValue") else {
+        return vec![
+            "ReplaysFailingThreshold has no MaxValue: no budget or rate exceeds every threshold"
+                .into(),
+        ];
+    };
+    let probe = f64::from(redriver::breaker::probe_budget(Some(threshold)));
+    let mut out = vec![];
+    let budget = *numeric_budgets(&p["MaxMessagesPerRun"]).start() as f64;
+    if budget < probe {
+        out.push(format!(
+            "MaxMessagesPerRun accepts {budget}, less than the probe ({probe}) of a ReplaysFailingThreshold of {threshold}"
+        ));
+    }
+    let rate = bound("RedriveRatePerSecond", "MinValue").unwrap_or(0.0);
+    if rate * period <= threshold {
+        out.push(format!(
+            "RedriveRatePerSecond accepts {rate}: {} replays in a {period} s period, not more than a ReplaysFailingThreshold of {threshold}",
+            rate * period
+        ));
+    }
+    // the shortest run: the least timeout less the largest margin (Lambda's least timeout 1 s)
+    let run = bound("RedriverTimeout", "MinValue").unwrap_or(1.0)
+        - bound("DeadlineMarginMs", "MaxValue").unwrap_or(f64::INFINITY) / 1000.0;
+    if rate * run < probe {
+        out.push(format!(
+            "RedriverTimeout and DeadlineMarginMs accept a run of {run} s: at {rate}/s (RedriveRatePerSecond) fewer replays than the probe ({probe}) of a ReplaysFailingThreshold of {threshold}"
+        ));
+    }
+    out
+}
+
+#[test]
+fn the_breaker_can_trip_under_every_parameter_set_the_template_accepts() {
+    let t = translated_template("resq-artifacts");
+    assert_eq!(breaker_conflicts(&t), Vec::<String>::new());
+    // auto is accepted, and the default
+    let budget = &t["Parameters"]["MaxMessagesPerRun"];
+    let (numbers, auto) = accepted_by_pattern(budget["AllowedPattern"].as_str().unwrap());
+    assert!(auto, "MaxMessagesPerRun accepts auto");
+    assert_eq!(budget["Default"], "auto");
+    assert_eq!(numbers, 102..=1_000_000);
+    // a range widened later is caught, each by the parameters in conflict
+    for (param, key, value, named) in [
+        (
+            "ReplaysFailingThreshold",
+            "MaxValue",
+            json!(51),
+            "MaxMessagesPerRun",
+        ),
+        (
+            "RedriveRatePerSecond",
+            "MinValue",
+            json!(0.5),
+            "RedriveRatePerSecond",
+        ),
+        ("RedriverTimeout", "MinValue", json!(120), "RedriverTimeout"),
+        (
+            "DeadlineMarginMs",
+            "MaxValue",
+            json!(900_000),
+            "DeadlineMarginMs",
+        ),
+        (
+            "MaxMessagesPerRun",
+            "AllowedPattern",
+            json!("^(auto|[1-9][0-9]{0,5}|1000000)$"),
+            "MaxMessagesPerRun",
+        ),
+    ] {
+        let mut wider = t.clone();
+        wider["Parameters"][param][key] = value.clone();
+        let conflicts = breaker_conflicts(&wider);
+        assert!(
+            conflicts.iter().any(|c| c.contains(named)),
+            "{param} {key} {value}: {conflicts:?}"
+        );
+    }
+    let mut unbounded = t.clone();
+    unbounded["Parameters"]["ReplaysFailingThreshold"]
+        .as_object_mut()
+        .unwrap()
+        .remove("MaxValue");
+    assert_eq!(breaker_conflicts(&unbounded).len(), 1);
+}
+
 #[test]
 fn the_dashboard_shows_depths_ages_outcomes_and_errors() {
     let t = translated_template("resq-artifacts");
