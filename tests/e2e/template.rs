@@ -117,8 +117,8 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
     ];
     assert_eq!(
         alarms.len(),
-        expected.len() + 4,
-        "the ten above plus dlq-depth, poison-archived, redriver-heartbeat and replays-failing: {:?}",
+        expected.len() + 5,
+        "the ten above plus dlq-depth, poison-archived, redriver-heartbeat, replays-failing and kept: {:?}",
         alarms.keys()
     );
     let topic = json!([{"Ref": "AlertTopic"}]);
@@ -156,21 +156,8 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
         (&replays["AlarmActions"], &replays["OKActions"]),
         (&topic, &topic)
     );
-    // DLQ depth: visible and hidden messages (kept permanent failures are hidden)
+    // DLQ depth: what waits for replay (tests below)
     let depth = alarms["dlq-depth"];
-    let depth_metrics: BTreeSet<&str> = depth["Metrics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["MetricStat"]["Metric"]["MetricName"].as_str())
-        .collect();
-    assert_eq!(
-        depth_metrics,
-        BTreeSet::from([
-            "ApproximateNumberOfMessagesVisible",
-            "ApproximateNumberOfMessagesNotVisible"
-        ])
-    );
     assert_eq!(number(resolve(&t, &depth["Threshold"])), 50.0);
     assert_eq!(number(&depth["EvaluationPeriods"]), 2.0);
     assert_eq!(
@@ -385,6 +372,184 @@ fn the_redriver_pauses_on_failing_replays_and_on_a_consumer_that_fails_whole_inv
     assert_eq!(readable, expected);
 }
 
+#[test]
+fn kept_permanent_failures_and_a_long_pause_have_alarms_of_their_own() {
+    let t = translated_template("resq-artifacts");
+    let topic = json!([{"Ref": "AlertTopic"}]);
+    let redriver = function_name(&t, "RedriverFunction");
+    for (name, metric, threshold) in [
+        ("kept", "Kept", json!({"Ref": "KeptThreshold"})),
+        ("redrive-paused-too-long", "RedrivePausedTooLong", json!(0)),
+    ] {
+        let a = alarm(&t, name);
+        assert_eq!(
+            (a["Namespace"].as_str(), a["MetricName"].as_str()),
+            (Some("resq"), Some(metric)),
+            "{name}"
+        );
+        assert_eq!(a["Dimensions"][0]["Name"], "FunctionName", "{name}");
+        assert_eq!(a["Dimensions"][0]["Value"], *redriver, "{name}");
+        // gauges, one data point per run: the run's value, not a sum of runs
+        assert_eq!(a["Statistic"], "Maximum", "{name}");
+        assert_eq!(number(&a["Period"]), 300.0, "{name}");
+        assert_eq!(number(&a["EvaluationPeriods"]), 1.0, "{name}");
+        assert_eq!(a["Threshold"], threshold, "{name}");
+        assert_eq!(a["ComparisonOperator"], "GreaterThanThreshold", "{name}");
+        assert_eq!(
+            (&a["AlarmActions"], &a["OKActions"]),
+            (&topic, &topic),
+            "{name}"
+        );
+    }
+    // any kept permanent failure waits for a human, by default
+    let param = &t["Parameters"]["KeptThreshold"];
+    assert_eq!(
+        (number(&param["Default"]), number(&param["MinValue"])),
+        (0.0, 0.0)
+    );
+    // a 5 minutes without a run keeps the kept alarm's state: it does not flap between runs
+    assert_eq!(alarm(&t, "kept")["TreatMissingData"], "ignore");
+    assert_eq!(
+        alarm(&t, "redrive-paused-too-long")["TreatMissingData"],
+        "notBreaching"
+    );
+}
+
+#[test]
+fn dlq_depth_counts_what_waits_for_replay_not_the_kept_permanent_failures() {
+    let t = translated_template("resq-artifacts");
+    let a = alarm(&t, "dlq-depth");
+    for (id, metric) in [
+        ("visible", "ApproximateNumberOfMessagesVisible"),
+        ("hidden", "ApproximateNumberOfMessagesNotVisible"),
+    ] {
+        let m = &query(a, id)["MetricStat"];
+        assert_eq!(m["Metric"]["Namespace"], "AWS/SQS", "{id}");
+        assert_eq!(m["Metric"]["MetricName"], metric, "{id}");
+        assert_eq!(
+            m["Metric"]["Dimensions"][0]["Value"],
+            json!({"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]}),
+            "{id}"
+        );
+        assert_eq!(number(&m["Period"]), 60.0, "{id}");
+    }
+    // the redriver's gauge of kept messages, per minute like the queue's metrics
+    assert_eq!(
+        metric_of(query(a, "kept")),
+        (
+            "resq",
+            "Kept",
+            function_name(&t, "RedriverFunction"),
+            "Maximum",
+            60.0
+        )
+    );
+    // visible + hidden - kept, the gauge carried forward between runs, never below 0
+    let waiting = query(a, "waiting")["Expression"].as_str().unwrap();
+    assert_eq!(
+        waiting.replace(' ', ""),
+        "FILL(visible,0)+FILL(hidden,0)-FILL(kept,REPEAT)"
+    );
+    let depth = watched(a);
+    assert_eq!(
+        depth["Expression"].as_str().map(|e| e.replace(' ', "")),
+        Some("IF(waiting>0,waiting,0)".to_owned())
+    );
+    assert!(
+        a["AlarmDescription"]
+            .as_str()
+            .is_some_and(|d| d.contains("waiting for replay") && d.contains("kept")),
+        "the description says what it counts"
+    );
+    // until a run's Kept is in the alarm's window the depth is unknown: the state stays
+    assert_eq!(a["TreatMissingData"], "ignore");
+}
+
+#[test]
+fn the_redriver_gets_its_budget_auto_by_default_and_at_most_kept_in_flight_max_kept_messages() {
+    let t = translated_template("resq-artifacts");
+    let env = &t["Resources"]["RedriverFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(
+        env["MAX_MESSAGES_PER_RUN"],
+        json!({"Ref": "MaxMessagesPerRun"})
+    );
+    assert_eq!(env["KEPT_IN_FLIGHT_MAX"], json!({"Ref": "KeptInFlightMax"}));
+    let budget = &t["Parameters"]["MaxMessagesPerRun"];
+    assert_eq!(
+        (budget["Type"].as_str(), budget["Default"].as_str()),
+        (Some("String"), Some("auto")),
+        "auto: the schedule drains at the configured rate"
+    );
+    let kept = &t["Parameters"]["KeptInFlightMax"];
+    assert_eq!(number(&kept["Default"]), 50_000.0);
+    assert_eq!(number(&kept["MinValue"]), 0.0);
+    // SQS's in-flight quota (about 120,000 per standard queue) is shared with the redriver's
+    // own in-flight messages: kept ones stay well below it
+    let max = number(&kept["MaxValue"]);
+    assert!(max <= 100_000.0, "KeptInFlightMax may reach {max}");
+}
+
+/// The redriver's configuration as the template sets its environment for a stack with
+/// `params` (the rest default).
+fn redriver_config(
+    t: &Value,
+    params: &[(&str, &str)],
+) -> Result<resq::config::RedriverConfig, resq::config::ConfigError> {
+    let r = resq_local::stack::Resolver::new(t, "stk", params)
+        .with_resource("OrdersQueue", "https://sqs.example/stk-orders")
+        .with_resource("DeadLetterQueue", "https://sqs.example/stk-orders-dlq")
+        .with_resource("ArchiveBucket", "stk-archive");
+    let env: HashMap<String, String> =
+        t["Resources"]["RedriverFunction"]["Properties"]["Environment"]["Variables"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), r.value(v).unwrap_or_else(|| panic!("{k}: {v}"))))
+            .collect();
+    resq::config::RedriverConfig::from_vars(&resq::config::Vars(move |k: &str| env.get(k).cloned()))
+}
+
+#[test]
+fn the_redriver_accepts_its_environment_at_the_defaults_and_at_the_ends_of_each_range() {
+    let t = translated_template("resq-artifacts");
+    let p = &t["Parameters"];
+    let end = |name: &str, key: &str| p[name][key].to_string().trim_matches('"').to_owned();
+    let defaults = redriver_config(&t, &[]).unwrap_or_else(|e| panic!("the defaults: {e}"));
+    assert_eq!(defaults.pause_on_alarms.len(), 2);
+    let (rate_min, rate_max) = (
+        end("RedriveRatePerSecond", "MinValue"),
+        end("RedriveRatePerSecond", "MaxValue"),
+    );
+    let (kept_min, kept_max) = (
+        end("KeptInFlightMax", "MinValue"),
+        end("KeptInFlightMax", "MaxValue"),
+    );
+    let margin_max = end("DeadlineMarginMs", "MaxValue");
+    let budget = numeric_budgets(&p["MaxMessagesPerRun"]);
+    let (budget_min, budget_max) = (budget.start().to_string(), budget.end().to_string());
+    for params in [
+        [
+            ("RedriveRatePerSecond", rate_min.as_str()),
+            ("KeptInFlightMax", kept_min.as_str()),
+            ("MaxMessagesPerRun", budget_min.as_str()),
+        ],
+        [
+            ("RedriveRatePerSecond", rate_max.as_str()),
+            ("KeptInFlightMax", kept_max.as_str()),
+            ("MaxMessagesPerRun", budget_max.as_str()),
+        ],
+        [
+            ("DeadlineMarginMs", margin_max.as_str()),
+            ("KeptInFlightMax", kept_max.as_str()),
+            ("MaxMessagesPerRun", "auto"),
+        ],
+    ] {
+        if let Err(e) = redriver_config(&t, &params) {
+            panic!("{params:?}: {e}");
+        }
+    }
+}
+
 /// What `pattern`, a parameter's AllowedPattern (CloudFormation matches it against the whole
 /// value), accepts among the whole numbers 0 to 2,000,000, as a range (it must be one), and
 /// whether it accepts `auto`.
@@ -577,6 +742,7 @@ fn functions_are_rust_on_arm64_with_json_logs_and_the_spec_environment() {
         "DEADLINE_MARGIN_MS",
         "REDRIVE_RATE_PER_SECOND",
         "MAX_MESSAGES_PER_RUN",
+        "KEPT_IN_FLIGHT_MAX",
         "ARCHIVE_AFTER_SECONDS",
         "PERMANENT_ACTION",
         "PAUSE_ON_ALARMS",
