@@ -715,10 +715,33 @@ fn the_dashboard_shows_depths_ages_outcomes_and_errors() {
         "resq/Archived",
         "resq/Redriven",
         "resq/RedriveReturned",
+        "resq/Kept",
+        "resq/DeadLetteredUnexplained",
+        "resq/RedrivePausedTooLong",
         "AWS/Lambda/Errors",
         "AWS/Lambda/Throttles",
     ] {
         assert!(metrics.contains(m), "{m} not on the dashboard");
+    }
+    // the redriver's own metrics, under its name; its gauges by their maximum (a sum over a
+    // widget's period would add two runs up)
+    let redriver: Vec<&Value> = body["widgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| w["properties"]["metrics"].as_array().unwrap().iter())
+        .filter(|m| m[3] == "${Redriver}")
+        .collect();
+    for (metric, stat) in [
+        ("Kept", Some("Maximum")),
+        ("RedrivePausedTooLong", Some("Maximum")),
+        ("DeadLetteredUnexplained", None),
+    ] {
+        let m = redriver
+            .iter()
+            .find(|m| m[1] == metric)
+            .unwrap_or_else(|| panic!("{metric} of the redriver not on the dashboard"));
+        assert_eq!(m[4]["stat"].as_str(), stat, "{metric}");
     }
     let vars = sub[1].as_object().unwrap();
     assert_eq!(vars["Consumer"], json!({"Ref": "ConsumerFunction"}));
