@@ -280,39 +280,44 @@ fn function_name<'a>(t: &'a Value, function: &str) -> &'a Value {
 fn failed_replays_count_the_consumers_returned_replays_and_the_redrivers_unexplained_dead_letters()
 {
     let t = translated_template("resq-artifacts");
-    let a = alarm(&t, "replays-failing");
     // per minute: a replay that failed again (the consumer), and a dead letter SQS moved without
-    // a reason after invocations that crashed or timed out (the redriver, once each)
-    assert_eq!(
-        metric_of(query(a, "returned")),
-        (
-            "resq",
-            "RedriveReturned",
-            function_name(&t, "ConsumerFunction"),
-            "Sum",
-            60.0
-        )
+    // a reason after invocations that crashed or timed out (the redriver, once each): each a
+    // simple metric alarm with the same threshold and hold, both in PAUSE_ON_ALARMS
+    let (returned, unexplained) = (
+        alarm(&t, "replays-failing"),
+        alarm(&t, "dead-letters-unexplained"),
     );
-    assert_eq!(
-        metric_of(query(a, "unexplained")),
-        (
-            "resq",
-            "DeadLetteredUnexplained",
-            function_name(&t, "RedriverFunction"),
-            "Sum",
-            60.0
-        )
-    );
-    // their sum, a minute without one of them counting as 0
-    let expression = watched(a)["Expression"].as_str().unwrap();
-    let terms: BTreeSet<&str> = expression.split('+').map(str::trim).collect();
-    assert_eq!(
-        terms,
-        BTreeSet::from(["FILL(returned, 0)", "FILL(unexplained, 0)"]),
-        "{expression}"
-    );
+    for (a, metric, function) in [
+        (returned, "RedriveReturned", "ConsumerFunction"),
+        (unexplained, "DeadLetteredUnexplained", "RedriverFunction"),
+    ] {
+        assert_eq!(
+            (
+                a["Namespace"].as_str(),
+                a["MetricName"].as_str(),
+                a["Statistic"].as_str(),
+                number(&a["Period"]),
+            ),
+            (Some("resq"), Some(metric), Some("Sum"), 60.0),
+            "{a}"
+        );
+        assert_eq!(
+            &a["Dimensions"][0]["Value"],
+            function_name(&t, function),
+            "{a}"
+        );
+        for key in [
+            "Threshold",
+            "EvaluationPeriods",
+            "DatapointsToAlarm",
+            "TreatMissingData",
+        ] {
+            assert_eq!(a[key], returned[key], "{key}: the same threshold and hold");
+        }
+        assert_eq!(a["OKActions"], json!([{"Ref": "AlertTopic"}]));
+    }
     assert!(
-        a["AlarmDescription"]
+        unexplained["AlarmDescription"]
             .as_str()
             .is_some_and(|d| d.contains("DeadLetteredUnexplained")),
         "the description says what it counts"
@@ -327,12 +332,15 @@ fn the_redriver_pauses_on_failing_replays_and_on_a_consumer_that_fails_whole_inv
     let pause_on = r.value(&env["PAUSE_ON_ALARMS"]).unwrap();
     let names: BTreeSet<&str> = pause_on.split(',').collect();
     let replays = r.value(&alarm(&t, "replays-failing")["AlarmName"]).unwrap();
+    let unexplained = r
+        .value(&alarm(&t, "dead-letters-unexplained")["AlarmName"])
+        .unwrap();
     let errors = alarm(&t, "consumer-errors");
     let errors_name = r.value(&errors["AlarmName"]).unwrap();
     assert_eq!(
         names,
-        BTreeSet::from([replays.as_str(), errors_name.as_str()]),
-        "PAUSE_ON_ALARMS names both alarms, comma-separated"
+        BTreeSet::from([replays.as_str(), errors_name.as_str(), unexplained.as_str()]),
+        "PAUSE_ON_ALARMS names the three alarms, comma-separated"
     );
     // the consumer's errors: Lambda's count of failed invocations of the consumer, any at all
     assert_eq!(
