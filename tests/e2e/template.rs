@@ -61,14 +61,6 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
             60.0,
             5.0,
         ),
-        (
-            "replays-failing",
-            "resq",
-            "RedriveReturned",
-            10.0,
-            60.0,
-            15.0,
-        ),
         ("consumer-errors", "AWS/Lambda", "Errors", 0.0, 60.0, 1.0),
         (
             "consumer-throttles",
@@ -112,11 +104,21 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
             60.0,
             1.0,
         ),
+        // a run paused longer than its alarm's hold, or by an alarm it cannot read (a gauge:
+        // 1 or 0 per run)
+        (
+            "redrive-paused-too-long",
+            "resq",
+            "RedrivePausedTooLong",
+            0.0,
+            300.0,
+            1.0,
+        ),
     ];
     assert_eq!(
         alarms.len(),
-        expected.len() + 3,
-        "the ten above plus dlq-depth, poison-archived and redriver-heartbeat: {:?}",
+        expected.len() + 5,
+        "the ten above plus dlq-depth, poison-archived, redriver-heartbeat, replays-failing and kept: {:?}",
         alarms.keys()
     );
     let topic = json!([{"Ref": "AlertTopic"}]);
@@ -138,34 +140,24 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
         assert_eq!(a["OKActions"], topic, "{name}");
         assert_eq!(a["TreatMissingData"], "notBreaching", "{name}");
     }
-    // the breaker's alarm: the consumer's count of failed replays, in ALARM as soon as one
-    // minute is over the threshold, and until ReplaysFailingHoldMinutes minutes in a row were
-    // not (so a paused redriver stays paused that long after the last failed replay)
+    // the breaker's alarm: failed replays (tests below), in ALARM as soon as one minute is
+    // over the threshold, and until ReplaysFailingHoldMinutes minutes in a row were not (so a
+    // paused redriver stays paused that long after the last failed replay)
     let replays = alarms["replays-failing"];
     assert_eq!(number(&replays["DatapointsToAlarm"]), 1.0);
     assert_eq!(
         replays["EvaluationPeriods"],
         json!({"Ref": "ReplaysFailingHoldMinutes"})
     );
+    assert_eq!(number(resolve(&t, &replays["Threshold"])), 10.0);
+    assert_eq!(replays["ComparisonOperator"], "GreaterThanThreshold");
+    assert_eq!(replays["TreatMissingData"], "notBreaching");
     assert_eq!(
-        replays["Dimensions"][0]["Value"],
-        t["Resources"]["ConsumerFunction"]["Properties"]["FunctionName"]
+        (&replays["AlarmActions"], &replays["OKActions"]),
+        (&topic, &topic)
     );
-    // DLQ depth: visible and hidden messages (kept permanent failures are hidden)
+    // DLQ depth: what waits for replay (tests below)
     let depth = alarms["dlq-depth"];
-    let depth_metrics: BTreeSet<&str> = depth["Metrics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["MetricStat"]["Metric"]["MetricName"].as_str())
-        .collect();
-    assert_eq!(
-        depth_metrics,
-        BTreeSet::from([
-            "ApproximateNumberOfMessagesVisible",
-            "ApproximateNumberOfMessagesNotVisible"
-        ])
-    );
     assert_eq!(number(resolve(&t, &depth["Threshold"])), 50.0);
     assert_eq!(number(&depth["EvaluationPeriods"]), 2.0);
     assert_eq!(
@@ -230,12 +222,481 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
         archived[0]["MetricStat"]["Metric"]["Dimensions"][0]["Value"],
         *consumer_name
     );
-    // the breaker: the redriver pauses on exactly the replays-failing alarm
+}
+
+/// The alarm resource whose `AlarmName` is the stack's name followed by `-{name}`.
+fn alarm<'a>(t: &'a Value, name: &str) -> &'a Value {
+    let wanted = format!("${{AWS::StackName}}-{name}");
+    resources_of(t, "AWS::CloudWatch::Alarm")
+        .into_iter()
+        .map(|(_, a)| &a["Properties"])
+        .find(|p| p["AlarmName"]["Fn::Sub"] == wanted.as_str())
+        .unwrap_or_else(|| panic!("alarm {name} missing"))
+}
+
+/// A metric-math alarm's query `id`.
+fn query<'a>(alarm: &'a Value, id: &str) -> &'a Value {
+    alarm["Metrics"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a metric-math alarm: {alarm}"))
+        .iter()
+        .find(|m| m["Id"] == id)
+        .unwrap_or_else(|| panic!("no query {id} in {alarm}"))
+}
+
+/// The one query a metric-math alarm watches (`ReturnData` true).
+fn watched(alarm: &Value) -> &Value {
+    let returned: Vec<&Value> = alarm["Metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["ReturnData"] == true)
+        .collect();
+    assert_eq!(returned.len(), 1, "{alarm}");
+    returned[0]
+}
+
+/// A metric-math query's metric as (namespace, name, the `FunctionName` it is of, stat,
+/// period).
+fn metric_of(q: &Value) -> (&str, &str, &Value, &str, f64) {
+    let stat = &q["MetricStat"];
+    let m = &stat["Metric"];
+    assert_eq!(m["Dimensions"].as_array().map(Vec::len), Some(1), "{q}");
+    assert_eq!(m["Dimensions"][0]["Name"], "FunctionName", "{q}");
+    (
+        m["Namespace"].as_str().unwrap(),
+        m["MetricName"].as_str().unwrap(),
+        &m["Dimensions"][0]["Value"],
+        stat["Stat"].as_str().unwrap(),
+        number(&stat["Period"]),
+    )
+}
+
+fn function_name<'a>(t: &'a Value, function: &str) -> &'a Value {
+    &t["Resources"][function]["Properties"]["FunctionName"]
+}
+
+#[test]
+fn failed_replays_count_the_consumers_returned_replays_and_the_redrivers_unexplained_dead_letters()
+{
+    let t = translated_template("resq-artifacts");
+    // per minute: a replay that failed again (the consumer), and a dead letter SQS moved without
+    // a reason after invocations that crashed or timed out (the redriver, once each): each a
+    // simple metric alarm with the same threshold and hold, both in PAUSE_ON_ALARMS
+    let (returned, unexplained) = (
+        alarm(&t, "replays-failing"),
+        alarm(&t, "dead-letters-unexplained"),
+    );
+    for (a, metric, function) in [
+        (returned, "RedriveReturned", "ConsumerFunction"),
+        (unexplained, "DeadLetteredUnexplained", "RedriverFunction"),
+    ] {
+        assert_eq!(
+            (
+                a["Namespace"].as_str(),
+                a["MetricName"].as_str(),
+                a["Statistic"].as_str(),
+                number(&a["Period"]),
+            ),
+            (Some("resq"), Some(metric), Some("Sum"), 60.0),
+            "{a}"
+        );
+        assert_eq!(
+            &a["Dimensions"][0]["Value"],
+            function_name(&t, function),
+            "{a}"
+        );
+        for key in [
+            "Threshold",
+            "EvaluationPeriods",
+            "DatapointsToAlarm",
+            "TreatMissingData",
+        ] {
+            assert_eq!(a[key], returned[key], "{key}: the same threshold and hold");
+        }
+        assert_eq!(a["OKActions"], json!([{"Ref": "AlertTopic"}]));
+    }
+    assert!(
+        unexplained["AlarmDescription"]
+            .as_str()
+            .is_some_and(|d| d.contains("DeadLetteredUnexplained")),
+        "the description says what it counts"
+    );
+}
+
+#[test]
+fn the_redriver_pauses_on_failing_replays_and_on_a_consumer_that_fails_whole_invocations() {
+    let t = translated_template("resq-artifacts");
+    let r = resq_local::stack::Resolver::new(&t, "stk", &[]);
+    let env = &t["Resources"]["RedriverFunction"]["Properties"]["Environment"]["Variables"];
+    let pause_on = r.value(&env["PAUSE_ON_ALARMS"]).unwrap();
+    let names: BTreeSet<&str> = pause_on.split(',').collect();
+    let replays = r.value(&alarm(&t, "replays-failing")["AlarmName"]).unwrap();
+    let unexplained = r
+        .value(&alarm(&t, "dead-letters-unexplained")["AlarmName"])
+        .unwrap();
+    let errors = alarm(&t, "consumer-errors");
+    let errors_name = r.value(&errors["AlarmName"]).unwrap();
+    assert_eq!(
+        names,
+        BTreeSet::from([replays.as_str(), errors_name.as_str(), unexplained.as_str()]),
+        "PAUSE_ON_ALARMS names the three alarms, comma-separated"
+    );
+    // the consumer's errors: Lambda's count of failed invocations of the consumer, any at all
+    assert_eq!(
+        (errors["Namespace"].as_str(), errors["MetricName"].as_str()),
+        (Some("AWS/Lambda"), Some("Errors"))
+    );
+    assert_eq!(
+        errors["Dimensions"][0]["Value"],
+        json!({"Ref": "ConsumerFunction"})
+    );
+    assert_eq!(number(&errors["Threshold"]), 0.0);
+    // the redriver may read each of them (its state and its history), and no other alarm
+    let statement = t["Resources"]["RedriverRole"]["Properties"]["Policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap())
+        .find(|st| st["Sid"] == "CircuitBreaker")
+        .expect("the breaker's statement");
+    assert_eq!(
+        statement["Action"],
+        json!([
+            "cloudwatch:DescribeAlarms",
+            "cloudwatch:DescribeAlarmHistory"
+        ])
+    );
+    let readable: BTreeSet<String> = statement["Resource"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|arn| r.value(arn).unwrap())
+        .collect();
+    let expected: BTreeSet<String> = names
+        .iter()
+        .map(|n| format!("arn:aws:cloudwatch:{REGION}:000000000000:alarm:{n}"))
+        .collect();
+    assert_eq!(readable, expected);
+}
+
+#[test]
+fn kept_permanent_failures_and_a_long_pause_have_alarms_of_their_own() {
+    let t = translated_template("resq-artifacts");
+    let topic = json!([{"Ref": "AlertTopic"}]);
+    let redriver = function_name(&t, "RedriverFunction");
+    for (name, metric, threshold) in [
+        ("kept", "Kept", json!({"Ref": "KeptThreshold"})),
+        ("redrive-paused-too-long", "RedrivePausedTooLong", json!(0)),
+    ] {
+        let a = alarm(&t, name);
+        assert_eq!(
+            (a["Namespace"].as_str(), a["MetricName"].as_str()),
+            (Some("resq"), Some(metric)),
+            "{name}"
+        );
+        assert_eq!(a["Dimensions"][0]["Name"], "FunctionName", "{name}");
+        assert_eq!(a["Dimensions"][0]["Value"], *redriver, "{name}");
+        // gauges, one data point per run: the run's value, not a sum of runs
+        assert_eq!(a["Statistic"], "Maximum", "{name}");
+        assert_eq!(number(&a["Period"]), 300.0, "{name}");
+        assert_eq!(number(&a["EvaluationPeriods"]), 1.0, "{name}");
+        assert_eq!(a["Threshold"], threshold, "{name}");
+        assert_eq!(a["ComparisonOperator"], "GreaterThanThreshold", "{name}");
+        assert_eq!(
+            (&a["AlarmActions"], &a["OKActions"]),
+            (&topic, &topic),
+            "{name}"
+        );
+    }
+    // any kept permanent failure waits for a human, by default
+    let param = &t["Parameters"]["KeptThreshold"];
+    assert_eq!(
+        (number(&param["Default"]), number(&param["MinValue"])),
+        (0.0, 0.0)
+    );
+    // a 5 minutes without a run keeps the kept alarm's state: it does not flap between runs
+    assert_eq!(alarm(&t, "kept")["TreatMissingData"], "ignore");
+    assert_eq!(
+        alarm(&t, "redrive-paused-too-long")["TreatMissingData"],
+        "notBreaching"
+    );
+}
+
+#[test]
+fn dlq_depth_counts_what_waits_for_replay_not_the_kept_permanent_failures() {
+    let t = translated_template("resq-artifacts");
+    let a = alarm(&t, "dlq-depth");
+    for (id, metric) in [
+        ("visible", "ApproximateNumberOfMessagesVisible"),
+        ("hidden", "ApproximateNumberOfMessagesNotVisible"),
+    ] {
+        let m = &query(a, id)["MetricStat"];
+        assert_eq!(m["Metric"]["Namespace"], "AWS/SQS", "{id}");
+        assert_eq!(m["Metric"]["MetricName"], metric, "{id}");
+        assert_eq!(
+            m["Metric"]["Dimensions"][0]["Value"],
+            json!({"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]}),
+            "{id}"
+        );
+        assert_eq!(number(&m["Period"]), 60.0, "{id}");
+    }
+    // the redriver's gauge of kept messages, per minute like the queue's metrics
+    assert_eq!(
+        metric_of(query(a, "kept")),
+        (
+            "resq",
+            "Kept",
+            function_name(&t, "RedriverFunction"),
+            "Maximum",
+            60.0
+        )
+    );
+    // visible + hidden - kept, the gauge carried forward between runs, never below 0
+    let waiting = query(a, "waiting")["Expression"].as_str().unwrap();
+    assert_eq!(
+        waiting.replace(' ', ""),
+        "FILL(visible,0)+FILL(hidden,0)-FILL(kept,REPEAT)"
+    );
+    let depth = watched(a);
+    assert_eq!(
+        depth["Expression"].as_str().map(|e| e.replace(' ', "")),
+        Some("IF(waiting>0,waiting,0)".to_owned())
+    );
+    assert!(
+        a["AlarmDescription"]
+            .as_str()
+            .is_some_and(|d| d.contains("waiting for replay") && d.contains("kept")),
+        "the description says what it counts"
+    );
+    // until a run's Kept is in the alarm's window the depth is unknown: the state stays
+    assert_eq!(a["TreatMissingData"], "ignore");
+}
+
+#[test]
+fn the_redriver_gets_its_budget_auto_by_default_and_at_most_kept_in_flight_max_kept_messages() {
+    let t = translated_template("resq-artifacts");
     let env = &t["Resources"]["RedriverFunction"]["Properties"]["Environment"]["Variables"];
     assert_eq!(
-        env["PAUSE_ON_ALARMS"],
-        alarms["replays-failing"]["AlarmName"]
+        env["MAX_MESSAGES_PER_RUN"],
+        json!({"Ref": "MaxMessagesPerRun"})
     );
+    assert_eq!(env["KEPT_IN_FLIGHT_MAX"], json!({"Ref": "KeptInFlightMax"}));
+    let budget = &t["Parameters"]["MaxMessagesPerRun"];
+    assert_eq!(
+        (budget["Type"].as_str(), budget["Default"].as_str()),
+        (Some("String"), Some("auto")),
+        "auto: the schedule drains at the configured rate"
+    );
+    let kept = &t["Parameters"]["KeptInFlightMax"];
+    assert_eq!(number(&kept["Default"]), 50_000.0);
+    assert_eq!(number(&kept["MinValue"]), 0.0);
+    // SQS's in-flight quota (about 120,000 per standard queue) is shared with the redriver's
+    // own in-flight messages: kept ones stay well below it
+    let max = number(&kept["MaxValue"]);
+    assert!(max <= 100_000.0, "KeptInFlightMax may reach {max}");
+}
+
+/// The redriver's configuration as the template sets its environment for a stack with
+/// `params` (the rest default).
+fn redriver_config(
+    t: &Value,
+    params: &[(&str, &str)],
+) -> Result<resq::config::RedriverConfig, resq::config::ConfigError> {
+    let r = resq_local::stack::Resolver::new(t, "stk", params)
+        .with_resource("OrdersQueue", "https://sqs.example/stk-orders")
+        .with_resource("DeadLetterQueue", "https://sqs.example/stk-orders-dlq")
+        .with_resource("ArchiveBucket", "stk-archive");
+    let env: HashMap<String, String> =
+        t["Resources"]["RedriverFunction"]["Properties"]["Environment"]["Variables"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), r.value(v).unwrap_or_else(|| panic!("{k}: {v}"))))
+            .collect();
+    resq::config::RedriverConfig::from_vars(&resq::config::Vars(move |k: &str| env.get(k).cloned()))
+}
+
+#[test]
+fn the_redriver_accepts_its_environment_at_the_defaults_and_at_the_ends_of_each_range() {
+    let t = translated_template("resq-artifacts");
+    let p = &t["Parameters"];
+    let end = |name: &str, key: &str| p[name][key].to_string().trim_matches('"').to_owned();
+    let defaults = redriver_config(&t, &[]).unwrap_or_else(|e| panic!("the defaults: {e}"));
+    assert_eq!(defaults.pause_on_alarms.len(), 2);
+    let (rate_min, rate_max) = (
+        end("RedriveRatePerSecond", "MinValue"),
+        end("RedriveRatePerSecond", "MaxValue"),
+    );
+    let (kept_min, kept_max) = (
+        end("KeptInFlightMax", "MinValue"),
+        end("KeptInFlightMax", "MaxValue"),
+    );
+    let margin_max = end("DeadlineMarginMs", "MaxValue");
+    let budget = numeric_budgets(&p["MaxMessagesPerRun"]);
+    let (budget_min, budget_max) = (budget.start().to_string(), budget.end().to_string());
+    for params in [
+        [
+            ("RedriveRatePerSecond", rate_min.as_str()),
+            ("KeptInFlightMax", kept_min.as_str()),
+            ("MaxMessagesPerRun", budget_min.as_str()),
+        ],
+        [
+            ("RedriveRatePerSecond", rate_max.as_str()),
+            ("KeptInFlightMax", kept_max.as_str()),
+            ("MaxMessagesPerRun", budget_max.as_str()),
+        ],
+        [
+            ("DeadlineMarginMs", margin_max.as_str()),
+            ("KeptInFlightMax", kept_max.as_str()),
+            ("MaxMessagesPerRun", "auto"),
+        ],
+    ] {
+        if let Err(e) = redriver_config(&t, &params) {
+            panic!("{params:?}: {e}");
+        }
+    }
+}
+
+/// What `pattern`, a parameter's AllowedPattern (CloudFormation matches it against the whole
+/// value), accepts among the whole numbers 0 to 2,000,000, as a range (it must be one), and
+/// whether it accepts `auto`.
+fn accepted_by_pattern(pattern: &str) -> (std::ops::RangeInclusive<u64>, bool) {
+    const SCRIPT: &str = "import re, sys
+p = re.compile(sys.argv[1])
+ok = [n for n in range(2000001) if p.fullmatch(str(n))]
+print(ok[0] if ok else -1, ok[-1] if ok else -1, len(ok), int(p.fullmatch('auto') is not None))";
+    let out = std::process::Command::new(resq_e2e::tools_python())
+        .args(["-c", SCRIPT, pattern])
+        .output()
+        .expect("the tool venv's python (make setup)");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let f: Vec<i64> = text
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert!(f[0] >= 0, "{pattern} accepts no number");
+    let (lo, hi) = (f[0] as u64, f[1] as u64);
+    assert_eq!(
+        f[2] as u64,
+        hi - lo + 1,
+        "{pattern}: the numbers it accepts have gaps"
+    );
+    (lo..=hi, f[3] == 1)
+}
+
+/// The numbers `MaxMessagesPerRun` accepts (`auto` apart).
+fn numeric_budgets(param: &Value) -> std::ops::RangeInclusive<u64> {
+    match param["AllowedPattern"].as_str() {
+        Some(pattern) => accepted_by_pattern(pattern).0,
+        None => number(&param["MinValue"]) as u64..=number(&param["MaxValue"]) as u64,
+    }
+}
+
+/// Why the breaker could not trip under some parameter set the template accepts (SPEC §4.6,
+/// §7), empty when it can under all. The replays-failing alarm trips when more than
+/// `ReplaysFailingThreshold` replays fail within one of its periods; after it clears, a run
+/// replays a probe of `probe_budget(threshold)`. A run's replays, spread over two periods,
+/// leave at least half in one of them, and a run long enough to cover a whole period fills it
+/// at the rate: so the breaker can trip when the slowest rate fills a period with more than the
+/// largest threshold, and the smallest budget and the shortest run each allow a probe.
+fn breaker_conflicts(t: &Value) -> Vec<String> {
+    let p = &t["Parameters"];
+    let bound = |name: &str, key: &str| p[name].get(key).map(number);
+    let a = alarm(t, "replays-failing");
+    let periods: BTreeSet<u64> = a["Metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["MetricStat"].get("Period").map(|p| number(p) as u64))
+        .collect();
+    assert_eq!(periods.len(), 1, "one period for all of {a}");
+    let period = *periods.first().unwrap() as f64;
+    let Some(threshold) = bound("ReplaysFailingThreshold", "MaxValue") else {
+        return vec![
+            "ReplaysFailingThreshold has no MaxValue: no budget or rate exceeds every threshold"
+                .into(),
+        ];
+    };
+    let probe = f64::from(redriver::breaker::probe_budget(Some(threshold)));
+    let mut out = vec![];
+    let budget = *numeric_budgets(&p["MaxMessagesPerRun"]).start() as f64;
+    if budget < probe {
+        out.push(format!(
+            "MaxMessagesPerRun accepts {budget}, less than the probe ({probe}) of a ReplaysFailingThreshold of {threshold}"
+        ));
+    }
+    let rate = bound("RedriveRatePerSecond", "MinValue").unwrap_or(0.0);
+    if rate * period <= threshold {
+        out.push(format!(
+            "RedriveRatePerSecond accepts {rate}: {} replays in a {period} s period, not more than a ReplaysFailingThreshold of {threshold}",
+            rate * period
+        ));
+    }
+    // the shortest run: the least timeout less the largest margin (Lambda's least timeout 1 s)
+    let run = bound("RedriverTimeout", "MinValue").unwrap_or(1.0)
+        - bound("DeadlineMarginMs", "MaxValue").unwrap_or(f64::INFINITY) / 1000.0;
+    if rate * run < probe {
+        out.push(format!(
+            "RedriverTimeout and DeadlineMarginMs accept a run of {run} s: at {rate}/s (RedriveRatePerSecond) fewer replays than the probe ({probe}) of a ReplaysFailingThreshold of {threshold}"
+        ));
+    }
+    out
+}
+
+#[test]
+fn the_breaker_can_trip_under_every_parameter_set_the_template_accepts() {
+    let t = translated_template("resq-artifacts");
+    assert_eq!(breaker_conflicts(&t), Vec::<String>::new());
+    // auto is accepted, and the default
+    let budget = &t["Parameters"]["MaxMessagesPerRun"];
+    let (numbers, auto) = accepted_by_pattern(budget["AllowedPattern"].as_str().unwrap());
+    assert!(auto, "MaxMessagesPerRun accepts auto");
+    assert_eq!(budget["Default"], "auto");
+    assert_eq!(numbers, 102..=1_000_000);
+    // a range widened later is caught, each by the parameters in conflict
+    for (param, key, value, named) in [
+        (
+            "ReplaysFailingThreshold",
+            "MaxValue",
+            json!(51),
+            "MaxMessagesPerRun",
+        ),
+        (
+            "RedriveRatePerSecond",
+            "MinValue",
+            json!(0.5),
+            "RedriveRatePerSecond",
+        ),
+        ("RedriverTimeout", "MinValue", json!(120), "RedriverTimeout"),
+        (
+            "DeadlineMarginMs",
+            "MaxValue",
+            json!(900_000),
+            "DeadlineMarginMs",
+        ),
+        (
+            "MaxMessagesPerRun",
+            "AllowedPattern",
+            json!("^(auto|[1-9][0-9]{0,5}|1000000)$"),
+            "MaxMessagesPerRun",
+        ),
+    ] {
+        let mut wider = t.clone();
+        wider["Parameters"][param][key] = value.clone();
+        let conflicts = breaker_conflicts(&wider);
+        assert!(
+            conflicts.iter().any(|c| c.contains(named)),
+            "{param} {key} {value}: {conflicts:?}"
+        );
+    }
+    let mut unbounded = t.clone();
+    unbounded["Parameters"]["ReplaysFailingThreshold"]
+        .as_object_mut()
+        .unwrap()
+        .remove("MaxValue");
+    assert_eq!(breaker_conflicts(&unbounded).len(), 1);
 }
 
 #[test]
@@ -262,10 +723,33 @@ fn the_dashboard_shows_depths_ages_outcomes_and_errors() {
         "resq/Archived",
         "resq/Redriven",
         "resq/RedriveReturned",
+        "resq/Kept",
+        "resq/DeadLetteredUnexplained",
+        "resq/RedrivePausedTooLong",
         "AWS/Lambda/Errors",
         "AWS/Lambda/Throttles",
     ] {
         assert!(metrics.contains(m), "{m} not on the dashboard");
+    }
+    // the redriver's own metrics, under its name; its gauges by their maximum (a sum over a
+    // widget's period would add two runs up)
+    let redriver: Vec<&Value> = body["widgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| w["properties"]["metrics"].as_array().unwrap().iter())
+        .filter(|m| m[3] == "${Redriver}")
+        .collect();
+    for (metric, stat) in [
+        ("Kept", Some("Maximum")),
+        ("RedrivePausedTooLong", Some("Maximum")),
+        ("DeadLetteredUnexplained", None),
+    ] {
+        let m = redriver
+            .iter()
+            .find(|m| m[1] == metric)
+            .unwrap_or_else(|| panic!("{metric} of the redriver not on the dashboard"));
+        assert_eq!(m[4]["stat"].as_str(), stat, "{metric}");
     }
     let vars = sub[1].as_object().unwrap();
     assert_eq!(vars["Consumer"], json!({"Ref": "ConsumerFunction"}));
@@ -289,6 +773,7 @@ fn functions_are_rust_on_arm64_with_json_logs_and_the_spec_environment() {
         "DEADLINE_MARGIN_MS",
         "REDRIVE_RATE_PER_SECOND",
         "MAX_MESSAGES_PER_RUN",
+        "KEPT_IN_FLIGHT_MAX",
         "ARCHIVE_AFTER_SECONDS",
         "PERMANENT_ACTION",
         "PAUSE_ON_ALARMS",
