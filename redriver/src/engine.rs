@@ -50,6 +50,9 @@ pub const BREAKER_WAIT: Duration = Duration::from_secs(5);
 /// its cycles): SQS hands out nothing past about 120,000 in flight in a standard queue, with
 /// no error, so a run stays well below it.
 pub const IN_FLIGHT_MAX: u64 = 110_000;
+/// How long a run reads the keep lists at most before it counts the kept messages as unknown
+/// (then it hides no more): a slow S3 must not eat the run.
+pub const KEEP_LIST_WAIT: Duration = Duration::from_secs(5);
 /// Received messages stay hidden this long past the deadline, so one the run could not finish
 /// (a crash, a call cut off) comes back soon after it.
 pub const HOLD_PAST_DEADLINE: Duration = Duration::from_secs(30);
@@ -154,7 +157,9 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         };
         let mut run = Run::new(request, &self.config, by.start_by - started);
         run.apply(self.breaker(by.start_by).await);
-        let hidden = self.kept_hidden(by.settle_by).await;
+        let hidden = self
+            .kept_hidden(by.start_by.min(Instant::now() + KEEP_LIST_WAIT))
+            .await;
         let unhidden = match (&request.reason, &hidden) {
             (Some(reason), Some(hidden)) if !run.rules.paused => {
                 let plan = keep::unhide(hidden.clone(), Some(reason), &self.queues.dlq);
@@ -231,7 +236,7 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                     let cycle = run.plan(batch, &self.queues, now_ms(), received_at);
                     match request.dry_run {
                         true => {
-                            cycles -= 1;
+                            (cycles, drained) = (cycles - 1, false);
                             run.account(cycle, None);
                         }
                         false => steps.push(Box::pin(self.settle_step(cycle, by, &pacer))),
@@ -265,6 +270,10 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
     fn may_receive(&self, run: &Run, cycles: usize, by: Deadlines) -> Option<StopReason> {
         if Instant::now() >= by.start_by {
             return Some(StopReason::Deadline);
+        }
+        // a dry run changes nothing: it does not hold the DLQ hidden past its budget
+        if run.summary_is_dry_run() && run.budget() == 0 {
+            return Some(StopReason::MaxMessages);
         }
         let in_hand = run.hidden() + (cycles * resq::sqs::MAX_BATCH) as u64;
         if in_hand + resq::sqs::MAX_BATCH as u64 > self.in_flight_max {

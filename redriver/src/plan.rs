@@ -189,7 +189,8 @@ fn fate(
                 _ => Fate::Kept(None),
             }
         }
-        Decision::Keep(Keep::NotSelected) => held(plan, Held::NotSelected),
+        // a selective run touches nothing outside its selection
+        Decision::Keep(Keep::NotSelected) => Fate::Held(Held::NotSelected),
         Decision::Keep(Keep::Paused) => held(plan, Held::Paused),
         Decision::Archive(reason) => {
             let last = m.failure_reason().map(str::to_owned);

@@ -25,7 +25,7 @@ use crate::request::RunRequest;
 pub enum StopReason {
     /// The DLQ had nothing more to receive.
     Empty,
-    /// `maxMessages` were handled.
+    /// A dry run's `maxMessages` were counted (a run that changes things reads on, to archive).
     MaxMessages,
     /// The Lambda deadline margin was reached.
     Deadline,
@@ -264,7 +264,12 @@ impl Run {
     /// Messages the run holds hidden in the DLQ: held for the run, kept (hidden or waiting to
     /// be), and those in cycles in flight are the engine's to add.
     pub fn hidden(&self) -> u64 {
-        (self.held.len() + self.pending.len()) as u64 + self.kept_hidden.unwrap_or(0)
+        (self.held.len() + self.pending.len()) as u64 + self.kept_hidden.unwrap_or(self.kept_max)
+    }
+
+    /// Whether the run is a dry run.
+    pub fn summary_is_dry_run(&self) -> bool {
+        self.summary.dry_run
     }
 
     /// The plan of a received batch, under the run's rules, budget and room for kept messages;
@@ -418,7 +423,9 @@ impl Run {
                 false
             }
             // unknown whether SQS took it: neither deleted nor released; it reappears after
-            // its visibility timeout (a FIFO resend is deduplicated)
+            // its visibility timeout and a later run sends it again (a FIFO main queue
+            // deduplicates that within its 5-minute interval; the consumer is idempotent by
+            // orderId in any case)
             Confirmation::Failed(SettleError::Unanswered) => {
                 self.summary.failed += 1;
                 true

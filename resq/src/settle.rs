@@ -471,8 +471,12 @@ async fn answered<T>(
                 Err(e) => Confirmation::Failed(SettleError::Refused(e)),
             })
             .collect(),
-        Ok(Err(e)) => vec![Confirmation::Failed(SettleError::Refused(e)); ids.len()],
-        Err(_) => vec![Confirmation::Failed(SettleError::Unanswered); ids.len()],
+        // only the service's own answer is a refusal; a call that timed out (the SDK's
+        // operation timeout), broke or could not be read may have been carried out
+        Ok(Err(e)) if e.kind == crate::sqs::AwsErrorKind::Service => {
+            vec![Confirmation::Failed(SettleError::Refused(e)); ids.len()]
+        }
+        Ok(Err(_)) | Err(_) => vec![Confirmation::Failed(SettleError::Unanswered); ids.len()],
     };
     let missing = Confirmation::Failed(SettleError::Unanswered);
     let per_entry = per_entry.into_iter().chain(std::iter::repeat(missing));
