@@ -327,10 +327,12 @@ async fn an_alarm_in_alarm_pauses_replay() {
         "{summary:?}"
     );
     // a paused run still reads the DLQ (to archive what is past its TTL or the cap) and leaves
-    // the replayable message visible
+    // the replayable message visible; moved by SQS without a reason, it is counted once and
+    // replaced by a copy that says why (which the run reads again and holds too)
     assert_eq!(
-        (summary.received, summary.redriven, summary.skipped),
-        (1, 0, 1)
+        (summary.redriven, summary.unexplained, summary.received),
+        (0, 1, summary.skipped),
+        "{summary:?}"
     );
     assert_eq!(stack.depth(&stack.dlq).await, (1, 0));
 
@@ -516,7 +518,8 @@ async fn max_messages_bounds_a_run() {
     )
     .await;
     assert_eq!(summary.redriven, 12);
-    assert_eq!(summary.stopped_by, redriver::StopReason::MaxMessages);
+    // past its budget the run reads on to the end of the DLQ (to archive what is due)
+    assert_eq!(summary.stopped_by, redriver::StopReason::Empty);
     assert_eq!(
         stack.depth(&stack.dlq).await,
         (3, 0),
