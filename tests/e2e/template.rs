@@ -117,8 +117,8 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
     ];
     assert_eq!(
         alarms.len(),
-        expected.len() + 5,
-        "the ten above plus dlq-depth, poison-archived, redriver-heartbeat, replays-failing and kept: {:?}",
+        expected.len() + 6,
+        "the ten above plus dlq-depth, poison-archived, redriver-heartbeat, replays-failing, dead-letters-unexplained and kept: {:?}",
         alarms.keys()
     );
     let topic = json!([{"Ref": "AlertTopic"}]);
@@ -523,7 +523,7 @@ fn the_redriver_accepts_its_environment_at_the_defaults_and_at_the_ends_of_each_
     let p = &t["Parameters"];
     let end = |name: &str, key: &str| p[name][key].to_string().trim_matches('"').to_owned();
     let defaults = redriver_config(&t, &[]).unwrap_or_else(|e| panic!("the defaults: {e}"));
-    assert_eq!(defaults.pause_on_alarms.len(), 2);
+    assert_eq!(defaults.pause_on_alarms.len(), 3);
     let (rate_min, rate_max) = (
         end("RedriveRatePerSecond", "MinValue"),
         end("RedriveRatePerSecond", "MaxValue"),
@@ -604,14 +604,15 @@ fn numeric_budgets(param: &Value) -> std::ops::RangeInclusive<u64> {
 fn breaker_conflicts(t: &Value) -> Vec<String> {
     let p = &t["Parameters"];
     let bound = |name: &str, key: &str| p[name].get(key).map(number);
-    let a = alarm(t, "replays-failing");
-    let periods: BTreeSet<u64> = a["Metrics"]
-        .as_array()
-        .unwrap()
+    let periods: BTreeSet<u64> = ["replays-failing", "dead-letters-unexplained"]
         .iter()
-        .filter_map(|m| m["MetricStat"].get("Period").map(|p| number(p) as u64))
+        .map(|name| number(&alarm(t, name)["Period"]) as u64)
         .collect();
-    assert_eq!(periods.len(), 1, "one period for all of {a}");
+    assert_eq!(
+        periods.len(),
+        1,
+        "one period for both alarms of failed replays"
+    );
     let period = *periods.first().unwrap() as f64;
     let Some(threshold) = bound("ReplaysFailingThreshold", "MaxValue") else {
         return vec![
