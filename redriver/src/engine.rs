@@ -195,7 +195,16 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             plan::replays_ahead(request.rate_per_second),
         );
         let mut steps: FuturesUnordered<LocalBoxFuture<'_, Step>> = FuturesUnordered::new();
-        let (mut cycles, mut stopped, mut checking, mut drained) = (0usize, None, false, false);
+        let (mut cycles, mut stopped, mut checking) = (0usize, None, false);
+        // the DLQ looked drained (a receive came back short or empty): one receive at a time
+        // (`probe`: one may start) until a full batch comes back, not a burst of empty ones
+        let (mut drained, mut probe, mut receiving) = (false, false, 0usize);
+        // cycles in flight start at 2 and double with each full batch, up to `depth`: a
+        // shallow DLQ costs a few receives, not `depth` empty ones
+        let mut window = depth.min(2);
+        // releases of replays whose delete failed, under way: what they make visible is
+        // received again by this run
+        let mut releasing = 0usize;
         let mut recheck_at = Instant::now() + self.breaker_recheck;
         loop {
             if !checking && !run.rules.paused && stopped.is_none() && Instant::now() >= recheck_at {
@@ -208,15 +217,15 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             // the old verdict), nor while the replays already planned would keep it waiting
             // for tokens
             while !checking
-                && !drained
+                && (!drained || (probe && receiving == 0))
                 && stopped.is_none()
-                && cycles < depth
+                && cycles < window
                 && run.planned() <= ahead
             {
                 stopped = self.may_receive(run, cycles, by);
                 if stopped.is_none() {
                     steps.push(Box::pin(self.receive_step(deadline, by)));
-                    cycles += 1;
+                    (cycles, receiving, probe) = (cycles + 1, receiving + 1, false);
                 }
             }
             let Some(step) = steps.next().await else {
@@ -226,35 +235,46 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 // empty while other cycles hold messages (a FIFO group they lock, the last of
                 // a standard queue): receive again once one of them settled; else the end
                 Step::Received(Ok((batch, _))) if batch.is_empty() => {
-                    cycles -= 1;
-                    match cycles {
+                    (cycles, receiving) = (cycles - 1, receiving - 1);
+                    match cycles + releasing {
                         0 => _ = stopped.get_or_insert(StopReason::Empty),
                         _ => drained = true,
                     }
                 }
                 Step::Received(Ok((batch, received_at))) => {
+                    receiving -= 1;
+                    (drained, probe) = match batch.len() < resq::sqs::MAX_BATCH {
+                        true => (true, true),
+                        false => {
+                            window = (window * 2).min(depth);
+                            (false, false)
+                        }
+                    };
                     let cycle = run.plan(batch, &self.queues, now_ms(), received_at);
                     match request.dry_run {
                         true => {
-                            (cycles, drained) = (cycles - 1, false);
+                            cycles -= 1;
                             run.account(cycle, None);
                         }
                         false => steps.push(Box::pin(self.settle_step(cycle, by, &pacer))),
                     }
                 }
                 Step::Received(Err(stop)) => {
-                    cycles -= 1;
+                    (cycles, receiving) = (cycles - 1, receiving - 1);
                     stopped.get_or_insert(stop);
                 }
                 Step::Settled(cycle, report) => {
-                    (cycles, drained) = (cycles - 1, false);
+                    (cycles, probe) = (cycles - 1, true);
                     if run.account(cycle, Some(&report)) {
                         stopped = Some(StopReason::Deadline);
                     }
-                    self.settle_leftovers(run, &mut steps, by);
+                    releasing += usize::from(self.settle_leftovers(run, &mut steps, by));
                 }
                 Step::Kept(entries, report) => run.account_keeps(&entries, &report),
-                Step::Released(failed) => warn_unreleased(failed),
+                Step::Released(failed) => {
+                    (releasing, probe) = (releasing - 1, true);
+                    warn_unreleased(failed);
+                }
                 Step::Breaker(verdict) => {
                     checking = false;
                     recheck_at = Instant::now() + self.breaker_recheck;
@@ -289,15 +309,16 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
 
     /// After a cycle: replayed messages whose delete failed are made visible again now (this
     /// run then only deletes them), and kept messages are listed and hidden every
-    /// [`keep::MAX_ENTRIES_PER_LIST`].
+    /// [`keep::MAX_ENTRIES_PER_LIST`]. Returns whether a release started.
     fn settle_leftovers<'a>(
         &'a self,
         run: &mut Run,
         steps: &mut FuturesUnordered<LocalBoxFuture<'a, Step>>,
         by: Deadlines,
-    ) {
+    ) -> bool {
         let release = run.take_release_now();
-        if !release.is_empty() {
+        let releasing = !release.is_empty();
+        if releasing {
             steps.push(Box::pin(async move {
                 Step::Released(self.release_now(release, by.move_by).await)
             }));
@@ -313,6 +334,7 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 Step::Kept(entries, report)
             }));
         }
+        releasing
     }
 
     async fn receive_step(&self, deadline: Instant, by: Deadlines) -> Step {
@@ -1339,5 +1361,20 @@ mod tests {
         alarms.fail(PortError::service("AccessDenied", "not allowed"));
         let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
         assert!(summary.paused && summary.paused_too_long, "{summary:?}");
+    }
+
+    #[tokio::test]
+    async fn a_shallow_dlq_costs_a_few_receives_not_a_burst() {
+        // GIVEN 25 replayable messages at 3,000/s (up to 46 cycles in flight)
+        let (dlq, store, alarms) = doubles();
+        fill(&dlq, 25, 0);
+        let cfg = config(&[]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let summary = run_with(&dlq, &store, &alarms, &cfg, 3000.0, deadline).await;
+        // THEN all went with a handful of receives beside the sends and deletes (a window of
+        // cycles in flight that opened at once took 46 receives, most of them empty)
+        assert_eq!(summary.redriven, 25, "{summary:?}");
+        assert!(dlq.is_empty(DLQ));
+        assert!(dlq.calls() <= 20, "{} SQS calls", dlq.calls());
     }
 }
