@@ -292,7 +292,7 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             return Some(StopReason::Deadline);
         }
         // a dry run changes nothing: it does not hold the DLQ hidden past its budget
-        if run.summary_is_dry_run() && run.budget() == 0 {
+        if run.is_dry_run() && run.budget() == 0 {
             return Some(StopReason::MaxMessages);
         }
         let in_hand = run.hidden() + (cycles * resq::sqs::MAX_BATCH) as u64;

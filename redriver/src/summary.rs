@@ -268,7 +268,7 @@ impl Run {
     }
 
     /// Whether the run is a dry run.
-    pub fn summary_is_dry_run(&self) -> bool {
+    pub fn is_dry_run(&self) -> bool {
         self.summary.dry_run
     }
 
