@@ -196,11 +196,12 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         );
         let mut steps: FuturesUnordered<LocalBoxFuture<'_, Step>> = FuturesUnordered::new();
         let (mut cycles, mut stopped, mut checking) = (0usize, None, false);
-        // the DLQ looked drained (a receive came back short or empty): one receive at a time
-        // (`probe`: one may start) until a full batch comes back, not a burst of empty ones
+        // the DLQ looked drained (a receive came back empty): one receive at a time (`probe`:
+        // one may start) until one brings messages, not a burst of empty ones
         let (mut drained, mut probe, mut receiving) = (false, false, 0usize);
-        // cycles in flight start at 2 and double with each full batch, up to `depth`: a
-        // shallow DLQ costs a few receives, not `depth` empty ones
+        // cycles in flight start at 2 and double with each full batch, up to `depth`, and
+        // start over at 2 on an empty receive: a shallow DLQ, or a FIFO group this run
+        // holds, costs a few receives, not `depth` empty ones
         let mut window = depth.min(2);
         // releases of replays whose delete failed, under way: what they make visible is
         // received again by this run
@@ -236,20 +237,20 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 // a standard queue): receive again once one of them settled; else the end
                 Step::Received(Ok((batch, _))) if batch.is_empty() => {
                     (cycles, receiving) = (cycles - 1, receiving - 1);
+                    window = depth.min(2);
+                    // `probe`: a settle or release ended after this receive started, and may
+                    // have made messages receivable (a FIFO group unlocked, a release)
                     match cycles + releasing {
-                        0 => _ = stopped.get_or_insert(StopReason::Empty),
+                        0 if !probe => _ = stopped.get_or_insert(StopReason::Empty),
                         _ => drained = true,
                     }
                 }
                 Step::Received(Ok((batch, received_at))) => {
-                    receiving -= 1;
-                    (drained, probe) = match batch.len() < resq::sqs::MAX_BATCH {
-                        true => (true, true),
-                        false => {
-                            window = (window * 2).min(depth);
-                            (false, false)
-                        }
-                    };
+                    // a short batch is common in a standard queue: only an empty one says drained
+                    (receiving, drained) = (receiving - 1, false);
+                    if batch.len() == resq::sqs::MAX_BATCH {
+                        window = (window * 2).min(depth);
+                    }
                     let cycle = run.plan(batch, &self.queues, now_ms(), received_at);
                     match request.dry_run {
                         true => {
