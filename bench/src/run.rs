@@ -15,6 +15,10 @@ use crate::function::{self, FunctionRun};
 use crate::measured;
 use crate::proxy::{CountingProxy, Request};
 
+/// The `x-failure-reason` of the DLQ messages the bench seeds, with `x-failure-class=transient`:
+/// what the consumer writes when its downstream answers 503, so every seeded message is replayed.
+pub const SEED_REASON: &str = "DOWNSTREAM_UNAVAILABLE";
+
 /// Dollars per million SQS requests (standard queue, first tier).
 pub const DOLLARS_PER_MILLION_REQUESTS: f64 = 0.40;
 /// A replay rate that does not bind in the throughput comparison (resq's maximum).
@@ -979,7 +983,7 @@ fn achieved_rate(
         bodies,
         &serde_json::json!({
             resq::attributes::X_FAILURE_CLASS: attr("transient"),
-            resq::attributes::X_FAILURE_REASON: attr("HANDLER_TIMEOUT"),
+            resq::attributes::X_FAILURE_REASON: attr(SEED_REASON),
             resq::attributes::X_FIRST_SENT_AT: attr(&now),
         }),
     );
@@ -1130,10 +1134,7 @@ async fn seed(sqs: &aws_sdk_sqs::Client, dlq: &str, from: usize, n: usize) -> Re
                     .id(format!("m{from}-{b}-{i}"))
                     .message_body(body)
                     .message_attributes(resq::attributes::X_FAILURE_CLASS, attr("transient")?)
-                    .message_attributes(
-                        resq::attributes::X_FAILURE_REASON,
-                        attr("HANDLER_TIMEOUT")?,
-                    )
+                    .message_attributes(resq::attributes::X_FAILURE_REASON, attr(SEED_REASON)?)
                     .message_attributes(resq::attributes::X_FIRST_SENT_AT, attr(&now)?)
                     .build()
                     .map_err(|e| e.to_string())?,
