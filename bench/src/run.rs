@@ -1211,6 +1211,7 @@ mod tests {
             action: action.into(),
             entries,
             sqs: true,
+            waited: None,
         }
     }
 
