@@ -259,7 +259,13 @@ mod tests {
         // WHEN resq's redriver runs against the proxy
         let out = tokio::runtime::Runtime::new()
             .unwrap()
-            .block_on(crate::child::redrive(&proxy.endpoint, &dlq, &main, 1000.0))
+            .block_on(crate::child::redrive(
+                &proxy.endpoint,
+                &dlq,
+                &main,
+                1000.0,
+                crate::child::Design::Pipelined,
+            ))
             .unwrap();
         // THEN every message moved, in three batches, and both logs saw the same requests
         assert_eq!(out["redriven"], 25, "{out}");

@@ -68,6 +68,9 @@ enum Cmd {
         dlq_url: String,
         main_queue_url: String,
         rate: f64,
+        /// One batch in flight at a time (the design before pipelining), for comparison.
+        #[arg(long)]
+        sequential: bool,
     },
     /// Writes the consumer's benchmark event.
     Event {
@@ -123,8 +126,19 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
             dlq_url,
             main_queue_url,
             rate,
+            sequential,
         } => {
-            let out = rt()?.block_on(child::redrive(&endpoint, &dlq_url, &main_queue_url, rate))?;
+            let design = match sequential {
+                true => child::Design::Sequential,
+                false => child::Design::Pipelined,
+            };
+            let out = rt()?.block_on(child::redrive(
+                &endpoint,
+                &dlq_url,
+                &main_queue_url,
+                rate,
+                design,
+            ))?;
             println!("{out}");
         }
         Cmd::Event { records, out } => {
