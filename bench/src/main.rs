@@ -15,6 +15,7 @@ mod function;
 mod measured;
 mod proxy;
 mod run;
+mod scale;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +45,10 @@ struct RunArgs {
 enum Cmd {
     /// Every measurement in one interleaved run; writes bench/RESULTS.md.
     Run(Box<RunArgs>),
+    /// Only the redriver at scale (part of `run`): the pipelined and the sequential design on
+    /// the stand-in SQS with latency per call, then drains on LocalStack; prints its rows and
+    /// figures, writes nothing.
+    RedriveScale(Box<run::Options>),
     /// Child: one invocation of resq's consumer engine on an event file.
     Consumer { event: PathBuf },
     /// Child: one invocation of resq's consumer engine with an effect that waits `latency_ms`.
@@ -105,6 +110,26 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
             let latency = std::time::Duration::from_millis(latency_ms);
             let out = rt()?.block_on(child::consumer_io(&event, latency, concurrency))?;
             println!("{out}");
+        }
+        Cmd::RedriveScale(o) => {
+            let rt = rt()?;
+            let (latency, designs) = scale::stand_in(&o)?;
+            let localstack = match o.localstack_drain + o.localstack_drain_sequential {
+                0 => Vec::new(),
+                _ => {
+                    eprintln!("bench: LocalStack (starting it)");
+                    let ls = resq_local::localstack::LocalStack::start(&o.localstack_python)
+                        .map_err(|e| e.to_string())?;
+                    scale::localstack(&o, &ls, &rt)?
+                }
+            };
+            let scale = scale::Scale {
+                latency,
+                designs,
+                localstack,
+            };
+            println!("{}", scale.table());
+            println!("{}", scale.summary());
         }
         Cmd::Io(options) => {
             let rows = run::io(&options)?;

@@ -14,6 +14,7 @@ use crate::fakesqs::FakeSqs;
 use crate::function::{self, FunctionRun};
 use crate::measured;
 use crate::proxy::{CountingProxy, Request};
+use crate::scale;
 
 /// The `x-failure-reason` of the DLQ messages the bench seeds, with `x-failure-class=transient`:
 /// what the consumer writes when its downstream answers 503, so every seeded message is replayed.
@@ -84,6 +85,27 @@ pub struct Options {
     /// Interleaved rounds of the I/O-bound comparison.
     #[arg(long, default_value_t = 3)]
     pub io_rounds: usize,
+    /// The redriver at scale: the stand-in SQS's latency per call, ms.
+    #[arg(long, default_value_t = 10)]
+    pub scale_latency_ms: u64,
+    /// The redriver at scale: rates for the rate error on the stand-in with latency
+    /// (`rate × rate_seconds` messages each).
+    #[arg(long, value_delimiter = ',', default_value = "100,500,1000,3000")]
+    pub scale_rates: Vec<f64>,
+    /// The redriver at scale: the sequential design's messages per rate at most (it moves a
+    /// few hundred a second, whatever the rate).
+    #[arg(long, default_value_t = 2_000)]
+    pub sequential_max_messages: usize,
+    /// The redriver at scale: messages of the pipelined drain on the stand-in at 3,000/s
+    /// (extrapolated to 1,000,000; 0: none).
+    #[arg(long, default_value_t = 200_000)]
+    pub drain_messages: usize,
+    /// The redriver at scale: messages of the pipelined drain on LocalStack (0: none).
+    #[arg(long, default_value_t = 100_000)]
+    pub localstack_drain: usize,
+    /// The redriver at scale: messages of the sequential drain on LocalStack (0: none).
+    #[arg(long, default_value_t = 30_000)]
+    pub localstack_drain_sequential: usize,
     /// FIFO rows of the I/O-bound comparison: a batch of 10 (Lambda's FIFO maximum) dealt over
     /// each of these numbers of message groups.
     #[arg(long, value_delimiter = ',', default_value = "10,2")]
@@ -176,6 +198,9 @@ pub struct Report {
     pub rates: Vec<(f64, f64, f64)>,
     /// The same on LocalStack's SQS, through the counting proxy.
     pub rates_localstack: Vec<(f64, f64, f64)>,
+    /// The redriver at scale: pipelined against sequential, on the stand-in SQS with latency
+    /// and on LocalStack.
+    pub scale: crate::scale::Scale,
     /// Zip sizes in bytes: (consumer, redriver).
     pub zip_bytes: (u64, u64),
     /// Median init in ms: (consumer, redriver).
@@ -247,7 +272,7 @@ impl Report {
     pub fn summary_line(&self) -> String {
         let (resq_rpm, base_rpm) = self.requests_per_msg();
         format!(
-            "bench: consumer_speedup={:.1} consumer_rss_ratio={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} io_efficiency={:.2} io_speedup={:.1} io_vs_best_peer={:.2} engine_efficiency={:.2} cost_ratio={:.2} rate_error_pct_localstack={:.2}",
+            "bench: consumer_speedup={:.1} consumer_rss_ratio={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} io_efficiency={:.2} io_speedup={:.1} io_vs_best_peer={:.2} engine_efficiency={:.2} cost_ratio={:.2} rate_error_pct_localstack={:.2} redrive_msgs_per_s={:.0} drain_1m_minutes={:.1}",
             self.consumer_speedup(),
             self.consumer_rss_ratio(),
             self.redrive_speedup(),
@@ -265,6 +290,8 @@ impl Report {
             self.engine_efficiency(),
             self.cost.cost_ratio(),
             self.rate_error_pct_localstack(),
+            self.scale.msgs_per_s(),
+            self.scale.drain_1m_minutes(),
         )
     }
 
@@ -363,6 +390,9 @@ impl Report {
                 "".into(),
                 target,
             );
+        }
+        for [m, a, b, r, target] in self.scale.rows() {
+            row(&m, a, b, r, &target);
         }
         row(
             "zip, consumer / redriver, KiB (arm64, `cargo lambda build --release --arm64 --output-format zip`)",
@@ -582,7 +612,17 @@ pub fn run(o: &Options) -> Result<Report, String> {
         rates.push((rate, resq, base));
     }
     drop(stand_in);
-    let rates_localstack = localstack_rates(o, &rt)?;
+    let (scale_stand_in_latency, scale_designs) = scale::stand_in(o)?;
+    eprintln!("bench: LocalStack (starting it)");
+    let localstack = resq_local::localstack::LocalStack::start(&o.localstack_python)
+        .map_err(|e| e.to_string())?;
+    let rates_localstack = localstack_rates(o, &localstack, &rt)?;
+    let scale = scale::Scale {
+        latency: scale_stand_in_latency,
+        designs: scale_designs,
+        localstack: scale::localstack(o, &localstack, &rt)?,
+    };
+    drop(localstack);
 
     let zip = |f: &str| {
         let p = o.zips.join(f).join("bootstrap.zip");
@@ -623,6 +663,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
         redriven: redrive.messages,
         rates,
         rates_localstack,
+        scale,
         zip_bytes,
         init_ms: (median(&mut consumer_init), median(&mut redriver_init)),
         coldstart_runs: o.coldstart_runs,
@@ -915,7 +956,7 @@ fn worst_rate_error(rates: &[(f64, f64, f64)]) -> f64 {
 
 /// A counting proxy in front of the emulator at `endpoint` (what the redrivers talk to), and an
 /// SQS client that talks to the emulator directly (set-up and checks are not counted).
-fn counted(
+pub fn counted(
     endpoint: &str,
     rt: &tokio::runtime::Runtime,
 ) -> Result<(CountingProxy, aws_sdk_sqs::Client), String> {
@@ -934,11 +975,9 @@ fn counted(
 /// the counting proxy, the rate read off its request log as on the stand-in.
 fn localstack_rates(
     o: &Options,
+    localstack: &resq_local::localstack::LocalStack,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Vec<(f64, f64, f64)>, String> {
-    eprintln!("bench: rates on LocalStack (starting it)");
-    let localstack = resq_local::localstack::LocalStack::start(&o.localstack_python)
-        .map_err(|e| e.to_string())?;
     let (proxy, sqs) = counted(&localstack.endpoint, rt)?;
     let env = Env {
         o,
@@ -1077,7 +1116,7 @@ pub fn achieved(requests: &[Request]) -> Option<f64> {
     (span > 0.0).then(|| after_first as f64 / span)
 }
 
-fn breakdown(log: &[Request]) -> String {
+pub fn breakdown(log: &[Request]) -> String {
     let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
     for r in log.iter().filter(|r| r.sqs) {
         *counts.entry(&r.action).or_default() += 1;
@@ -1089,7 +1128,7 @@ fn breakdown(log: &[Request]) -> String {
         .join(", ")
 }
 
-async fn create_queue(sqs: &aws_sdk_sqs::Client, name: &str) -> Result<String, String> {
+pub async fn create_queue(sqs: &aws_sdk_sqs::Client, name: &str) -> Result<String, String> {
     sqs.create_queue()
         .queue_name(name)
         .send()
@@ -1099,7 +1138,7 @@ async fn create_queue(sqs: &aws_sdk_sqs::Client, name: &str) -> Result<String, S
         .ok_or_else(|| format!("create queue {name}: no URL"))
 }
 
-async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<usize, String> {
+pub async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<usize, String> {
     resq::sqs::depth(sqs, url)
         .await
         .map(|(visible, in_flight)| (visible + in_flight) as usize)
@@ -1108,7 +1147,12 @@ async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<usize, String> {
 
 /// `n` DLQ messages as the consumer leaves them (an order body and the failure marks), the
 /// first numbered `from`.
-async fn seed(sqs: &aws_sdk_sqs::Client, dlq: &str, from: usize, n: usize) -> Result<(), String> {
+pub async fn seed(
+    sqs: &aws_sdk_sqs::Client,
+    dlq: &str,
+    from: usize,
+    n: usize,
+) -> Result<(), String> {
     let now = chrono::Utc::now().timestamp_millis().to_string();
     let ev = event::sqs_event(n, 0.0, from as u64);
     let bodies: Vec<String> = ev.event["Records"]
