@@ -115,8 +115,9 @@ build: $(TOOLS) arm-target
 deploy: $(TOOLS) arm-target
 	cd infra && sam build && sam deploy
 
-## bench: resq against Powertools (consumer) and a boto3 redriver, zip sizes, cold start;
-## prints a table and the `bench:` line, and updates bench/RESULTS.md
+## bench: resq against Powertools (consumer) and a boto3 redriver, the redriver at scale
+## (pipelined against sequential: an in-memory SQS with 10 ms per call, then LocalStack), zip
+## sizes, cold start; prints a table and the `bench:` line, and updates bench/RESULTS.md
 bench: $(TOOLS) $(BENCH_TOOLS) $(LOCALSTACK) arm-target
 	cargo lambda build --release --arm64 --output-format zip
 	cargo build --release -p consumer -p redriver -p resq-bench

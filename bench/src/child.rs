@@ -186,8 +186,50 @@ pub async fn consumer_io(
     }))
 }
 
-/// One run of resq's redriver: DLQ → main queue at `rate`, until the DLQ is empty.
-pub async fn redrive(endpoint: &str, dlq: &str, main: &str, rate: f64) -> Result<Value, String> {
+/// Which of the redriver's designs a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Design {
+    /// Several receive → settle cycles in flight under one token bucket (the default).
+    Pipelined,
+    /// One batch in flight at a time (`with_max_cycles_in_flight(1)`), for comparison.
+    Sequential,
+}
+
+impl Design {
+    /// Its name in the reports and on the child's command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Design::Pipelined => "pipelined",
+            Design::Sequential => "sequential",
+        }
+    }
+}
+
+/// This process's CPU time so far (user + system), s.
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct it is handed.
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// The longest a benchmark run may take: Lambda's maximum timeout (a 1,000,000-message drain
+/// at 3,000/s takes about 5.6 min).
+pub const RUN_DEADLINE: Duration = Duration::from_secs(900);
+
+/// One run of resq's redriver: DLQ → main queue at `rate`, `MAX_MESSAGES_PER_RUN=auto` (what
+/// the rate allows in the run's time), until the DLQ is empty.
+pub async fn redrive(
+    endpoint: &str,
+    dlq: &str,
+    main: &str,
+    rate: f64,
+    design: Design,
+) -> Result<Value, String> {
     quiet_json_logs();
     let sdk = resq_local::emulator::local_sdk_config(endpoint).await;
     let config = RedriverConfig::from_vars(&vars(vec![
@@ -195,11 +237,11 @@ pub async fn redrive(endpoint: &str, dlq: &str, main: &str, rate: f64) -> Result
         ("DLQ_URL", dlq.into()),
         ("ARCHIVE_BUCKET", "resq-bench".into()),
         ("REDRIVE_RATE_PER_SECOND", rate.to_string()),
-        ("MAX_MESSAGES_PER_RUN", "100000".into()),
+        ("MAX_MESSAGES_PER_RUN", "auto".into()),
     ]))
     .map_err(|e| e.to_string())?;
     let request = RunRequest::defaults(&config);
-    let engine = Redriver::new(
+    let mut engine = Redriver::new(
         aws_sdk_sqs::Client::new(&sdk),
         MemoryStore::default(),
         CloudWatchAlarms::new(aws_sdk_cloudwatch::Client::new(&sdk)),
@@ -207,16 +249,24 @@ pub async fn redrive(endpoint: &str, dlq: &str, main: &str, rate: f64) -> Result
     )
     .with_metrics(false)
     .with_receive_wait(0);
-    let started = Instant::now();
-    let summary = engine
-        .run(&request, Instant::now() + Duration::from_secs(900))
-        .await;
+    let mut cycles = redriver::plan::cycles_in_flight(rate);
+    if design == Design::Sequential {
+        engine = engine.with_max_cycles_in_flight(1);
+        cycles = 1;
+    }
+    let (started, cpu_before) = (Instant::now(), cpu_seconds());
+    let summary = engine.run(&request, Instant::now() + RUN_DEADLINE).await;
     let seconds = started.elapsed().as_secs_f64();
     Ok(json!({
         "impl": "resq",
+        "design": design.name(),
+        "cycles_in_flight": cycles,
+        "received": summary.received,
         "redriven": summary.redriven,
         "failed": summary.failed,
+        "delete_failed": summary.delete_failed,
         "stopped_by": summary.stopped_by,
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds() - cpu_before,
     }))
 }

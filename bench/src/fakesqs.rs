@@ -5,10 +5,14 @@
 //! not the rate limiter, set the pace. Requests are logged like the counting proxy's. It also
 //! accepts S3 puts (without keeping them), for the consumer function's order records when its
 //! memory is measured ([`crate::function`]).
+//!
+//! [`FakeSqs::start_with_latency`] gives every call a fixed latency (the answer waits that
+//! long, a timer per connection, so calls on other connections go on meanwhile): SQS's own
+//! round trip, for the redriver's throughput rows.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -47,15 +51,22 @@ pub struct FakeSqs {
 }
 
 impl FakeSqs {
-    /// Starts it on a free loopback port.
+    /// Starts it on a free loopback port, answering at once.
     pub fn start() -> Result<Self, String> {
+        Self::start_with_latency(Duration::ZERO)
+    }
+
+    /// Starts it on a free loopback port; every call (receive, send, delete, visibility, S3
+    /// put) is answered `latency` after it arrived. Each connection is served by a task of its
+    /// own, so a call waiting out its latency never holds up the others.
+    pub fn start_with_latency(latency: Duration) -> Result<Self, String> {
         let log: Log = Arc::default();
         let state: Arc<Mutex<State>> = Arc::default();
         let (l, s) = (log.clone(), state.clone());
         let addr = serve_on_thread(move |conn| {
             let (log, state) = (l.clone(), s.clone());
             async move {
-                if let Err(e) = serve(conn, log, state).await {
+                if let Err(e) = serve(conn, log, state, latency).await {
                     eprintln!("stand-in SQS: connection ended: {e}");
                 }
             }
@@ -98,6 +109,13 @@ impl FakeSqs {
                 .count()
     }
 
+    /// Empties a queue, its messages in flight included (frees a large run's memory).
+    pub fn purge(&self, queue_url: &str) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.queues.remove(queue_url);
+        st.in_flight.retain(|_, (q, _)| q != queue_url);
+    }
+
     /// A position in the log.
     pub fn mark(&self) -> usize {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).len()
@@ -109,12 +127,21 @@ impl FakeSqs {
     }
 }
 
-async fn serve(mut conn: TcpStream, log: Log, state: Arc<Mutex<State>>) -> std::io::Result<()> {
+async fn serve(
+    mut conn: TcpStream,
+    log: Log,
+    state: Arc<Mutex<State>>,
+    latency: Duration,
+) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(16 * 1024);
     loop {
         let Some(request) = next_request(&mut conn, &mut buf).await? else {
             return Ok(());
         };
+        let arrived = Instant::now();
+        if !latency.is_zero() {
+            tokio::time::sleep_until((arrived + latency).into()).await;
+        }
         let target = request.header("x-amz-target");
         if target.is_none() && request.head.starts_with("PUT ") {
             // an S3 put (the consumer's order record, path-style): accepted, not kept
@@ -126,7 +153,7 @@ async fn serve(mut conn: TcpStream, log: Log, state: Arc<Mutex<State>>) -> std::
             continue;
         }
         let body = request.body(&buf);
-        let logged = classify(Instant::now(), target, body);
+        let logged = classify(arrived, target, body);
         let input: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let (status, output) = {
             let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
@@ -239,21 +266,84 @@ mod tests {
         // WHEN resq's redriver runs against the proxy
         let out = tokio::runtime::Runtime::new()
             .unwrap()
-            .block_on(crate::child::redrive(&proxy.endpoint, &dlq, &main, 1000.0))
+            .block_on(crate::child::redrive(
+                &proxy.endpoint,
+                &dlq,
+                &main,
+                1000.0,
+                crate::child::Design::Pipelined,
+            ))
             .unwrap();
         // THEN every message moved, in three batches, and both logs saw the same requests
         assert_eq!(out["redriven"], 25, "{out}");
         assert_eq!((sqs.depth(&main), sqs.depth(&dlq)), (25, 0));
         let counted = proxy.since(mark);
+        // (the batches' cycles are in flight side by side: their sends go in any order)
         let mut sends: Vec<usize> = counted
             .iter()
             .filter(|r| r.action == "SendMessageBatch")
             .map(|r| r.entries)
             .collect();
-        // cycles are pipelined: the batches may go in any order
         sends.sort_unstable();
         assert_eq!(sends, vec![5, 10, 10]);
         assert_eq!(proxy.deleted_since(mark), 25);
         assert_eq!(counted.len(), sqs.since(0).len());
+    }
+
+    #[test]
+    fn with_latency_every_call_waits_it_and_connections_are_served_side_by_side() {
+        // GIVEN a stand-in answering each call 300 ms after it arrived, behind the counting
+        // proxy, with 40 DLQ messages
+        let latency = Duration::from_millis(300);
+        let sqs = FakeSqs::start_with_latency(latency).unwrap();
+        let dlq = sqs.queue_url("lat-dlq");
+        sqs.seed(
+            &dlq,
+            (0..40).map(|i| format!("body-{i}")).collect(),
+            &json!({}),
+        );
+        let upstream = sqs.endpoint.trim_start_matches("http://").parse().unwrap();
+        let proxy = CountingProxy::start(upstream).unwrap();
+        // WHEN four receives go at once (the SDK opens a connection for each)
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (mark, proxy_mark) = (sqs.mark(), proxy.mark());
+        let received = rt.block_on(async {
+            let sdk = resq_local::emulator::local_sdk_config(&proxy.endpoint).await;
+            let client = aws_sdk_sqs::Client::new(&sdk);
+            let mut calls = tokio::task::JoinSet::new();
+            for _ in 0..4 {
+                let (client, dlq) = (client.clone(), dlq.clone());
+                calls.spawn(async move {
+                    let out = client
+                        .receive_message()
+                        .queue_url(dlq)
+                        .max_number_of_messages(10)
+                        .send()
+                        .await
+                        .unwrap();
+                    out.messages.unwrap_or_default().len()
+                });
+            }
+            let mut n = 0;
+            while let Some(r) = calls.join_next().await {
+                n += r.unwrap();
+            }
+            n
+        });
+        // THEN every message came, each call waited its latency at the proxy, and each arrived
+        // before the first was answered: none waited for another connection's call
+        assert_eq!(received, 40);
+        let counted = proxy.since(proxy_mark);
+        assert_eq!(counted.len(), 4);
+        assert!(
+            counted.iter().all(|r| r.waited >= Some(latency)),
+            "{counted:?}"
+        );
+        let arrivals: Vec<Instant> = sqs.since(mark).iter().map(|r| r.at).collect();
+        let (first, last) = (
+            arrivals.iter().min().unwrap(),
+            arrivals.iter().max().unwrap(),
+        );
+        assert!(last.duration_since(*first) < latency, "{arrivals:?}");
     }
 }

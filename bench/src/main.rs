@@ -15,6 +15,7 @@ mod function;
 mod measured;
 mod proxy;
 mod run;
+mod scale;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +45,10 @@ struct RunArgs {
 enum Cmd {
     /// Every measurement in one interleaved run; writes bench/RESULTS.md.
     Run(Box<RunArgs>),
+    /// Only the redriver at scale (part of `run`): the pipelined and the sequential design on
+    /// the stand-in SQS with latency per call, then drains on LocalStack; prints its rows and
+    /// figures, writes nothing.
+    RedriveScale(Box<run::Options>),
     /// Child: one invocation of resq's consumer engine on an event file.
     Consumer { event: PathBuf },
     /// Child: one invocation of resq's consumer engine with an effect that waits `latency_ms`.
@@ -68,6 +73,9 @@ enum Cmd {
         dlq_url: String,
         main_queue_url: String,
         rate: f64,
+        /// One batch in flight at a time (the design before pipelining), for comparison.
+        #[arg(long)]
+        sequential: bool,
     },
     /// Writes the consumer's benchmark event.
     Event {
@@ -103,6 +111,26 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
             let out = rt()?.block_on(child::consumer_io(&event, latency, concurrency))?;
             println!("{out}");
         }
+        Cmd::RedriveScale(o) => {
+            let rt = rt()?;
+            let (latency, designs) = scale::stand_in(&o)?;
+            let localstack = match o.localstack_drain + o.localstack_drain_sequential {
+                0 => Vec::new(),
+                _ => {
+                    eprintln!("bench: LocalStack (starting it)");
+                    let ls = resq_local::localstack::LocalStack::start(&o.localstack_python)
+                        .map_err(|e| e.to_string())?;
+                    scale::localstack(&o, &ls, &rt)?
+                }
+            };
+            let scale = scale::Scale {
+                latency,
+                designs,
+                localstack,
+            };
+            println!("{}", scale.table());
+            println!("{}", scale.summary());
+        }
         Cmd::Io(options) => {
             let rows = run::io(&options)?;
             println!("{}", run::io_table(&rows));
@@ -123,8 +151,19 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
             dlq_url,
             main_queue_url,
             rate,
+            sequential,
         } => {
-            let out = rt()?.block_on(child::redrive(&endpoint, &dlq_url, &main_queue_url, rate))?;
+            let design = match sequential {
+                true => child::Design::Sequential,
+                false => child::Design::Pipelined,
+            };
+            let out = rt()?.block_on(child::redrive(
+                &endpoint,
+                &dlq_url,
+                &main_queue_url,
+                rate,
+                design,
+            ))?;
             println!("{out}");
         }
         Cmd::Event { records, out } => {

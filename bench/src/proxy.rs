@@ -1,13 +1,15 @@
 //! A counting proxy on 127.0.0.1: forwards every byte to the emulator and logs each request's
-//! arrival time, action (`X-Amz-Target` or the Query `Action`) and batch size. Requests per
-//! redriven message and the achieved send rate are read off this log: counted, not computed.
+//! arrival time, action (`X-Amz-Target` or the Query `Action`) and batch size, and how long it
+//! waited for the first byte of its answer. Requests per redriven message and the achieved send
+//! rate are read off this log: counted, not computed.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use resq_local::http::{next_request, serve_on_thread};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// One request seen by the proxy.
@@ -21,6 +23,9 @@ pub struct Request {
     pub entries: usize,
     /// Whether it is an SQS call.
     pub sqs: bool,
+    /// From its arrival to the first byte of its answer (the proxy's log only; `None` when no
+    /// answer came): the emulator's time for the call, loopback included.
+    pub waited: Option<Duration>,
 }
 
 /// The shared request log.
@@ -73,13 +78,37 @@ impl CountingProxy {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Forwards one client connection. An HTTP/1.1 client sends its next request on a connection
+/// only once the answer to the last one is complete (the SDK does not pipeline), so the first
+/// bytes from the server after a request are its answer: that is when its wait ends.
 async fn forward(client: TcpStream, upstream: SocketAddr, log: Log) -> std::io::Result<()> {
     let server = TcpStream::connect(upstream).await?;
     server.set_nodelay(true)?;
     let (mut from_client, mut to_client) = client.into_split();
     let (mut from_server, mut to_server) = server.into_split();
+    // forwarded and not answered yet, oldest first: (place in the log, arrival)
+    let unanswered: Arc<Mutex<VecDeque<(usize, Instant)>>> = Arc::default();
+    let (answers_log, answering) = (log.clone(), unanswered.clone());
     tokio::spawn(async move {
-        let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+        let mut chunk = vec![0u8; 64 * 1024];
+        while let Ok(n) = from_server.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            let now = Instant::now();
+            if let Some((i, at)) = lock(&answering).pop_front()
+                && let Some(r) = lock(&answers_log).get_mut(i)
+            {
+                r.waited = Some(now.duration_since(at));
+            }
+            if to_client.write_all(&chunk[..n]).await.is_err() {
+                break;
+            }
+        }
         let _ = to_client.shutdown().await;
     });
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
@@ -89,11 +118,16 @@ async fn forward(client: TcpStream, upstream: SocketAddr, log: Log) -> std::io::
             return Ok(());
         };
         let at = Instant::now();
-        log.lock().unwrap_or_else(|e| e.into_inner()).push(classify(
-            at,
-            request.header("x-amz-target"),
-            request.body(&buf),
-        ));
+        let place = {
+            let mut log = lock(&log);
+            log.push(classify(
+                at,
+                request.header("x-amz-target"),
+                request.body(&buf),
+            ));
+            log.len() - 1
+        };
+        lock(&unanswered).push_back((place, at));
         to_server.write_all(&buf[..request.end]).await?;
         buf.drain(..request.end);
     }
@@ -131,6 +165,7 @@ pub fn classify(at: Instant, target: Option<String>, body: &[u8]) -> Request {
         action,
         entries,
         sqs,
+        waited: None,
     }
 }
 

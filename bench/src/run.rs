@@ -14,6 +14,11 @@ use crate::fakesqs::FakeSqs;
 use crate::function::{self, FunctionRun};
 use crate::measured;
 use crate::proxy::{CountingProxy, Request};
+use crate::scale;
+
+/// The `x-failure-reason` of the DLQ messages the bench seeds, with `x-failure-class=transient`:
+/// what the consumer writes when its downstream answers 503, so every seeded message is replayed.
+pub const SEED_REASON: &str = "DOWNSTREAM_UNAVAILABLE";
 
 /// Dollars per million SQS requests (standard queue, first tier).
 pub const DOLLARS_PER_MILLION_REQUESTS: f64 = 0.40;
@@ -80,6 +85,27 @@ pub struct Options {
     /// Interleaved rounds of the I/O-bound comparison.
     #[arg(long, default_value_t = 3)]
     pub io_rounds: usize,
+    /// The redriver at scale: the stand-in SQS's latency per call, ms.
+    #[arg(long, default_value_t = 10)]
+    pub scale_latency_ms: u64,
+    /// The redriver at scale: rates for the rate error on the stand-in with latency
+    /// (`rate × rate_seconds` messages each).
+    #[arg(long, value_delimiter = ',', default_value = "100,500,1000,3000")]
+    pub scale_rates: Vec<f64>,
+    /// The redriver at scale: the sequential design's messages per rate at most (it moves a
+    /// few hundred a second, whatever the rate).
+    #[arg(long, default_value_t = 2_000)]
+    pub sequential_max_messages: usize,
+    /// The redriver at scale: messages of the pipelined drain on the stand-in at 3,000/s
+    /// (extrapolated to 1,000,000; 0: none).
+    #[arg(long, default_value_t = 200_000)]
+    pub drain_messages: usize,
+    /// The redriver at scale: messages of the pipelined drain on LocalStack (0: none).
+    #[arg(long, default_value_t = 100_000)]
+    pub localstack_drain: usize,
+    /// The redriver at scale: messages of the sequential drain on LocalStack (0: none).
+    #[arg(long, default_value_t = 30_000)]
+    pub localstack_drain_sequential: usize,
     /// FIFO rows of the I/O-bound comparison: a batch of 10 (Lambda's FIFO maximum) dealt over
     /// each of these numbers of message groups.
     #[arg(long, value_delimiter = ',', default_value = "10,2")]
@@ -166,12 +192,17 @@ pub struct Report {
     pub redrive_requests: (usize, usize),
     /// `action=count` lists: (resq, baseline).
     pub redrive_breakdown: (String, String),
+    /// Messages moto handed to two receives at once, so replayed twice: (resq, baseline).
+    pub redrive_duplicates: (usize, usize),
     /// Messages each redrove.
     pub redriven: usize,
     /// (configured, resq achieved, baseline achieved), on the stand-in SQS.
     pub rates: Vec<(f64, f64, f64)>,
     /// The same on LocalStack's SQS, through the counting proxy.
     pub rates_localstack: Vec<(f64, f64, f64)>,
+    /// The redriver at scale: pipelined against sequential, on the stand-in SQS with latency
+    /// and on LocalStack.
+    pub scale: crate::scale::Scale,
     /// Zip sizes in bytes: (consumer, redriver).
     pub zip_bytes: (u64, u64),
     /// Median init in ms: (consumer, redriver).
@@ -243,7 +274,7 @@ impl Report {
     pub fn summary_line(&self) -> String {
         let (resq_rpm, base_rpm) = self.requests_per_msg();
         format!(
-            "bench: consumer_speedup={:.1} consumer_rss_ratio={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} io_efficiency={:.2} io_speedup={:.1} io_vs_best_peer={:.2} engine_efficiency={:.2} cost_ratio={:.2} rate_error_pct_localstack={:.2}",
+            "bench: consumer_speedup={:.1} consumer_rss_ratio={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} io_efficiency={:.2} io_speedup={:.1} io_vs_best_peer={:.2} engine_efficiency={:.2} cost_ratio={:.2} rate_error_pct_localstack={:.2} redrive_msgs_per_s={:.0} drain_1m_minutes={:.1}",
             self.consumer_speedup(),
             self.consumer_rss_ratio(),
             self.redrive_speedup(),
@@ -261,6 +292,8 @@ impl Report {
             self.engine_efficiency(),
             self.cost.cost_ratio(),
             self.rate_error_pct_localstack(),
+            self.scale.msgs_per_s(),
+            self.scale.drain_1m_minutes(),
         )
     }
 
@@ -323,6 +356,13 @@ impl Report {
             "≤ 0.31",
         );
         row(
+            "redrive: messages moto handed to two receives at once, so replayed twice (its ReceiveMessage takes no lock)",
+            self.redrive_duplicates.0.to_string(),
+            self.redrive_duplicates.1.to_string(),
+            "".into(),
+            "",
+        );
+        row(
             "redrive: request cost per million redriven messages, $",
             format!("{:.3}", cost(resq_rpm)),
             format!("{:.3}", cost(base_rpm)),
@@ -359,6 +399,9 @@ impl Report {
                 "".into(),
                 target,
             );
+        }
+        for [m, a, b, r, target] in self.scale.rows() {
+            row(&m, a, b, r, &target);
         }
         row(
             "zip, consumer / redriver, KiB (arm64, `cargo lambda build --release --arm64 --output-format zip`)",
@@ -578,7 +621,17 @@ pub fn run(o: &Options) -> Result<Report, String> {
         rates.push((rate, resq, base));
     }
     drop(stand_in);
-    let rates_localstack = localstack_rates(o, &rt)?;
+    let (scale_stand_in_latency, scale_designs) = scale::stand_in(o)?;
+    eprintln!("bench: LocalStack (starting it)");
+    let localstack = resq_local::localstack::LocalStack::start(&o.localstack_python)
+        .map_err(|e| e.to_string())?;
+    let rates_localstack = localstack_rates(o, &localstack, &rt)?;
+    let scale = scale::Scale {
+        latency: scale_stand_in_latency,
+        designs: scale_designs,
+        localstack: scale::localstack(o, &localstack, &rt)?,
+    };
+    drop(localstack);
 
     let zip = |f: &str| {
         let p = o.zips.join(f).join("bootstrap.zip");
@@ -616,9 +669,11 @@ pub fn run(o: &Options) -> Result<Report, String> {
         redrive_seconds: redrive.seconds,
         redrive_requests: redrive.requests,
         redrive_breakdown: redrive.breakdown,
+        redrive_duplicates: redrive.duplicates,
         redriven: redrive.messages,
         rates,
         rates_localstack,
+        scale,
         zip_bytes,
         init_ms: (median(&mut consumer_init), median(&mut redriver_init)),
         coldstart_runs: o.coldstart_runs,
@@ -805,18 +860,22 @@ struct Redrive {
     seconds: Pair<f64>,
     requests: Pair<usize>,
     breakdown: Pair<String>,
+    duplicates: Pair<usize>,
     messages: usize,
 }
 
 struct Outcome {
     seconds: f64,
     requests: Vec<Request>,
+    /// Messages the emulator handed out twice (replayed twice).
+    duplicates: usize,
 }
 
 impl Env<'_> {
     fn redrive(&self) -> Result<Redrive, String> {
         let chunks = self.o.redrive_messages.div_ceil(self.o.chunk);
         let mut seconds = (0.0, 0.0);
+        let mut duplicates = (0, 0);
         let mut resq_log = Vec::new();
         let mut base_log = Vec::new();
         for c in 0..chunks {
@@ -831,10 +890,12 @@ impl Env<'_> {
                 match which {
                     Impl::Resq => {
                         seconds.0 += out.seconds;
+                        duplicates.0 += out.duplicates;
                         resq_log.extend(out.requests);
                     }
                     Impl::Baseline => {
                         seconds.1 += out.seconds;
+                        duplicates.1 += out.duplicates;
                         base_log.extend(out.requests);
                     }
                 }
@@ -845,13 +906,17 @@ impl Env<'_> {
             seconds,
             requests: (sqs_count(&resq_log), sqs_count(&base_log)),
             breakdown: (breakdown(&resq_log), breakdown(&base_log)),
+            duplicates,
             messages: self.o.redrive_messages,
         })
     }
 
     /// Fresh queues and one run of `which` through the proxy over `n` DLQ messages, fed as it
     /// goes so the DLQ holds about `FEED_DEPTH` (moto's receive slows down with depth); then
-    /// checks that every message reached the main queue and none is left behind.
+    /// checks that every message reached the main queue and none is left behind. moto's
+    /// `ReceiveMessage` takes no lock: two receives at once (the pipelined redriver's cycles)
+    /// can both be handed the same message, and both replay it. SQS's standard queues deliver
+    /// at least once too, so such a message is counted as a duplicate, not as an error.
     fn replay(&self, which: Impl, rate: f64, n: usize, tag: &str) -> Result<Outcome, String> {
         let name = format!("bench-{tag}-{which:?}-{}", rand::random::<u32>())
             .to_lowercase()
@@ -883,7 +948,7 @@ impl Env<'_> {
         let (in_dlq, in_main) = self.rt.block_on(async {
             Ok::<_, String>((depth(self.sqs, &dlq).await?, depth(self.sqs, &main).await?))
         })?;
-        if fed != n || redriven != n || in_dlq != 0 || in_main != n {
+        if fed != n || redriven < n || in_dlq != 0 || in_main != redriven {
             return Err(format!(
                 "{which:?} did not move every message: {fed} of {n} fed, {redriven} redriven, {in_main} in the main queue, {in_dlq} left in the DLQ ({result}); \
                  if the run stopped early, the feeder fell behind (raise FEED_DEPTH)"
@@ -897,6 +962,7 @@ impl Env<'_> {
         Ok(Outcome {
             seconds: seconds(&result["seconds"])?,
             requests,
+            duplicates: redriven - n,
         })
     }
 }
@@ -911,7 +977,7 @@ fn worst_rate_error(rates: &[(f64, f64, f64)]) -> f64 {
 
 /// A counting proxy in front of the emulator at `endpoint` (what the redrivers talk to), and an
 /// SQS client that talks to the emulator directly (set-up and checks are not counted).
-fn counted(
+pub fn counted(
     endpoint: &str,
     rt: &tokio::runtime::Runtime,
 ) -> Result<(CountingProxy, aws_sdk_sqs::Client), String> {
@@ -930,11 +996,9 @@ fn counted(
 /// the counting proxy, the rate read off its request log as on the stand-in.
 fn localstack_rates(
     o: &Options,
+    localstack: &resq_local::localstack::LocalStack,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Vec<(f64, f64, f64)>, String> {
-    eprintln!("bench: rates on LocalStack (starting it)");
-    let localstack = resq_local::localstack::LocalStack::start(&o.localstack_python)
-        .map_err(|e| e.to_string())?;
     let (proxy, sqs) = counted(&localstack.endpoint, rt)?;
     let env = Env {
         o,
@@ -979,7 +1043,7 @@ fn achieved_rate(
         bodies,
         &serde_json::json!({
             resq::attributes::X_FAILURE_CLASS: attr("transient"),
-            resq::attributes::X_FAILURE_REASON: attr("HANDLER_TIMEOUT"),
+            resq::attributes::X_FAILURE_REASON: attr(SEED_REASON),
             resq::attributes::X_FIRST_SENT_AT: attr(&now),
         }),
     );
@@ -1073,7 +1137,7 @@ pub fn achieved(requests: &[Request]) -> Option<f64> {
     (span > 0.0).then(|| after_first as f64 / span)
 }
 
-fn breakdown(log: &[Request]) -> String {
+pub fn breakdown(log: &[Request]) -> String {
     let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
     for r in log.iter().filter(|r| r.sqs) {
         *counts.entry(&r.action).or_default() += 1;
@@ -1085,7 +1149,7 @@ fn breakdown(log: &[Request]) -> String {
         .join(", ")
 }
 
-async fn create_queue(sqs: &aws_sdk_sqs::Client, name: &str) -> Result<String, String> {
+pub async fn create_queue(sqs: &aws_sdk_sqs::Client, name: &str) -> Result<String, String> {
     sqs.create_queue()
         .queue_name(name)
         .send()
@@ -1095,7 +1159,7 @@ async fn create_queue(sqs: &aws_sdk_sqs::Client, name: &str) -> Result<String, S
         .ok_or_else(|| format!("create queue {name}: no URL"))
 }
 
-async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<usize, String> {
+pub async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<usize, String> {
     resq::sqs::depth(sqs, url)
         .await
         .map(|(visible, in_flight)| (visible + in_flight) as usize)
@@ -1104,7 +1168,12 @@ async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<usize, String> {
 
 /// `n` DLQ messages as the consumer leaves them (an order body and the failure marks), the
 /// first numbered `from`.
-async fn seed(sqs: &aws_sdk_sqs::Client, dlq: &str, from: usize, n: usize) -> Result<(), String> {
+pub async fn seed(
+    sqs: &aws_sdk_sqs::Client,
+    dlq: &str,
+    from: usize,
+    n: usize,
+) -> Result<(), String> {
     let now = chrono::Utc::now().timestamp_millis().to_string();
     let ev = event::sqs_event(n, 0.0, from as u64);
     let bodies: Vec<String> = ev.event["Records"]
@@ -1130,10 +1199,7 @@ async fn seed(sqs: &aws_sdk_sqs::Client, dlq: &str, from: usize, n: usize) -> Re
                     .id(format!("m{from}-{b}-{i}"))
                     .message_body(body)
                     .message_attributes(resq::attributes::X_FAILURE_CLASS, attr("transient")?)
-                    .message_attributes(
-                        resq::attributes::X_FAILURE_REASON,
-                        attr("HANDLER_TIMEOUT")?,
-                    )
+                    .message_attributes(resq::attributes::X_FAILURE_REASON, attr(SEED_REASON)?)
                     .message_attributes(resq::attributes::X_FIRST_SENT_AT, attr(&now)?)
                     .build()
                     .map_err(|e| e.to_string())?,
@@ -1210,6 +1276,7 @@ mod tests {
             action: action.into(),
             entries,
             sqs: true,
+            waited: None,
         }
     }
 

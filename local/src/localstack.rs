@@ -108,6 +108,11 @@ impl LocalStack {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
+    /// Its process id, which is also its process group's (its CPU time can be read there).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The SDK configuration for it (region us-east-1, dummy credentials).
     pub async fn sdk_config(&self) -> aws_config::SdkConfig {
         crate::emulator::local_sdk_config(&self.endpoint).await
