@@ -35,7 +35,7 @@ use resq::store::ObjectStore;
 use crate::breaker::{self, Breaker};
 use crate::plan;
 use crate::ports::Alarms;
-use crate::ratelimit::TokenBucket;
+use crate::ratelimit::ReplayPace;
 use crate::request::RunRequest;
 use crate::summary::{Run, StopReason, Summary};
 
@@ -189,7 +189,7 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         deadline: Instant,
         by: Deadlines,
     ) -> StopReason {
-        let pacer = TokenBucket::new(request.rate_per_second);
+        let pacer = ReplayPace::new(request.rate_per_second, &self.queues.main);
         let (depth, ahead) = (
             plan::cycles_in_flight(request.rate_per_second).min(self.max_cycles),
             plan::replays_ahead(request.rate_per_second),
@@ -342,7 +342,7 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         Step::Received(self.receive(deadline, by).await)
     }
 
-    async fn settle_step(&self, cycle: plan::Cycle, by: Deadlines, pacer: &TokenBucket) -> Step {
+    async fn settle_step(&self, cycle: plan::Cycle, by: Deadlines, pacer: &ReplayPace<'_>) -> Step {
         let report = self.settler.settle(&cycle.plan, by, pacer).await;
         Step::Settled(cycle, report)
     }
@@ -1332,6 +1332,30 @@ mod tests {
         dlq.push(DLQ, unexplained("crashed-late", now_ms(), &[]));
         let fourth = scheduled(&dlq, &store, &alarms, &config(&[])).await;
         assert_eq!((fourth.redriven, fourth.unexplained), (1, 1), "{fourth:?}");
+    }
+
+    #[tokio::test]
+    async fn a_paused_run_explains_dead_letters_at_sqs_speed_not_the_replay_rate() {
+        // GIVEN 300 dead letters of crashed invocations, replay paused, a rate of 1 a second
+        // and a run of a few seconds
+        let (dlq, store, alarms) = doubles();
+        alarms.set("consumer-errors", true, Duration::from_secs(60), 0.0);
+        let paused = config(&[("PAUSE_ON_ALARMS", "consumer-errors")]);
+        let sent = now_ms() - HOUR_MS;
+        for i in 0..300 {
+            dlq.push(DLQ, unexplained(&format!("crashed-{i}"), sent, &[]));
+        }
+        let deadline = Instant::now() + Duration::from_secs(4);
+        let summary = run_with(&dlq, &store, &alarms, &paused, 1.0, deadline).await;
+        // THEN the one run gives every one its reason (copies into the DLQ are no replays:
+        // the bucket paces only the main queue), and replays none
+        assert_eq!(
+            (summary.unexplained, summary.redriven),
+            (300, 0),
+            "{summary:?}"
+        );
+        assert!(dlq.sent(MAIN).is_empty());
+        assert_eq!(dlq.len(DLQ), 300);
     }
 
     #[tokio::test]

@@ -15,6 +15,35 @@ pub struct TokenBucket {
     limiter: DefaultDirectRateLimiter,
 }
 
+/// The replay rate of a run: one token per copy into the main queue. Other copies are not
+/// replays and load no consumer (a dead letter given its reason goes back to the DLQ): they
+/// are not paced, so that a paused run explains a DLQ full of crashed invocations' dead
+/// letters at SQS's speed, not at the replay rate.
+pub struct ReplayPace<'a> {
+    bucket: TokenBucket,
+    main_queue: &'a str,
+}
+
+impl<'a> ReplayPace<'a> {
+    /// Copies into `main_queue` at `rate_per_second`, others unpaced.
+    pub fn new(rate_per_second: f64, main_queue: &'a str) -> Self {
+        Self {
+            bucket: TokenBucket::new(rate_per_second),
+            main_queue,
+        }
+    }
+}
+
+impl Pacer for ReplayPace<'_> {
+    async fn admit(&self, queue: &str, n: usize, until: Instant) -> usize {
+        if queue == self.main_queue {
+            self.bucket.admit(queue, n, until).await
+        } else {
+            n
+        }
+    }
+}
+
 impl TokenBucket {
     /// A bucket refilling at `rate_per_second` (> 0); it starts full (one batch).
     pub fn new(rate_per_second: f64) -> Self {
@@ -36,7 +65,7 @@ impl TokenBucket {
 
 /// The settle executor takes a token per copy: a copy still waiting at `until` does not go.
 impl Pacer for TokenBucket {
-    async fn admit(&self, n: usize, until: Instant) -> usize {
+    async fn admit(&self, _queue: &str, n: usize, until: Instant) -> usize {
         for admitted in 0..n {
             if tokio::time::timeout_at(until.into(), self.acquire())
                 .await

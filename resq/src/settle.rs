@@ -239,8 +239,9 @@ impl Report {
 
 /// Gives copies their turn: the redriver's rate.
 pub trait Pacer: Sync {
-    /// Waits until up to `n` more copies may go, at most until `until`; how many may go.
-    fn admit(&self, n: usize, until: Instant) -> impl Future<Output = usize> + Send;
+    /// Waits until up to `n` more copies to `queue` may go, at most until `until`; how many
+    /// may go.
+    fn admit(&self, queue: &str, n: usize, until: Instant) -> impl Future<Output = usize> + Send;
 }
 
 /// No pace: every copy may go at once.
@@ -248,7 +249,7 @@ pub trait Pacer: Sync {
 pub struct Unpaced;
 
 impl Pacer for Unpaced {
-    async fn admit(&self, n: usize, _until: Instant) -> usize {
+    async fn admit(&self, _queue: &str, n: usize, _until: Instant) -> usize {
         n
     }
 }
@@ -428,7 +429,10 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
     ) -> Outcomes {
         let start_by = by.start_by.min(by.move_by);
         let admitted = if Instant::now() < start_by {
-            pacer.admit(copies.len(), start_by).await.min(copies.len())
+            pacer
+                .admit(queue, copies.len(), start_by)
+                .await
+                .min(copies.len())
         } else {
             0
         };
@@ -912,7 +916,7 @@ mod tests {
     struct Allow(std::sync::atomic::AtomicUsize);
 
     impl Pacer for Allow {
-        async fn admit(&self, n: usize, _until: Instant) -> usize {
+        async fn admit(&self, _queue: &str, n: usize, _until: Instant) -> usize {
             let left = self.0.load(std::sync::atomic::Ordering::SeqCst);
             let go = n.min(left);
             self.0.fetch_sub(go, std::sync::atomic::Ordering::SeqCst);
