@@ -154,6 +154,8 @@ pub struct Audit {
     pub max_redrives: u32,
     /// Plan × where it ended → count.
     pub table: BTreeMap<(Plan, &'static str), usize>,
+    /// Order id → where it ended (`processed`, `archived`, `DLQ`, `main queue`, `LOST`).
+    pub places: HashMap<String, &'static str>,
     /// The emulator it ran on.
     pub emulator: Option<EmulatorKind>,
 }
@@ -497,6 +499,7 @@ pub async fn audit(
     for (id, plan) in sent_ids.into_iter().take(sent) {
         let place = found.get(id).copied().unwrap_or("LOST");
         *audit.table.entry((*plan, place)).or_default() += 1;
+        audit.places.insert(id.clone(), place);
         match place {
             "processed" => audit.processed += 1,
             "archived" => audit.archived += 1,

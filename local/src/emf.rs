@@ -12,6 +12,24 @@ use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+/// The `Errors` datum Lambda itself puts into CloudWatch (`AWS/Lambda`, by `FunctionName`)
+/// for `errors` failed invocations of `function_name` (a crash, a timeout, an init error), as
+/// a document for the [`MetricForwarder`]: locally nothing else reports them.
+pub fn lambda_errors(function_name: &str, errors: u32) -> Value {
+    serde_json::json!({
+        "_aws": {
+            "Timestamp": chrono::Utc::now().timestamp_millis(),
+            "CloudWatchMetrics": [{
+                "Namespace": "AWS/Lambda",
+                "Dimensions": [["FunctionName"]],
+                "Metrics": [{"Name": "Errors", "Unit": "Count"}]
+            }]
+        },
+        "FunctionName": function_name,
+        "Errors": errors
+    })
+}
+
 /// The metric data one EMF document carries: (namespace, datum) for each metric of each
 /// dimension set of each directive. Documents that are not EMF give nothing.
 pub fn datums(doc: &Value) -> Vec<(String, MetricDatum)> {

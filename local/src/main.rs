@@ -123,17 +123,28 @@ struct SoakArgs {
     /// Seconds between scheduled redriver runs.
     #[arg(long, default_value_t = 2)]
     schedule_seconds: u64,
-    /// MAX_MESSAGES_PER_RUN.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
-    max_messages_per_run: u32,
-    /// Permanent failures in the burst per message of a run's budget.
+    /// MAX_MESSAGES_PER_RUN (left out: `auto`, the default).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_messages_per_run: Option<u32>,
+    /// REDRIVE_RATE_PER_SECOND.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=3000))]
+    rate_per_second: u32,
+    /// Replayable messages behind the burst.
+    #[arg(long, default_value_t = 10)]
+    probes: usize,
+    /// Permanent failures in the burst per replayable message behind it.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     burst_factor: u32,
+    /// Orders sent while the consumer crashes (the drain after the fix is measured over the
+    /// full runs: at least two need about 2 × 20 × the rate).
+    #[arg(long, default_value_t = 2500)]
+    crash_orders: usize,
     /// Orders sent while the downstream is down.
     #[arg(long, default_value_t = 40)]
     outage_orders: usize,
-    /// ARCHIVE_AFTER_SECONDS (the TTL, scaled down).
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(60..))]
+    /// ARCHIVE_AFTER_SECONDS (the TTL, scaled down; longer than the crash phase, so that
+    /// what it dead-letters is replayed before its TTL).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(60..))]
     ttl_seconds: u64,
     /// The replays-failing alarm's period in seconds (the template's 60, scaled down).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(10..=60))]
@@ -290,7 +301,10 @@ async fn soak(args: &SoakArgs) -> Result<(), CliError> {
         log_dir: args.log_dir.clone(),
         schedule_every: Duration::from_secs(args.schedule_seconds.max(1)),
         max_messages_per_run: args.max_messages_per_run,
+        rate_per_second: args.rate_per_second,
+        probes: args.probes,
         burst_factor: args.burst_factor,
+        crash_orders: args.crash_orders,
         warmup_orders: 20,
         outage_orders: args.outage_orders,
         recovery_orders: 20,

@@ -1,21 +1,29 @@
 //! `resq soak`: the pipeline over time, compressed. The real `consumer` and `redriver` binaries
 //! run behind the local Lambda runtime on LocalStack, whose CloudWatch evaluates alarms from
 //! metric data; the functions' metric lines reach it as through Lambda's log pipeline (at
-//! `AWS_LAMBDA_LOG_LEVEL=WARN`, so a level the template allows is proven to keep them). The
-//! template's replays-failing alarm is created from its definition, its period scaled down,
-//! and named in the redriver's `PAUSE_ON_ALARMS`. The schedule fires every few seconds and the
-//! TTL is a minute. Then, in phases:
+//! `AWS_LAMBDA_LOG_LEVEL=WARN`, so a level the template allows is proven to keep them), and a
+//! failed consumer invocation puts the `AWS/Lambda` `Errors` datum Lambda itself would. The
+//! template's three breaker alarms (replays-failing, consumer-errors,
+//! dead-letters-unexplained) are created from their definitions, their periods scaled down,
+//! and named in the redriver's `PAUSE_ON_ALARMS`. The redriver runs at the default
+//! `MAX_MESSAGES_PER_RUN=auto`. The schedule fires every few seconds, the TTL is a few
+//! minutes. Then, in phases:
 //!
 //! 1. **warm-up**: valid orders, processed;
-//! 2. **burst**: permanent failures outnumbering a run's budget a hundred to one land in the
-//!    DLQ, then replayable probes behind them: every probe must be replayed within two runs
-//!    (`starved` counts those that were not);
-//! 3. **outage**: the orders' downstream fails every write; new orders go through the DLQ,
+//! 2. **burst**: permanent failures outnumbering the replayable probes behind them a hundred to
+//!    one land in the DLQ: every probe must be replayed within two runs (`starved` counts those
+//!    that were not);
+//! 3. **crash**: the consumer fails whole invocations (killed as each starts, as by an init
+//!    error or running out of memory) while orders arrive; SQS moves them to the DLQ with no
+//!    reason; the consumer-errors alarm pauses redrive, nothing is archived without having run
+//!    (`unrun_archived`); then the fix lands, the alarms clear and the DLQ drains at the
+//!    configured rate (`drain_rate_error_pct`, over the full runs of the drain);
+//! 4. **outage**: the orders' downstream fails every write; new orders go through the DLQ,
 //!    their replays fail again, the alarm goes to ALARM and redrive pauses, while the paused
 //!    runs go on archiving what reaches its TTL;
-//! 4. **recovery**: the downstream is back; orders that fail twice more pass through the DLQ;
+//! 5. **recovery**: the downstream is back; orders that fail twice more pass through the DLQ;
 //!    the alarm returns to OK and redrive resumes;
-//! 5. **settle and audit**: every order is looked for (order records with their versions, the
+//! 6. **settle and audit**: every order is looked for (order records with their versions, the
 //!    archive, both queues).
 
 use std::collections::HashMap;
@@ -71,11 +79,16 @@ pub struct SoakOptions {
     pub log_dir: PathBuf,
     /// The redriver's schedule period.
     pub schedule_every: Duration,
-    /// `MAX_MESSAGES_PER_RUN`.
-    pub max_messages_per_run: u32,
-    /// Kept permanent failures per message of a run's budget in the burst (100: a hundred to
-    /// one).
+    /// `MAX_MESSAGES_PER_RUN` (`None`: `auto`, the default).
+    pub max_messages_per_run: Option<u32>,
+    /// `REDRIVE_RATE_PER_SECOND`.
+    pub rate_per_second: u32,
+    /// Replayable messages behind the burst.
+    pub probes: usize,
+    /// Kept permanent failures in the burst per probe (100: a hundred to one).
     pub burst_factor: u32,
+    /// Orders sent while the consumer crashes (enough for two full runs of the drain after).
+    pub crash_orders: usize,
     /// Valid orders before the burst.
     pub warmup_orders: usize,
     /// Orders sent while the downstream is down.
@@ -115,6 +128,22 @@ pub struct SoakReport {
     pub resumed: bool,
     /// Messages archived by paused runs.
     pub archived_while_paused: u64,
+    /// Orders sent while the consumer crashed.
+    pub crash_orders: usize,
+    /// The consumer-errors alarm went to ALARM while it crashed.
+    pub consumer_errors_fired: bool,
+    /// Runs the breaker paused while the consumer crashed.
+    pub crash_paused_runs: u64,
+    /// Orders sent while the consumer crashed that ended in the archive: never run.
+    pub unrun_archived: usize,
+    /// The DLQ's drain after the fix: replayed, over the span of the full runs (neither
+    /// paused, nor a probe, nor the last, which found the DLQ empty), in messages per second;
+    /// `None` when no run of the drain was full.
+    pub drain_rate: Option<f64>,
+    /// Runs the drain rate is measured over.
+    pub drain_runs: usize,
+    /// The configured rate.
+    pub rate_per_second: u32,
     /// The alarm was seen in ALARM, and in OK after that.
     pub alarm_fired: bool,
     /// The alarm was seen back in OK after it fired.
@@ -134,10 +163,17 @@ pub struct SoakReport {
 }
 
 impl SoakReport {
+    /// How far the drain after the crash was from the configured rate, in percent.
+    pub fn drain_rate_error_pct(&self) -> Option<f64> {
+        self.drain_rate.map(|r| {
+            (r - f64::from(self.rate_per_second)) / f64::from(self.rate_per_second) * 100.0
+        })
+    }
+
     /// The run's last line.
     pub fn summary_line(&self) -> String {
         format!(
-            "soak: runs={} replayed={} starved={} max_replays={} paused_runs={} resumed={} archived_while_paused={} lost={} duplicate_effects={}",
+            "soak: runs={} replayed={} starved={} max_replays={} paused_runs={} resumed={} archived_while_paused={} unrun_archived={} drain_rate_error_pct={} lost={} duplicate_effects={}",
             self.runs,
             self.replayed,
             self.starved,
@@ -145,6 +181,9 @@ impl SoakReport {
             self.paused_runs,
             if self.resumed { "yes" } else { "no" },
             self.archived_while_paused,
+            self.unrun_archived,
+            self.drain_rate_error_pct()
+                .map_or_else(|| "none".to_owned(), |e| format!("{e:.1}")),
             self.audit.lost.len(),
             self.audit.duplicate_effects
         )
@@ -186,6 +225,31 @@ impl SoakReport {
         if self.archived_while_paused == 0 {
             out.push("nothing was archived while replay was paused".into());
         }
+        if !self.consumer_errors_fired {
+            out.push(
+                "the consumer-errors alarm never went to ALARM while the consumer crashed".into(),
+            );
+        }
+        if self.crash_paused_runs == 0 {
+            out.push("redrive did not pause while the consumer crashed".into());
+        }
+        if self.unrun_archived > 0 {
+            out.push(format!(
+                "{} of {} orders sent while the consumer crashed were archived without having run",
+                self.unrun_archived, self.crash_orders
+            ));
+        }
+        match self.drain_rate_error_pct() {
+            None => out.push(
+                "no full run drained the DLQ after the crash: its rate was not measured".into(),
+            ),
+            Some(e) if e.abs() > DRAIN_RATE_TOLERANCE_PCT => out.push(format!(
+                "the DLQ drained at {:.1} messages/s after the crash, {e:+.1} % from the configured {} (tolerance ±{DRAIN_RATE_TOLERANCE_PCT} %)",
+                self.drain_rate.unwrap_or_default(),
+                self.rate_per_second
+            )),
+            Some(_) => {}
+        }
         if self.metrics_forwarded == 0 {
             out.push("no metric line reached CloudWatch".into());
         }
@@ -193,11 +257,31 @@ impl SoakReport {
     }
 }
 
+/// How far the drain rate after the crash may be from the configured rate (percent).
+pub const DRAIN_RATE_TOLERANCE_PCT: f64 = 5.0;
+
+/// One redriver run, as the schedule saw it.
+#[derive(Debug, Clone)]
+struct RunRecord {
+    started: Instant,
+    ended: Instant,
+    redriven: u64,
+    paused: bool,
+    probe: bool,
+    stopped_by: redriver::StopReason,
+}
+
 /// What the loops share.
 #[derive(Default)]
 struct State {
     hold_schedule: AtomicBool,
     run_in_progress: AtomicBool,
+    /// The consumer fails every invocation (killed as it starts).
+    crashing: AtomicBool,
+    run_started: Mutex<Option<Instant>>,
+    run_log: Mutex<Vec<RunRecord>>,
+    consumer_errors_alarm: Mutex<Vec<(Instant, StateValue)>>,
+    unexplained_alarm: Mutex<Vec<(Instant, StateValue)>>,
     runs: AtomicU64,
     replayed: AtomicU64,
     paused_runs: AtomicU64,
@@ -233,14 +317,17 @@ pub async fn run(opts: &SoakOptions) -> Result<SoakReport, CliError> {
     let localstack = LocalStack::start(&opts.localstack_python)?;
     let config = localstack.sdk_config().await;
     let ctx = deploy(&config).await?;
-    let alarm = replays_failing_alarm(&template, opts)?;
-    alarm
-        .send_with(&ctx.cloudwatch)
-        .await
-        .map_err(|e| CliError::aws("creating the replays-failing alarm", e))?;
+    for id in BREAKER_ALARMS {
+        template_alarm(&template, opts, id)?
+            .send_with(&ctx.cloudwatch)
+            .await
+            .map_err(|e| CliError::aws(format!("creating the alarm {id}"), e))?;
+    }
     let alarm_name = format!("{STACK}-replays-failing");
+    let consumer_errors = format!("{STACK}-consumer-errors");
+    let unexplained = format!("{STACK}-dead-letters-unexplained");
     println!(
-        "LocalStack on {}; stack {STACK}: {} → {}; alarm {alarm_name} from the template: RedriveReturned of {STACK}-consumer, Sum per {} s > {}, in ALARM until {} periods in a row are not",
+        "LocalStack on {}; stack {STACK}: {} → {}; alarms from the template, periods of {} s: {alarm_name} (RedriveReturned of {STACK}-consumer, Sum > {}, in ALARM until {} periods in a row are not), {unexplained} (alike), {consumer_errors} (AWS/Lambda Errors of {STACK}-consumer > 0)",
         localstack.endpoint,
         ctx.main_queue_url,
         ctx.dlq_url,
@@ -256,7 +343,8 @@ pub async fn run(opts: &SoakOptions) -> Result<SoakReport, CliError> {
         .map_err(|e| CliError::Usage(format!("LocalStack address {}: {e}", localstack.endpoint)))?;
     let proxy = FaultProxy::start(upstream, 0.0, Downstream::default(), opts.seed)?;
     let forwarder = MetricForwarder::start(ctx.cloudwatch.clone());
-    let env = function_env(opts, &ctx, &proxy.endpoint, &alarm_name);
+    let pause_on = [alarm_name.as_str(), &consumer_errors, &unexplained].join(",");
+    let env = function_env(opts, &ctx, &proxy.endpoint, &pause_on);
     let consumer = Function::new(
         "consumer",
         &opts.consumer_bin,
@@ -279,10 +367,22 @@ pub async fn run(opts: &SoakOptions) -> Result<SoakReport, CliError> {
     let state = State::default();
     let (stop_tx, stop_rx) = watch::channel(false);
     let main_arn = queue_arn(&ctx, &ctx.main_queue_url).await?;
-    let (c, r, (), driven) = tokio::join!(
-        event_source_mapping(consumer, &ctx, &main_arn, &state, stop_rx.clone()),
+    let batches = SoakBatches {
+        state: &state,
+        lambda_metrics: forwarder.sender(),
+        function_name: format!("{STACK}-consumer"),
+    };
+    let (c, r, (), (), (), driven) = tokio::join!(
+        event_source_mapping(consumer, &ctx, &main_arn, batches, stop_rx.clone()),
         schedule(redriver, &state, opts.schedule_every, stop_rx.clone()),
-        watch_alarm(&ctx, &alarm_name, &state, stop_rx),
+        watch_alarm(&ctx, &alarm_name, &state.alarm, stop_rx.clone()),
+        watch_alarm(
+            &ctx,
+            &consumer_errors,
+            &state.consumer_errors_alarm,
+            stop_rx.clone()
+        ),
+        watch_alarm(&ctx, &unexplained, &state.unexplained_alarm, stop_rx),
         drive(&ctx, &proxy, &state, opts, started, stop_tx),
     );
     c?;
@@ -304,6 +404,11 @@ pub async fn run(opts: &SoakOptions) -> Result<SoakReport, CliError> {
             )
         })
         .collect();
+    let unrun_archived = driven
+        .crash_ids
+        .iter()
+        .filter(|id| audit.places.get(*id) == Some(&"archived"))
+        .count();
     let report = SoakReport {
         runs: state.runs.load(Ordering::Relaxed),
         replayed: state.replayed.load(Ordering::Relaxed),
@@ -313,6 +418,13 @@ pub async fn run(opts: &SoakOptions) -> Result<SoakReport, CliError> {
         paused_runs: state.paused_runs.load(Ordering::Relaxed),
         resumed: driven.resumed,
         archived_while_paused: state.archived_while_paused.load(Ordering::Relaxed),
+        crash_orders: driven.crash_ids.len(),
+        consumer_errors_fired: driven.consumer_errors_fired,
+        crash_paused_runs: driven.crash_paused_runs,
+        unrun_archived,
+        drain_rate: driven.drain.map(|(rate, _)| rate),
+        drain_runs: driven.drain.map_or(0, |(_, runs)| runs),
+        rate_per_second: opts.rate_per_second,
         alarm_fired: driven.alarm_fired,
         alarm_cleared: driven.alarm_cleared,
         alarm_states,
@@ -387,12 +499,21 @@ async fn queue_arn(ctx: &Context, url: &str) -> Result<String, CliError> {
         })
 }
 
-/// The template's `ReplaysFailingAlarm`, as `PutMetricAlarm` for the soak's stack: every
-/// property from the template, the period scaled down to `alarm_period`, the hold and the
-/// threshold as the soak's parameter values. Alarm actions are left out (no topic here).
-pub fn replays_failing_alarm(
+/// The template's alarms the redriver's breaker reads (`PAUSE_ON_ALARMS`).
+pub const BREAKER_ALARMS: [&str; 3] = [
+    "ReplaysFailingAlarm",
+    "ConsumerErrorsAlarm",
+    "DeadLettersUnexplainedAlarm",
+];
+
+/// The template's alarm `id`, as `PutMetricAlarm` for the soak's stack: every property from
+/// the template, the period scaled down to `alarm_period`, the hold and the threshold as the
+/// soak's parameter values, the consumer as `{STACK}-consumer`. Alarm actions are left out (no
+/// topic here).
+pub fn template_alarm(
     template: &Value,
     opts: &SoakOptions,
+    id: &str,
 ) -> Result<PutMetricAlarmInputBuilder, CliError> {
     let (threshold, hold) = (opts.threshold.to_string(), opts.hold_periods.to_string());
     let r = Resolver::new(
@@ -402,25 +523,25 @@ pub fn replays_failing_alarm(
             ("ReplaysFailingThreshold", threshold.as_str()),
             ("ReplaysFailingHoldMinutes", hold.as_str()),
         ],
-    );
+    )
+    .with_resource("ConsumerFunction", &format!("{STACK}-consumer"));
     let period = r.number(
-        &template["Resources"]["ReplaysFailingAlarm"]["Properties"]["Period"],
-        "ReplaysFailingAlarm Period",
+        &template["Resources"][id]["Properties"]["Period"],
+        &format!("{id} Period"),
     )?;
     if period < opts.alarm_period.as_secs_f64() {
         return Err(CliError::Usage(
             "the soak's alarm period must scale the template's down".into(),
         ));
     }
-    Ok(crate::stack::alarm(template, "ReplaysFailingAlarm", &r)?
-        .period(opts.alarm_period.as_secs() as i32))
+    Ok(crate::stack::alarm(template, id, &r)?.period(opts.alarm_period.as_secs() as i32))
 }
 
 fn function_env(
     opts: &SoakOptions,
     ctx: &Context,
     endpoint: &str,
-    alarm: &str,
+    pause_on_alarms: &str,
 ) -> Vec<(String, String)> {
     [
         ("MAIN_QUEUE_URL", ctx.main_queue_url.clone()),
@@ -431,14 +552,15 @@ fn function_env(
         ("CONSUMER_CONCURRENCY", "10".into()),
         ("BACKOFF_BASE_SECONDS", "0".into()),
         ("BACKOFF_MAX_SECONDS", "1".into()),
-        ("REDRIVE_RATE_PER_SECOND", "50".into()),
+        ("REDRIVE_RATE_PER_SECOND", opts.rate_per_second.to_string()),
         (
             "MAX_MESSAGES_PER_RUN",
-            opts.max_messages_per_run.to_string(),
+            opts.max_messages_per_run
+                .map_or_else(|| "auto".to_owned(), |n| n.to_string()),
         ),
         ("ARCHIVE_AFTER_SECONDS", opts.ttl.as_secs().to_string()),
         ("PERMANENT_ACTION", "keep".into()),
-        ("PAUSE_ON_ALARMS", alarm.to_owned()),
+        ("PAUSE_ON_ALARMS", pause_on_alarms.to_owned()),
         ("AWS_ENDPOINT_URL", endpoint.to_owned()),
         ("AWS_REGION", REGION.into()),
         ("AWS_ACCESS_KEY_ID", "soak".into()),
@@ -452,20 +574,40 @@ fn function_env(
     .collect()
 }
 
-/// The soak's hooks on the event source mapping: counts what did not settle.
-struct SoakBatches<'a>(&'a State);
+/// The soak's hooks on the event source mapping: crashes the consumer on purpose, counts
+/// what did not settle, and reports a failed invocation as Lambda does (`AWS/Lambda`
+/// `Errors`).
+struct SoakBatches<'a> {
+    state: &'a State,
+    lambda_metrics: tokio::sync::mpsc::UnboundedSender<Value>,
+    function_name: String,
+}
 
 impl<F> MappingHooks<F> for SoakBatches<'_> {
+    fn invoking(&mut self) -> Option<Duration> {
+        // killed as it starts: the invocation fails whole, as after an init error or OOM
+        self.state
+            .crashing
+            .load(Ordering::SeqCst)
+            .then_some(Duration::ZERO)
+    }
+
     fn answered(&mut self, _: &F, invoked: Invoked<'_>) {
+        let crashed = self.state.crashing.load(Ordering::SeqCst);
         match invoked.settled {
             Settled::Deleted(_) => {}
             Settled::BatchFailed(e) => {
-                self.0.function_errors.fetch_add(1, Ordering::Relaxed);
+                self.state.function_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(error = %e, "the consumer's answer");
             }
             other => {
-                self.0.function_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(outcome = ?other, "consumer invocation failed");
+                let _ = self
+                    .lambda_metrics
+                    .send(crate::emf::lambda_errors(&self.function_name, 1));
+                if !crashed {
+                    self.state.function_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(outcome = ?other, "consumer invocation failed");
+                }
             }
         }
     }
@@ -476,7 +618,7 @@ async fn event_source_mapping(
     mut consumer: Function,
     ctx: &Context,
     main_arn: &str,
-    state: &State,
+    mut hooks: SoakBatches<'_>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), CliError> {
     let mapping = EventSourceMapping {
@@ -486,9 +628,7 @@ async fn event_source_mapping(
         batch_size: 10,
         batching_window: Duration::from_millis(200),
     };
-    mapping
-        .run(&mut consumer, &mut SoakBatches(state), stop)
-        .await
+    mapping.run(&mut consumer, &mut hooks, stop).await
 }
 
 /// The soak's hooks on the schedule: held during the burst; counts the runs, the paused ones
@@ -502,14 +642,26 @@ impl<F> ScheduleHooks<F> for SoakRuns<'_> {
 
     fn invoking(&mut self) -> Option<Duration> {
         self.0.run_in_progress.store(true, Ordering::SeqCst);
+        *lock(&self.0.run_started) = Some(Instant::now());
         None
     }
 
     fn answered(&mut self, _: &F, outcome: Outcome, _: Duration) {
         let state = self.0;
+        let started = lock(&state.run_started).take().unwrap_or_else(Instant::now);
         match outcome {
             Outcome::Response(body) => match read_summary(&body) {
-                Ok(s) => state.count_run(&s),
+                Ok(s) => {
+                    state.count_run(&s);
+                    lock(&state.run_log).push(RunRecord {
+                        started,
+                        ended: Instant::now(),
+                        redriven: s.redriven,
+                        paused: s.paused,
+                        probe: s.probe.is_some(),
+                        stopped_by: s.stopped_by,
+                    });
+                }
                 Err(e) => {
                     state.function_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(error = %e, body, "not a redriver summary");
@@ -559,8 +711,13 @@ async fn schedule(
         .await
 }
 
-/// Records the alarm's state changes (once a second).
-async fn watch_alarm(ctx: &Context, name: &str, state: &State, mut stop: watch::Receiver<bool>) {
+/// Records the alarm's state changes into `states` (once a second).
+async fn watch_alarm(
+    ctx: &Context,
+    name: &str,
+    states: &Mutex<Vec<(Instant, StateValue)>>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut last: Option<StateValue> = None;
     loop {
         if let Ok(out) = ctx
@@ -575,7 +732,7 @@ async fn watch_alarm(ctx: &Context, name: &str, state: &State, mut stop: watch::
                 .and_then(|a| a.state_value().cloned())
             && last.as_ref() != Some(&now)
         {
-            lock(&state.alarm).push((Instant::now(), now.clone()));
+            lock(states).push((Instant::now(), now.clone()));
             last = Some(now);
         }
         tokio::select! {
@@ -587,6 +744,11 @@ async fn watch_alarm(ctx: &Context, name: &str, state: &State, mut stop: watch::
 
 struct Driven {
     plans: HashMap<String, Plan>,
+    crash_ids: Vec<String>,
+    consumer_errors_fired: bool,
+    crash_paused_runs: u64,
+    /// (messages per second, runs) of the drain after the crash.
+    drain: Option<(f64, usize)>,
     probes: usize,
     starved: usize,
     resumed: bool,
@@ -629,7 +791,16 @@ where
 }
 
 fn alarm_seen(state: &State, value: &StateValue, after: Option<Instant>) -> Option<Instant> {
-    lock(&state.alarm)
+    seen(&state.alarm, value, after)
+}
+
+/// When `states` first showed `value` (after `after`).
+fn seen(
+    states: &Mutex<Vec<(Instant, StateValue)>>,
+    value: &StateValue,
+    after: Option<Instant>,
+) -> Option<Instant> {
+    lock(states)
         .iter()
         .find(|(at, s)| s == value && after.is_none_or(|a| *at > a))
         .map(|(at, _)| *at)
@@ -697,7 +868,7 @@ async fn phases(
         !state.run_in_progress.load(Ordering::SeqCst)
     })
     .await;
-    let burst_size = (opts.burst_factor * opts.max_messages_per_run) as usize;
+    let burst_size = opts.burst_factor as usize * opts.probes;
     let burst = orders::generate("SOAK-BURST-", burst_size, 100.0, 0.0, &mut rng);
     for chunk in burst.chunks(100) {
         send_orders(ctx, chunk, Plan::Malformed, &mut plans).await?;
@@ -709,13 +880,7 @@ async fn phases(
         || async { depth(ctx, &ctx.dlq_url).await >= burst_size as u64 },
     )
     .await;
-    let probes = orders::generate(
-        "SOAK-PROBE-",
-        opts.max_messages_per_run as usize,
-        0.0,
-        0.0,
-        &mut rng,
-    );
+    let probes = orders::generate("SOAK-PROBE-", opts.probes, 0.0, 0.0, &mut rng);
     // straight into the DLQ, where SQS's redrive policy would put them
     let report = resq_cli::status::send_to(ctx, &ctx.dlq_url, &probes, demo::order_tag).await?;
     if !report.failed.is_empty() {
@@ -729,6 +894,7 @@ async fn phases(
         burst_size,
         probes.len(),
         opts.max_messages_per_run
+            .map_or_else(|| "auto".to_owned(), |n| n.to_string())
     );
     state.hold_schedule.store(false, Ordering::SeqCst);
     until("two scheduled runs", limit, started, || async {
@@ -749,7 +915,10 @@ async fn phases(
         probes.len()
     );
 
-    // 3. the outage
+    // 3. the consumer crashes, then the fix lands
+    let crash = crash(ctx, state, opts, started, &mut rng, &mut plans, &written).await?;
+
+    // 4. the outage
     proxy.set_outage(true);
     let outage_started = Instant::now();
     let outage = orders::generate("SOAK-OUTAGE-", opts.outage_orders, 0.0, 0.0, &mut rng);
@@ -800,7 +969,7 @@ async fn phases(
     }
     let alarm_fired = alarm_seen(state, &StateValue::Alarm, Some(outage_started)).is_some();
 
-    // 4. recovery: orders that fail twice more pass through the DLQ and need a replay
+    // 5. recovery: orders that fail twice more pass through the DLQ and need a replay
     proxy.set_outage(false);
     let recovered_at = Instant::now();
     let recovery = orders::generate("SOAK-RECOVERY-", opts.recovery_orders, 0.0, 0.0, &mut rng);
@@ -830,7 +999,7 @@ async fn phases(
     let resumed =
         cleared_at.is_some_and(|ok| lock(&state.unpaused_replays).iter().any(|at| *at > ok));
 
-    // 5. settle: both queues drained (the kept burst is archived at its TTL)
+    // 6. settle: both queues drained (the kept burst is archived at its TTL)
     let settled = until("both queues drained", limit, started, || async {
         depth(ctx, &ctx.main_queue_url).await == 0
             && depth(ctx, &ctx.dlq_url).await == 0
@@ -839,6 +1008,10 @@ async fn phases(
     .await;
     Ok(Driven {
         plans,
+        crash_ids: crash.ids,
+        consumer_errors_fired: crash.consumer_errors_fired,
+        crash_paused_runs: crash.paused_runs,
+        drain: crash.drain,
         probes: probes.len(),
         starved,
         resumed,
@@ -846,4 +1019,186 @@ async fn phases(
         alarm_cleared: cleared_at.is_some(),
         settled,
     })
+}
+
+/// What the crash phase saw.
+struct Crash {
+    ids: Vec<String>,
+    consumer_errors_fired: bool,
+    paused_runs: u64,
+    drain: Option<(f64, usize)>,
+}
+
+/// The consumer fails every invocation while `crash_orders` orders arrive, until the
+/// consumer-errors alarm has paused redrive and SQS has moved every one of them to the DLQ
+/// (with no reason: `maxReceiveCount` used up by crashed invocations); then the fix lands,
+/// and the phase waits until each of them has been replayed and processed.
+async fn crash(
+    ctx: &Context,
+    state: &State,
+    opts: &SoakOptions,
+    started: Instant,
+    rng: &mut StdRng,
+    plans: &mut HashMap<String, Plan>,
+    written: &impl Fn(Vec<String>) -> usize,
+) -> Result<Crash, CliError> {
+    let limit = started + opts.max_duration;
+    let crash_started = Instant::now();
+    state.crashing.store(true, Ordering::SeqCst);
+    let orders = orders::generate("SOAK-CRASH-", opts.crash_orders, 0.0, 0.0, rng);
+    for chunk in orders.chunks(500) {
+        send_orders(ctx, chunk, Plan::Valid, plans).await?;
+    }
+    let ids: Vec<String> = orders.iter().map(|o| o.order_id.clone()).collect();
+    println!(
+        "[{:>4}s] the consumer crashes on every invocation; {} orders sent",
+        started.elapsed().as_secs(),
+        ids.len()
+    );
+    let paused_since = |from: Instant, to: Option<Instant>| {
+        lock(&state.run_log)
+            .iter()
+            .filter(|r| r.paused && r.started >= from && to.is_none_or(|t| r.started < t))
+            .count() as u64
+    };
+    until(
+        "the consumer-errors alarm in ALARM, redrive paused, every crashed order in the DLQ",
+        limit,
+        started,
+        || async {
+            seen(
+                &state.consumer_errors_alarm,
+                &StateValue::Alarm,
+                Some(crash_started),
+            )
+            .is_some()
+                && paused_since(crash_started, None) > 0
+                && depth(ctx, &ctx.main_queue_url).await == 0
+        },
+    )
+    .await;
+    state.crashing.store(false, Ordering::SeqCst);
+    let fixed_at = Instant::now();
+    let consumer_errors_fired = seen(
+        &state.consumer_errors_alarm,
+        &StateValue::Alarm,
+        Some(crash_started),
+    )
+    .is_some();
+    let paused_runs = paused_since(crash_started, Some(fixed_at));
+    println!(
+        "[{:>4}s] the fix lands: {paused_runs} runs paused meanwhile; DLQ depth {}",
+        started.elapsed().as_secs(),
+        depth(ctx, &ctx.dlq_url).await
+    );
+    until(
+        "every crashed order replayed and processed",
+        limit,
+        started,
+        || async { written(ids.clone()) == ids.len() },
+    )
+    .await;
+    until("the run in progress ended", limit, started, || async {
+        !state.run_in_progress.load(Ordering::SeqCst)
+    })
+    .await;
+    let drain = drain_rate(&lock(&state.run_log), fixed_at);
+    match drain {
+        Some((rate, runs)) => println!(
+            "[{:>4}s] the DLQ drained at {rate:.1} messages/s over {runs} full runs (configured {})",
+            started.elapsed().as_secs(),
+            opts.rate_per_second
+        ),
+        None => println!(
+            "[{:>4}s] no full run in the drain: its rate is unmeasured",
+            started.elapsed().as_secs()
+        ),
+    }
+    Ok(Crash {
+        ids,
+        consumer_errors_fired,
+        paused_runs,
+        drain,
+    })
+}
+
+/// The scheduled drain rate after `after`: over the longest streak of consecutive full runs
+/// (not paused, not a probe, ended by the deadline: replaying the whole time), the messages
+/// replayed over the time from the streak's first start to its last end, gaps between runs
+/// included; with the number of runs. `None` without a full run.
+fn drain_rate(runs: &[RunRecord], after: Instant) -> Option<(f64, usize)> {
+    let full = |r: &RunRecord| {
+        !r.paused && !r.probe && r.redriven > 0 && r.stopped_by == redriver::StopReason::Deadline
+    };
+    let mut best: Option<&[RunRecord]> = None;
+    let after: Vec<RunRecord> = runs
+        .iter()
+        .filter(|r| r.started >= after)
+        .cloned()
+        .collect();
+    for streak in after.split(|r| !full(r)) {
+        if !streak.is_empty() && best.is_none_or(|b| streak.len() > b.len()) {
+            best = Some(streak);
+        }
+    }
+    let streak = best?;
+    let (first, last) = (streak.first()?, streak.last()?);
+    let span = last
+        .ended
+        .saturating_duration_since(first.started)
+        .as_secs_f64();
+    let replayed: u64 = streak.iter().map(|r| r.redriven).sum();
+    (span > 0.0).then(|| (replayed as f64 / span, streak.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redriver::StopReason;
+
+    fn run(
+        at: Instant,
+        from_s: u64,
+        to_s: u64,
+        redriven: u64,
+        stopped_by: StopReason,
+    ) -> RunRecord {
+        RunRecord {
+            started: at + Duration::from_secs(from_s),
+            ended: at + Duration::from_secs(to_s),
+            redriven,
+            paused: false,
+            probe: false,
+            stopped_by,
+        }
+    }
+
+    #[test]
+    fn the_drain_rate_is_over_the_full_runs_gaps_included() {
+        // GIVEN a paused run, a probe, two full runs with a 1 s gap between them, and the last
+        // run that emptied the DLQ
+        let t = Instant::now();
+        let mut paused = run(t, 0, 5, 0, StopReason::Deadline);
+        paused.paused = true;
+        let mut probe = run(t, 5, 24, 22, StopReason::Deadline);
+        probe.probe = true;
+        let runs = vec![
+            paused,
+            probe,
+            run(t, 24, 43, 950, StopReason::Deadline),
+            run(t, 44, 63, 950, StopReason::Deadline),
+            run(t, 63, 70, 300, StopReason::Empty),
+        ];
+        // WHEN the rate is read
+        let (rate, n) = drain_rate(&runs, t).unwrap();
+        // THEN it is the two full runs' 1,900 over 24..63 s (39 s)
+        assert_eq!(n, 2);
+        assert!((rate - 1900.0 / 39.0).abs() < 1e-9, "{rate}");
+        // and runs before `after` do not count; without a full run there is no rate
+        assert_eq!(
+            drain_rate(&runs, t + Duration::from_secs(44)).map(|(_, n)| n),
+            Some(1)
+        );
+        assert_eq!(drain_rate(&runs[..2], t), None);
+    }
 }

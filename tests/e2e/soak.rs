@@ -1,7 +1,9 @@
 //! The CI-sized soak (`make soak` runs a longer one): the pipeline over time on LocalStack,
-//! whose CloudWatch evaluates the template's replays-failing alarm from the functions' metric
-//! lines. A burst of permanent failures a hundred times a run's budget, a downstream outage
-//! that makes replays fail, then recovery.
+//! whose CloudWatch evaluates the template's breaker alarms from the functions' metric lines
+//! (and Lambda's `Errors`). A burst of permanent failures a hundred times the replayable
+//! messages behind it; a consumer that crashes on every invocation, then is fixed (nothing
+//! archived unrun, the DLQ drained at the configured rate); a downstream outage that makes
+//! replays fail, then recovery.
 
 use std::time::Duration;
 
@@ -23,12 +25,15 @@ async fn over_time_nothing_is_lost_starved_or_replayed_past_the_cap_and_the_brea
         redriver_bin: function_binary("redriver"),
         log_dir: dir.clone(),
         schedule_every: Duration::from_secs(2),
-        max_messages_per_run: 5,
+        max_messages_per_run: None,
+        rate_per_second: 10,
+        probes: 5,
         burst_factor: 100,
+        crash_orders: 500,
         warmup_orders: 10,
         outage_orders: 20,
         recovery_orders: 10,
-        ttl: Duration::from_secs(60),
+        ttl: Duration::from_secs(300),
         alarm_period: Duration::from_secs(10),
         hold_periods: 3,
         threshold: 2,
@@ -50,6 +55,19 @@ async fn over_time_nothing_is_lost_starved_or_replayed_past_the_cap_and_the_brea
     assert!(report.max_replays <= MAX_REDRIVE_ATTEMPTS);
     assert!(report.paused_runs > 0 && report.resumed);
     assert!(report.archived_while_paused > 0);
+    // the consumer's crash paused replay, archived nothing unrun, and the drain after the fix
+    // ran at the configured rate
+    assert!(report.consumer_errors_fired && report.crash_paused_runs > 0);
+    assert_eq!(report.unrun_archived, 0);
+    let error = report
+        .drain_rate_error_pct()
+        .expect("the drain rate was measured");
+    assert!(
+        error.abs() <= soak::DRAIN_RATE_TOLERANCE_PCT,
+        "drain {:?}/s over {} runs",
+        report.drain_rate,
+        report.drain_runs
+    );
     // the kept burst ended in the archive (its TTL passed), not lost and not replayed
     assert_eq!(
         report
