@@ -59,11 +59,12 @@ pub const HOLD_PAST_DEADLINE: Duration = Duration::from_secs(30);
 
 /// What the redriver's settling and receives need on SQS: receives, deletes and visibility
 /// changes on the DLQ (batch calls authorize as their single ones), copies sent to the main
-/// queue.
+/// queue, and a dead letter's explained copy sent back into the DLQ.
 pub const PERMISSIONS: &[resq::iam::Permission] = &[
     resq::iam::Permission::new("sqs:ReceiveMessage", "DeadLetterQueue"),
     resq::iam::Permission::new("sqs:DeleteMessage", "DeadLetterQueue"),
     resq::iam::Permission::new("sqs:ChangeMessageVisibility", "DeadLetterQueue"),
+    resq::iam::Permission::new("sqs:SendMessage", "DeadLetterQueue"),
     resq::iam::Permission::new("sqs:SendMessage", "OrdersQueue"),
 ];
 
@@ -1332,6 +1333,26 @@ mod tests {
         dlq.push(DLQ, unexplained("crashed-late", now_ms(), &[]));
         let fourth = scheduled(&dlq, &store, &alarms, &config(&[])).await;
         assert_eq!((fourth.redriven, fourth.unexplained), (1, 1), "{fourth:?}");
+    }
+
+    #[tokio::test]
+    async fn a_message_handed_to_two_receives_at_once_is_replayed_once() {
+        // GIVEN 40 replayable messages in a standard DLQ that hands each in-flight message to a
+        // second receive too, and calls slow enough for cycles to overlap
+        let (dlq, store, alarms) = doubles();
+        fill(&dlq, 40, 0);
+        dlq.deliver_twice(true);
+        dlq.set_delay(Duration::from_millis(5));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let summary = run_with(&dlq, &store, &alarms, &config(&[]), 3000.0, deadline).await;
+        // THEN each is replayed exactly once, and the DLQ is empty
+        let mut bodies: Vec<String> = dlq.sent(MAIN).iter().map(|c| c.body.clone()).collect();
+        let sent = bodies.len();
+        bodies.sort();
+        bodies.dedup();
+        assert_eq!((sent, bodies.len()), (40, 40), "{summary:?}");
+        assert_eq!(summary.redriven, 40);
+        assert!(dlq.is_empty(DLQ));
     }
 
     #[tokio::test]

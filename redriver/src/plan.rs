@@ -93,6 +93,9 @@ pub enum Held {
     WouldRedrive,
     /// A dry run: it would have been archived.
     WouldArchive(ArchiveReason),
+    /// Received again while a cycle of this run settles it (a standard queue may hand one
+    /// message to two receives at once): that cycle decides its fate, this receipt is released.
+    InFlight,
 }
 
 /// One cycle: its plan, and each received message with its fate.
@@ -124,7 +127,8 @@ pub struct Limits {
 /// The plan of one received batch. Replays of a FIFO main queue go into one lane per message
 /// group, so a later message of a group is sent only after the one before it went; a delete
 /// waits for its copy or archive entry. A message whose replay this run already confirmed
-/// (`replayed`, by DLQ message id) is only deleted.
+/// (`replayed`, by DLQ message id) is only deleted; one that a cycle in flight holds
+/// (`in_flight`) is only released.
 pub fn cycle(
     batch: Vec<ReceivedMessage>,
     rules: &Rules,
@@ -132,15 +136,19 @@ pub fn cycle(
     mut limits: Limits,
     received_at: Instant,
     replayed: &HashSet<String>,
+    in_flight: &HashSet<String>,
 ) -> Cycle {
     let mut plan = Plan::new();
     let mut items = Vec::with_capacity(batch.len());
     for m in batch {
-        let fate = match replayed.contains(&m.message_id) && !limits.dry_run {
-            true => Fate::ReplayedBefore {
+        let fate = if in_flight.contains(&m.message_id) {
+            Fate::Held(Held::InFlight)
+        } else if replayed.contains(&m.message_id) && !limits.dry_run {
+            Fate::ReplayedBefore {
                 delete: plan.push(delete(&m, queues)),
-            },
-            false => fate(&mut plan, &m, rules, queues, &mut limits),
+            }
+        } else {
+            fate(&mut plan, &m, rules, queues, &mut limits)
         };
         items.push((m, fate));
     }

@@ -153,8 +153,12 @@ pub struct Run {
     /// Kept messages hidden now (by earlier runs, from their keep lists, and by this one);
     /// `None` when the keep lists could not be read.
     kept_hidden: Option<u64>,
-    /// DLQ message ids whose replay this run confirmed.
+    /// DLQ message ids whose replay this run confirmed and whose delete did not go through
+    /// (only those: a run at 3,000/s confirms millions of replays).
     replayed: HashSet<String>,
+    /// DLQ message ids planned by cycles in flight: a standard queue may hand one message to
+    /// two receives at once, and a second receipt must not be planned again.
+    in_flight: HashSet<String>,
     /// Replayed messages whose delete failed, to make visible again at once.
     release_now: Vec<Receipt>,
     held: Vec<Receipt>,
@@ -207,6 +211,7 @@ impl Run {
             kept_max: config.kept_in_flight_max,
             kept_hidden: None,
             replayed: HashSet::new(),
+            in_flight: HashSet::new(),
             release_now: Vec::new(),
             held: Vec::new(),
             pending: Vec::new(),
@@ -298,7 +303,13 @@ impl Run {
             limits,
             received_at,
             &self.replayed,
+            &self.in_flight,
         );
+        for (m, fate) in &cycle.items {
+            if !matches!(fate, Fate::Held(Held::InFlight)) {
+                self.in_flight.insert(m.message_id.clone());
+            }
+        }
         let (replays, kept) = reserved(&cycle);
         self.reserved = (self.reserved.0 + replays, self.reserved.1 + kept);
         cycle
@@ -327,6 +338,11 @@ impl Run {
         let refused = report
             .map(|r| refused_groups(&cycle, r))
             .unwrap_or_default();
+        for (m, fate) in &cycle.items {
+            if !matches!(fate, Fate::Held(Held::InFlight)) {
+                self.in_flight.remove(&m.message_id);
+            }
+        }
         let mut out_of_time = false;
         for (m, fate) in cycle.items {
             if !m.dropped_attributes.is_empty() {
@@ -364,6 +380,9 @@ impl Run {
                 self.summary.skipped += 1;
             }
             Held::OverBudget => {}
+            Held::InFlight => {
+                tracing::debug!(message_id = %m.message_id, "received again while this run settles it; released");
+            }
             Held::WouldRedrive => {
                 self.replays += 1;
                 self.summary.redriven += 1;
@@ -412,7 +431,9 @@ impl Run {
                 self.summary.redriven += 1;
                 self.summary.returned += u64::from(classify::is_returned_replay(m));
                 self.summary.unexplained += u64::from(classify::is_unexplained(m));
-                self.replayed.insert(m.message_id.clone());
+                if !r.is_confirmed(delete) {
+                    self.replayed.insert(m.message_id.clone());
+                }
                 self.deleted(m, r.get(delete), true);
                 false
             }

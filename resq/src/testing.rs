@@ -36,6 +36,8 @@ struct Stored {
     visible_at: Instant,
     received_at: Option<Instant>,
     receives: u32,
+    /// Handed out a second time while in flight ([`MemorySqs::deliver_twice`]).
+    delivered_twice: bool,
 }
 
 #[derive(Default)]
@@ -52,6 +54,7 @@ struct State {
     fail_send: Option<SendFault>,
     fail_delete: Option<ReceiptFault>,
     in_flight_quota: Option<usize>,
+    deliver_twice: bool,
 }
 
 /// SQS in memory: queues by URL, oldest message first, each receive handing out a new receipt
@@ -92,6 +95,7 @@ impl MemorySqs {
                 visible_at: now,
                 received_at: None,
                 receives: 0,
+                delivered_twice: false,
             });
     }
 
@@ -180,6 +184,13 @@ impl MemorySqs {
         lock(&self.state).in_flight_quota = Some(quota);
     }
 
+    /// Like a standard queue's at-least-once delivery (two receives at once may be handed the
+    /// same message): a receive first hands out, once each, messages already in flight, with
+    /// the receipt handle they have (a standard queue only).
+    pub fn deliver_twice(&self, on: bool) {
+        lock(&self.state).deliver_twice = on;
+    }
+
     /// Messages of `queue` in flight (hidden) now.
     pub fn in_flight(&self, queue: &str) -> usize {
         self.len(queue) - self.visible(queue)
@@ -246,6 +257,18 @@ impl State {
         if quota.is_some_and(|q| stored.iter().filter(|s| s.visible_at > now).count() >= q) {
             return out;
         }
+        if self.deliver_twice && !fifo {
+            let again = stored
+                .iter_mut()
+                .filter(|s| s.visible_at > now && s.received_at.is_some() && !s.delivered_twice);
+            for s in again.take(max) {
+                s.delivered_twice = true;
+                out.push(s.message.clone());
+            }
+            if !out.is_empty() {
+                return out;
+            }
+        }
         // A FIFO queue hands out nothing of a group while a message of it is in flight.
         let mut locked = HashSet::new();
         let mut ready = Vec::new();
@@ -304,6 +327,7 @@ impl State {
                 visible_at: now,
                 received_at: None,
                 receives: 0,
+                delivered_twice: false,
             });
         Ok(message_id)
     }
