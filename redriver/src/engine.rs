@@ -267,7 +267,10 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 }
                 Step::Settled(cycle, report) => {
                     (cycles, probe) = (cycles - 1, true);
-                    if run.account(cycle, Some(&report)) {
+                    // a copy that could not start or was not answered stops receiving only at
+                    // the deadline margin: one call the SDK timed out earlier (its messages
+                    // reappear by themselves after the run) ends nothing
+                    if run.account(cycle, Some(&report)) && Instant::now() >= by.start_by {
                         stopped = Some(StopReason::Deadline);
                     }
                     releasing += usize::from(self.settle_leftovers(run, &mut steps, by));
@@ -1333,6 +1336,26 @@ mod tests {
         dlq.push(DLQ, unexplained("crashed-late", now_ms(), &[]));
         let fourth = scheduled(&dlq, &store, &alarms, &config(&[])).await;
         assert_eq!((fourth.redriven, fourth.unexplained), (1, 1), "{fourth:?}");
+    }
+
+    #[tokio::test]
+    async fn a_send_that_timed_out_does_not_end_the_run() {
+        // GIVEN 200 replayable messages, and the run's first SendMessageBatch timing out (no
+        // answer: SQS may have taken it)
+        let (dlq, store, alarms) = doubles();
+        fill(&dlq, 200, 0);
+        dlq.time_out_calls(resq::testing::Call::Send, 1);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let summary = run_with(&dlq, &store, &alarms, &config(&[]), 3000.0, deadline).await;
+        // THEN the run goes on to the end of the DLQ: the ten of that call stay hidden (they
+        // reappear after the run and are sent again then), the other 190 are replayed
+        assert_eq!(
+            (summary.redriven, summary.failed, summary.stopped_by),
+            (190, 10, StopReason::Empty),
+            "{summary:?}"
+        );
+        assert_eq!(dlq.len(DLQ), 10);
+        assert_eq!(dlq.visible(DLQ), 0);
     }
 
     #[tokio::test]

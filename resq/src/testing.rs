@@ -2,7 +2,7 @@
 //! visibility rules ([`MemorySqs`]) and an object store ([`MemoryStore`]). Both can be told to
 //! fail or to be slow. Behind the `test-util` feature: the shipped functions carry none of it.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -55,6 +55,8 @@ struct State {
     fail_delete: Option<ReceiptFault>,
     in_flight_quota: Option<usize>,
     deliver_twice: bool,
+    /// Calls of a kind that time out (the SDK's operation timeout) without being carried out.
+    time_outs: HashMap<Call, usize>,
 }
 
 /// SQS in memory: queues by URL, oldest message first, each receive handing out a new receipt
@@ -167,6 +169,12 @@ impl MemorySqs {
         }
     }
 
+    /// Makes the next `n` calls of `call` time out (as the SDK's operation timeout reports it:
+    /// no answer, so not known to have been carried out; here they are not).
+    pub fn time_out_calls(&self, call: Call, n: usize) {
+        lock(&self.state).time_outs.insert(call, n);
+    }
+
     /// Makes the sent entries matching `fault` fail, as SQS reports a failed entry.
     pub fn fail_sends(&self, fault: impl Fn(&OutgoingMessage) -> bool + Send + Sync + 'static) {
         lock(&self.state).fail_send = Some(Box::new(fault));
@@ -219,11 +227,20 @@ impl MemorySqs {
             tokio::time::sleep(delay).await;
         }
         lock(&self.concurrent).0 -= 1;
-        if lock(&self.state).failing.contains(&call) {
+        let mut state = lock(&self.state);
+        if state.failing.contains(&call) {
             return Err(AwsError::service(
                 "InternalError",
                 "InternalError: injected",
             ));
+        }
+        if let Some(left) = state.time_outs.get_mut(&call).filter(|n| **n > 0) {
+            *left -= 1;
+            return Err(AwsError {
+                code: None,
+                message: "operation timed out: injected".into(),
+                kind: crate::sqs::AwsErrorKind::Timeout,
+            });
         }
         Ok(())
     }
