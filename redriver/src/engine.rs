@@ -1079,6 +1079,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_explained_dead_letter_whose_delete_failed_is_not_explained_twice() {
+        // GIVEN five dead letters without a reason, replay paused, and the DLQ refusing the
+        // first delete of crashed-0
+        let (dlq, store, alarms) = doubles();
+        alarms.set("consumer-errors", true, Duration::from_secs(60), 0.0);
+        let paused = config(&[("PAUSE_ON_ALARMS", "consumer-errors")]);
+        let sent = now_ms() - HOUR_MS;
+        for i in 0..5 {
+            dlq.push(DLQ, unexplained(&format!("crashed-{i}"), sent, &[]));
+        }
+        let first = std::sync::Mutex::new(None::<String>);
+        dlq.fail_deletes(move |rh| {
+            let mut first = first.lock().unwrap();
+            rh.starts_with("rh-crashed-0-") && first.get_or_insert_with(|| rh.to_owned()) == rh
+        });
+        let summary = scheduled(&dlq, &store, &alarms, &paused).await;
+        // THEN crashed-0 was made visible again, received again by the run and only deleted:
+        // five copies that say why, each counted once, and no original left
+        assert_eq!(
+            (summary.unexplained, summary.delete_failed),
+            (5, 1),
+            "{summary:?}"
+        );
+        assert_eq!(dlq.sent(DLQ).len(), 5);
+        assert_eq!(dlq.len(DLQ), 5);
+    }
+
+    #[tokio::test]
     async fn a_failed_archive_write_keeps_the_message() {
         let (dlq, store, alarms) = doubles();
         store.set_failing(true);

@@ -501,7 +501,12 @@ impl Run {
             Confirmation::Confirmed(id) => {
                 tracing::info!(message_id = %m.message_id, new_message_id = id.as_deref(), reason = resq::reason::FailureReason::InvocationFailed.code(), "dead letter without a reason: its copy in the DLQ now says why");
                 self.summary.unexplained += 1;
-                self.deleted(m, r.get(delete), false);
+                // like a replay: one whose delete failed is made visible again at once, and
+                // when this run receives it again it is only deleted (not explained twice)
+                if !r.is_confirmed(delete) {
+                    self.replayed.insert(m.message_id.clone());
+                }
+                self.deleted(m, r.get(delete), true);
             }
             Confirmation::Failed(SettleError::Unanswered) => {}
             _ => self.hold(m),
@@ -509,8 +514,8 @@ impl Run {
     }
 
     /// A moved message's delete. One not confirmed leaves it to be seen again: an archive
-    /// finds its entry; a replay is made visible again at once (`replay`), and when this run
-    /// receives it again it is only deleted.
+    /// finds its entry; a replay (or an explained dead letter) is made visible again at once
+    /// (`replay`), and when this run receives it again it is only deleted.
     fn deleted(&mut self, m: &ReceivedMessage, delete: &Confirmation, replay: bool) {
         if replay && !delete.is_confirmed() {
             self.release_now
