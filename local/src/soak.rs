@@ -286,8 +286,10 @@ struct State {
     replayed: AtomicU64,
     paused_runs: AtomicU64,
     archived_while_paused: AtomicU64,
-    /// Runs that replayed something while not paused, with when they ended.
-    unpaused_replays: Mutex<Vec<Instant>>,
+    /// Runs that replayed something, with when they ended: a run paused at its start that
+    /// finds its alarms cleared when it reads them again replays in the same run (it counts
+    /// as paused, and replay resumed in it).
+    replaying_runs: Mutex<Vec<Instant>>,
     last_run_moved: AtomicU64,
     function_errors: AtomicU64,
     alarm: Mutex<Vec<(Instant, StateValue)>>,
@@ -686,8 +688,9 @@ impl State {
             self.paused_runs.fetch_add(1, Ordering::Relaxed);
             self.archived_while_paused
                 .fetch_add(archived, Ordering::Relaxed);
-        } else if s.redriven > 0 {
-            lock(&self.unpaused_replays).push(Instant::now());
+        }
+        if s.redriven > 0 {
+            lock(&self.replaying_runs).push(Instant::now());
         }
         self.last_run_moved
             .store(s.redriven + archived, Ordering::Relaxed);
@@ -792,6 +795,18 @@ where
 
 fn alarm_seen(state: &State, value: &StateValue, after: Option<Instant>) -> Option<Instant> {
     seen(&state.alarm, value, after)
+}
+
+/// The replays-failing alarm is in OK now, and a run replayed after both that and `since`.
+/// (The alarm may flap while replay is paused: no replays, so no failures, then a failing
+/// probe; only its state since `since` counts.)
+fn resumed_since(state: &State, since: Instant) -> bool {
+    let ok = match lock(&state.alarm).last() {
+        Some((at, StateValue::Ok)) => *at,
+        _ => return false,
+    };
+    let after = ok.max(since);
+    lock(&state.replaying_runs).iter().any(|at| *at > after)
 }
 
 /// When `states` first showed `value` (after `after`).
@@ -987,17 +1002,11 @@ async fn phases(
         "the alarm back in OK and replay resumed",
         limit,
         started,
-        || async {
-            let cleared = fired_at.and_then(|f| alarm_seen(state, &StateValue::Ok, Some(f)));
-            cleared.is_some_and(|ok| {
-                ok > recovered_at.min(ok) && lock(&state.unpaused_replays).iter().any(|at| *at > ok)
-            })
-        },
+        || async { resumed_since(state, recovered_at) },
     )
     .await;
     let cleared_at = fired_at.and_then(|f| alarm_seen(state, &StateValue::Ok, Some(f)));
-    let resumed =
-        cleared_at.is_some_and(|ok| lock(&state.unpaused_replays).iter().any(|at| *at > ok));
+    let resumed = resumed_since(state, recovered_at);
 
     // 6. settle: both queues drained (the kept burst is archived at its TTL)
     let settled = until("both queues drained", limit, started, || async {
