@@ -740,6 +740,20 @@ mod tests {
     }
 
     /// A DLQ and main queue, a bucket and alarms, in memory.
+    /// Replay paused by the consumer-errors alarm, and `n` dead letters SQS moved without a
+    /// reason (`crashed-{i}`, first sent an hour ago): the doubles, the configuration and
+    /// that time.
+    fn paused_with_crashed(n: usize) -> (MemorySqs, MemoryStore, FixedAlarms, RedriverConfig, u64) {
+        let (dlq, store, alarms) = doubles();
+        alarms.set("consumer-errors", true, Duration::from_secs(60), 0.0);
+        let paused = config(&[("PAUSE_ON_ALARMS", "consumer-errors")]);
+        let sent = now_ms() - HOUR_MS;
+        for i in 0..n {
+            dlq.push(DLQ, unexplained(&format!("crashed-{i}"), sent, &[]));
+        }
+        (dlq, store, alarms, paused, sent)
+    }
+
     fn doubles() -> (MemorySqs, MemoryStore, FixedAlarms) {
         (
             MemorySqs::default(),
@@ -1082,13 +1096,7 @@ mod tests {
     async fn an_explained_dead_letter_whose_delete_failed_is_not_explained_twice() {
         // GIVEN five dead letters without a reason, replay paused, and the DLQ refusing the
         // first delete of crashed-0
-        let (dlq, store, alarms) = doubles();
-        alarms.set("consumer-errors", true, Duration::from_secs(60), 0.0);
-        let paused = config(&[("PAUSE_ON_ALARMS", "consumer-errors")]);
-        let sent = now_ms() - HOUR_MS;
-        for i in 0..5 {
-            dlq.push(DLQ, unexplained(&format!("crashed-{i}"), sent, &[]));
-        }
+        let (dlq, store, alarms, paused, _) = paused_with_crashed(5);
         let first = std::sync::Mutex::new(None::<String>);
         dlq.fail_deletes(move |rh| {
             let mut first = first.lock().unwrap();
@@ -1330,13 +1338,7 @@ mod tests {
     #[tokio::test]
     async fn dead_letters_without_a_reason_are_counted_once() {
         // GIVEN five dead letters SQS moved without a reason, and replay paused
-        let (dlq, store, alarms) = doubles();
-        alarms.set("consumer-errors", true, Duration::from_secs(60), 0.0);
-        let paused = config(&[("PAUSE_ON_ALARMS", "consumer-errors")]);
-        let sent = now_ms() - HOUR_MS;
-        for i in 0..5 {
-            dlq.push(DLQ, unexplained(&format!("crashed-{i}"), sent, &[]));
-        }
+        let (dlq, store, alarms, paused, sent) = paused_with_crashed(5);
         let first = scheduled(&dlq, &store, &alarms, &paused).await;
         // THEN the run counts them, and leaves in their place copies that say why
         assert_eq!(first.unexplained, 5, "{first:?}");
@@ -1410,13 +1412,7 @@ mod tests {
     async fn a_paused_run_explains_dead_letters_at_sqs_speed_not_the_replay_rate() {
         // GIVEN 300 dead letters of crashed invocations, replay paused, a rate of 1 a second
         // and a run of a few seconds
-        let (dlq, store, alarms) = doubles();
-        alarms.set("consumer-errors", true, Duration::from_secs(60), 0.0);
-        let paused = config(&[("PAUSE_ON_ALARMS", "consumer-errors")]);
-        let sent = now_ms() - HOUR_MS;
-        for i in 0..300 {
-            dlq.push(DLQ, unexplained(&format!("crashed-{i}"), sent, &[]));
-        }
+        let (dlq, store, alarms, paused, _) = paused_with_crashed(300);
         let deadline = Instant::now() + Duration::from_secs(4);
         let summary = run_with(&dlq, &store, &alarms, &paused, 1.0, deadline).await;
         // THEN the one run gives every one its reason (copies into the DLQ are no replays:
