@@ -875,49 +875,21 @@ mod tests {
         assert_eq!(queues.calls(), 3, "SendMessageBatch calls of 10, 10 and 3");
     }
 
-    /// A writer that keeps what the JSON log layer prints.
-    #[derive(Clone, Default)]
-    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     #[tokio::test]
     async fn log_lines_carry_the_correlation_fields() {
         // GIVEN the JSON log format the functions use in Lambda
-        let captured = Captured::default();
-        let sink = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
-            .with_writer(move || sink.clone())
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let (logs, _guard) = resq::testing::CapturedLogs::start();
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
         let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
         let event = json!({"Records": [record("m-7", &order("transient-7"), None, None)]});
         // WHEN a record fails
         consumer.process(event, later()).await.unwrap();
         // THEN its log line names the message, the order and the error
-        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-        let line: Value = text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|l| l["message"] == "failed; will be retried")
-            .unwrap_or_else(|| panic!("no failure line in {text}"));
-        assert_eq!(line["span"]["messageId"], "m-7");
-        assert_eq!(line["span"]["orderId"], "transient-7");
-        assert_eq!(line["span"]["error_code"], "DOWNSTREAM_UNAVAILABLE");
-        assert_eq!(line["span"]["error_details"], "503");
+        let line = logs.line("failed; will be retried");
+        assert_eq!(line["messageId"], "m-7");
+        assert_eq!(line["orderId"], "transient-7");
+        assert_eq!(line["error_code"], "DOWNSTREAM_UNAVAILABLE");
+        assert_eq!(line["error_details"], "503");
     }
 
     #[tokio::test]

@@ -1,8 +1,15 @@
 //! Logging set up the way Lambda asks for it: `AWS_LAMBDA_LOG_FORMAT` (`JSON` or `Text`) and
 //! `AWS_LAMBDA_LOG_LEVEL`; `RUST_LOG`, when set, refines the filter for local work.
 
+use std::fmt;
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
 use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, JsonFields, Writer};
+use tracing_subscriber::fmt::{FmtContext, FormattedFields, MakeWriter};
 use tracing_subscriber::prelude::*;
+use tracing_subscriber::registry::LookupSpan;
 
 /// Output format of log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,23 +144,17 @@ pub fn init_tracing() {
             (filter, Some(e))
         }
     };
-    let layer = tracing_subscriber::fmt::layer().with_target(false);
     let _ = match settings.format {
-        // The span fields carry messageId / orderId. Each line keeps its RFC 3339
-        // `timestamp`: Lambda honours a JSON line's `level` only next to a valid one, and files
-        // it as INFO otherwise (so a WARN setting would drop every warning).
         LogFormat::Json => tracing_subscriber::registry()
-            .with(
-                layer
-                    .json()
-                    .flatten_event(true)
-                    .with_current_span(true)
-                    .with_span_list(false)
-                    .with_filter(filter),
-            )
+            .with(json_layer(std::io::stdout).with_filter(filter))
             .try_init(),
         LogFormat::Text => tracing_subscriber::registry()
-            .with(layer.without_time().with_filter(filter))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_target(false)
+                    .without_time()
+                    .with_filter(filter),
+            )
             .try_init(),
     };
     if let Some(e) = refused {
@@ -161,9 +162,131 @@ pub fn init_tracing() {
     }
 }
 
+/// The JSON log layer both functions use, writing to `writer`: one object per line with
+/// `timestamp` (RFC 3339: Lambda honours a line's `level` only next to a valid one, and files
+/// it as INFO otherwise, so a WARN setting would drop every warning), `level`, the event's
+/// fields, and the fields of the spans it is in, all at the top level. So `messageId` and
+/// `orderId`, which the consumer puts on a record's span and the redriver on each line, are
+/// the same keys in both functions' logs, and a Logs Insights query filters on them directly.
+pub fn json_layer<S, W>(writer: W) -> impl tracing_subscriber::Layer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt::layer()
+        .fmt_fields(JsonFields::new())
+        .event_format(FlatJson)
+        .with_writer(writer)
+}
+
+/// [`json_layer`]'s line format: span fields (outermost first) and event fields in one flat
+/// object; an event's own field wins over a span's of the same name.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FlatJson;
+
+impl<S, N> FormatEvent<S, N> for FlatJson
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'w> FormatFields<'w> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut line = serde_json::Map::new();
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        line.insert("timestamp".into(), now.into());
+        line.insert("level".into(), event.metadata().level().as_str().into());
+        let span = event
+            .parent()
+            .and_then(|id| ctx.span(id))
+            .or_else(|| ctx.lookup_current());
+        if let Some(span) = span {
+            for s in span.scope().from_root() {
+                let extensions = s.extensions();
+                let Some(fields) = extensions.get::<FormattedFields<N>>() else {
+                    continue;
+                };
+                if let Ok(serde_json::Value::Object(fields)) =
+                    serde_json::from_str::<serde_json::Value>(fields)
+                {
+                    line.extend(fields);
+                }
+            }
+        }
+        event.record(&mut FieldsInto(&mut line));
+        let text = serde_json::to_string(&line).map_err(|_| fmt::Error)?;
+        writeln!(writer, "{text}")
+    }
+}
+
+/// Puts an event's fields into a JSON object: numbers and booleans as themselves, the rest
+/// as text.
+struct FieldsInto<'a>(&'a mut serde_json::Map<String, serde_json::Value>);
+
+impl Visit for FieldsInto<'_> {
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0.insert(field.name().into(), value.into());
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.insert(field.name().into(), value.into());
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().into(), value.into());
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.insert(field.name().into(), value.into());
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().into(), value.into());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0
+            .insert(field.name().into(), format!("{value:?}").into());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn span_and_event_fields_are_top_level_keys_of_one_json_line() {
+        let (logs, _guard) = crate::testing::CapturedLogs::start();
+        let span =
+            tracing::error_span!("record", messageId = "m-1", orderId = tracing::field::Empty);
+        span.record("orderId", "o-1");
+        span.in_scope(|| tracing::warn!(newMessageId = "m-2", count = 3_u64, ok = true, "copied"));
+        tracing::info!(messageId = "m-9", "outside any span");
+        let lines = logs.lines();
+        let copied = &lines[0];
+        assert_eq!(copied["message"], "copied");
+        assert_eq!(copied["level"], "WARN");
+        assert_eq!(
+            (
+                &copied["messageId"],
+                &copied["orderId"],
+                &copied["newMessageId"]
+            ),
+            (&"m-1".into(), &"o-1".into(), &"m-2".into())
+        );
+        assert_eq!((&copied["count"], &copied["ok"]), (&3.into(), &true.into()));
+        assert!(copied.get("span").is_none(), "{copied}");
+        let stamp = copied["timestamp"].as_str().unwrap();
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(stamp).is_ok(),
+            "{stamp}"
+        );
+        assert_eq!(lines[1]["messageId"], "m-9");
+        assert!(lines[1].get("orderId").is_none());
+    }
 
     #[test]
     fn levels_read_and_order_as_lambdas() {

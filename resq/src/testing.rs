@@ -526,3 +526,49 @@ impl ObjectStore for MemoryStore {
         Ok(PutOutcome::Created)
     }
 }
+
+/// A log sink for tests: the JSON lines [`crate::telemetry::json_layer`] writes, kept in
+/// memory while the returned guard is the thread's default subscriber.
+#[derive(Clone, Default)]
+pub struct CapturedLogs(std::sync::Arc<Mutex<Vec<u8>>>);
+
+impl CapturedLogs {
+    /// Captures the lines of the current thread (at every level) until the guard drops.
+    pub fn start() -> (Self, tracing::subscriber::DefaultGuard) {
+        use tracing_subscriber::prelude::*;
+        let logs = Self::default();
+        let sink = logs.clone();
+        let subscriber =
+            tracing_subscriber::registry().with(crate::telemetry::json_layer(move || sink.clone()));
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// Every line so far, parsed.
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        let text = String::from_utf8_lossy(&lock(&self.0)).into_owned();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+
+    /// The first line whose `message` is `message`.
+    pub fn line(&self, message: &str) -> serde_json::Value {
+        let lines = self.lines();
+        lines
+            .iter()
+            .find(|l| l["message"] == message)
+            .cloned()
+            .unwrap_or_else(|| panic!("no line {message:?} in {lines:?}"))
+    }
+}
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        lock(&self.0).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
