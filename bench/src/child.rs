@@ -131,7 +131,8 @@ pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
     let batch_started = Instant::now();
     let report = engine
         .handle(invocation, Instant::now() + Duration::from_secs(900))
-        .await;
+        .await
+        .map_err(|e| e.to_string())?;
     let batch_seconds = batch_started.elapsed().as_secs_f64();
     let response = serde_json::to_vec(&report.response).map_err(|e| e.to_string())?;
     let seconds = started.elapsed().as_secs_f64();
@@ -174,7 +175,8 @@ pub async fn consumer_io(
     let started = Instant::now();
     let report = engine
         .handle(invocation, Instant::now() + Duration::from_secs(900))
-        .await;
+        .await
+        .map_err(|e| e.to_string())?;
     let batch_seconds = started.elapsed().as_secs_f64();
     Ok(json!({
         "impl": "resq",

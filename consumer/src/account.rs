@@ -61,7 +61,7 @@ pub fn outcome(fate: &Fate, confirmation: Option<&Confirmation>) -> Outcome {
         Fate::DeadLetter { reason, .. } if confirmed => Outcome::DeadLettered(reason.clone()),
         Fate::DeadLetter { reason, .. } => unconfirmed(
             ErrorCode::DlqSendFailed,
-            format!("permanent failure {reason} could not be sent to the DLQ"),
+            format!("its DLQ copy ({reason}) could not be sent"),
         ),
         Fate::Archive(reason) if confirmed => Outcome::Archived(*reason),
         Fate::Archive(_) => unconfirmed(
@@ -170,6 +170,7 @@ mod tests {
     #[test]
     fn an_action_not_confirmed_leaves_its_record_failed_and_says_why() {
         let dead_letter = Fate::DeadLetter {
+            class: resq::attributes::FAILURE_CLASS_PERMANENT,
             reason: "MALFORMED_JSON".into(),
             details: String::new(),
         };

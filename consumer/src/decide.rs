@@ -9,25 +9,29 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use resq::archive::{ArchiveEntry, OriginalMessage};
 use resq::attributes::{
-    self, AttributeLimitExceeded, AttributeValue, FAILURE_CLASS_PERMANENT, MAX_MESSAGE_BYTES,
-    X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT,
+    self, AttributeLimitExceeded, AttributeValue, FAILURE_CLASS_PERMANENT, FAILURE_CLASS_TRANSIENT,
+    MAX_MESSAGE_BYTES, X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT,
 };
 use resq::backoff::Backoff;
 use resq::config::ConsumerConfig;
-use resq::reason::{ArchiveReason, ErrorCode};
+use resq::reason::{ArchiveReason, ErrorCode, FailureReason};
 use resq::settle::{Action, QueueUrl};
+use resq::source::QueueLimits;
 use resq::sqs::OutgoingMessage;
 
 use crate::event::Record;
 use crate::handler::{HandlerError, Rejection};
 
-/// Lanes run concurrently; records within a lane run in order. Standard queues: one record
-/// per lane. FIFO: one lane per `MessageGroupId`, in order of first appearance. A FIFO record
+/// Lanes run concurrently, starting in the order given; records within a lane run in order.
+/// Standard queues: one record per lane, the highest `ApproximateReceiveCount` first (a record
+/// near its last allowed receive is never the one the deadline leaves unstarted). FIFO: one lane per `MessageGroupId`, in order of first appearance. A FIFO record
 /// that cannot be read and whose group cannot be read either could belong to any group: it
 /// and every record after it go into one lane, so that they wait behind it (it fails).
 pub fn plan_lanes(records: &[Record], fifo: bool) -> Vec<Vec<usize>> {
     if !fifo {
-        return (0..records.len()).map(|i| vec![i]).collect();
+        let mut order: Vec<usize> = (0..records.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(records[i].receive_count));
+        return order.into_iter().map(|i| vec![i]).collect();
     }
     let mut lanes: Vec<Vec<usize>> = Vec::new();
     let mut by_group: HashMap<&str, usize> = HashMap::new();
@@ -49,11 +53,121 @@ pub fn plan_lanes(records: &[Record], fifo: bool) -> Vec<Vec<usize>> {
     lanes
 }
 
-/// Whether the handler runs for `record`: it could be read and is not past the redrive cap
-/// (a copy at the cap is the last real replay and runs).
-pub fn runs(record: &Record, config: &ConsumerConfig) -> bool {
-    let cap = config.common.max_redrive_attempts;
-    record.unreadable.is_none() && attributes::cap_on_delivery(record.redrive_count, cap).is_none()
+/// What the rules that depend on time and on SQS's limits know: the source queue's limits
+/// (when they could be read) and now.
+#[derive(Debug, Clone, Copy)]
+pub struct Horizon<'a> {
+    /// The limits of the queue the record came from; `None` when they could not be read (then
+    /// the last allowed receive is not known, and SQS moves a record that used it up).
+    pub limits: Option<&'a QueueLimits>,
+    /// Now, in epoch milliseconds.
+    pub now_ms: u64,
+}
+
+impl Horizon<'_> {
+    /// Now, with no limits known.
+    pub fn now() -> Horizon<'static> {
+        Horizon {
+            limits: None,
+            now_ms: epoch_ms(),
+        }
+    }
+}
+
+/// Now, in epoch milliseconds.
+pub fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Why a record is held back without running, in the order of the checks: it cannot be
+/// read, it is past the redrive cap (a copy at the cap is the last real replay and runs), or it
+/// was first sent before the idempotency window (its effect's key may be gone).
+pub fn held_back(record: &Record, config: &ConsumerConfig, now_ms: u64) -> Option<Unrun> {
+    if let Some(why) = &record.unreadable {
+        return Some(Unrun::Unreadable(why.clone()));
+    }
+    if let Some(reason) = over_cap(record, config) {
+        return Some(Unrun::Archive(reason));
+    }
+    let sent = attributes::first_sent_at(
+        &record.message_attributes,
+        record.sent_at.map(|t| t.to_string()).as_deref(),
+    )?;
+    let window = config.idempotency_window.as_millis() as u64;
+    (now_ms.saturating_sub(sent) > window)
+        .then_some(Unrun::Archive(ArchiveReason::IdempotencyWindow))
+}
+
+/// Why [`held_back`] holds a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unrun {
+    /// It could not be read: this, naming the field.
+    Unreadable(String),
+    /// It is archived unrun for this reason.
+    Archive(ArchiveReason),
+}
+
+/// Whether the handler runs for `record` (see [`held_back`]).
+pub fn runs(record: &Record, config: &ConsumerConfig, now_ms: u64) -> bool {
+    held_back(record, config, now_ms).is_none()
+}
+
+/// Why a failed record's next receive would come too late: it would be moved by SQS, or
+/// deleted, before it ran again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastReceive {
+    /// Its `ApproximateReceiveCount` reached the queue's `maxReceiveCount`.
+    ReceivesUsed {
+        /// The queue's `maxReceiveCount`.
+        max: u32,
+    },
+    /// The queue's retention (from its `SentTimestamp`) ends before its next delivery could.
+    RetentionEnds {
+        /// When SQS deletes it, epoch millis.
+        at_ms: u64,
+    },
+}
+
+impl std::fmt::Display for LastReceive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LastReceive::ReceivesUsed { max } => write!(
+                f,
+                "its last allowed receive (the queue's maxReceiveCount is {max})"
+            ),
+            LastReceive::RetentionEnds { at_ms } => write!(
+                f,
+                "the queue's retention ends at {} ms since the epoch, before its next delivery",
+                at_ms
+            ),
+        }
+    }
+}
+
+/// Whether a record that failed now is on its last allowed receive: its receive count
+/// reached the queue's `maxReceiveCount`, or the queue's retention would end before its next
+/// delivery (the longer of its backoff's ceiling and the queue's visibility timeout, plus the
+/// longest batching window, from now). `None` when the limits are not known.
+pub fn last_receive(
+    record: &Record,
+    horizon: Horizon<'_>,
+    backoff: &Backoff,
+) -> Option<LastReceive> {
+    let limits = horizon.limits?;
+    if let Some(max) = limits.max_receive_count
+        && record.receive_count >= max
+    {
+        return Some(LastReceive::ReceivesUsed { max });
+    }
+    let ends = record.sent_at? + limits.retention.as_millis() as u64;
+    let next = backoff
+        .ceiling(record.receive_count)
+        .max(limits.visibility_timeout)
+        + LONGEST_BATCHING_WINDOW;
+    (ends <= horizon.now_ms + next.as_millis() as u64)
+        .then_some(LastReceive::RetentionEnds { at_ms: ends })
 }
 
 /// What running a record came to: the engine's part, the handler run under unwinding and a
@@ -93,9 +207,6 @@ pub enum Failure {
         /// What happened.
         details: String,
     },
-    /// The record could not be read; SQS's redrive policy moves it to the DLQ after
-    /// `maxReceiveCount` receives.
-    Unreadable(String),
     /// FIFO: an earlier record of the same group failed, so this one was not run.
     GroupBlocked,
     /// The deadline margin was reached before this record started.
@@ -116,7 +227,6 @@ impl Failure {
         match self {
             Failure::Transient { code, .. } => code,
             Failure::Resq { code, .. } => code.code(),
-            Failure::Unreadable(_) => ErrorCode::RecordUnreadable.code(),
             Failure::GroupBlocked => ErrorCode::FifoGroupBlocked.code(),
             Failure::NotStarted => ErrorCode::DeadlineNotStarted.code(),
         }
@@ -126,7 +236,6 @@ impl Failure {
     pub fn details(&self) -> &str {
         match self {
             Failure::Transient { details, .. } | Failure::Resq { details, .. } => details,
-            Failure::Unreadable(why) => why,
             Failure::GroupBlocked | Failure::NotStarted => "",
         }
     }
@@ -146,6 +255,9 @@ pub enum Fate {
     Retry(Failure),
     /// Acknowledge once its DLQ copy (the decision's action) is confirmed.
     DeadLetter {
+        /// `x-failure-class`: [`FAILURE_CLASS_PERMANENT`], or [`FAILURE_CLASS_TRANSIENT`] for
+        /// a transient failure on its last allowed receive.
+        class: &'static str,
         /// `x-failure-reason`.
         reason: String,
         /// What was wrong, for the logs.
@@ -170,27 +282,50 @@ impl From<Fate> for Decision {
     }
 }
 
-/// The one decision of a record's fate (docs/design.md, "Record checks"): unreadable → retry;
-/// past the redrive cap → archive; rejected by the handler's parsing, or a permanent error →
-/// a DLQ copy (archived instead when SQS would refuse the copy); a transient error, a panic,
-/// a timeout → retry; success → acknowledge.
-pub fn decide(record: &Record, config: &ConsumerConfig, ran: HandlerOutcome) -> Decision {
-    let retry = |failure| Fate::Retry(failure).into();
+/// The one decision of a record's fate (docs/design.md, "Record checks"): unreadable → a
+/// permanent DLQ copy (`UNREADABLE_RECORD`); past the redrive cap or the idempotency window →
+/// archive; rejected by the handler's parsing, or a permanent error → a DLQ copy (archived
+/// instead when SQS would refuse the copy); a transient error, a panic, a timeout → retry, or,
+/// on its last allowed receive ([`last_receive`]), a transient DLQ copy with its reason;
+/// success → acknowledge.
+pub fn decide(
+    record: &Record,
+    config: &ConsumerConfig,
+    horizon: Horizon<'_>,
+    ran: HandlerOutcome,
+) -> Decision {
+    let retry = |failure: Failure| match last_receive(record, horizon, &config.backoff) {
+        Some(last) => {
+            let details = format!("{}; {last}", failure.details());
+            let details = details.trim_start_matches("; ");
+            dead_letter(
+                record,
+                config,
+                FAILURE_CLASS_TRANSIENT,
+                failure.code(),
+                details,
+            )
+        }
+        None => Fate::Retry(failure).into(),
+    };
+    let permanent = |code: &str, details: &str| {
+        dead_letter(record, config, FAILURE_CLASS_PERMANENT, code, details)
+    };
     match ran {
-        HandlerOutcome::NotRun => match (&record.unreadable, over_cap(record, config)) {
-            (Some(why), _) => retry(Failure::Unreadable(why.clone())),
-            (None, Some(reason)) => archive(record, config, reason, None),
-            (None, None) => retry(Failure::NotStarted),
+        HandlerOutcome::NotRun => match held_back(record, config, horizon.now_ms) {
+            Some(Unrun::Unreadable(why)) => permanent(FailureReason::UnreadableRecord.code(), &why),
+            Some(Unrun::Archive(reason)) => archive(record, config, reason, None),
+            None => retry(Failure::NotStarted),
         },
         HandlerOutcome::NotStarted => retry(Failure::NotStarted),
         HandlerOutcome::GroupBlocked => retry(Failure::GroupBlocked),
-        HandlerOutcome::Rejected(r) => dead_letter(record, config, &r.code, &r.details),
+        HandlerOutcome::Rejected(r) => permanent(&r.code, &r.details),
         HandlerOutcome::Handled(Ok(())) => Fate::Ack.into(),
         HandlerOutcome::Handled(Err(HandlerError::Transient { code, details })) => {
             retry(Failure::Transient { code, details })
         }
         HandlerOutcome::Handled(Err(HandlerError::Permanent { code, details })) => {
-            dead_letter(record, config, &code, &details)
+            permanent(&code, &details)
         }
         HandlerOutcome::Panicked(why) => retry(Failure::resq(ErrorCode::HandlerPanic, why)),
         HandlerOutcome::TimedOut => retry(Failure::resq(
@@ -216,6 +351,7 @@ fn archive(
         body: record.body.clone().unwrap_or_default(),
         message_attributes: record.message_attributes.clone(),
         attributes: record.attributes.to_map(),
+        raw_record: record.raw.clone(),
     };
     let source = &config.common.main_queue_url;
     let entry = ArchiveEntry::new(reason, source, message, last_error);
@@ -225,14 +361,31 @@ fn archive(
     }
 }
 
-/// A permanent failure: a DLQ copy, or the archive when no copy can be sent. `reason` becomes
-/// `x-failure-reason` as [`resq::reason::failure_reason`] makes it sendable.
-fn dead_letter(record: &Record, config: &ConsumerConfig, reason: &str, details: &str) -> Decision {
+/// A DLQ copy of `class` (`permanent`, or `transient` on the last allowed receive), or the
+/// archive when no copy can be sent (a copy SQS would refuse; a record with no body to copy).
+/// `reason` becomes `x-failure-reason` as [`resq::reason::failure_reason`] makes it sendable.
+fn dead_letter(
+    record: &Record,
+    config: &ConsumerConfig,
+    class: &'static str,
+    reason: &str,
+    details: &str,
+) -> Decision {
     let reason = resq::reason::failure_reason(reason);
     let dlq = &config.common.dlq_url;
-    match dead_letter_copy(record, &reason, resq::fifo::is_fifo(dlq)) {
+    if record.body.as_deref().is_none_or(str::is_empty) && record.unreadable.is_some() {
+        let last_error = format!("{reason}: {details}; no body a DLQ copy could carry");
+        return archive(
+            record,
+            config,
+            ArchiveReason::UnreadableRecord,
+            Some(last_error),
+        );
+    }
+    match dead_letter_copy(record, class, &reason, resq::fifo::is_fifo(dlq)) {
         Ok(copy) => Decision {
             fate: Fate::DeadLetter {
+                class,
                 reason,
                 details: details.to_owned(),
             },
@@ -272,24 +425,23 @@ impl CopyRefused {
     }
 }
 
-/// The DLQ copy of a permanent failure: body unchanged, original attributes kept,
-/// `x-failure-class`, `x-failure-reason` and `x-first-sent-at` set. A FIFO DLQ copy keeps the
-/// group and takes a deduplication id derived from the message id.
+/// The DLQ copy of a failure of `class`: body unchanged, original attributes kept
+/// (`x-redrive-count` with them), `x-failure-class`, `x-failure-reason` and `x-first-sent-at`
+/// set. A FIFO DLQ copy keeps the group and takes a deduplication id derived from the message
+/// id.
 pub fn dead_letter_copy(
     record: &Record,
+    class: &str,
     reason: &str,
     dlq_is_fifo: bool,
 ) -> Result<OutgoingMessage, CopyRefused> {
     let mut set = vec![
-        (
-            X_FAILURE_CLASS,
-            AttributeValue::string(FAILURE_CLASS_PERMANENT),
-        ),
+        (X_FAILURE_CLASS, AttributeValue::string(class)),
         (X_FAILURE_REASON, AttributeValue::string(reason)),
     ];
     if let Some(sent) = attributes::first_sent_at(
         &record.message_attributes,
-        record.attributes.get("SentTimestamp").as_deref(),
+        record.sent_at.map(|t| t.to_string()).as_deref(),
     ) {
         set.push((X_FIRST_SENT_AT, AttributeValue::number(sent)));
     }
@@ -404,6 +556,8 @@ mod tests {
             },
             concurrency: 4,
             backoff: Backoff::default(),
+            // the fixtures were sent in 2023: a window that holds them
+            idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),
         }
     }
 
@@ -451,8 +605,12 @@ mod tests {
         .unwrap();
         let (ok, capped, bad) = (&records[0], &records[1], &records[2]);
         let cfg = config();
-        assert!(runs(ok, &cfg) && !runs(capped, &cfg) && !runs(bad, &cfg));
-        let fate = |r: &Record, ran: HandlerOutcome| decide(r, &cfg, ran).fate;
+        assert!(
+            runs(ok, &cfg, epoch_ms())
+                && !runs(capped, &cfg, epoch_ms())
+                && !runs(bad, &cfg, epoch_ms())
+        );
+        let fate = |r: &Record, ran: HandlerOutcome| decide(r, &cfg, Horizon::now(), ran).fate;
         assert_eq!(fate(ok, HandlerOutcome::Handled(Ok(()))), Fate::Ack);
         assert_eq!(
             fate(capped, HandlerOutcome::NotRun),
@@ -460,7 +618,7 @@ mod tests {
         );
         assert!(matches!(
             fate(bad, HandlerOutcome::NotRun),
-            Fate::Retry(Failure::Unreadable(_))
+            Fate::DeadLetter { class: "permanent", ref reason, ref details } if reason == "UNREADABLE_RECORD" && details.starts_with("messageAttributes.a: ")
         ));
     }
 
@@ -468,7 +626,7 @@ mod tests {
     fn a_handlers_errors_and_what_the_engine_saw_have_their_fates() {
         let records = parse_event(json!({"Records": [rec("a", json!({}))]})).unwrap();
         let (ok, cfg) = (&records[0], config());
-        let fate = |r: &Record, ran: HandlerOutcome| decide(r, &cfg, ran).fate;
+        let fate = |r: &Record, ran: HandlerOutcome| decide(r, &cfg, Horizon::now(), ran).fate;
         let transient = HandlerError::transient("DOWNSTREAM", "503");
         assert_eq!(
             fate(ok, HandlerOutcome::Handled(Err(transient))),
@@ -478,10 +636,16 @@ mod tests {
             })
         );
         let permanent = HandlerError::permanent("ORDER_REJECTED", "unknown product");
-        let d = decide(ok, &cfg, HandlerOutcome::Handled(Err(permanent)));
+        let d = decide(
+            ok,
+            &cfg,
+            Horizon::now(),
+            HandlerOutcome::Handled(Err(permanent)),
+        );
         assert_eq!(
             d.fate,
             Fate::DeadLetter {
+                class: FAILURE_CLASS_PERMANENT,
                 reason: "ORDER_REJECTED".into(),
                 details: "unknown product".into()
             }
@@ -492,6 +656,7 @@ mod tests {
         let d = decide(
             ok,
             &cfg,
+            Horizon::now(),
             HandlerOutcome::Rejected(Rejection::malformed("not JSON")),
         );
         assert!(
@@ -526,7 +691,12 @@ mod tests {
             "messageAttributes": {"x-redrive-count": {"stringValue": "4", "dataType": "Number"}}
         }))]}))
         .unwrap();
-        let d = decide(&records[0], &config(), HandlerOutcome::NotRun);
+        let d = decide(
+            &records[0],
+            &config(),
+            Horizon::now(),
+            HandlerOutcome::NotRun,
+        );
         let Some(Action::Archive(entry)) = d.action else {
             panic!("{d:?}")
         };
@@ -550,6 +720,7 @@ mod tests {
         let d = decide(
             &records[0],
             &config(),
+            Horizon::now(),
             HandlerOutcome::Rejected(Rejection::malformed("x")),
         );
         assert_eq!(d.fate, Fate::Archive(ArchiveReason::AttributeLimit));
@@ -566,7 +737,7 @@ mod tests {
         let records = fifo_records(&["a", "a", "a", "b", "c"]);
         let lanes = plan_lanes(&records, true);
         let (failed, blocked) = (transient(), Failure::GroupBlocked);
-        let unreadable = Failure::Unreadable("bad base64".into());
+        let unreadable = Failure::resq(ErrorCode::HandlerPanic, "boom");
         let failures = [None, Some(&failed), Some(&blocked), Some(&unreadable), None];
         let policy = Backoff {
             base: Duration::from_secs(10),
@@ -641,7 +812,7 @@ mod tests {
             ("BAD\u{0}", "BAD_"),
         ] {
             let ran = HandlerOutcome::Rejected(Rejection::new(given, "details"));
-            match decide(&records[0], &config(), ran) {
+            match decide(&records[0], &config(), Horizon::now(), ran) {
                 Decision {
                     fate: Fate::DeadLetter { reason, .. },
                     action: Some(Action::Copy { message, .. }),
@@ -663,7 +834,7 @@ mod tests {
             "trace": {"stringValue": "t-1", "dataType": "String"}
         }}))]}))
         .unwrap();
-        let copy = dead_letter_copy(&records[0], "MALFORMED_JSON", false).unwrap();
+        let copy = dead_letter_copy(&records[0], "permanent", "MALFORMED_JSON", false).unwrap();
         assert_eq!(copy.body, "{}");
         assert_eq!(
             copy.attributes["trace"].string_value.as_deref(),
@@ -684,7 +855,7 @@ mod tests {
         assert_eq!((copy.group_id, copy.deduplication_id), (None, None));
 
         let fifo = fifo_records(&["g7"]);
-        let copy = dead_letter_copy(&fifo[0], "VALIDATION_FAILED", true).unwrap();
+        let copy = dead_letter_copy(&fifo[0], "permanent", "VALIDATION_FAILED", true).unwrap();
         assert_eq!(copy.group_id.as_deref(), Some("g7"));
         assert_eq!(copy.deduplication_id.as_deref(), Some("permanent-m0"));
     }
@@ -692,7 +863,7 @@ mod tests {
     fn dead_letter_copy_over_the_attribute_limit_fails() {
         let records = parse_event(json!({"Records": [nine_attributes()]})).unwrap();
         assert_eq!(
-            dead_letter_copy(&records[0], "MALFORMED_JSON", false).unwrap_err(),
+            dead_letter_copy(&records[0], "permanent", "MALFORMED_JSON", false).unwrap_err(),
             CopyRefused::AttributeLimit(AttributeLimitExceeded { count: 12 })
         );
     }
@@ -701,7 +872,8 @@ mod tests {
         // a body that fits alone, but not with the failure marks
         let body = format!("{{{}", "x".repeat(MAX_MESSAGE_BYTES - 10));
         let records = parse_event(json!({"Records": [rec("a", json!({"body": body}))]})).unwrap();
-        let refused = dead_letter_copy(&records[0], "MALFORMED_JSON", false).unwrap_err();
+        let refused =
+            dead_letter_copy(&records[0], "permanent", "MALFORMED_JSON", false).unwrap_err();
         assert_eq!(refused.reason(), ArchiveReason::SizeLimit);
         assert!(
             matches!(refused, CopyRefused::SizeLimit { size } if size > MAX_MESSAGE_BYTES),

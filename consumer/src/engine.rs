@@ -9,20 +9,23 @@
 //! failed) stop at `D - m/8`, done or not: what was not confirmed leaves its record failed,
 //! and SQS delivers it again.
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt, stream};
 use resq::config::ConsumerConfig;
 use resq::metrics::{self, Metrics};
 use resq::settle::{Action, Confirmation, QueueUrl, Settler};
+use resq::source::{QueueArn, QueueLimits};
 use resq::sqs::{CALLS_IN_FLIGHT, Queues};
 use resq::store::ObjectStore;
 use tracing::{Instrument, Span, field};
 
 use crate::account::{self, BatchReport};
-use crate::decide::{self, Fate, HandlerOutcome, Phases};
-use crate::event::{self, Record, SqsInvocation};
+use crate::decide::{self, Fate, HandlerOutcome, Horizon, Phases};
+use crate::event::{self, EventError, Record, SqsInvocation};
 use crate::handler::{MessageHandler, RecordMeta};
 
 /// Who archive entries are signed by.
@@ -30,19 +33,38 @@ pub const ARCHIVED_BY: &str = "consumer";
 
 /// What the consumer's settling needs on SQS: copies sent to the DLQ (`SendMessageBatch`
 /// authorizes as `SendMessage`), backoff on the main queue (`ChangeMessageVisibilityBatch` as
-/// `ChangeMessageVisibility`).
+/// `ChangeMessageVisibility`), and the queue's limits (`GetQueueAttributes`, once).
 pub const PERMISSIONS: &[resq::iam::Permission] = &[
     resq::iam::Permission::new("sqs:SendMessage", "DeadLetterQueue"),
     resq::iam::Permission::new("sqs:ChangeMessageVisibility", "OrdersQueue"),
+    resq::iam::Permission::new("sqs:GetQueueAttributes", "OrdersQueue"),
 ];
+
+/// How long a source queue's limits that could not be read are not asked for again.
+const LIMITS_RETRY_AFTER: Duration = Duration::from_secs(300);
+
+/// A source queue's limits as the consumer holds them: read once, or when the read failed,
+/// when it did (asked again after [`LIMITS_RETRY_AFTER`]).
+#[derive(Clone)]
+enum Known {
+    Read(Arc<QueueLimits>),
+    Unreadable(Instant),
+}
+
+/// The queue one record of a batch came from: where its backoff goes, and its limits.
+struct Source {
+    url: QueueUrl,
+    limits: Option<Arc<QueueLimits>>,
+}
 
 /// The consumer: one per process, reused across invocations (it keeps no state between them).
 pub struct Consumer<H, Q, S> {
     handler: H,
     pub(crate) settler: Settler<Q, S>,
     pub(crate) config: ConsumerConfig,
-    pub(crate) main_queue: QueueUrl,
     function_name: String,
+    /// The source queues' limits, by URL: the only state kept between invocations.
+    limits: Mutex<HashMap<QueueUrl, Known>>,
 }
 
 /// A record once it ran: its fate, the action still to carry it out, what became of an action
@@ -61,15 +83,20 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         Self {
             handler,
             settler: Settler::new(queues, store, ARCHIVED_BY).with_calls_in_flight(in_flight),
-            main_queue: QueueUrl::from(config.common.main_queue_url.as_str()),
             config,
             function_name: Metrics::function_name_from_env(ARCHIVED_BY),
+            limits: Mutex::new(HashMap::new()),
         }
     }
 
     /// Handles one invocation: runs its records, settles what was decided, and answers with
-    /// the partial batch response and the metrics (which the caller emits).
-    pub async fn handle(&self, invocation: SqsInvocation, deadline: Instant) -> BatchReport {
+    /// the partial batch response and the metrics (which the caller emits). `Err` only for an
+    /// event from the DLQ the consumer dead-letters into (it would loop).
+    pub async fn handle(
+        &self,
+        invocation: SqsInvocation,
+        deadline: Instant,
+    ) -> Result<BatchReport, EventError> {
         let records = invocation.0;
         // Lambda's poller received the batch at most a batching window before the invocation;
         // SQS's 12 h visibility limit counts from that receive.
@@ -77,12 +104,29 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             .checked_sub(decide::LONGEST_BATCHING_WINDOW)
             .unwrap_or_else(Instant::now);
         let phases = Phases::new(deadline, self.config.common.deadline_margin);
+        let (sources, of_record) = self.sources(&records, phases.start_by).await?;
+        let now_ms = decide::epoch_ms();
+        let horizons: Vec<Horizon<'_>> = of_record
+            .iter()
+            .map(|&s| Horizon {
+                limits: sources[s].limits.as_deref(),
+                now_ms,
+            })
+            .collect();
         let fifo = event::is_fifo(&records);
         let lanes = decide::plan_lanes(&records, fifo);
-        let mut ran = self.run(&records, &lanes, &phases, fifo).await;
-        let outcomes = self.settle(&records, &mut ran, phases.settle_by).await;
-        self.back_off(&records, &lanes, &outcomes, received_at, phases.settle_by)
-            .await;
+        let mut ran = self.run(&records, &horizons, &lanes, &phases, fifo).await;
+        let outcomes = self.settle(&mut ran, phases.settle_by).await;
+        let queues: Vec<&QueueUrl> = of_record.iter().map(|&s| &sources[s].url).collect();
+        self.back_off(
+            &records,
+            &queues,
+            &lanes,
+            &outcomes,
+            received_at,
+            phases.settle_by,
+        )
+        .await;
         let report = account::answer(&records, outcomes, &self.function_name);
         let m = &report.metrics;
         tracing::info!(
@@ -94,19 +138,90 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             replays_failed = m.get(metrics::REDRIVE_RETURNED),
             "batch done"
         );
-        report
+        Ok(report)
+    }
+
+    /// The queues the records came from (by `eventSourceARN`; the main queue when a record
+    /// names none), each with its limits, read once per queue by `until`; and the index of
+    /// each record's. An event from the DLQ is refused.
+    async fn sources(
+        &self,
+        records: &[Record],
+        until: Instant,
+    ) -> Result<(Vec<Source>, Vec<usize>), EventError> {
+        let mut sources: Vec<Source> = Vec::new();
+        let mut by_arn: HashMap<Option<&str>, usize> = HashMap::new();
+        let mut of_record = Vec::with_capacity(records.len());
+        for r in records {
+            let arn = r.source_arn.as_deref();
+            if let Some(&i) = by_arn.get(&arn) {
+                of_record.push(i);
+                continue;
+            }
+            let parsed = arn.and_then(QueueArn::parse);
+            if let (Some(arn), Some(parsed)) = (arn, &parsed)
+                && parsed.is_url(&self.config.common.dlq_url)
+            {
+                return Err(EventError::FromDeadLetterQueue {
+                    arn: arn.to_owned(),
+                });
+            }
+            let main = &self.config.common.main_queue_url;
+            let url = match &parsed {
+                Some(q) if !q.is_url(main) => q.url_beside(main).unwrap_or_else(|| main.clone()),
+                _ => main.clone(),
+            };
+            let url = QueueUrl::from(url.as_str());
+            let limits = self.limits_of(&url, until).await;
+            by_arn.insert(arn, sources.len());
+            of_record.push(sources.len());
+            sources.push(Source { url, limits });
+        }
+        Ok((sources, of_record))
+    }
+
+    /// A source queue's limits: read once (by `until`), then kept for the process's life.
+    async fn limits_of(&self, url: &QueueUrl, until: Instant) -> Option<Arc<QueueLimits>> {
+        let known = self.lock_limits().get(url).cloned();
+        match known {
+            Some(Known::Read(limits)) => return Some(limits),
+            Some(Known::Unreadable(at)) if at.elapsed() < LIMITS_RETRY_AFTER => return None,
+            _ => {}
+        }
+        let read = tokio::time::timeout_at(until.into(), self.settler.queues().limits(url)).await;
+        let known = match read {
+            Ok(Ok(limits)) => Known::Read(Arc::new(limits)),
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "no answer before the deadline margin".to_owned(),
+                };
+                tracing::warn!(queue = %url, error_details = %why, "could not read the queue's redrive policy and retention; until they are read, a transient failure on its last allowed receive is left for SQS to move to the DLQ without a reason");
+                Known::Unreadable(Instant::now())
+            }
+        };
+        self.lock_limits().insert(url.clone(), known.clone());
+        match known {
+            Known::Read(limits) => Some(limits),
+            Known::Unreadable(_) => None,
+        }
+    }
+
+    fn lock_limits(&self) -> std::sync::MutexGuard<'_, HashMap<QueueUrl, Known>> {
+        self.limits.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs every lane, up to `CONSUMER_CONCURRENCY` at once.
     async fn run(
         &self,
         records: &[Record],
+        horizons: &[Horizon<'_>],
         lanes: &[Vec<usize>],
         phases: &Phases,
         fifo: bool,
     ) -> Vec<Settling> {
         let lanes = stream::iter(lanes)
-            .map(|lane| self.run_lane(records, lane, phases, fifo))
+            .map(|lane| self.run_lane(records, horizons, lane, phases, fifo))
             .buffer_unordered(self.config.concurrency)
             .collect::<Vec<_>>()
             .await;
@@ -121,6 +236,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     async fn run_lane(
         &self,
         records: &[Record],
+        horizons: &[Horizon<'_>],
         lane: &[usize],
         phases: &Phases,
         fifo: bool,
@@ -128,13 +244,13 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         let mut out = Vec::with_capacity(lane.len());
         let mut blocked = false;
         for &i in lane {
-            let record = &records[i];
+            let (record, horizon) = (&records[i], horizons[i]);
             let mut s = if blocked {
-                self.unrun(record, HandlerOutcome::GroupBlocked)
+                self.unrun(record, horizon, HandlerOutcome::GroupBlocked)
             } else if Instant::now() >= phases.start_by {
-                self.unrun(record, HandlerOutcome::NotStarted)
+                self.unrun(record, horizon, HandlerOutcome::NotStarted)
             } else {
-                self.run_record(record, phases.stop_by).await
+                self.run_record(record, horizon, phases.stop_by).await
             };
             if fifo && let Some(action) = s.action.take() {
                 let report = self.settle_plan(vec![action], phases.stop_by).await;
@@ -148,23 +264,33 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     }
 
     /// A record held back without running.
-    fn unrun(&self, record: &Record, ran: HandlerOutcome) -> Settling {
-        let decision = decide::decide(record, &self.config, ran);
-        if let Fate::Retry(f) = &decision.fate {
-            tracing::warn!(message_id = %record.message_id, error_code = f.code(), "record reported failed without running");
-        }
+    fn unrun(&self, record: &Record, horizon: Horizon<'_>, ran: HandlerOutcome) -> Settling {
+        let decision = decide::decide(record, &self.config, horizon, ran);
+        let span = match &decision.fate {
+            Fate::Retry(f) => {
+                tracing::warn!(messageId = %record.message_id, error_code = f.code(), "record reported failed without running");
+                Span::none()
+            }
+            fate => log_decision(record_span(record, None), fate),
+        };
         Settling {
             fate: decision.fate,
             action: decision.action,
             settled: None,
-            span: Span::none(),
+            span,
         }
     }
 
     /// One record: parsed, then its effect run, each under unwinding, the effect until
     /// `stop_by`; then its fate decided.
-    async fn run_record(&self, record: &Record, stop_by: Instant) -> Settling {
-        let parsed = decide::runs(record, &self.config).then(|| self.parse(record));
+    async fn run_record(
+        &self,
+        record: &Record,
+        horizon: Horizon<'_>,
+        stop_by: Instant,
+    ) -> Settling {
+        let runs = decide::runs(record, &self.config, horizon.now_ms);
+        let parsed = runs.then(|| self.parse(record));
         let business_id = match &parsed {
             Some(Ok(message)) => {
                 std::panic::catch_unwind(AssertUnwindSafe(|| self.handler.business_id(message)))
@@ -173,15 +299,10 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             Some(Err(HandlerOutcome::Rejected(rejection))) => rejection.business_id.as_deref(),
             _ => None,
         };
-        // At ERROR level so that it is on whatever AWS_LAMBDA_LOG_LEVEL allows: at WARN an INFO
-        // span would be off, and the warnings would lose their messageId and orderId.
-        let span = tracing::error_span!(
-            "record",
-            messageId = %record.message_id,
-            orderId = business_id,
-            error_code = field::Empty,
-            error_details = field::Empty,
-        );
+        let span = record_span(record, business_id);
+        if let Some(why) = &record.unreadable {
+            span.in_scope(|| tracing::warn!(error_details = %why, "the record cannot be read"));
+        }
         if !record.dropped_attributes.is_empty() {
             span.in_scope(|| tracing::warn!(dropped = %record.dropped_attributes.join(", "), "list-valued message attributes are not supported by SQS and are not copied"));
         }
@@ -190,7 +311,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             Some(Err(ran)) => ran,
             Some(Ok(message)) => self.effect(record, &message, &span, stop_by).await,
         };
-        let decision = decide::decide(record, &self.config, ran);
+        let decision = decide::decide(record, &self.config, horizon, ran);
         Settling {
             span: log_decision(span, &decision.fate),
             fate: decision.fate,
@@ -236,6 +357,19 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     }
 }
 
+/// A record's span: every line about it carries its `messageId` and, once read, its `orderId`
+/// (its correlation id). At ERROR level so that it is on whatever AWS_LAMBDA_LOG_LEVEL allows:
+/// at WARN an INFO span would be off, and the warnings would lose their messageId and orderId.
+fn record_span(record: &Record, business_id: Option<&str>) -> Span {
+    tracing::error_span!(
+        "record",
+        messageId = %record.message_id,
+        orderId = business_id,
+        error_code = field::Empty,
+        error_details = field::Empty,
+    )
+}
+
 /// Logs a decided fate in the record's span; returns the span while something is left to log
 /// (a DLQ copy or archive entry to settle), so a batch holds spans only for those.
 fn log_decision(span: Span, fate: &Fate) -> Span {
@@ -252,7 +386,9 @@ fn log_decision(span: Span, fate: &Fate) -> Span {
             span.in_scope(|| tracing::warn!("failed; will be retried"));
             Span::none()
         }
-        Fate::DeadLetter { reason, details } => {
+        Fate::DeadLetter {
+            reason, details, ..
+        } => {
             span.record("error_code", reason.as_str());
             span.record("error_details", details.as_str());
             span
@@ -301,7 +437,7 @@ mod tests {
             deadline: Instant,
         ) -> Result<BatchReport, EventError> {
             let invocation = SqsInvocation::from_json(&event.to_string())?;
-            Ok(self.handle(invocation, deadline).await)
+            self.handle(invocation, deadline).await
         }
     }
 
@@ -362,6 +498,8 @@ mod tests {
             },
             concurrency: 4,
             backoff: resq::backoff::Backoff::default(),
+            // the fixtures were sent in 2023: a window that holds them
+            idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),
         }
     }
 
@@ -371,7 +509,9 @@ mod tests {
     }
 
     fn record(id: &str, body: &str, redrive: Option<&str>, group: Option<&str>) -> Value {
-        let mut attrs = json!({"ApproximateReceiveCount": "2", "SentTimestamp": "1700000000000"});
+        // sent a minute ago: well inside the queue's retention and the idempotency window
+        let sent = (decide::epoch_ms() - 60_000).to_string();
+        let mut attrs = json!({"ApproximateReceiveCount": "2", "SentTimestamp": sent});
         let mut arn = "arn:aws:sqs:us-east-1:123456789012:orders".to_owned();
         if let Some(g) = group {
             attrs["MessageGroupId"] = json!(g);
@@ -614,6 +754,287 @@ mod tests {
         );
     }
 
+    /// The main queue's limits as SQS reports them: `maxReceiveCount` 5, 4 days' retention.
+    fn main_limits(max_receive_count: u32) -> resq::source::QueueLimits {
+        resq::source::QueueLimits {
+            max_receive_count: Some(max_receive_count),
+            dead_letter_target: Some("arn:aws:sqs:us-east-1:123456789012:dlq".into()),
+            ..resq::source::QueueLimits::sqs_defaults()
+        }
+    }
+
+    fn received(mut record: Value, times: u32) -> Value {
+        record["attributes"]["ApproximateReceiveCount"] = json!(times.to_string());
+        record
+    }
+
+    #[tokio::test]
+    async fn a_transient_failure_on_its_last_allowed_receive_is_dead_lettered_with_its_reason() {
+        // GIVEN a main queue whose redrive policy allows 5 receives, and three transient
+        // failures on their 4th, 5th and 6th receive (a replay, x-redrive-count 2, on its 5th)
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        queues.set_limits(MAIN, Ok(main_limits(5)));
+        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let event = json!({"Records": [
+            received(record("fourth", &order("transient-4"), None, None), 4),
+            received(record("fifth", &order("transient-5"), Some("2"), None), 5),
+            received(record("sixth", &order("panic-6"), None, None), 6),
+        ]});
+        let report = consumer.process(event, later()).await.unwrap();
+        // THEN the one with receives left is retried and backed off; the others are in the DLQ
+        // as transient failures with their codes, acknowledged
+        assert_eq!(failed_ids(&report.response), vec!["fourth"]);
+        assert_eq!(backed_off(&queues), vec!["fourth"]);
+        let copies = dlq_copies(&queues);
+        let attr = |m: &OutgoingMessage, n: &str| m.attributes[n].string_value.clone();
+        let marks: Vec<_> = copies
+            .iter()
+            .map(|c| (attr(c, X_FAILURE_CLASS), attr(c, X_FAILURE_REASON)))
+            .collect();
+        assert_eq!(
+            marks,
+            vec![
+                (
+                    Some("transient".into()),
+                    Some("DOWNSTREAM_UNAVAILABLE".into())
+                ),
+                (Some("transient".into()), Some("HANDLER_PANIC".into())),
+            ]
+        );
+        // AND the replay keeps its x-redrive-count (the redriver's cap still counts it)
+        assert_eq!(attr(&copies[0], "x-redrive-count").as_deref(), Some("2"));
+        assert_eq!(copies[0].body, order("transient-5"));
+        // AND the queue's attributes were read once, and not again on the next invocation
+        let again =
+            json!({"Records": [received(record("x", &order("transient-x"), None, None), 5)]});
+        consumer.process(again, later()).await.unwrap();
+        assert_eq!(queues.limits_read(), 1);
+        assert_eq!(dlq_copies(&queues).len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_failure_whose_retention_would_end_before_its_next_delivery_is_dead_lettered() {
+        // GIVEN a queue that keeps messages an hour, and a transient failure sent 57 min ago:
+        // its next delivery (up to its backoff or the visibility timeout, plus the longest
+        // batching window) could come after SQS deletes it
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        let limits = resq::source::QueueLimits {
+            retention: Duration::from_secs(3600),
+            ..main_limits(100)
+        };
+        queues.set_limits(MAIN, Ok(limits));
+        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let sent = |minutes_ago: u64| (decide::epoch_ms() - minutes_ago * 60_000).to_string();
+        let mut old = record("old", &order("transient-old"), None, None);
+        old["attributes"]["SentTimestamp"] = json!(sent(57));
+        let mut young = record("young", &order("transient-young"), None, None);
+        young["attributes"]["SentTimestamp"] = json!(sent(10));
+        let report = consumer
+            .process(json!({"Records": [old, young]}), later())
+            .await
+            .unwrap();
+        // THEN the old one is in the DLQ with its reason; the young one is retried
+        assert_eq!(failed_ids(&report.response), vec!["young"]);
+        let copies = dlq_copies(&queues);
+        assert_eq!(copies.len(), 1);
+        assert_eq!(copies[0].body, order("transient-old"));
+        assert_eq!(
+            copies[0].attributes[X_FAILURE_CLASS]
+                .string_value
+                .as_deref(),
+            Some("transient")
+        );
+    }
+
+    #[tokio::test]
+    async fn limits_that_cannot_be_read_leave_failures_to_sqs_and_are_asked_again_later() {
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        queues.set_limits(MAIN, Err("not allowed".into()));
+        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let event =
+            json!({"Records": [received(record("m", &order("transient-m"), None, None), 9)]});
+        let report = consumer.process(event.clone(), later()).await.unwrap();
+        assert_eq!(failed_ids(&report.response), vec!["m"]);
+        assert!(dlq_copies(&queues).is_empty());
+        // not asked on every invocation
+        consumer.process(event, later()).await.unwrap();
+        assert_eq!(queues.limits_read(), 1);
+    }
+
+    #[tokio::test]
+    async fn records_nearest_their_last_receive_start_first() {
+        // GIVEN one record at a time and a deadline that leaves room for about two
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        let mut cfg = config("http://127.0.0.1/1/dlq");
+        cfg.concurrency = 1;
+        let consumer = Consumer::new(Scripted, &queues, &store, cfg);
+        let event = json!({"Records": [
+            received(record("r1", &order("slow-1"), None, None), 1),
+            received(record("r2", &order("slow-2"), None, None), 2),
+            received(record("r4", &order("slow-4"), None, None), 4),
+            received(record("r3", &order("slow-3"), None, None), 3),
+        ]});
+        let deadline = Instant::now() + Duration::from_millis(650);
+        let report = consumer.process(event, deadline).await.unwrap();
+        // THEN the ones left unstarted are those with the most receives left
+        let unstarted: Vec<&str> = failed_ids(&report.response);
+        assert!(
+            !unstarted.is_empty() && unstarted.len() < 4,
+            "{unstarted:?}"
+        );
+        let started: Vec<u32> = report
+            .outcomes
+            .iter()
+            .zip([1, 2, 4, 3])
+            .filter(|(o, _)| **o == Outcome::Processed)
+            .map(|(_, n)| n)
+            .collect();
+        let left: Vec<u32> = report
+            .outcomes
+            .iter()
+            .zip([1, 2, 4, 3])
+            .filter(|(o, _)| o.is_failed())
+            .map(|(_, n)| n)
+            .collect();
+        assert!(
+            started.iter().min() > left.iter().max(),
+            "started {started:?}, left {left:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn backoff_goes_to_the_queue_the_record_came_from() {
+        // GIVEN a second event source: a queue other than MAIN_QUEUE_URL
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let mut other = record("o", &order("transient-o"), None, None);
+        other["eventSourceARN"] = json!("arn:aws:sqs:us-east-1:123456789012:priority-orders");
+        let report = consumer
+            .process(
+                json!({"Records": [other, record("m", &order("transient-m"), None, None)]}),
+                later(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(failed_ids(&report.response), vec!["o", "m"]);
+        // THEN each is backed off on its own queue
+        let priority = "http://127.0.0.1/123456789012/priority-orders";
+        assert_eq!(
+            queues.changes(priority).len(),
+            1,
+            "{:?}",
+            queues.changes(priority)
+        );
+        assert_eq!(backed_off(&queues), vec!["m"]);
+    }
+
+    #[tokio::test]
+    async fn an_event_from_the_dlq_is_refused() {
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        let consumer = Consumer::new(
+            Scripted,
+            &queues,
+            &store,
+            config("http://127.0.0.1/123456789012/dlq"),
+        );
+        let mut looped = record("l", "{not json", None, None);
+        looped["eventSourceARN"] = json!("arn:aws:sqs:us-east-1:123456789012:dlq");
+        let err = consumer
+            .process(json!({"Records": [looped]}), later())
+            .await
+            .unwrap_err();
+        assert_eq!(err.error_type(), "EventFromDeadLetterQueue");
+        assert!(
+            err.to_string()
+                .contains("arn:aws:sqs:us-east-1:123456789012:dlq"),
+            "{err}"
+        );
+        assert_eq!(queues.calls(), 0, "nothing was copied back into the DLQ");
+    }
+
+    #[tokio::test]
+    async fn a_message_older_than_the_idempotency_window_is_archived_and_never_run() {
+        // GIVEN order records kept for a day, and an order first sent two days ago (its
+        // x-first-sent-at carried across a replay)
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        let mut cfg = config("http://127.0.0.1/1/dlq");
+        cfg.idempotency_window = Duration::from_secs(86_400);
+        let consumer = Consumer::new(RecordOrder::new(&store), &queues, &store, cfg);
+        let mut old = record("old", &order("o-old"), Some("1"), None);
+        let first_sent = (decide::epoch_ms() - 2 * 86_400_000).to_string();
+        old["messageAttributes"]["x-first-sent-at"] =
+            json!({"stringValue": first_sent, "dataType": "Number"});
+        let young = record("young", &order("o-young"), None, None);
+        let report = consumer
+            .process(json!({"Records": [old, young]}), later())
+            .await
+            .unwrap();
+        assert_eq!(
+            report.outcomes,
+            vec![
+                Outcome::Archived(ArchiveReason::IdempotencyWindow),
+                Outcome::Processed
+            ]
+        );
+        assert_eq!(store.keys("orders/"), vec!["orders/o-young.json"]);
+        assert_eq!(store.keys("archive/IDEMPOTENCY_WINDOW/").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_different_order_under_a_recorded_order_id_is_a_conflict_and_the_same_one_is_done() {
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        let consumer = Consumer::new(
+            RecordOrder::new(&store),
+            &queues,
+            &store,
+            config("http://127.0.0.1/1/dlq"),
+        );
+        let body = |user: &str, items: Value| {
+            json!({"orderId": "o-1", "userId": user, "items": items}).to_string()
+        };
+        let two = json!([{"productId": "p1", "quantity": 1}, {"productId": "p2", "quantity": 2}]);
+        let first = record("first", &body("u1", two.clone()), None, None);
+        consumer
+            .process(json!({"Records": [first]}), later())
+            .await
+            .unwrap();
+        // WHEN the producer retries it (items in another order), and sends two other orders
+        // under its id
+        let retry = record(
+            "retry",
+            &body(
+                "u1",
+                json!([{"productId": "p2", "quantity": 2}, {"productId": "p1", "quantity": 1}]),
+            ),
+            None,
+            None,
+        );
+        let other_user = record("user", &body("u2", two), None, None);
+        let other_items = record(
+            "items",
+            &body("u1", json!([{"productId": "p1", "quantity": 5}])),
+            None,
+            None,
+        );
+        let report = consumer
+            .process(
+                json!({"Records": [retry, other_user, other_items]}),
+                later(),
+            )
+            .await
+            .unwrap();
+        // THEN the retry is done; the others go to the DLQ as ORDER_ID_CONFLICT
+        let conflict = Outcome::DeadLettered("ORDER_ID_CONFLICT".into());
+        assert_eq!(
+            report.outcomes,
+            vec![Outcome::Processed, conflict.clone(), conflict]
+        );
+        let copies = dlq_copies(&queues);
+        assert_eq!(copies.len(), 2);
+        assert!(copies[0].body.contains("u2"));
+        assert_eq!(store.keys("orders/").len(), 1);
+    }
+
     #[tokio::test]
     async fn deadline_margin_reports_records_not_started() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
@@ -798,26 +1219,91 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_unreadable_record_fails_alone() {
-        // GIVEN the runtime's bytes: one record whose binary attribute is not base64
+    async fn an_unreadable_record_is_dead_lettered_at_once_with_what_could_be_read() {
+        // GIVEN the runtime's bytes: one record whose binary attribute is not base64 (as in
+        // Powertools' sqsEvent.json), one whose body is a JSON object, not a string
+        let (logs, _guard) = resq::testing::CapturedLogs::start();
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
         let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
-        let mut bad = record("bad", &order("o-1"), None, None);
+        let mut bad = record("bad", &order("o-1"), Some("1"), None);
         bad["messageAttributes"]["blob"] =
             json!({"dataType": "Binary", "binaryValue": "not base64!"});
+        let mut object = record("object", "", None, None);
+        object["body"] = json!({"orderId": "o-3"});
         let payload =
-            json!({"Records": [record("ok", &order("o-2"), None, None), bad]}).to_string();
+            json!({"Records": [record("ok", &order("o-2"), None, None), bad, object]}).to_string();
         let invocation: SqsInvocation = serde_json::from_str(&payload).unwrap();
-        // WHEN it is processed THEN only that record is reported, and backed off
-        let report = consumer.handle(invocation, later()).await;
-        assert_eq!(failed_ids(&report.response), vec!["bad"]);
+        // WHEN it is processed
+        let report = consumer.handle(invocation, later()).await.unwrap();
+        // THEN nothing is retried: both go to the DLQ at once as permanent UNREADABLE_RECORD
+        assert!(report.response.batch_item_failures.is_empty());
         assert_eq!(report.outcomes[0], Outcome::Processed);
+        for o in &report.outcomes[1..] {
+            assert_eq!(o, &Outcome::DeadLettered("UNREADABLE_RECORD".into()));
+        }
+        let copies = dlq_copies(&queues);
+        assert_eq!(copies.len(), 2);
+        let attr = |m: &OutgoingMessage, n: &str| m.attributes[n].string_value.clone();
+        for c in &copies {
+            assert_eq!(attr(c, X_FAILURE_CLASS).as_deref(), Some("permanent"));
+            assert_eq!(
+                attr(c, X_FAILURE_REASON).as_deref(),
+                Some("UNREADABLE_RECORD")
+            );
+        }
+        // AND each copy keeps what could be read: the body and the readable attributes
+        assert_eq!(copies[0].body, order("o-1"));
+        assert_eq!(attr(&copies[0], "x-redrive-count").as_deref(), Some("1"));
+        assert!(!copies[0].attributes.contains_key("blob"));
+        assert_eq!(copies[1].body, r#"{"orderId":"o-3"}"#);
+        // AND the log names the field and what was wrong with it
+        let lines = logs.lines();
+        let read = |id: &str| {
+            lines
+                .iter()
+                .find(|l| l["messageId"] == id && l["message"] == "the record cannot be read")
+                .unwrap_or_else(|| panic!("{id}: {lines:?}"))["error_details"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
         assert!(
-            matches!(&report.outcomes[1], Outcome::Failed(Failure::Unreadable(why)) if why.contains("base64") || why.contains("Invalid")),
-            "{:?}",
-            report.outcomes[1]
+            read("bad").starts_with("messageAttributes.blob: "),
+            "{}",
+            read("bad")
         );
-        assert_eq!(backed_off(&queues), vec!["bad"]);
+        assert_eq!(read("object"), "body: an object, not a string");
+        assert!(backed_off(&queues).is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_record_without_a_body_is_archived_whole() {
+        // GIVEN a record whose body is a list and whose attributes would overflow a copy
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let mut bad = record("nobody", "", None, None);
+        bad.as_object_mut().unwrap().remove("body");
+        bad["messageAttributes"]["blob"] = json!({"dataType": "Binary", "binaryValue": "%%"});
+        let payload = json!({"Records": [bad]}).to_string();
+        let report = consumer
+            .handle(serde_json::from_str(&payload).unwrap(), later())
+            .await
+            .unwrap();
+        // THEN it is archived, the entry holding the raw record
+        assert_eq!(
+            report.outcomes,
+            vec![Outcome::Archived(ArchiveReason::UnreadableRecord)]
+        );
+        let keys = store.keys("archive/UNREADABLE_RECORD/");
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        let entry: Value = serde_json::from_slice(&store.objects()[&keys[0]]).unwrap();
+        let raw = entry["originalMessage"]["rawRecord"].as_str().unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(raw).unwrap()["messageId"],
+            "nobody"
+        );
+        assert!(raw.contains("%%"), "{raw}");
+        assert!(dlq_copies(&queues).is_empty());
     }
 
     #[tokio::test]

@@ -34,9 +34,16 @@ pub struct Record {
     pub group_id: Option<String>,
     /// The queue the record came from (shared by the records of one queue).
     pub source_arn: Option<Arc<str>>,
-    /// Why the record could not be read (an attribute that does not decode, a field of the
-    /// wrong type): it is reported failed without running, the rest of the batch goes on.
+    /// `SentTimestamp`: when this copy was sent (epoch millis), when readable.
+    pub sent_at: Option<u64>,
+    /// Why the record could not be read, naming the field (an attribute that does not decode,
+    /// a body that is not a string, a field of the wrong type): it never runs; it is
+    /// dead-lettered as permanent (`UNREADABLE_RECORD`) with what could be read, and the rest
+    /// of the batch goes on.
     pub unreadable: Option<String>,
+    /// The record's JSON as delivered, kept only when it could not be read whole (for its
+    /// archive entry).
+    pub raw: Option<String>,
 }
 
 /// The event is not one the consumer can take: the only case where it returns an error.
@@ -52,6 +59,15 @@ pub enum EventError {
     MissingMessageId {
         /// Position in `Records`.
         index: usize,
+    },
+    /// The event comes from the DLQ the consumer dead-letters into: each failure would be
+    /// copied back into the queue it came from, forever.
+    #[error(
+        "the event comes from {arn}, the DLQ this consumer dead-letters into (DLQ_URL): its failures would be copied back into that queue forever; point the event source mapping at the main queue (MAIN_QUEUE_URL), and replay the DLQ with the redriver"
+    )]
+    FromDeadLetterQueue {
+        /// The event's `eventSourceARN`.
+        arn: String,
     },
 }
 
@@ -78,6 +94,7 @@ impl EventError {
         match self {
             EventError::NotSqs(_) => "NotAnSqsEvent",
             EventError::MissingMessageId { .. } => "RecordWithoutMessageId",
+            EventError::FromDeadLetterQueue { .. } => "EventFromDeadLetterQueue",
         }
     }
 }
@@ -307,6 +324,7 @@ struct WireRecord<'a> {
 struct SystemHead {
     receive_count: Option<u32>,
     group_id: Option<String>,
+    sent_at: Option<u64>,
 }
 
 impl<'de> Deserialize<'de> for SystemHead {
@@ -326,6 +344,7 @@ impl<'de> Deserialize<'de> for SystemHead {
                 let mut head = SystemHead {
                     receive_count: None,
                     group_id: None,
+                    sent_at: None,
                 };
                 while let Some(name) = map.next_key::<Text<'de>>()? {
                     let value = map.next_value::<Text<'de>>()?;
@@ -334,6 +353,7 @@ impl<'de> Deserialize<'de> for SystemHead {
                             head.receive_count = value.0.trim().parse().ok();
                         }
                         "MessageGroupId" => head.group_id = Some(value.0.into_owned()),
+                        "SentTimestamp" => head.sent_at = value.0.trim().parse().ok(),
                         _ => {}
                     }
                 }
@@ -411,8 +431,8 @@ impl RecordReader {
         let (message_attributes, dropped_attributes) =
             attributes::from_lambda_attributes(wire.message_attributes.iter().flatten());
         let redrive_count = attributes::parse_redrive_count(&message_attributes);
-        let (receive_count, group_id) = head
-            .map(|h| (h.receive_count, h.group_id))
+        let (receive_count, group_id, sent_at) = head
+            .map(|h| (h.receive_count, h.group_id, h.sent_at))
             .unwrap_or_default();
         Ok(Record {
             message_id,
@@ -425,7 +445,9 @@ impl RecordReader {
             redrive_count,
             group_id,
             source_arn: self.arn(wire.event_source_arn),
+            sent_at,
             unreadable: None,
+            raw: None,
         })
     }
 
@@ -439,7 +461,9 @@ impl RecordReader {
         self.arn.clone()
     }
 
-    /// What can be read of a record that does not decode as a whole: enough to report it.
+    /// What can be read of a record that does not decode as a whole: everything that
+    /// decodes on its own (the body, the system attributes, each message attribute), why the
+    /// rest does not, naming each field, and the raw record.
     fn unreadable(&mut self, index: usize, raw: &str, error: String) -> Result<Record, EventError> {
         let head: RecordHead = serde_json::from_str(raw).map_err(|_| {
             EventError::NotSqs(format!("record {index} is not an SQS record: {error}"))
@@ -448,23 +472,146 @@ impl RecordReader {
         let message_id = text(&head.message_id)
             .filter(|id| !id.is_empty())
             .ok_or(EventError::MissingMessageId { index })?;
-        let group_id = serde_json::from_str::<RecordGroup>(raw)
-            .ok()
-            .and_then(|g| g.attributes.group);
+        let mut problems = Vec::new();
+        let rest = serde_json::from_str::<RecordRest>(raw).unwrap_or_else(|e| {
+            problems.push(without_position(&e.to_string()));
+            RecordRest::default()
+        });
+        for (name, field) in [
+            ("receiptHandle", &head.receipt_handle),
+            ("eventSourceARN", &head.event_source_arn),
+            ("body", &rest.body),
+            ("md5OfBody", &rest.md5_of_body),
+            ("md5OfMessageAttributes", &rest.md5_of_message_attributes),
+            ("awsRegion", &rest.aws_region),
+        ] {
+            if let Some(raw) = field
+                && text(field).is_none()
+            {
+                problems.push(format!(
+                    "{name}: {}, not a string",
+                    json_text_kind(raw.get())
+                ));
+            }
+        }
+        // a body that is not a string is kept as its JSON text (an object is the order itself)
+        let body = match (&rest.body, text(&rest.body)) {
+            (_, Some(body)) => Some(body),
+            (Some(raw), None) if raw.get() != "null" => Some(raw.get().to_owned()),
+            _ => None,
+        };
+        let system = loose_strings(rest.attributes.as_deref(), "attributes", &mut problems);
+        let mut readable = HashMap::new();
+        match rest
+            .message_attributes
+            .as_deref()
+            .map(|raw| serde_json::from_str::<HashMap<String, Box<RawValue>>>(raw.get()))
+        {
+            None => {}
+            Some(Err(_)) => problems.push(format!(
+                "messageAttributes: {}, not an object",
+                json_text_kind(rest.message_attributes.as_deref().map_or("", RawValue::get))
+            )),
+            Some(Ok(attrs)) => {
+                for (name, value) in attrs {
+                    match serde_json::from_str::<SqsMessageAttribute>(value.get()) {
+                        Ok(a) => {
+                            readable.insert(name, a);
+                        }
+                        Err(e) => problems.push(format!(
+                            "messageAttributes.{name}: {}",
+                            without_position(&e.to_string())
+                        )),
+                    }
+                }
+            }
+        }
+        let (message_attributes, dropped_attributes) =
+            attributes::from_lambda_attributes(readable.iter());
+        let redrive_count = attributes::parse_redrive_count(&message_attributes);
+        let why = if problems.is_empty() {
+            without_position(&error)
+        } else {
+            problems.sort();
+            problems.join("; ")
+        };
         let source_arn = text(&head.event_source_arn);
         Ok(Record {
             message_id,
             receipt_handle: text(&head.receipt_handle).unwrap_or_default(),
-            body: None,
-            attributes: SystemAttributes::default(),
-            message_attributes: MessageAttributes::new(),
-            dropped_attributes: Vec::new(),
-            receive_count: 1,
-            redrive_count: RedriveCount::Count(0),
-            group_id,
+            body,
+            receive_count: system
+                .get("ApproximateReceiveCount")
+                .and_then(|c| c.trim().parse().ok())
+                .unwrap_or(1),
+            group_id: system.get("MessageGroupId").cloned(),
+            sent_at: system
+                .get("SentTimestamp")
+                .and_then(|t| t.trim().parse().ok()),
+            attributes: SystemAttributes::from_map(&system),
+            message_attributes,
+            dropped_attributes,
+            redrive_count,
             source_arn: source_arn.and_then(|arn| self.arn(Some(Text(Cow::Owned(arn))))),
-            unreadable: Some(error),
+            unreadable: Some(why),
+            raw: Some(raw.to_owned()),
         })
+    }
+}
+
+/// The string-valued entries of a JSON object field; each other entry, or a field that is not
+/// an object, is a problem named `field.name`.
+fn loose_strings(
+    raw: Option<&RawValue>,
+    field: &str,
+    problems: &mut Vec<String>,
+) -> BTreeMap<String, String> {
+    let Some(raw) = raw else {
+        return BTreeMap::new();
+    };
+    match serde_json::from_str::<BTreeMap<String, serde_json::Value>>(raw.get()) {
+        Err(_) => {
+            problems.push(format!(
+                "{field}: {}, not an object",
+                json_text_kind(raw.get())
+            ));
+            BTreeMap::new()
+        }
+        Ok(map) => map
+            .into_iter()
+            .filter_map(|(name, v)| match v {
+                serde_json::Value::String(s) => Some((name, s)),
+                other => {
+                    problems.push(format!(
+                        "{field}.{name}: {}, not a string",
+                        json_text_kind(&other.to_string())
+                    ));
+                    None
+                }
+            })
+            .collect(),
+    }
+}
+
+/// What kind of JSON value `text` is, in words.
+fn json_text_kind(text: &str) -> &'static str {
+    match text.trim_start().as_bytes().first() {
+        Some(b'{') => "an object",
+        Some(b'[') => "a list",
+        Some(b'"') => "text that is not valid (a lone surrogate?)",
+        Some(b't' | b'f') => "true or false",
+        Some(b'n') => "null",
+        Some(_) => "a number",
+        None => "nothing",
+    }
+}
+
+/// A serde error without its " at line L column C" (a record's position means nothing to a
+/// reader of the log).
+fn without_position(error: &str) -> String {
+    match error.rfind(" at line ") {
+        Some(i) => error[..i].to_owned(),
+        None => error.to_owned(),
     }
 }
 
@@ -482,23 +629,29 @@ struct RecordHead {
     event_source_arn: Option<Box<RawValue>>,
 }
 
+/// The rest of a record that does not decode, each field as its raw JSON (read apart from
+/// [`RecordHead`], so that a problem here, such as a field given twice, still lets the record
+/// be reported).
+#[derive(Deserialize, Default)]
+struct RecordRest {
+    #[serde(default)]
+    body: Option<Box<RawValue>>,
+    #[serde(rename = "md5OfBody", default)]
+    md5_of_body: Option<Box<RawValue>>,
+    #[serde(rename = "md5OfMessageAttributes", default)]
+    md5_of_message_attributes: Option<Box<RawValue>>,
+    #[serde(rename = "awsRegion", default)]
+    aws_region: Option<Box<RawValue>>,
+    #[serde(default)]
+    attributes: Option<Box<RawValue>>,
+    #[serde(rename = "messageAttributes", default)]
+    message_attributes: Option<Box<RawValue>>,
+}
+
 /// A raw field's text, when it is a string.
 fn text(raw: &Option<Box<RawValue>>) -> Option<String> {
     raw.as_ref()
         .and_then(|r| serde_json::from_str::<String>(r.get()).ok())
-}
-
-/// Its FIFO group, when that much can be read.
-#[derive(Deserialize)]
-struct RecordGroup {
-    #[serde(default)]
-    attributes: GroupAttribute,
-}
-
-#[derive(Deserialize, Default)]
-struct GroupAttribute {
-    #[serde(rename = "MessageGroupId", default)]
-    group: Option<String>,
 }
 
 impl SqsInvocation {

@@ -160,11 +160,12 @@ pub trait OrderHandler: Send + Sync {
     ) -> impl Future<Output = Result<(), HandlerError>> + Send;
 }
 
-/// What the reference handler needs: conditional puts of order records under `orders/`.
-pub const PERMISSIONS: &[resq::iam::Permission] = &[resq::iam::Permission::new(
-    "s3:PutObject",
-    "ArchiveBucket/orders/*",
-)];
+/// What the reference handler needs: conditional puts of order records under `orders/`, and
+/// reading one back when it exists (is it the same order?).
+pub const PERMISSIONS: &[resq::iam::Permission] = &[
+    resq::iam::Permission::new("s3:PutObject", "ArchiveBucket/orders/*"),
+    resq::iam::Permission::new("s3:GetObject", "ArchiveBucket/orders/*"),
+];
 
 /// Where the reference handler records an order.
 pub fn order_key(order: &Order) -> String {
@@ -172,7 +173,10 @@ pub fn order_key(order: &Order) -> String {
 }
 
 /// The reference handler: records the order once as `orders/{orderId}.json` with a
-/// conditional put. An existing record means the order was already done: success.
+/// conditional put. An existing record of the same order (the same `userId` and `items`) means
+/// it was already done: success (a redelivery, a replay, a producer's retry). A record of a
+/// different order under the same `orderId` is a permanent failure, `ORDER_ID_CONFLICT`: the
+/// new order goes to the DLQ, never acknowledged as done.
 #[derive(Debug, Clone)]
 pub struct RecordOrder<S> {
     store: S,
@@ -196,16 +200,86 @@ impl<S: ObjectStore> OrderHandler for RecordOrder<S> {
             .map_err(|e| HandlerError::transient("SERIALIZE_FAILED", e.to_string()))?;
         match self.store.put_if_absent(&order_key(order), body).await {
             Ok(PutOutcome::Created) => Ok(()),
-            Ok(PutOutcome::AlreadyExists) => {
-                tracing::info!(order_id = %order.order_id, "order already recorded; treating as done");
-                Ok(())
-            }
+            Ok(PutOutcome::AlreadyExists) => self.already_recorded(order).await,
             Err(e) => Err(HandlerError::transient(
                 "ORDER_RECORD_FAILED",
                 e.to_string(),
             )),
         }
     }
+}
+
+impl<S: ObjectStore> RecordOrder<S> {
+    /// An order whose record exists: done when the record is of the same order, a conflict
+    /// when it is of another.
+    async fn already_recorded(&self, order: &Order) -> Result<(), HandlerError> {
+        let key = order_key(order);
+        let stored = match self.store.get(&key).await {
+            Ok(Some(stored)) => stored,
+            // gone between the two calls (its lifecycle ended): try again
+            Ok(None) => {
+                return Err(HandlerError::transient(
+                    "ORDER_RECORD_FAILED",
+                    format!("{key} existed, then could not be found"),
+                ));
+            }
+            Err(e) => {
+                return Err(HandlerError::transient(
+                    "ORDER_RECORD_FAILED",
+                    e.to_string(),
+                ));
+            }
+        };
+        match same_order(&stored, order) {
+            Ok(()) => {
+                tracing::info!("order already recorded; treating as done");
+                Ok(())
+            }
+            Err(difference) => Err(HandlerError::permanent(
+                FailureReason::OrderIdConflict.code(),
+                format!("{key} records a different order: {difference}"),
+            )),
+        }
+    }
+}
+
+/// Whether the order record `stored` is of `order`: the same `userId`, and the same `items`
+/// in any order. Otherwise, what differs.
+pub fn same_order(stored: &[u8], order: &Order) -> Result<(), String> {
+    #[derive(serde::Deserialize)]
+    struct Stored<'a> {
+        #[serde(borrow)]
+        order: &'a serde_json::value::RawValue,
+    }
+    let recorded = serde_json::from_slice::<Stored<'_>>(stored)
+        .map_err(|e| format!("the record is not an order record ({e})"))
+        .and_then(|s| {
+            parse_order(Some(s.order.get()))
+                .map_err(|r| format!("the recorded order does not read ({r})"))
+        })?;
+    if recorded.user_id != order.user_id {
+        return Err(format!(
+            "userId {:?} there, {:?} here",
+            recorded.user_id, order.user_id
+        ));
+    }
+    let sorted = |o: &Order| {
+        let mut items: Vec<(String, u64)> = o
+            .items
+            .iter()
+            .map(|i| (i.product_id.clone(), i.quantity))
+            .collect();
+        items.sort();
+        items
+    };
+    if sorted(&recorded) != sorted(order) {
+        return Err(format!(
+            "items {:?} there, {:?} here",
+            sorted(&recorded),
+            sorted(order)
+        ));
+    }
+    Ok(())
 }
 
 impl<T: OrderHandler> OrderHandler for &T {

@@ -44,7 +44,10 @@ pub async fn serve<H: MessageHandler>(
         move |event: LambdaEvent<Invocation>| async move {
             let deadline = resq::lambda::deadline_instant(event.context.deadline);
             let invocation = event.payload.0.map_err(invocation_error)?;
-            let report = consumer.handle(invocation, deadline).await;
+            let report = consumer
+                .handle(invocation, deadline)
+                .await
+                .map_err(invocation_error)?;
             report.metrics.emit();
             Ok::<_, InvocationError>(report.response)
         },

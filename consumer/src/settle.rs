@@ -6,25 +6,21 @@
 use std::time::Instant;
 
 use resq::reason::ErrorCode;
-use resq::settle::{Action, Confirmation, Deadlines, Plan, SettleError, Unpaced};
+use resq::settle::{Action, Confirmation, Deadlines, Plan, QueueUrl, SettleError, Unpaced};
 use resq::sqs::Queues;
 use resq::store::ObjectStore;
 
 use crate::account::{self, Outcome};
-use crate::decide::{self, Failure};
+use crate::decide::{self, Failure, Fate};
 use crate::engine::{Consumer, Settling};
 use crate::event::Record;
 use crate::handler::MessageHandler;
+use resq::attributes::{FAILURE_CLASS_PERMANENT, FAILURE_CLASS_TRANSIENT};
 
 impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     /// Carries out the actions still to settle (DLQ copies, archive entries) by `settle_by`,
     /// and says what became of every record.
-    pub(crate) async fn settle(
-        &self,
-        records: &[Record],
-        ran: &mut [Settling],
-        settle_by: Instant,
-    ) -> Vec<Outcome> {
+    pub(crate) async fn settle(&self, ran: &mut [Settling], settle_by: Instant) -> Vec<Outcome> {
         let pending: Vec<usize> = (0..ran.len())
             .filter(|&i| ran[i].action.is_some())
             .collect();
@@ -40,8 +36,8 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             .iter()
             .map(|s| account::outcome(&s.fate, s.settled.as_ref()));
         let outcomes: Vec<Outcome> = outcomes.collect();
-        for ((s, o), r) in ran.iter().zip(&outcomes).zip(records) {
-            log_outcome(s, o, r);
+        for (s, o) in ran.iter().zip(&outcomes) {
+            log_outcome(s, o);
         }
         outcomes
     }
@@ -70,6 +66,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     pub(crate) async fn back_off(
         &self,
         records: &[Record],
+        queues: &[&QueueUrl],
         lanes: &[Vec<usize>],
         outcomes: &[Outcome],
         received_at: Instant,
@@ -86,8 +83,9 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             ceiling,
             &mut rand::rng(),
         );
+        // each on the queue it came from (its eventSourceARN)
         let changes = delays.iter().map(|&(i, seconds)| Action::ChangeVisibility {
-            of: self.main_queue.clone(),
+            of: queues[i].clone(),
             receipt_handle: records[i].receipt_handle.clone(),
             seconds,
         });
@@ -98,7 +96,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
                 Confirmation::Confirmed(_) => {}
                 // still reported failed: it comes back after the queue's visibility timeout
                 Confirmation::Failed(SettleError::Refused(why)) => {
-                    tracing::warn!(message_id = %records[*i].message_id, error_code = ErrorCode::VisibilityChangeFailed.code(), error_details = %why, "could not back the message off")
+                    tracing::warn!(messageId = %records[*i].message_id, error_code = ErrorCode::VisibilityChangeFailed.code(), error_details = %why, "could not back the message off")
                 }
                 _ => unanswered += 1,
             }
@@ -114,7 +112,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
 }
 
 /// Logs what became of a record's DLQ copy or archive entry, in its span.
-fn log_outcome(s: &Settling, outcome: &Outcome, record: &Record) {
+fn log_outcome(s: &Settling, outcome: &Outcome) {
     let _enter = s.span.enter();
     match outcome {
         Outcome::Archived(reason) => {
@@ -126,7 +124,18 @@ fn log_outcome(s: &Settling, outcome: &Outcome, record: &Record) {
             tracing::warn!(reason = reason.code(), key, "archived")
         }
         Outcome::DeadLettered(reason) => {
-            tracing::warn!(reason = %reason, "sent to the DLQ as a permanent failure")
+            let new_id = match &s.settled {
+                Some(Confirmation::Confirmed(id)) => id.as_deref(),
+                _ => None,
+            };
+            match &s.fate {
+                Fate::DeadLetter { class, details, .. } if *class == FAILURE_CLASS_TRANSIENT => {
+                    tracing::warn!(reason = %reason, newMessageId = new_id, failure_class = *class, error_details = %details, "sent to the DLQ on its last allowed receive")
+                }
+                _ => {
+                    tracing::warn!(reason = %reason, newMessageId = new_id, failure_class = FAILURE_CLASS_PERMANENT, "sent to the DLQ as a permanent failure")
+                }
+            }
         }
         Outcome::Failed(Failure::Resq { code, details })
             if matches!(
@@ -136,7 +145,7 @@ fn log_outcome(s: &Settling, outcome: &Outcome, record: &Record) {
         {
             s.span.record("error_code", code.code());
             s.span.record("error_details", details.as_str());
-            tracing::warn!(message_id = %record.message_id, "not settled; will be retried")
+            tracing::warn!("not settled; will be retried")
         }
         Outcome::Processed | Outcome::Failed(_) => {}
     }

@@ -299,6 +299,7 @@ pub async fn run(opts: &DemoOptions) -> Result<Audit, CliError> {
             base: Duration::from_secs(1),
             cap: Duration::from_secs(2),
         },
+        idempotency_window: Duration::from_secs(resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
     };
     let redriver_config = RedriverConfig {
         common,

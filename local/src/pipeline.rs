@@ -137,7 +137,10 @@ impl<H: OrderHandler> Invoke for &InProcessConsumer<H> {
             // the binary answers an event it cannot read with a function error
             Err(e) => return Ok(Outcome::Error(e.to_string())),
         };
-        let report = self.consumer.handle(invocation, deadline).await;
+        let report = match self.consumer.handle(invocation, deadline).await {
+            Ok(report) => report,
+            Err(e) => return Ok(Outcome::Error(e.to_string())),
+        };
         self.counters.add_batch(&report.metrics);
         Ok(respond(&report.response))
     }

@@ -31,6 +31,10 @@ pub struct OriginalMessage {
     pub message_attributes: MessageAttributes,
     /// The system attributes (`SentTimestamp`, `ApproximateReceiveCount`, `MessageGroupId`, …).
     pub attributes: BTreeMap<String, String>,
+    /// The record as Lambda delivered it, when the consumer could not read it whole
+    /// (`UNREADABLE_RECORD`): what [`OriginalMessage::body`] and the attributes could not hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_record: Option<String>,
 }
 
 /// Why, when and by whom a message was archived.
@@ -285,6 +289,7 @@ mod tests {
                 AttributeValue::number(3),
             )]),
             attributes: BTreeMap::from([("ApproximateReceiveCount".into(), "2".into())]),
+            raw_record: None,
         };
         let meta = ArchiveFacts {
             source_queue: "http://q/orders".into(),
@@ -338,6 +343,7 @@ mod tests {
             body: "{}".into(),
             message_attributes: MessageAttributes::new(),
             attributes: BTreeMap::new(),
+            raw_record: None,
         };
         let facts = ArchiveFacts {
             source_queue: "http://q/orders-dlq".into(),

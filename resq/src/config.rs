@@ -55,6 +55,10 @@ pub struct ConsumerConfig {
     pub concurrency: usize,
     /// `BACKOFF_BASE_SECONDS` / `BACKOFF_MAX_SECONDS`.
     pub backoff: Backoff,
+    /// `IDEMPOTENCY_WINDOW_SECONDS`: how long the order effect's idempotency key lasts (the
+    /// order records' lifetime). A message first sent longer ago than this is archived
+    /// (`IDEMPOTENCY_WINDOW`), never run: its key may be gone, and running it could double it.
+    pub idempotency_window: Duration,
 }
 
 /// What the redriver does with permanent failures (`PERMANENT_ACTION`): `keep` or
@@ -126,6 +130,10 @@ pub const DEFAULT_MAX_REDRIVE_ATTEMPTS: u32 = 3;
 pub const DEFAULT_DEADLINE_MARGIN_MS: u64 = 1000;
 /// `CONSUMER_CONCURRENCY` when unset.
 pub const DEFAULT_CONSUMER_CONCURRENCY: usize = 10;
+
+/// `IDEMPOTENCY_WINDOW_SECONDS` when unset: 90 days, the template's default order-record
+/// lifetime (`OrderRecordRetentionDays`), which sets the variable.
+pub const DEFAULT_IDEMPOTENCY_WINDOW_SECONDS: u64 = 90 * 86_400;
 /// `BACKOFF_BASE_SECONDS` when unset.
 pub const DEFAULT_BACKOFF_BASE_SECONDS: u64 = 2;
 /// `BACKOFF_MAX_SECONDS` when unset.
@@ -403,6 +411,10 @@ impl ConsumerConfig {
                 "BACKOFF_MAX_SECONDS",
                 self.backoff.cap.as_secs().to_string(),
             ),
+            (
+                "IDEMPOTENCY_WINDOW_SECONDS",
+                self.idempotency_window.as_secs().to_string(),
+            ),
         ]);
         vars
     }
@@ -439,6 +451,12 @@ impl ConsumerConfig {
                 base: Duration::from_secs(base),
                 cap: Duration::from_secs(cap),
             },
+            // at least a minute; at most 100 years (S3 lifecycles count days)
+            idempotency_window: Duration::from_secs(vars.number(
+                "IDEMPOTENCY_WINDOW_SECONDS",
+                DEFAULT_IDEMPOTENCY_WINDOW_SECONDS,
+                60..=100 * 365 * 86_400,
+            )?),
         })
     }
 }

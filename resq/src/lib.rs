@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod reason;
 pub mod select;
 pub mod settle;
+pub mod source;
 pub mod sqs;
 pub mod sqs_event;
 pub mod store;

@@ -65,6 +65,12 @@ codes! {
         PermanentFailure => "PERMANENT_FAILURE",
         /// A copy would exceed SQS's maximum message size (body plus attributes).
         SizeLimit => "SIZE_LIMIT",
+        /// First sent longer ago than `IDEMPOTENCY_WINDOW_SECONDS` (the order records'
+        /// lifetime): its effect's idempotency key may be gone, so the consumer never runs it.
+        IdempotencyWindow => "IDEMPOTENCY_WINDOW",
+        /// A record the consumer could not read, with no body a DLQ copy could carry: the entry
+        /// keeps the raw record.
+        UnreadableRecord => "UNREADABLE_RECORD",
     }
 }
 
@@ -95,8 +101,6 @@ codes! {
     pub enum ErrorCode {
         /// The handler panicked (transient: the record is retried).
         HandlerPanic => "HANDLER_PANIC",
-        /// A record that could not be decoded (it fails alone and is retried).
-        RecordUnreadable => "RECORD_UNREADABLE",
         /// FIFO: an earlier record of the same group failed, so this one was not run.
         FifoGroupBlocked => "FIFO_GROUP_BLOCKED",
         /// The deadline margin was reached before the record started.
@@ -147,6 +151,12 @@ codes! {
         /// timed out or were throttled until its receives were used up): the redriver writes
         /// this reason on it the first time it sees it.
         InvocationFailed => "INVOCATION_FAILED",
+        /// A record the consumer could not read (an attribute that does not decode, a body that
+        /// is not a string, a field of the wrong type): it can never succeed.
+        UnreadableRecord => "UNREADABLE_RECORD",
+        /// A different order (another `userId` or other `items`) under an `orderId` already
+        /// recorded: acknowledging it as done would lose it.
+        OrderIdConflict => "ORDER_ID_CONFLICT",
     }
 }
 

@@ -732,6 +732,7 @@ mod tests {
             body: "b0".into(),
             message_attributes: MessageAttributes::new(),
             attributes: BTreeMap::from([("SentTimestamp".into(), "1700000000000".into())]),
+            raw_record: None,
         };
         let entry = ArchiveEntry::new(ArchiveReason::TtlExpired, DLQ, message, None);
         let kept = KeptMessage {
@@ -864,6 +865,7 @@ mod tests {
                 body: "{}".into(),
                 message_attributes: MessageAttributes::new(),
                 attributes: BTreeMap::new(),
+                raw_record: None,
             };
             let entry = ArchiveEntry::new(ArchiveReason::RedriveCap, MAIN, message, None);
             plan.push(Action::Archive(Box::new(entry)));

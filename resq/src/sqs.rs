@@ -160,6 +160,7 @@ impl ReceivedMessage {
                 body: self.body.clone(),
                 message_attributes: self.message_attributes.clone(),
                 attributes: self.attributes.clone(),
+                raw_record: None,
             },
             last_error,
         )
@@ -205,6 +206,12 @@ pub trait Queues: Send + Sync {
         queue: &str,
         changes: &[(&str, i32)],
     ) -> impl Future<Output = Result<EntryResults<()>, AwsError>> + Send;
+
+    /// One `GetQueueAttributes`: the queue's redrive policy, retention and visibility timeout.
+    fn limits(
+        &self,
+        queue: &str,
+    ) -> impl Future<Output = Result<crate::source::QueueLimits, AwsError>> + Send;
 }
 
 /// One `ReceiveMessage` call as Lambda's poller and the redriver make it: up to `max` (1–10)
@@ -351,6 +358,10 @@ impl Queues for aws_sdk_sqs::Client {
         let call = "ChangeMessageVisibilityBatch";
         Ok(entry_results(changes.len(), successful, out.failed(), call))
     }
+
+    async fn limits(&self, queue: &str) -> Result<crate::source::QueueLimits, AwsError> {
+        crate::source::read_limits(self, queue).await
+    }
 }
 
 impl<T: Queues> Queues for &T {
@@ -386,6 +397,13 @@ impl<T: Queues> Queues for &T {
         changes: &[(&str, i32)],
     ) -> impl Future<Output = Result<EntryResults<()>, AwsError>> + Send {
         (**self).change_visibility(queue, changes)
+    }
+
+    fn limits(
+        &self,
+        queue: &str,
+    ) -> impl Future<Output = Result<crate::source::QueueLimits, AwsError>> + Send {
+        (**self).limits(queue)
     }
 }
 

@@ -57,6 +57,10 @@ struct State {
     deliver_twice: bool,
     /// Calls of a kind that time out (the SDK's operation timeout) without being carried out.
     time_outs: HashMap<Call, usize>,
+    /// What `GetQueueAttributes` answers per queue (SQS's defaults when not set).
+    limits: HashMap<String, Result<crate::source::QueueLimits, String>>,
+    /// `GetQueueAttributes` calls made.
+    limits_read: u64,
 }
 
 /// SQS in memory: queues by URL, oldest message first, each receive handing out a new receipt
@@ -398,7 +402,29 @@ impl State {
     }
 }
 
+impl MemorySqs {
+    /// What `GetQueueAttributes` answers for `queue` from now on: these limits, or this error.
+    pub fn set_limits(&self, queue: &str, limits: Result<crate::source::QueueLimits, String>) {
+        lock(&self.state).limits.insert(queue.to_owned(), limits);
+    }
+
+    /// `GetQueueAttributes` calls so far (not counted in [`MemorySqs::calls`]).
+    pub fn limits_read(&self) -> u64 {
+        lock(&self.state).limits_read
+    }
+}
+
 impl Queues for MemorySqs {
+    async fn limits(&self, queue: &str) -> Result<crate::source::QueueLimits, AwsError> {
+        let mut state = lock(&self.state);
+        state.limits_read += 1;
+        match state.limits.get(queue) {
+            None => Ok(crate::source::QueueLimits::sqs_defaults()),
+            Some(Ok(limits)) => Ok(limits.clone()),
+            Some(Err(e)) => Err(AwsError::service("AccessDenied", e.clone())),
+        }
+    }
+
     async fn receive(
         &self,
         queue: &str,

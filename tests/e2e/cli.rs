@@ -322,6 +322,7 @@ async fn archive_ls_show_and_restore() {
                 ),
             ]),
             attributes: Default::default(),
+            raw_record: None,
         };
         let meta = ArchiveFacts {
             source_queue: stack.main.url.clone(),
@@ -339,6 +340,7 @@ async fn archive_ls_show_and_restore() {
         body: order_body("o-late"),
         message_attributes: MessageAttributes::new(),
         attributes: Default::default(),
+        raw_record: None,
     };
     let facts = ArchiveFacts {
         source_queue: stack.dlq.url.clone(),
@@ -476,6 +478,7 @@ async fn the_demo_audit_finds_every_order_or_reports_it_lost() {
             AttributeValue::string("B"),
         )]),
         attributes: Default::default(),
+        raw_record: None,
     };
     let meta = ArchiveFacts {
         source_queue: stack.main.url.clone(),

@@ -57,7 +57,8 @@ pub async fn answer<H: MessageHandler>(
         SqsInvocation::from_json(&event.to_string()).expect("an SQS event is never an error");
     let report = consumer
         .handle(invocation, Instant::now() + Duration::from_secs(30))
-        .await;
+        .await
+        .expect("an event from the main queue");
     report.metrics.emit();
     report.response
 }

@@ -52,7 +52,8 @@ async fn payments_are_recorded_once_and_bad_ones_reach_the_dlq_marked_permanent(
     let invocation = SqsInvocation::from_json(&event.to_string()).unwrap();
     let report = consumer
         .handle(invocation, Instant::now() + Duration::from_secs(30))
-        .await;
+        .await
+        .unwrap();
     let response = report.response;
 
     // THEN no record is reported failed, the payment is recorded once, and the two bad ones

@@ -500,6 +500,7 @@ fn function_env(
             base: Duration::from_secs(1),
             cap: Duration::from_secs(2),
         },
+        idempotency_window: Duration::from_secs(resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
     };
     let redriver = RedriverConfig {
         common,
