@@ -1,5 +1,7 @@
 //! `resq archive ls | show | restore`.
 
+use std::time::Duration;
+
 use resq::archive::{ARCHIVE_PREFIX, ArchiveEnvelope};
 use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT, X_REDRIVE_COUNT};
 
@@ -117,14 +119,63 @@ pub async fn show(ctx: &Context, key: &str) -> Result<ArchiveEnvelope, CliError>
     })
 }
 
+/// Whether an archived message may be restored: first sent within the consumer's
+/// idempotency window (`IDEMPOTENCY_WINDOW_SECONDS`, the order records' lifetime). A restore
+/// starts a fresh TTL and a fresh window, so the consumer could not tell that an older one's
+/// order record may be gone: it would run the order again. `Err` says why not.
+pub fn within_idempotency_window(
+    envelope: &ArchiveEnvelope,
+    now_ms: u64,
+    window: Duration,
+) -> Result<(), String> {
+    let original = &envelope.original_message;
+    let sent = envelope.metadata.first_sent_at.or_else(|| {
+        resq::attributes::first_sent_at(
+            &original.message_attributes,
+            original.attributes.get("SentTimestamp").map(String::as_str),
+        )
+    });
+    let Some(sent) = sent else {
+        return Err(
+            "has no first send time (firstSentAt), so it cannot be shown to be inside the idempotency window"
+                .to_owned(),
+        );
+    };
+    let age = Duration::from_millis(now_ms.saturating_sub(sent));
+    if age > window {
+        return Err(format!(
+            "was first sent {} days ago, past the idempotency window of {} days (IDEMPOTENCY_WINDOW_SECONDS={})",
+            age.as_secs() / 86_400,
+            window.as_secs() / 86_400,
+            window.as_secs()
+        ));
+    }
+    Ok(())
+}
+
 /// Sends an archived message back to the main queue for a fresh start: body and attributes
 /// as archived, without `x-redrive-count`, the failure marks and `x-first-sent-at` (a restore
 /// starts a fresh TTL: with the old send time, a restored message that failed again would be
 /// archived as `TTL_EXPIRED` at once). The entry stays in the archive as the record of what
-/// happened. Returns the new message id.
-pub async fn restore(ctx: &Context, key: &str, dry_run: bool) -> Result<Option<String>, CliError> {
+/// happened. Returns the new message id. Refused past `window` (see
+/// [`within_idempotency_window`]); `None` restores whatever the age (`--force`).
+pub async fn restore(
+    ctx: &Context,
+    key: &str,
+    dry_run: bool,
+    window: Option<Duration>,
+) -> Result<Option<String>, CliError> {
     let queue_url = ctx.main_queue()?;
     let envelope = show(ctx, key).await?;
+    if let Some(window) = window {
+        let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
+        within_idempotency_window(&envelope, now_ms, window).map_err(|why| {
+            CliError::PastIdempotencyWindow {
+                key: key.to_owned(),
+                why,
+            }
+        })?;
+    }
     let mut attrs = envelope.original_message.message_attributes.clone();
     for name in [
         X_REDRIVE_COUNT,
@@ -164,4 +215,59 @@ pub async fn restore(ctx: &Context, key: &str, dry_run: bool) -> Result<Option<S
         .await
         .map_err(|e| CliError::aws(format!("restoring {key} to {queue_url}"), e))?;
     Ok(out.message_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use resq::archive::{ArchiveMetadata, OriginalMessage};
+
+    fn entry(first_sent_at: Option<u64>, sent_timestamp: Option<&str>) -> ArchiveEnvelope {
+        ArchiveEnvelope {
+            original_message: OriginalMessage {
+                message_id: "m".into(),
+                body: "{}".into(),
+                message_attributes: Default::default(),
+                attributes: sent_timestamp
+                    .map(|t| [("SentTimestamp".to_owned(), t.to_owned())].into())
+                    .unwrap_or_default(),
+                raw_record: None,
+            },
+            metadata: ArchiveMetadata {
+                source_queue: "q".into(),
+                reason: "REDRIVE_CAP".into(),
+                archived_by: "consumer".into(),
+                archived_at: "2026-01-01T00:00:00Z".into(),
+                redrive_count: Some(3),
+                receive_count: Some(1),
+                first_sent_at,
+                last_error: None,
+            },
+        }
+    }
+
+    #[test]
+    fn a_restore_is_allowed_only_inside_the_idempotency_window() {
+        let day = 86_400_000;
+        let now = 100 * day;
+        let window = Duration::from_secs(90 * 86_400);
+        // on both sides of the edge
+        assert!(within_idempotency_window(&entry(Some(now - 90 * day), None), now, window).is_ok());
+        let past = within_idempotency_window(&entry(Some(now - 90 * day - 1), None), now, window)
+            .unwrap_err();
+        assert!(
+            past.contains("past the idempotency window of 90 days"),
+            "{past}"
+        );
+        // the send time from the message when the metadata has none
+        let sent = (now - 91 * day).to_string();
+        assert!(within_idempotency_window(&entry(None, Some(&sent)), now, window).is_err());
+        assert!(
+            within_idempotency_window(&entry(None, Some(&(now - day).to_string())), now, window)
+                .is_ok()
+        );
+        // unknown: refused, saying so
+        let unknown = within_idempotency_window(&entry(None, None), now, window).unwrap_err();
+        assert!(unknown.contains("no first send time"), "{unknown}");
+    }
 }

@@ -114,6 +114,17 @@ pub enum CliError {
         /// Messages not moved.
         count: u64,
     },
+    /// An archived message is older than the consumer's idempotency window: restoring it could
+    /// run its effect a second time (its order record may have expired). Exit status 1.
+    #[error(
+        "not restored: {key} {why}; restored, it could run again an order whose record has expired (a doubled order); `--force` restores it anyway"
+    )]
+    PastIdempotencyWindow {
+        /// The archive key.
+        key: String,
+        /// How old it is against the window, in words.
+        why: String,
+    },
     /// Receiving from the DLQ failed part-way through a redrive. Exit status 1.
     #[error(
         "receiving from the DLQ failed part-way (the error is logged above); what was not moved stays in the DLQ"
@@ -147,6 +158,7 @@ impl CliError {
             | Self::Request { .. }
             | Self::NotAccepted { .. }
             | Self::NotMoved { .. }
+            | Self::PastIdempotencyWindow { .. }
             | Self::ReceiveStopped => 1,
         }
     }

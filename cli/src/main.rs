@@ -166,6 +166,14 @@ enum ArchiveCommand {
         /// Check the entries; send nothing.
         #[arg(long)]
         dry_run: bool,
+        /// The consumer's idempotency window in seconds (its IDEMPOTENCY_WINDOW_SECONDS, the
+        /// order records' lifetime): an entry first sent longer ago is refused, since its
+        /// order could run again.
+        #[arg(long, env = "IDEMPOTENCY_WINDOW_SECONDS", default_value_t = resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS)]
+        idempotency_window_seconds: u64,
+        /// Restore even past the idempotency window.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -303,9 +311,15 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let envelope = archive::show(&ctx, &key).await?;
             print!("{}", render::archive_entry(&envelope));
         }
-        Command::Archive(ArchiveCommand::Restore { keys, dry_run }) => {
+        Command::Archive(ArchiveCommand::Restore {
+            keys,
+            dry_run,
+            idempotency_window_seconds,
+            force,
+        }) => {
+            let window = (!force).then(|| Duration::from_secs(idempotency_window_seconds));
             for key in keys {
-                let id = archive::restore(&ctx, &key, dry_run).await?;
+                let id = archive::restore(&ctx, &key, dry_run, window).await?;
                 print!("{}", render::restored(&key, id.as_deref(), json));
             }
         }

@@ -12,6 +12,9 @@ use resq_e2e::{Stack, StackOptions};
 
 use crate::helpers::*;
 
+/// The consumer's default idempotency window (90 days).
+const WINDOW: Duration = Duration::from_secs(resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS);
+
 async fn context(stack: &Stack) -> Context {
     let endpoint = Endpoint {
         endpoint_url: Some(stack.emulator.endpoint().to_owned()),
@@ -392,7 +395,9 @@ async fn archive_ls_show_and_restore() {
     assert!(archive::show(&ctx, "archive/nope.json").await.is_err());
 
     assert_eq!(
-        archive::restore(&ctx, &capped[0], true).await.unwrap(),
+        archive::restore(&ctx, &capped[0], true, Some(WINDOW))
+            .await
+            .unwrap(),
         None
     );
     assert_eq!(
@@ -400,7 +405,17 @@ async fn archive_ls_show_and_restore() {
         (0, 0),
         "a dry run sends nothing"
     );
-    let id = archive::restore(&ctx, &capped[0], false)
+    // past a one-day idempotency window (it was first sent two days ago): refused, saying why
+    let refused = archive::restore(&ctx, &capped[0], false, Some(Duration::from_secs(86_400)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, resq_cli::CliError::PastIdempotencyWindow { .. }),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("--force"), "{refused}");
+    assert_eq!(stack.depth(&stack.main).await, (0, 0), "nothing was sent");
+    let id = archive::restore(&ctx, &capped[0], false, Some(WINDOW))
         .await
         .unwrap()
         .expect("message id");
