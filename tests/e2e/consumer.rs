@@ -300,3 +300,99 @@ async fn fifo_failure_mid_group_skips_the_rest_of_that_group_only() {
     let again_ids: Vec<_> = again.iter().filter_map(|m| m.message_id()).collect();
     assert_eq!(again_ids, vec![ids["a2"].as_str(), ids["a3"].as_str()]);
 }
+
+#[tokio::test]
+async fn a_transient_failure_on_its_last_allowed_receive_reaches_the_dlq_with_its_reason() {
+    // GIVEN a main queue whose redrive policy allows two receives, read by the consumer from
+    // the queue itself, and an order whose downstream keeps failing
+    let stack = Stack::start(StackOptions {
+        max_receive_count: 2,
+        ..StackOptions::default()
+    })
+    .await;
+    let consumer = consumer(&stack, &NO_BACKOFF);
+    let id = send(
+        &stack,
+        &stack.main,
+        &order_body("transient-last"),
+        &[("trace-id", string_attr("t-7"))],
+        None,
+    )
+    .await;
+    // WHEN it fails on its first receive
+    let first = stack.receive_n(&stack.main, 1).await;
+    assert_eq!(
+        failed_ids(&invoke(&stack, &consumer, &stack.main, &first).await),
+        vec![id.clone()]
+    );
+    // AND again on its second, its last allowed one
+    let second = stack.receive_n(&stack.main, 1).await;
+    assert_eq!(
+        sys_attr(&second[0], Sys::ApproximateReceiveCount),
+        Some("2".into())
+    );
+    let response = invoke(&stack, &consumer, &stack.main, &second).await;
+    // THEN the consumer dead-letters it itself, saying why, instead of leaving SQS to move it
+    // without a reason on the next receive
+    assert!(failed_ids(&response).is_empty());
+    let dlq = stack.receive_n(&stack.dlq, 1).await;
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(dlq[0].body(), Some(order_body("transient-last").as_str()));
+    assert_eq!(attr(&dlq[0], "x-failure-class"), Some("transient"));
+    assert_eq!(
+        attr(&dlq[0], "x-failure-reason"),
+        Some("DOWNSTREAM_UNAVAILABLE")
+    );
+    assert_eq!(attr(&dlq[0], "trace-id"), Some("t-7"));
+    assert_eq!(
+        stack.depth(&stack.main).await,
+        (0, 0),
+        "acknowledged: gone from the main queue"
+    );
+}
+
+#[tokio::test]
+async fn a_consumer_wired_to_its_own_dlq_is_refused() {
+    // GIVEN a malformed message in the DLQ, delivered as if the DLQ were the event source
+    let stack = Stack::start(StackOptions::default()).await;
+    send(&stack, &stack.dlq, "{not json", &[], None).await;
+    let messages = stack.receive_n(&stack.dlq, 1).await;
+    let event = resq::sqs_event::lambda_event(&messages, &stack.dlq.arn, "us-east-1");
+    let invocation = consumer::event::SqsInvocation::from_json(&event.to_string()).unwrap();
+    // WHEN the consumer is invoked THEN the invocation fails, naming the DLQ
+    let err = consumer(&stack, &NO_BACKOFF)
+        .handle(
+            invocation,
+            std::time::Instant::now() + std::time::Duration::from_secs(30),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.error_type(), "EventFromDeadLetterQueue");
+    assert!(err.to_string().contains(&stack.dlq.arn), "{err}");
+    // AND nothing was copied back into the DLQ
+    assert_eq!(stack.depth(&stack.dlq).await, (0, 1));
+}
+
+#[tokio::test]
+async fn a_different_order_under_a_recorded_order_id_goes_to_the_dlq() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let consumer = consumer(&stack, &NO_BACKOFF);
+    send(&stack, &stack.main, &order_body("o-dup"), &[], None).await;
+    let first = stack.receive_n(&stack.main, 1).await;
+    assert!(failed_ids(&invoke(&stack, &consumer, &stack.main, &first).await).is_empty());
+    // a producer reusing the id for another user's order
+    let other = serde_json::json!({"orderId": "o-dup", "userId": "someone-else", "items": [{"productId": "p1", "quantity": 1}]});
+    send(&stack, &stack.main, &other.to_string(), &[], None).await;
+    // and retrying the first one
+    send(&stack, &stack.main, &order_body("o-dup"), &[], None).await;
+    let both = stack.receive_n(&stack.main, 2).await;
+    assert!(failed_ids(&invoke(&stack, &consumer, &stack.main, &both).await).is_empty());
+    let dlq = stack.receive_n(&stack.dlq, 1).await;
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(attr(&dlq[0], "x-failure-reason"), Some("ORDER_ID_CONFLICT"));
+    assert!(dlq[0].body().unwrap().contains("someone-else"));
+    assert_eq!(
+        stack.keys("orders/").await,
+        vec!["orders/o-dup.json".to_owned()]
+    );
+}

@@ -95,8 +95,8 @@ async fn events_that_are_not_sqs_fail_the_invocation_with_a_clear_error() {
         );
     }
     // SQS never delivers these (its character set has no lone surrogates; Lambda always
-    // base64-encodes binary values), but a record that cannot be read fails only itself when
-    // it has a messageId: the others of the batch go on
+    // base64-encodes binary values), but a record that cannot be read goes to the DLQ alone
+    // (UNREADABLE_RECORD) when it has a messageId: the others of the batch go on
     let ok = json!({"eventSource": "aws:sqs", "messageId": "ok", "receiptHandle": "rh-ok",
         "body": order_body("o-readable"), "attributes": {"ApproximateReceiveCount": "1"},
         "messageAttributes": {}, "eventSourceARN": stack.main.arn});
@@ -106,9 +106,21 @@ async fn events_that_are_not_sqs_fail_the_invocation_with_a_clear_error() {
         r#"{{"Records": [{ok}, {b64}, {{"eventSource": "aws:sqs", "messageId": "surrogate", "body": "\ud800"}}]}}"#
     );
     let outcome = consumer.invoke(&raw, None).await.unwrap();
-    assert_eq!(
-        response(&outcome),
-        json!({"batchItemFailures": [{"itemIdentifier": "b64"}, {"itemIdentifier": "surrogate"}]})
+    assert_eq!(response(&outcome), json!({"batchItemFailures": []}));
+    // the surrogate's body, which is not text, is copied as its JSON; the record without a
+    // body is archived whole, its raw record kept
+    let dlq = stack.receive_n(&stack.dlq, 1).await;
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(attr(&dlq[0], "x-failure-reason"), Some("UNREADABLE_RECORD"));
+    assert_eq!(dlq[0].body(), Some(r#""\ud800""#));
+    let archived = stack.keys("archive/UNREADABLE_RECORD/").await;
+    assert_eq!(archived.len(), 1, "{archived:?}");
+    let entry = stack.json_object(&archived[0]).await;
+    assert!(
+        entry["originalMessage"]["rawRecord"]
+            .as_str()
+            .is_some_and(|r| r.contains("not base64!")),
+        "{entry}"
     );
     assert!(
         stack

@@ -647,6 +647,44 @@ fn breaker_conflicts(t: &Value) -> Vec<String> {
 }
 
 #[test]
+fn the_consumers_idempotency_window_is_the_order_records_lifetime_for_every_accepted_value() {
+    let t = translated_template("resq-artifacts");
+    let days = &t["Parameters"]["OrderRecordRetentionDays"];
+    let allowed: Vec<&str> = days["AllowedValues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(allowed.contains(&days["Default"].as_str().unwrap()));
+    let lifetimes = &t["Mappings"]["OrderRecordLifetimes"];
+    for d in &allowed {
+        assert_eq!(
+            number(&lifetimes[*d]["Seconds"]),
+            number(&json!(d)) * 86_400.0,
+            "{d} days"
+        );
+    }
+    assert_eq!(lifetimes.as_object().unwrap().len(), allowed.len());
+    let env = &t["Resources"]["ConsumerFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(
+        env["IDEMPOTENCY_WINDOW_SECONDS"],
+        json!({"Fn::FindInMap": ["OrderRecordLifetimes", {"Ref": "OrderRecordRetentionDays"}, "Seconds"]})
+    );
+    // the records' lifecycle is the same parameter
+    let bucket = &t["Resources"]["ArchiveBucket"]["Properties"];
+    let rules = bucket["LifecycleConfiguration"]["Rules"]
+        .as_array()
+        .unwrap();
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["ExpirationInDays"] == json!({"Ref": "OrderRecordRetentionDays"})),
+        "{rules:?}"
+    );
+}
+
+#[test]
 fn the_breaker_can_trip_under_every_parameter_set_the_template_accepts() {
     let t = translated_template("resq-artifacts");
     assert_eq!(breaker_conflicts(&t), Vec::<String>::new());
@@ -772,6 +810,7 @@ fn functions_are_rust_on_arm64_with_json_logs_and_the_spec_environment() {
         "BACKOFF_BASE_SECONDS",
         "BACKOFF_MAX_SECONDS",
         "DEADLINE_MARGIN_MS",
+        "IDEMPOTENCY_WINDOW_SECONDS",
         "REDRIVE_RATE_PER_SECOND",
         "MAX_MESSAGES_PER_RUN",
         "KEPT_IN_FLIGHT_MAX",
