@@ -111,9 +111,18 @@ arm-target:
 build: $(TOOLS) arm-target
 	cargo lambda build --release --arm64
 
-## deploy: build with SAM and deploy the stack (first time: cd infra && sam build && sam deploy --guided)
+## deploy: check the parameters (resq stack check: the template's defaults, infra/samconfig.toml's
+## parameter_overrides, then PARAMS="K=V ..."; refused when they could lose, double or stall),
+## then build with SAM and deploy the stack (first time: cd infra && sam build && sam deploy
+## --guided). With PARAMS, sam deploy gets the set checked: samconfig's values with PARAMS over
+## them (its own --parameter-overrides would replace samconfig's, not add to them).
+PARAMS ?=
+export PARAMS
+STACK_OVERRIDES := target/infra/parameter-overrides
 deploy: $(TOOLS) arm-target
-	cd infra && sam build && sam deploy
+	@echo "resq stack check (the first time compiles resq, a few minutes on 2 cores)"
+	cargo run -q -p cli --bin resq -- stack check --parameter-overrides "$$PARAMS" --write-overrides $(STACK_OVERRIDES)
+	cd infra && sam build && sam deploy $(if $(PARAMS),--parameter-overrides "$$(cat ../$(STACK_OVERRIDES))")
 
 ## bench: resq against Powertools (consumer) and a boto3 redriver, the redriver at scale
 ## (pipelined against sequential: an in-memory SQS with 10 ms per call, then LocalStack), zip

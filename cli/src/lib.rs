@@ -1,6 +1,6 @@
 //! resq's operator tool: send orders, show queue and alarm state, peek and redrive the DLQ,
-//! list, show and restore the archive. Works against AWS, or a local emulator through
-//! `--endpoint-url`; the local pipeline itself lives in the `local` crate (`resq-local`).
+//! list, show and restore the archive, check a parameter set before deploy. Works against AWS,
+//! or a local emulator through `--endpoint-url`; the local pipeline itself lives in the `local` crate (`resq-local`).
 #![warn(missing_docs)]
 
 pub mod archive;
@@ -9,6 +9,7 @@ pub mod dlq;
 pub mod errors;
 pub mod orders;
 pub mod render;
+pub mod stack;
 pub mod status;
 
 /// The tools' own logs (and the in-process functions' warnings) on stderr, at ERROR unless
@@ -130,6 +131,27 @@ pub enum CliError {
         "receiving from the DLQ failed part-way (the error is logged above); what was not moved stays in the DLQ"
     )]
     ReceiveStopped,
+    /// `resq stack check` refused the parameter set: the conflicts, or the values
+    /// CloudFormation itself would refuse, are listed above. Exit status 1.
+    #[error("{}", refused(parameters, *by_cloudformation))]
+    Refused {
+        /// The parameters in conflict, each once.
+        parameters: Vec<String>,
+        /// CloudFormation would refuse some value itself (the rules were not evaluated).
+        by_cloudformation: bool,
+    },
+}
+
+fn refused(parameters: &[String], by_cloudformation: bool) -> String {
+    let what = if by_cloudformation {
+        "CloudFormation would refuse"
+    } else {
+        "the parameter set is refused, in conflict:"
+    };
+    format!(
+        "{what} {} (above); change them (`make deploy PARAMS=\"K=V ...\"`, or parameter_overrides in infra/samconfig.toml) and check again",
+        parameters.join(", ")
+    )
 }
 
 impl CliError {
@@ -159,7 +181,8 @@ impl CliError {
             | Self::NotAccepted { .. }
             | Self::NotMoved { .. }
             | Self::PastIdempotencyWindow { .. }
-            | Self::ReceiveStopped => 1,
+            | Self::ReceiveStopped
+            | Self::Refused { .. } => 1,
         }
     }
 }
@@ -251,6 +274,17 @@ mod tests {
                 .starts_with("4 messages were not moved (a send or an archive write failed)")
         );
         assert_eq!(CliError::ReceiveStopped.exit_code(), 1);
+        let refused = CliError::Refused {
+            parameters: vec!["MaxReceiveCount".into(), "OrdersRetentionSeconds".into()],
+            by_cloudformation: false,
+        };
+        assert_eq!(refused.exit_code(), 1);
+        assert!(
+            refused.to_string().starts_with(
+                "the parameter set is refused, in conflict: MaxReceiveCount, OrdersRetentionSeconds (above)"
+            ),
+            "{refused}"
+        );
         assert!(
             CliError::ReceiveStopped
                 .to_string()

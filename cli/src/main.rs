@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use resq::config::PermanentAction;
 use resq_cli::context::{Context, Endpoint};
-use resq_cli::{CliError, archive, dlq, orders, render, status};
+use resq_cli::{CliError, archive, dlq, orders, render, stack, status};
 
 /// Keep SQS order pipelines flowing: inspect and operate a resq stack (AWS or a local emulator).
 #[derive(Parser, Debug)]
@@ -62,6 +62,46 @@ enum Command {
     /// List, show and restore archive entries.
     #[command(subcommand)]
     Archive(ArchiveCommand),
+    /// Check a parameter set against the template before deploy (`make deploy` runs it).
+    #[command(subcommand)]
+    Stack(StackCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum StackCommand {
+    /// Refuse a parameter set that could lose, double or stall messages (exit 1, naming the
+    /// parameters in conflict): the template's defaults, then samconfig.toml's
+    /// parameter_overrides, then --parameter-overrides.
+    Check(StackCheckArgs),
+}
+
+#[derive(Args, Debug)]
+struct StackCheckArgs {
+    /// The SAM template.
+    #[arg(long, value_name = "PATH", default_value = "infra/template.yaml")]
+    template: PathBuf,
+    /// The samconfig.toml whose [default.deploy.parameters] parameter_overrides sam deploy uses
+    /// [default: infra/samconfig.toml, when it exists].
+    #[arg(long, value_name = "PATH")]
+    samconfig: Option<PathBuf>,
+    /// Values as sam deploy takes them: "K=V K2=V2" (or ParameterKey=K,ParameterValue=V);
+    /// over samconfig.toml's.
+    #[arg(
+        long = "parameter-overrides",
+        value_name = "K=V ...",
+        allow_hyphen_values = true
+    )]
+    parameter_overrides: Vec<String>,
+    /// Milliseconds one record is assumed to take in the consumer (for the batch against the
+    /// deadline).
+    #[arg(long = "record-ms", value_name = "N", default_value_t = stack::DEFAULT_RECORD_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    record_ms: u64,
+    /// When the set passes, write its values given (samconfig.toml's, then
+    /// --parameter-overrides) to PATH in sam deploy's --parameter-overrides syntax, so that sam
+    /// deploys the very set checked (sam deploy's own --parameter-overrides replace
+    /// samconfig.toml's instead of adding to them).
+    #[arg(long = "write-overrides", value_name = "PATH")]
+    write_overrides: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -226,7 +266,41 @@ async fn main() -> ExitCode {
     }
 }
 
+/// `resq stack check`: no AWS, only the files.
+fn stack_check(args: StackCheckArgs) -> Result<(), CliError> {
+    let default_samconfig = PathBuf::from("infra/samconfig.toml");
+    let input = stack::Input {
+        template: args.template,
+        samconfig: args
+            .samconfig
+            .or_else(|| default_samconfig.is_file().then_some(default_samconfig)),
+        overrides: args.parameter_overrides.join(" "),
+        assumptions: stack::Assumptions {
+            record_ms: args.record_ms,
+        },
+    };
+    let report = stack::load(&input)?;
+    print!("{}", render::stack_check(&report, &input.template));
+    if let Some(e) = report.failure() {
+        return Err(e);
+    }
+    if let Some(path) = args.write_overrides {
+        let written = path
+            .parent()
+            .filter(|dir| !dir.as_os_str().is_empty())
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&path, report.set.sam_overrides()));
+        written.map_err(|e| CliError::Usage(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
 async fn run(cli: Cli) -> Result<(), CliError> {
+    // the one command that needs no AWS configuration (nor a region)
+    let command = match cli.command {
+        Command::Stack(StackCommand::Check(args)) => return stack_check(args),
+        other => other,
+    };
     let endpoint = Endpoint {
         endpoint_url: cli.endpoint_url.clone(),
         region: cli.region.clone(),
@@ -239,7 +313,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     )
     .await?;
     let json = cli.json;
-    match cli.command {
+    match command {
         Command::Send(args) => {
             let queue_url = ctx.main_queue()?;
             // clap requires one of --file and --count
@@ -323,6 +397,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 print!("{}", render::restored(&key, id.as_deref(), json));
             }
         }
+        Command::Stack(_) => unreachable!("handled before the context is built"),
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ use serde_json::json;
 
 use crate::CliError;
 use crate::dlq::{PeekReport, Peeked};
+use crate::stack::{Report, Source, Verdict};
 use crate::status::{SendReport, Status};
 
 /// `resq send`: how many of `total` orders reached `queue_url`, and those that did not.
@@ -162,6 +163,65 @@ pub fn restored(key: &str, message_id: Option<&str>, as_json: bool) -> String {
         (Some(id), true) => line(json!({"key": key, "restored": true, "messageId": id})),
         (None, true) => line(json!({"key": key, "restored": false, "dryRun": true})),
     }
+}
+
+/// `resq stack check`: the template and the values given, then one line per rule (`ok`,
+/// `conflict` naming the parameters, the figures and what could happen, or `warning`), or, when
+/// CloudFormation itself would refuse a value, one line per such value instead.
+pub fn stack_check(report: &Report, template: &std::path::Path) -> String {
+    let mut out = format!("resq stack check: {}\n", template.display());
+    let mut given: Vec<String> = Vec::new();
+    for source in [Source::Samconfig, Source::CommandLine] {
+        let values: Vec<String> = report
+            .set
+            .given()
+            .filter(|(_, _, s)| *s == source)
+            .map(|(name, value, _)| format!("{name}={value}"))
+            .collect();
+        if !values.is_empty() {
+            given.push(format!("{} ({source})", values.join(" ")));
+        }
+    }
+    if given.is_empty() {
+        out.push_str("  values: the template's defaults\n");
+    } else {
+        out.push_str(&format!(
+            "  values: {}; the rest at the template's defaults\n",
+            given.join("; ")
+        ));
+    }
+    for r in &report.refusals {
+        let value = r
+            .value
+            .as_deref()
+            .map_or_else(String::new, |v| format!("={v}"));
+        out.push_str(&format!(
+            "refused   {}{value} ({}): CloudFormation refuses it: {}\n",
+            r.parameter, r.source, r.why
+        ));
+    }
+    if !report.refusals.is_empty() {
+        out.push_str(
+            "  the rules were not evaluated: CloudFormation would refuse this set first\n",
+        );
+    }
+    for v in &report.verdicts {
+        out.push_str(&match v {
+            Verdict::Holds { rule, figures } => format!("ok        {}: {figures}\n", rule.name()),
+            Verdict::Warning { rule, figures } => {
+                format!("warning   {}: {figures}\n", rule.name())
+            }
+            Verdict::Conflict(c) => format!(
+                "conflict  {} (could {}): {}: {}: {}\n",
+                c.rule.name(),
+                c.risk.word(),
+                c.parameters.join(", "),
+                c.figures,
+                c.consequence
+            ),
+        });
+    }
+    out
 }
 
 /// A failed command on stderr: what happened, then, when the problem is one an operator can

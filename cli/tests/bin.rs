@@ -454,3 +454,249 @@ fn the_new_flags_are_the_ones_shown() {
         "{err}"
     );
 }
+
+// ---- resq stack check: no AWS at all (the environment has no region and no credentials)
+
+/// The workspace's root, where `make deploy` runs `resq stack check`.
+fn workspace() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_path_buf()
+}
+
+/// A fresh directory of its own (tests run in parallel).
+fn scratch(name: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("resq-stack-{}-{n}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// `resq stack check` with `args`, run in `dir`: exit status, stdout, stderr.
+fn stack_check(dir: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_resq"))
+        .current_dir(dir)
+        .args(["stack", "check"])
+        .args(args)
+        .env_remove("AWS_REGION")
+        .env_remove("AWS_DEFAULT_REGION")
+        .env_remove("AWS_PROFILE")
+        .env("AWS_CONFIG_FILE", "/nonexistent/resq-test/config")
+        .output()
+        .expect("run resq");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `resq stack check` in the workspace against its template, with no samconfig overrides (an
+/// empty samconfig, so that one saved by `sam deploy --guided` changes nothing here).
+fn stack_check_workspace(overrides: &str) -> (i32, String, String) {
+    let dir = scratch("empty-samconfig");
+    let samconfig = dir.join("samconfig.toml");
+    std::fs::write(&samconfig, "version = 0.1\n").unwrap();
+    let samconfig = samconfig.to_str().unwrap().to_owned();
+    let found = stack_check(
+        &workspace(),
+        &[
+            "--samconfig",
+            &samconfig,
+            "--parameter-overrides",
+            overrides,
+        ],
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    found
+}
+
+#[test]
+fn stack_check_passes_the_templates_defaults() {
+    let (code, out, err) = stack_check_workspace("");
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(err, "");
+    assert!(
+        out.starts_with(
+            "resq stack check: infra/template.yaml\n  values: the template's defaults\n"
+        ),
+        "{out}"
+    );
+    for line in [
+        "ok        retry horizon: MaxReceiveCount 5 × 301 s (BackoffMaxSeconds 300 s + ConsumerBatchingWindowSeconds 1 s) = 1,505 s ≤ OrdersRetentionSeconds 345,600 s",
+        "ok        order-record lifetime: OrderRecordRetentionDays 90 = 7,776,000 s ≥ ArchiveAfterSeconds 86,400 s + OrdersRetentionSeconds 345,600 s = 432,000 s",
+        "ok        replay rate: RedriveRatePerSecond 10 × 60 s = 600 replays a period > ReplaysFailingThreshold 10",
+        "ok        batch before the deadline: ⌈ConsumerBatchSize 10 ÷ ConsumerConcurrency 10⌉ = 1 round × 100 ms a record (assumed: --record-ms)",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        8,
+        "{out}"
+    );
+    assert!(!out.contains("conflict"), "{out}");
+}
+
+#[test]
+fn stack_check_refuses_the_issues_examples_naming_the_parameters() {
+    for (overrides, rule, named) in [
+        (
+            "MaxReceiveCount=20 BackoffMaxSeconds=300 OrdersRetentionSeconds=3600",
+            "conflict  retry horizon (could lose): MaxReceiveCount, BackoffMaxSeconds, ConsumerBatchingWindowSeconds, OrdersRetentionSeconds: ",
+            "MaxReceiveCount, BackoffMaxSeconds, ConsumerBatchingWindowSeconds, OrdersRetentionSeconds (above)",
+        ),
+        (
+            "ConsumerTimeout=900 OrdersRetentionSeconds=3600",
+            "conflict  retry horizon (could lose): ConsumerTimeout, ConsumerBatchingWindowSeconds, OrdersRetentionSeconds: ",
+            "ConsumerTimeout, ConsumerBatchingWindowSeconds, OrdersRetentionSeconds (above)",
+        ),
+        (
+            "OrderRecordRetentionDays=2",
+            "conflict  order-record lifetime (could double): OrderRecordRetentionDays, ArchiveAfterSeconds, OrdersRetentionSeconds: ",
+            "OrderRecordRetentionDays, ArchiveAfterSeconds, OrdersRetentionSeconds (above)",
+        ),
+        (
+            "ParameterKey=ConsumerBatchSize,ParameterValue=10000 ParameterKey=ConsumerConcurrency,ParameterValue=1",
+            "conflict  batch before the deadline (could stall): ConsumerBatchSize, ConsumerConcurrency, ConsumerTimeout, DeadlineMarginMs: ",
+            "ConsumerBatchSize, ConsumerConcurrency, ConsumerTimeout, DeadlineMarginMs (above)",
+        ),
+        (
+            "ConsumerTimeout=5 DeadlineMarginMs=5000",
+            "conflict  deadline margin (could stall): DeadlineMarginMs, ConsumerTimeout: ",
+            "DeadlineMarginMs, ConsumerTimeout (above)",
+        ),
+    ] {
+        let (code, out, err) = stack_check_workspace(overrides);
+        assert_eq!(code, 1, "{overrides}: {out}{err}");
+        assert!(out.contains(rule), "{overrides}: {out}");
+        assert_eq!(
+            out.lines().filter(|l| l.starts_with("conflict")).count(),
+            1,
+            "{out}"
+        );
+        assert!(
+            err.starts_with("resq: the parameter set is refused, in conflict: ")
+                && err.contains(named)
+                && err.contains("make deploy PARAMS="),
+            "{overrides}: {err}"
+        );
+    }
+    // the per-record time is an assumption the operator may change
+    let (code, out, _) = stack_check_workspace("ConsumerBatchSize=290 ConsumerConcurrency=1");
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn stack_check_names_values_cloudformation_would_refuse_and_unknown_parameters() {
+    let (code, out, err) = stack_check_workspace("MaxMessagesPerRun=50");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("refused   MaxMessagesPerRun=50 (--parameter-overrides): CloudFormation refuses it: auto, or a whole number from 102 to 1000000\n  the rules were not evaluated"),
+        "{out}"
+    );
+    assert!(!out.contains("ok "), "{out}");
+    assert!(
+        err.starts_with("resq: CloudFormation would refuse MaxMessagesPerRun (above)"),
+        "{err}"
+    );
+    // a parameter the template does not have: a usage error naming it
+    let (code, out, err) = stack_check_workspace("MaxRecieveCount=5");
+    assert_eq!(code, 2, "{out}{err}");
+    assert_eq!(out, "");
+    assert_eq!(
+        err.trim(),
+        "resq: --parameter-overrides sets MaxRecieveCount, which is not a parameter of the template"
+    );
+    let (code, _, err) = stack_check_workspace("MaxReceiveCount");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--parameter-overrides: \"MaxReceiveCount\" is not KEY=VALUE"),
+        "{err}"
+    );
+    // run elsewhere than the repository's root, without --template
+    let dir = scratch("no-template");
+    let (code, _, err) = stack_check(&dir, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.starts_with("resq: cannot read the template infra/template.yaml: ")
+            && err.contains(
+                "run resq stack check from the repository's root, or pass --template PATH"
+            ),
+        "{err}"
+    );
+    let (code, _, err) = stack_check(&dir, &["--record-ms", "0"]);
+    assert_eq!(code, 2, "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn stack_check_reads_samconfig_then_the_command_line_and_hands_sam_the_set_checked() {
+    // GIVEN a stack directory whose samconfig.toml sets a record lifetime too short
+    let dir = scratch("samconfig");
+    std::fs::create_dir_all(dir.join("infra")).unwrap();
+    std::fs::copy(
+        workspace().join("infra/template.yaml"),
+        dir.join("infra/template.yaml"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("infra/samconfig.toml"),
+        "version = 0.1\n[default.deploy.parameters]\nstack_name = \"resq\"\nparameter_overrides = \"OrderRecordRetentionDays=\\\"2\\\" RedriverSchedule=\\\"rate(5 minutes)\\\"\"\n",
+    )
+    .unwrap();
+    // WHEN checked there with the default paths, THEN samconfig's value is refused
+    let (code, out, err) = stack_check(&dir, &["--write-overrides", "target/overrides"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("  values: RedriverSchedule=rate(5 minutes) OrderRecordRetentionDays=2 (samconfig.toml's parameter_overrides); the rest at the template's defaults"),
+        "{out}"
+    );
+    assert!(err.contains("OrderRecordRetentionDays"), "{err}");
+    assert!(
+        !dir.join("target/overrides").exists(),
+        "nothing written for a refused set"
+    );
+    // WHEN the command line sets it over samconfig's, THEN the set passes, and what sam is
+    // handed is samconfig's values with the command line's over them
+    let (code, out, err) = stack_check(
+        &dir,
+        &[
+            "--parameter-overrides",
+            "OrderRecordRetentionDays=30",
+            "--parameter-overrides",
+            "MaxReceiveCount=6",
+            "--write-overrides",
+            "target/overrides",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("target/overrides")).unwrap(),
+        r#"MaxReceiveCount="6" RedriverSchedule="rate(5 minutes)" OrderRecordRetentionDays="30""#
+    );
+    // a warning is no refusal: a run shorter than the schedule's period drains slower
+    let (code, out, err) = stack_check(
+        &dir,
+        &[
+            "--parameter-overrides",
+            "OrderRecordRetentionDays=30 RedriverTimeout=180",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("warning   scheduled drain: RedriverSchedule rate(5 minutes) = 300 s > RedriverTimeout 180 s: MaxMessagesPerRun auto drains at RedriveRatePerSecond 10 × 180 ÷ 300 = 6/s, below the configured 10/s"),
+        "{out}"
+    );
+    // an explicit --samconfig that does not exist is an error, not silence
+    let (code, _, err) = stack_check(&dir, &["--samconfig", "infra/nope.toml"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cannot read the samconfig infra/nope.toml"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

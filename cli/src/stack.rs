@@ -1,0 +1,2185 @@
+//! `resq stack check` (SPEC §7, §9): a parameter set evaluated against the template before
+//! deploy. CloudFormation's `Rules` cannot compare numbers, so resq does it: a set that could
+//! lose messages (the retry horizon against the main queue's retention), double an effect (the
+//! order-record lifetime against a message's longest life) or stall (a breaker that can never
+//! trip, a batch whose tail can never start before the deadline) is refused, naming the
+//! parameters in conflict.
+//!
+//! Everything here is pure ([`Template::parse`], [`parse_overrides`], [`samconfig_overrides`],
+//! [`resolve`], [`refusals`], [`Settings::from_set`], [`evaluate`]) except [`load`], which reads
+//! the two files and hands their text in.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::CliError;
+
+/// The template's `Parameters` that the rules read.
+pub mod names {
+    /// Standard or FIFO queues (FIFO has no batching window).
+    pub const QUEUE_TYPE: &str = "QueueType";
+    /// The main queue's `maxReceiveCount`.
+    pub const MAX_RECEIVE_COUNT: &str = "MaxReceiveCount";
+    /// Full-jitter backoff ceiling (`BACKOFF_MAX_SECONDS`).
+    pub const BACKOFF_MAX_SECONDS: &str = "BackoffMaxSeconds";
+    /// The consumer's timeout; the main queue's visibility timeout is six times it.
+    pub const CONSUMER_TIMEOUT: &str = "ConsumerTimeout";
+    /// Lambda's batching window of the consumer's event source.
+    pub const CONSUMER_BATCHING_WINDOW_SECONDS: &str = "ConsumerBatchingWindowSeconds";
+    /// Records per consumer invocation.
+    pub const CONSUMER_BATCH_SIZE: &str = "ConsumerBatchSize";
+    /// Records in flight within one invocation (`CONSUMER_CONCURRENCY`).
+    pub const CONSUMER_CONCURRENCY: &str = "ConsumerConcurrency";
+    /// Both functions stop starting work this close to their deadline (`DEADLINE_MARGIN_MS`).
+    pub const DEADLINE_MARGIN_MS: &str = "DeadlineMarginMs";
+    /// The main queue's retention.
+    pub const ORDERS_RETENTION_SECONDS: &str = "OrdersRetentionSeconds";
+    /// The TTL (`ARCHIVE_AFTER_SECONDS`).
+    pub const ARCHIVE_AFTER_SECONDS: &str = "ArchiveAfterSeconds";
+    /// The order records' lifetime (the idempotency keys).
+    pub const ORDER_RECORD_RETENTION_DAYS: &str = "OrderRecordRetentionDays";
+    /// The replays-failing alarm's threshold, per period.
+    pub const REPLAYS_FAILING_THRESHOLD: &str = "ReplaysFailingThreshold";
+    /// Replays one redriver run makes at most (`MAX_MESSAGES_PER_RUN`): `auto` or a number.
+    pub const MAX_MESSAGES_PER_RUN: &str = "MaxMessagesPerRun";
+    /// The redriver's rate (`REDRIVE_RATE_PER_SECOND`).
+    pub const REDRIVE_RATE_PER_SECOND: &str = "RedriveRatePerSecond";
+    /// The redriver's timeout.
+    pub const REDRIVER_TIMEOUT: &str = "RedriverTimeout";
+    /// The redriver's EventBridge schedule expression.
+    pub const REDRIVER_SCHEDULE: &str = "RedriverSchedule";
+}
+
+use names::*;
+
+/// SQS hides a message for at most 12 hours: no backoff is longer.
+const LONGEST_BACKOFF_SECONDS: f64 = resq::backoff::MAX_VISIBILITY_TIMEOUT.as_secs() as f64;
+/// The main queue's visibility timeout is this many consumer timeouts (the template's
+/// `ConsumerTimeouts` mapping).
+pub const VISIBILITY_PER_TIMEOUT: f64 = 6.0;
+/// The period of the replays-failing alarm, in seconds (its threshold counts per period).
+pub const ALARM_PERIOD_SECONDS: f64 = 60.0;
+/// `CONSUMER_CONCURRENCY=auto` runs as many records at once as the batch has, up to this.
+pub const AUTO_CONCURRENCY_MAX: f64 = 64.0;
+/// The per-record time assumed when none is given (`--record-ms`).
+pub const DEFAULT_RECORD_MS: u64 = 100;
+
+/// Why the check could not evaluate a parameter set: what was given cannot be read. (A set
+/// that can be read and is refused is a [`Report`] with refusals or conflicts.)
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StackError {
+    /// The template cannot be read as a CloudFormation template.
+    #[error("{0}")]
+    Template(String),
+    /// Overrides that do not parse.
+    #[error("{from}: {message}")]
+    Overrides {
+        /// Where they came from.
+        from: Source,
+        /// What is wrong.
+        message: String,
+    },
+    /// An override names a parameter the template does not have.
+    #[error("{from} sets {name}, which is not a parameter of the template{}", hint.as_ref().map(|h| format!(" (did you mean {h}?)")).unwrap_or_default())]
+    UnknownParameter {
+        /// The name as given.
+        name: String,
+        /// Where it came from.
+        from: Source,
+        /// A parameter of the template spelt the same but for case.
+        hint: Option<String>,
+    },
+    /// The template lacks a parameter the rules read, or its value is not of the kind they
+    /// need (the template is not resq's, or not this version's).
+    #[error("{0}")]
+    Unusable(String),
+}
+
+/// Where a parameter's value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Source {
+    /// The template's `Default`.
+    Default,
+    /// samconfig.toml's `parameter_overrides` (what `sam deploy` uses when given none).
+    Samconfig,
+    /// `--parameter-overrides`.
+    CommandLine,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Default => "the template's default",
+            Self::Samconfig => "samconfig.toml's parameter_overrides",
+            Self::CommandLine => "--parameter-overrides",
+        })
+    }
+}
+
+/// A parameter of the template, as far as the check reads it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Parameter {
+    /// Its name.
+    pub name: String,
+    /// `Type`: `String`, `Number`, `CommaDelimitedList`, …
+    pub kind: String,
+    /// `Default`, as CloudFormation would hand it over (a string).
+    pub default: Option<String>,
+    /// `MinValue` (numbers).
+    pub min_value: Option<f64>,
+    /// `MaxValue` (numbers).
+    pub max_value: Option<f64>,
+    /// `MinLength` (strings).
+    pub min_length: Option<usize>,
+    /// `MaxLength` (strings).
+    pub max_length: Option<usize>,
+    /// `AllowedValues`.
+    pub allowed_values: Option<Vec<String>>,
+    /// `AllowedPattern` (matched against the whole value).
+    pub allowed_pattern: Option<String>,
+    /// `ConstraintDescription`: what CloudFormation says when a constraint fails.
+    pub constraint_description: Option<String>,
+}
+
+/// The template's `Parameters`, in the template's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template {
+    /// Its parameters.
+    pub parameters: Vec<Parameter>,
+}
+
+type Yaml = serde_norway::Value;
+
+/// A scalar as CloudFormation passes it to a parameter: a string.
+fn scalar(v: &Yaml) -> Option<String> {
+    match v {
+        Yaml::String(s) => Some(s.clone()),
+        Yaml::Number(n) => Some(n.to_string()),
+        Yaml::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn number(v: &Yaml) -> Option<f64> {
+    match v {
+        Yaml::Number(n) => n.as_f64(),
+        Yaml::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+impl Template {
+    /// Reads the `Parameters` of a template (YAML; CloudFormation's short tags such as `!Ref`
+    /// elsewhere in it parse as tagged values and are not looked at).
+    pub fn parse(yaml: &str) -> Result<Self, StackError> {
+        let doc: Yaml = serde_norway::from_str(yaml)
+            .map_err(|e| StackError::Template(format!("not YAML: {e}")))?;
+        let Some(params) = doc.get("Parameters").and_then(Yaml::as_mapping) else {
+            return Err(StackError::Template(
+                "has no Parameters section: is it resq's template (infra/template.yaml)?".into(),
+            ));
+        };
+        let mut parameters = Vec::with_capacity(params.len());
+        for (name, body) in params {
+            let name = scalar(name)
+                .ok_or_else(|| StackError::Template("a parameter's name is not a string".into()))?;
+            let field = |key: &str| body.get(key);
+            let bad =
+                |key: &str| StackError::Template(format!("{name}: {key} is not a plain value"));
+            let text = |key: &str| -> Result<Option<String>, StackError> {
+                field(key)
+                    .map(|v| scalar(v).ok_or_else(|| bad(key)))
+                    .transpose()
+            };
+            let num = |key: &str| -> Result<Option<f64>, StackError> {
+                field(key)
+                    .map(|v| number(v).ok_or_else(|| bad(key)))
+                    .transpose()
+            };
+            let length = |key: &str| -> Result<Option<usize>, StackError> {
+                Ok(num(key)?.map(|n| n.max(0.0) as usize))
+            };
+            let allowed_values = match field("AllowedValues") {
+                None => None,
+                Some(Yaml::Sequence(items)) => Some(
+                    items
+                        .iter()
+                        .map(|v| scalar(v).ok_or_else(|| bad("AllowedValues")))
+                        .collect::<Result<_, _>>()?,
+                ),
+                Some(_) => return Err(bad("AllowedValues")),
+            };
+            parameters.push(Parameter {
+                kind: text("Type")?.unwrap_or_else(|| "String".into()),
+                default: text("Default")?,
+                min_value: num("MinValue")?,
+                max_value: num("MaxValue")?,
+                min_length: length("MinLength")?,
+                max_length: length("MaxLength")?,
+                allowed_values,
+                allowed_pattern: text("AllowedPattern")?,
+                constraint_description: text("ConstraintDescription")?,
+                name,
+            });
+        }
+        Ok(Self { parameters })
+    }
+
+    /// The parameter of that name.
+    pub fn parameter(&self, name: &str) -> Option<&Parameter> {
+        self.parameters.iter().find(|p| p.name == name)
+    }
+}
+
+/// `KEY=VALUE` pairs in `sam deploy --parameter-overrides` syntax: `K=V K2="a b"`, or
+/// `ParameterKey=K,ParameterValue=V`, separated by spaces; a value may be quoted with `"` or `'`
+/// (and `\"`, `\'`, `\ ` escaped), as SAM reads them. Unlike SAM, text that is neither form is
+/// an error rather than skipped: a check must not pass over a value it did not read.
+pub fn parse_overrides(text: &str, source: Source) -> Result<Vec<(String, String)>, StackError> {
+    let fail = |message: String| StackError::Overrides {
+        from: source,
+        message,
+    };
+    let mut out = Vec::new();
+    let mut rest = text.trim_start();
+    while !rest.is_empty() {
+        let (key, tail) = match rest.strip_prefix("ParameterKey=") {
+            Some(tail) => {
+                let (key, tail) = split_key(tail);
+                let tail = tail.strip_prefix(",ParameterValue=").ok_or_else(|| {
+                    fail(format!(
+                        "\"{}\" is not ParameterKey=K,ParameterValue=V",
+                        token(rest)
+                    ))
+                })?;
+                (key, tail)
+            }
+            None => {
+                let (key, tail) = split_key(rest);
+                let tail = tail
+                    .strip_prefix('=')
+                    .filter(|_| !key.is_empty())
+                    .ok_or_else(|| fail(format!("\"{}\" is not KEY=VALUE", token(rest))))?;
+                (key, tail)
+            }
+        };
+        let (value, tail) = split_value(tail)
+            .ok_or_else(|| fail(format!("the value of {key} has no closing quote")))?;
+        if value.is_empty() {
+            // SAM would skip it silently, leaving the parameter as it was
+            return Err(fail(format!(
+                "{key}= has no value (an empty one is written {key}=\"\")"
+            )));
+        }
+        if tail.chars().next().is_some_and(|c| !c.is_whitespace()) {
+            return Err(fail(format!(
+                "\"{}\" is not KEY=VALUE (quote a value that holds spaces or quotes)",
+                token(rest)
+            )));
+        }
+        out.push((unquote(key), unquote(value)));
+        rest = tail.trim_start();
+    }
+    Ok(out)
+}
+
+/// The first whitespace-separated word, for messages.
+fn token(s: &str) -> &str {
+    s.split_whitespace().next().unwrap_or(s)
+}
+
+/// A key: letters, digits and quotes (SAM's key pattern).
+fn split_key(s: &str) -> (&str, &str) {
+    let end = s
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '"' || c == '\''))
+        .unwrap_or(s.len());
+    s.split_at(end)
+}
+
+/// A value: quoted (to its closing quote, `\` escaping) or up to the next space.
+fn split_value(s: &str) -> Option<(&str, &str)> {
+    let quote = s.chars().next().filter(|c| *c == '"' || *c == '\'');
+    let mut escaped = false;
+    for (i, c) in s.char_indices() {
+        match quote {
+            Some(q) if i > 0 && !escaped && c == q => return Some(s.split_at(i + 1)),
+            None if !escaped && c.is_whitespace() => return Some(s.split_at(i)),
+            _ => {}
+        }
+        escaped = !escaped && c == '\\';
+    }
+    quote.is_none().then_some((s, ""))
+}
+
+/// SAM's unquoting: wrapping quotes removed, `\ `, `\"` and `\'` unescaped.
+fn unquote(s: &str) -> String {
+    let inner = match (s.chars().next(), s.chars().last()) {
+        (Some(a), Some(b)) if s.len() >= 2 && a == b && (a == '"' || a == '\'') => {
+            &s[1..s.len() - 1]
+        }
+        _ => s,
+    };
+    inner
+        .replace("\\ ", " ")
+        .replace("\\\"", "\"")
+        .replace("\\'", "'")
+}
+
+/// The overrides in a samconfig.toml, as `sam deploy` reads them: `parameter_overrides` of
+/// `[default.deploy.parameters]`, else of `[default.global.parameters]`; a string in
+/// `--parameter-overrides` syntax, a list of such strings, or a table of values (a list value
+/// joined with commas, a boolean as SAM writes it: `True`/`False`). None when it has none.
+pub fn samconfig_overrides(text: &str) -> Result<Vec<(String, String)>, StackError> {
+    let source = Source::Samconfig;
+    let fail = |message: String| StackError::Overrides {
+        from: source,
+        message,
+    };
+    let doc: toml::Table =
+        toml::from_str(text).map_err(|e| fail(format!("not TOML: {}", e.message())))?;
+    let section = |command: &str| {
+        doc.get("default")
+            .and_then(|v| v.get(command))
+            .and_then(|v| v.get("parameters"))
+            .and_then(|v| v.get("parameter_overrides"))
+    };
+    let Some(value) = section("deploy").or_else(|| section("global")) else {
+        return Ok(Vec::new());
+    };
+    toml_overrides(value, source)
+}
+
+fn toml_overrides(
+    value: &toml::Value,
+    source: Source,
+) -> Result<Vec<(String, String)>, StackError> {
+    let fail = |message: String| StackError::Overrides {
+        from: source,
+        message,
+    };
+    match value {
+        toml::Value::String(s) => parse_overrides(s, source),
+        toml::Value::Array(items) => {
+            let mut out = Vec::new();
+            for item in items {
+                out.extend(toml_overrides(item, source)?);
+            }
+            Ok(out)
+        }
+        toml::Value::Table(table) => table
+            .iter()
+            .map(|(k, v)| {
+                let value = match v {
+                    toml::Value::Array(items) => items
+                        .iter()
+                        .map(toml_scalar)
+                        .collect::<Option<Vec<_>>>()
+                        .map(|v| v.join(",")),
+                    other => toml_scalar(other),
+                };
+                value
+                    .map(|v| (k.clone(), v))
+                    .ok_or_else(|| fail(format!("the value of {k} is not a plain value")))
+            })
+            .collect(),
+        other => Err(fail(format!(
+            "parameter_overrides is a {}, not a string, a list or a table",
+            other.type_str()
+        ))),
+    }
+}
+
+fn toml_scalar(v: &toml::Value) -> Option<String> {
+    match v {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        toml::Value::Float(f) => Some(f.to_string()),
+        // SAM turns the table's values into strings with Python's str()
+        toml::Value::Boolean(true) => Some("True".into()),
+        toml::Value::Boolean(false) => Some("False".into()),
+        _ => None,
+    }
+}
+
+/// One parameter's value in a set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Value {
+    /// The value, as CloudFormation would get it; `None`: no default and not given.
+    pub value: Option<String>,
+    /// Where it came from.
+    pub source: Source,
+}
+
+/// A parameter set: every parameter of the template with its value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParameterSet {
+    /// By name, in the template's order.
+    pub values: Vec<(String, Value)>,
+}
+
+impl ParameterSet {
+    /// The value of `name`, when it has one.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.value.as_deref())
+    }
+
+    /// The values given rather than defaulted, in the template's order.
+    pub fn given(&self) -> impl Iterator<Item = (&str, &str, Source)> {
+        self.values
+            .iter()
+            .filter_map(|(n, v)| match (&v.value, v.source) {
+                (_, Source::Default) | (None, _) => None,
+                (Some(value), source) => Some((n.as_str(), value.as_str(), source)),
+            })
+    }
+
+    /// The values given, in `sam deploy --parameter-overrides` syntax (each value in double
+    /// quotes, a `"` in it escaped; SAM unescapes nothing else), so that `sam deploy` gets the
+    /// very set that was checked.
+    pub fn sam_overrides(&self) -> String {
+        self.given()
+            .map(|(name, value, _)| format!("{name}=\"{}\"", value.replace('"', "\\\"")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// The set `sam deploy` would deploy: the template's defaults, then each layer of overrides in
+/// turn (a later value of a parameter replaces an earlier one). An override of a parameter the
+/// template does not have is an error naming it.
+pub fn resolve(
+    template: &Template,
+    layers: &[(Source, Vec<(String, String)>)],
+) -> Result<ParameterSet, StackError> {
+    let mut values: BTreeMap<&str, Value> = template
+        .parameters
+        .iter()
+        .map(|p| {
+            (
+                p.name.as_str(),
+                Value {
+                    value: p.default.clone(),
+                    source: Source::Default,
+                },
+            )
+        })
+        .collect();
+    for (source, pairs) in layers {
+        for (name, value) in pairs {
+            let Some(slot) = values.get_mut(name.as_str()) else {
+                return Err(StackError::UnknownParameter {
+                    name: name.clone(),
+                    from: *source,
+                    hint: template
+                        .parameters
+                        .iter()
+                        .find(|p| p.name.eq_ignore_ascii_case(name))
+                        .map(|p| p.name.clone()),
+                });
+            };
+            *slot = Value {
+                value: Some(value.clone()),
+                source: *source,
+            };
+        }
+    }
+    Ok(ParameterSet {
+        values: template
+            .parameters
+            .iter()
+            .filter_map(|p| values.remove(p.name.as_str()).map(|v| (p.name.clone(), v)))
+            .collect(),
+    })
+}
+
+/// A value CloudFormation itself would refuse (its parameter's own constraints).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// The parameter.
+    pub parameter: String,
+    /// Its value; `None`: it has none.
+    pub value: Option<String>,
+    /// Where the value came from.
+    pub source: Source,
+    /// The constraint it breaks.
+    pub why: String,
+}
+
+/// The values of `set` that CloudFormation would refuse by their parameters' own `Type`,
+/// `MinValue`/`MaxValue`, `MinLength`/`MaxLength`, `AllowedValues` and `AllowedPattern`. The
+/// template's `Rules` (which compare no numbers) are CloudFormation's to check.
+pub fn refusals(template: &Template, set: &ParameterSet) -> Vec<Refusal> {
+    let mut out = Vec::new();
+    for p in &template.parameters {
+        let Some((_, v)) = set.values.iter().find(|(n, _)| *n == p.name) else {
+            continue;
+        };
+        if let Some(why) = refused(p, v.value.as_deref()) {
+            out.push(Refusal {
+                parameter: p.name.clone(),
+                value: v.value.clone(),
+                source: v.source,
+                why,
+            });
+        }
+    }
+    out
+}
+
+fn refused(p: &Parameter, value: Option<&str>) -> Option<String> {
+    let Some(value) = value else {
+        return Some("it has no Default and no value was given".into());
+    };
+    let said = |derived: String| p.constraint_description.clone().unwrap_or(derived);
+    // a list's constraints apply to each of its members: left to CloudFormation
+    if p.kind.starts_with("List<") || p.kind == "CommaDelimitedList" {
+        return None;
+    }
+    let numeric = p.kind == "Number";
+    let n = value.trim().parse::<f64>().ok().filter(|n| n.is_finite());
+    if numeric && n.is_none() {
+        return Some("it is not a number".into());
+    }
+    if let Some(allowed) = &p.allowed_values {
+        let listed = allowed
+            .iter()
+            .any(|a| match (numeric, a.parse::<f64>(), n) {
+                (true, Ok(a), Some(n)) => a == n,
+                _ => a == value,
+            });
+        if !listed {
+            return Some(said(format!("it must be one of {}", allowed.join(", "))));
+        }
+    }
+    if let (true, Some(n)) = (numeric, n) {
+        if let Some(min) = p.min_value.filter(|min| n < *min) {
+            return Some(said(format!("it must be at least {}", figure(min))));
+        }
+        if let Some(max) = p.max_value.filter(|max| n > *max) {
+            return Some(said(format!("it must be at most {}", figure(max))));
+        }
+    }
+    if !numeric {
+        let len = value.chars().count();
+        if let Some(min) = p.min_length.filter(|min| len < *min) {
+            return Some(said(format!("it must be at least {min} characters long")));
+        }
+        if let Some(max) = p.max_length.filter(|max| len > *max) {
+            return Some(said(format!("it must be at most {max} characters long")));
+        }
+    }
+    if let Some(pattern) = &p.allowed_pattern {
+        // CloudFormation matches the pattern against the whole value
+        match regex_lite::Regex::new(&format!("^(?:{pattern})$")) {
+            Ok(re) if !re.is_match(value) => {
+                return Some(said(format!("it must match {pattern}")));
+            }
+            // a pattern this engine cannot read: CloudFormation checks it
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `ConsumerConcurrency`: a number, or `auto` (min(batch, 64)).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Concurrency {
+    /// As many as the batch has records, up to [`AUTO_CONCURRENCY_MAX`].
+    Auto,
+    /// This many.
+    Fixed(f64),
+}
+
+/// The values the rules read, as numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// `QueueType` is `fifo` (no batching window).
+    pub fifo: bool,
+    /// `MaxReceiveCount`.
+    pub max_receive_count: f64,
+    /// `BackoffMaxSeconds`.
+    pub backoff_max_seconds: f64,
+    /// `ConsumerTimeout`, seconds.
+    pub consumer_timeout: f64,
+    /// `ConsumerBatchingWindowSeconds`.
+    pub batching_window_seconds: f64,
+    /// `ConsumerBatchSize`.
+    pub batch_size: f64,
+    /// `ConsumerConcurrency`.
+    pub concurrency: Concurrency,
+    /// `DeadlineMarginMs`.
+    pub deadline_margin_ms: f64,
+    /// `OrdersRetentionSeconds`.
+    pub orders_retention_seconds: f64,
+    /// `ArchiveAfterSeconds`.
+    pub archive_after_seconds: f64,
+    /// `OrderRecordRetentionDays`.
+    pub order_record_retention_days: f64,
+    /// `ReplaysFailingThreshold`.
+    pub replays_failing_threshold: f64,
+    /// `MaxMessagesPerRun`; `None`: `auto`.
+    pub max_messages_per_run: Option<f64>,
+    /// `RedriveRatePerSecond`.
+    pub rate_per_second: f64,
+    /// `RedriverTimeout`, seconds.
+    pub redriver_timeout: f64,
+    /// `RedriverSchedule`.
+    pub schedule: String,
+}
+
+impl Settings {
+    /// Reads the values the rules need from `set`.
+    pub fn from_set(set: &ParameterSet) -> Result<Self, StackError> {
+        let text = |name: &str| {
+            set.get(name).ok_or_else(|| {
+                StackError::Unusable(format!(
+                    "the template has no value for {name}, which the check reads: is it resq's template?"
+                ))
+            })
+        };
+        let num = |name: &str| -> Result<f64, StackError> {
+            let raw = text(name)?;
+            raw.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|n| n.is_finite())
+                .ok_or_else(|| StackError::Unusable(format!("{name}={raw} is not a number")))
+        };
+        let auto_or = |name: &str| -> Result<Option<f64>, StackError> {
+            if text(name)?.trim().eq_ignore_ascii_case("auto") {
+                Ok(None)
+            } else {
+                num(name).map(Some)
+            }
+        };
+        Ok(Self {
+            fifo: text(QUEUE_TYPE)?.trim() == "fifo",
+            max_receive_count: num(MAX_RECEIVE_COUNT)?,
+            backoff_max_seconds: num(BACKOFF_MAX_SECONDS)?,
+            consumer_timeout: num(CONSUMER_TIMEOUT)?,
+            batching_window_seconds: num(CONSUMER_BATCHING_WINDOW_SECONDS)?,
+            batch_size: num(CONSUMER_BATCH_SIZE)?,
+            concurrency: auto_or(CONSUMER_CONCURRENCY)?
+                .map_or(Concurrency::Auto, Concurrency::Fixed),
+            deadline_margin_ms: num(DEADLINE_MARGIN_MS)?,
+            orders_retention_seconds: num(ORDERS_RETENTION_SECONDS)?,
+            archive_after_seconds: num(ARCHIVE_AFTER_SECONDS)?,
+            order_record_retention_days: num(ORDER_RECORD_RETENTION_DAYS)?,
+            replays_failing_threshold: num(REPLAYS_FAILING_THRESHOLD)?,
+            max_messages_per_run: auto_or(MAX_MESSAGES_PER_RUN)?,
+            rate_per_second: num(REDRIVE_RATE_PER_SECOND)?,
+            redriver_timeout: num(REDRIVER_TIMEOUT)?,
+            schedule: text(REDRIVER_SCHEDULE)?.trim().to_owned(),
+        })
+    }
+}
+
+/// What the check assumes of what it cannot read from the template.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Assumptions {
+    /// How long one record takes in the consumer, in milliseconds (`--record-ms`).
+    pub record_ms: u64,
+}
+
+impl Default for Assumptions {
+    fn default() -> Self {
+        Self {
+            record_ms: DEFAULT_RECORD_MS,
+        }
+    }
+}
+
+/// The rules, in the order they are reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// `MaxReceiveCount` × the longest delivery interval against the main queue's retention.
+    RetryHorizon,
+    /// The order records' lifetime against a message's longest life (TTL + retention).
+    RecordLifetime,
+    /// A numeric `MaxMessagesPerRun` against the breaker's probe.
+    ReplayBudget,
+    /// A period of replays at `RedriveRatePerSecond` against the breaker's threshold.
+    ReplayRate,
+    /// A run's replays against the breaker's probe.
+    ReplayRun,
+    /// The consumer's deadline margin against its timeout.
+    DeadlineMargin,
+    /// A full batch's records against the consumer's time.
+    BatchDeadline,
+    /// `MaxMessagesPerRun=auto` and the schedule: the drain rate (a warning, never a refusal).
+    ScheduledDrain,
+}
+
+impl Rule {
+    /// Its name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::RetryHorizon => "retry horizon",
+            Self::RecordLifetime => "order-record lifetime",
+            Self::ReplayBudget => "replay budget",
+            Self::ReplayRate => "replay rate",
+            Self::ReplayRun => "replays of a run",
+            Self::DeadlineMargin => "deadline margin",
+            Self::BatchDeadline => "batch before the deadline",
+            Self::ScheduledDrain => "scheduled drain",
+        }
+    }
+}
+
+/// What a parameter set in conflict could do to messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Risk {
+    /// A message could end without being processed, queued or archived.
+    Lose,
+    /// An order's effect could run twice.
+    Double,
+    /// Messages could stop moving (a breaker that never trips, records that never start).
+    Stall,
+}
+
+impl Risk {
+    /// Its word in the report.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Lose => "lose",
+            Self::Double => "double",
+            Self::Stall => "stall",
+        }
+    }
+}
+
+/// One rule's verdict on a set.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// The rule holds; the figures say how.
+    Holds {
+        /// Which rule.
+        rule: Rule,
+        /// What was compared, with the numbers.
+        figures: String,
+    },
+    /// The rule fails: the set is refused.
+    Conflict(Conflict),
+    /// Not a refusal, but not what the operator likely meant.
+    Warning {
+        /// Which rule.
+        rule: Rule,
+        /// What was found, with the numbers.
+        figures: String,
+    },
+}
+
+/// A rule the set breaks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conflict {
+    /// Which rule.
+    pub rule: Rule,
+    /// What could happen.
+    pub risk: Risk,
+    /// The parameters in conflict, the deciding ones first.
+    pub parameters: Vec<&'static str>,
+    /// What was compared, with the numbers.
+    pub figures: String,
+    /// What would go wrong.
+    pub consequence: String,
+}
+
+/// Every rule's verdict on `s`.
+pub fn evaluate(s: &Settings, a: &Assumptions) -> Vec<Verdict> {
+    let mut out = vec![retry_horizon(s), record_lifetime(s)];
+    out.extend(breaker(s));
+    out.extend(batch_deadline(s, a));
+    out.extend(scheduled_drain(s));
+    out
+}
+
+/// The conflicts of `s`: empty when the set may be deployed.
+pub fn conflicts(s: &Settings, a: &Assumptions) -> Vec<Conflict> {
+    evaluate(s, a)
+        .into_iter()
+        .filter_map(|v| match v {
+            Verdict::Conflict(c) => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Lose: a message's retries must all fit in the main queue's retention. The longest delivery
+/// interval is the longer of the backoff's ceiling (at most SQS's 12 h) and the visibility
+/// timeout (6 × `ConsumerTimeout`: after an invocation that crashed or timed out), plus the
+/// batching window (none for FIFO); the horizon is `MaxReceiveCount` of them.
+fn retry_horizon(s: &Settings) -> Verdict {
+    let backoff = s.backoff_max_seconds.min(LONGEST_BACKOFF_SECONDS);
+    let visibility = VISIBILITY_PER_TIMEOUT * s.consumer_timeout;
+    let window = if s.fifo {
+        0.0
+    } else {
+        s.batching_window_seconds
+    };
+    let (dominant, longest) = if backoff >= visibility {
+        (
+            BACKOFF_MAX_SECONDS,
+            format!("BackoffMaxSeconds {} s", figure(backoff)),
+        )
+    } else {
+        (
+            CONSUMER_TIMEOUT,
+            format!(
+                "a visibility of 6 × ConsumerTimeout {} s = {} s",
+                figure(s.consumer_timeout),
+                figure(visibility)
+            ),
+        )
+    };
+    let interval = backoff.max(visibility) + window;
+    let horizon = s.max_receive_count * interval;
+    let interval_text = if window > 0.0 {
+        format!(
+            "{} s ({longest} + ConsumerBatchingWindowSeconds {} s)",
+            figure(interval),
+            figure(window)
+        )
+    } else {
+        format!("{} s ({longest})", figure(interval))
+    };
+    let retention = s.orders_retention_seconds;
+    if horizon <= retention {
+        return Verdict::Holds {
+            rule: Rule::RetryHorizon,
+            figures: format!(
+                "MaxReceiveCount {} × {interval_text} = {} s ≤ OrdersRetentionSeconds {} s",
+                figure(s.max_receive_count),
+                figure(horizon),
+                figure(retention)
+            ),
+        };
+    }
+    // when one interval alone outlasts the retention, no MaxReceiveCount helps
+    let single = interval > retention;
+    let mut parameters = if single {
+        vec![dominant]
+    } else {
+        vec![MAX_RECEIVE_COUNT, dominant]
+    };
+    if window > 0.0 {
+        parameters.push(CONSUMER_BATCHING_WINDOW_SECONDS);
+    }
+    parameters.push(ORDERS_RETENTION_SECONDS);
+    let consequence = if !single {
+        "a message retried to its last receive ages out of the main queue before SQS moves it to the DLQ, and SQS deletes it".to_owned()
+    } else if dominant == CONSUMER_TIMEOUT {
+        "one delivery interval alone outlasts the main queue's retention: a message whose invocation crashed or timed out stays hidden until SQS deletes it, after a single receive".to_owned()
+    } else {
+        "one delivery interval alone outlasts the main queue's retention: a message backed off to the ceiling stays hidden until SQS deletes it".to_owned()
+    };
+    Verdict::Conflict(Conflict {
+        rule: Rule::RetryHorizon,
+        risk: Risk::Lose,
+        parameters,
+        figures: format!(
+            "MaxReceiveCount {} × {interval_text} = {} s > OrdersRetentionSeconds {} s",
+            figure(s.max_receive_count),
+            figure(horizon),
+            figure(retention)
+        ),
+        consequence,
+    })
+}
+
+/// Double: an order's record (its idempotency key) must outlive every copy of the message; a
+/// replay can run up to `ArchiveAfterSeconds` (in the DLQ) + `OrdersRetentionSeconds` (back in
+/// the main queue) after the original send.
+fn record_lifetime(s: &Settings) -> Verdict {
+    let lifetime = s.order_record_retention_days * 86_400.0;
+    let longest_life = s.archive_after_seconds + s.orders_retention_seconds;
+    let figures = |cmp: &str| {
+        format!(
+            "OrderRecordRetentionDays {} = {} s {cmp} ArchiveAfterSeconds {} s + OrdersRetentionSeconds {} s = {} s",
+            figure(s.order_record_retention_days),
+            figure(lifetime),
+            figure(s.archive_after_seconds),
+            figure(s.orders_retention_seconds),
+            figure(longest_life)
+        )
+    };
+    if lifetime >= longest_life {
+        return Verdict::Holds {
+            rule: Rule::RecordLifetime,
+            figures: figures("≥"),
+        };
+    }
+    Verdict::Conflict(Conflict {
+        rule: Rule::RecordLifetime,
+        risk: Risk::Double,
+        parameters: vec![
+            ORDER_RECORD_RETENTION_DAYS,
+            ARCHIVE_AFTER_SECONDS,
+            ORDERS_RETENTION_SECONDS,
+        ],
+        figures: figures("<"),
+        consequence:
+            "a replay that arrives after its order's record expired runs the order's effect again"
+                .into(),
+    })
+}
+
+/// Stall: the breaker must be able to trip. The replays-failing alarm trips when more than
+/// `ReplaysFailingThreshold` replays fail within one 60 s period, and a probe after it clears
+/// is 2 × (threshold + 1) replays ([`redriver::breaker::probe_budget`]): a run's replays spread
+/// over two periods leave at least half in one of them, and a run that covers a whole period
+/// fills it at the rate. So a numeric budget must hold a probe, a period at the rate must hold
+/// more than the threshold, and a run's replay time (`RedriverTimeout` less the deadline
+/// margin) at the rate must hold a probe. (The template's ranges keep all three: threshold ≤
+/// 50, rate ≥ 1, a numeric budget ≥ 102, timeout ≥ 180 s, margin ≤ 60 s.)
+fn breaker(s: &Settings) -> Vec<Verdict> {
+    let threshold = s.replays_failing_threshold;
+    let probe = f64::from(redriver::breaker::probe_budget(Some(threshold)));
+    let probe_text = format!(
+        "the breaker's probe 2 × (ReplaysFailingThreshold {} + 1) = {}",
+        figure(threshold),
+        figure(probe)
+    );
+    let mut out = Vec::new();
+    out.push(match s.max_messages_per_run {
+        None => Verdict::Holds {
+            rule: Rule::ReplayBudget,
+            figures: "MaxMessagesPerRun auto: a run replays what the rate allows in its time"
+                .into(),
+        },
+        Some(budget) if budget >= probe => Verdict::Holds {
+            rule: Rule::ReplayBudget,
+            figures: format!("MaxMessagesPerRun {} ≥ {probe_text}", figure(budget)),
+        },
+        Some(budget) => Verdict::Conflict(Conflict {
+            rule: Rule::ReplayBudget,
+            risk: Risk::Stall,
+            parameters: vec![MAX_MESSAGES_PER_RUN, REPLAYS_FAILING_THRESHOLD],
+            figures: format!("MaxMessagesPerRun {} < {probe_text}", figure(budget)),
+            consequence: "a run's failing replays may never exceed the threshold within one period: the breaker cannot trip, and replay goes on into a consumer that fails them".into(),
+        }),
+    });
+    let per_period = s.rate_per_second * ALARM_PERIOD_SECONDS;
+    let rate_figures = |cmp: &str| {
+        format!(
+            "RedriveRatePerSecond {} × {} s = {} replays a period {cmp} ReplaysFailingThreshold {}",
+            figure(s.rate_per_second),
+            figure(ALARM_PERIOD_SECONDS),
+            figure(per_period),
+            figure(threshold)
+        )
+    };
+    out.push(if per_period > threshold {
+        Verdict::Holds {
+            rule: Rule::ReplayRate,
+            figures: rate_figures(">"),
+        }
+    } else {
+        Verdict::Conflict(Conflict {
+            rule: Rule::ReplayRate,
+            risk: Risk::Stall,
+            parameters: vec![REDRIVE_RATE_PER_SECOND, REPLAYS_FAILING_THRESHOLD],
+            figures: rate_figures("≤"),
+            consequence: "even if every replay fails, no period holds more than the threshold: the breaker never trips".into(),
+        })
+    });
+    let replay_time = s.redriver_timeout - s.deadline_margin_ms / 1000.0;
+    let replays = s.rate_per_second * replay_time.max(0.0);
+    // a numeric budget below the probe is the replay budget's conflict: here, the run's time
+    let run_figures = |cmp: &str| {
+        format!(
+            "RedriveRatePerSecond {} × (RedriverTimeout {} s − DeadlineMarginMs {} s) = {} replays a run {cmp} {probe_text}",
+            figure(s.rate_per_second),
+            figure(s.redriver_timeout),
+            figure(s.deadline_margin_ms / 1000.0),
+            figure(replays)
+        )
+    };
+    out.push(if replays >= probe {
+        Verdict::Holds {
+            rule: Rule::ReplayRun,
+            figures: run_figures("≥"),
+        }
+    } else {
+        Verdict::Conflict(Conflict {
+            rule: Rule::ReplayRun,
+            risk: Risk::Stall,
+            parameters: vec![
+                REDRIVER_TIMEOUT,
+                DEADLINE_MARGIN_MS,
+                REDRIVE_RATE_PER_SECOND,
+                REPLAYS_FAILING_THRESHOLD,
+            ],
+            figures: run_figures("<"),
+            consequence: "a run's failing replays, spread over two periods, may never exceed the threshold in either: the breaker cannot trip".into(),
+        })
+    });
+    out
+}
+
+/// Stall: a full batch must be able to start before the consumer's deadline margin. A margin
+/// as long as the timeout leaves no record any time; otherwise ⌈batch ÷ concurrency⌉ rounds of
+/// `record_ms` must fit in the timeout less the margin, or the tail of every full batch never
+/// starts and uses up its receives without running.
+fn batch_deadline(s: &Settings, a: &Assumptions) -> Vec<Verdict> {
+    let timeout_ms = s.consumer_timeout * 1000.0;
+    if s.deadline_margin_ms >= timeout_ms {
+        return vec![Verdict::Conflict(Conflict {
+            rule: Rule::DeadlineMargin,
+            risk: Risk::Stall,
+            parameters: vec![DEADLINE_MARGIN_MS, CONSUMER_TIMEOUT],
+            figures: format!(
+                "DeadlineMarginMs {} ms ≥ ConsumerTimeout {} s = {} ms",
+                figure(s.deadline_margin_ms),
+                figure(s.consumer_timeout),
+                figure(timeout_ms)
+            ),
+            consequence: "no record can ever start: every message is received and reported failed until it reaches the DLQ unrun".into(),
+        })];
+    }
+    let margin = Verdict::Holds {
+        rule: Rule::DeadlineMargin,
+        figures: format!(
+            "DeadlineMarginMs {} ms < ConsumerTimeout {} s = {} ms",
+            figure(s.deadline_margin_ms),
+            figure(s.consumer_timeout),
+            figure(timeout_ms)
+        ),
+    };
+    let (concurrency, concurrency_text) = match s.concurrency {
+        Concurrency::Fixed(n) => (n.max(1.0), format!("ConsumerConcurrency {}", figure(n))),
+        Concurrency::Auto => {
+            let n = s.batch_size.clamp(1.0, AUTO_CONCURRENCY_MAX);
+            (n, format!("ConsumerConcurrency auto = {}", figure(n)))
+        }
+    };
+    let rounds = (s.batch_size / concurrency).ceil();
+    let needed = rounds * a.record_ms as f64;
+    let available = timeout_ms - s.deadline_margin_ms;
+    let figures = |cmp: &str| {
+        format!(
+            "⌈ConsumerBatchSize {} ÷ {concurrency_text}⌉ = {} round{} × {} ms a record (assumed: --record-ms) = {} ms {cmp} ConsumerTimeout {} ms − DeadlineMarginMs {} ms = {} ms",
+            figure(s.batch_size),
+            figure(rounds),
+            if rounds == 1.0 { "" } else { "s" },
+            a.record_ms,
+            figure(needed),
+            figure(timeout_ms),
+            figure(s.deadline_margin_ms),
+            figure(available)
+        )
+    };
+    let batch = if needed <= available {
+        Verdict::Holds {
+            rule: Rule::BatchDeadline,
+            figures: figures("≤"),
+        }
+    } else {
+        Verdict::Conflict(Conflict {
+            rule: Rule::BatchDeadline,
+            risk: Risk::Stall,
+            parameters: vec![
+                CONSUMER_BATCH_SIZE,
+                CONSUMER_CONCURRENCY,
+                CONSUMER_TIMEOUT,
+                DEADLINE_MARGIN_MS,
+            ],
+            figures: figures(">"),
+            consequence: "the tail of every full batch never starts before the deadline margin: those records come back and use up their receives without running".into(),
+        })
+    };
+    vec![margin, batch]
+}
+
+/// The period of a `rate(N unit)` schedule expression, in seconds; `None` for anything else
+/// (a cron expression has no one period).
+pub fn schedule_period_seconds(expression: &str) -> Option<f64> {
+    let inner = expression.trim().strip_prefix("rate(")?.strip_suffix(')')?;
+    let mut words = inner.split_whitespace();
+    let n: f64 = words.next()?.parse().ok()?;
+    let unit = match words.next()? {
+        "minute" | "minutes" => 60.0,
+        "hour" | "hours" => 3600.0,
+        "day" | "days" => 86_400.0,
+        _ => return None,
+    };
+    (words.next().is_none() && n > 0.0).then_some(n * unit)
+}
+
+/// With `MaxMessagesPerRun=auto`, a run replays at the rate for its time only: a schedule
+/// period longer than `RedriverTimeout` drains at rate × timeout ÷ period. A warning, with the
+/// figure; nothing is said for a numeric budget.
+fn scheduled_drain(s: &Settings) -> Option<Verdict> {
+    if s.max_messages_per_run.is_some() {
+        return None;
+    }
+    let rule = Rule::ScheduledDrain;
+    let Some(period) = schedule_period_seconds(&s.schedule) else {
+        return Some(Verdict::Warning {
+            rule,
+            figures: format!(
+                "RedriverSchedule {}: the check cannot compute its period; with MaxMessagesPerRun auto the DLQ drains at RedriveRatePerSecond {}/s only if a run comes every RedriverTimeout {} s",
+                s.schedule,
+                figure(s.rate_per_second),
+                figure(s.redriver_timeout)
+            ),
+        });
+    };
+    if period <= s.redriver_timeout {
+        return Some(Verdict::Holds {
+            rule,
+            figures: format!(
+                "RedriverSchedule {} = {} s ≤ RedriverTimeout {} s: MaxMessagesPerRun auto drains at RedriveRatePerSecond {}/s",
+                s.schedule,
+                figure(period),
+                figure(s.redriver_timeout),
+                figure(s.rate_per_second)
+            ),
+        });
+    }
+    let drain = s.rate_per_second * s.redriver_timeout / period;
+    Some(Verdict::Warning {
+        rule,
+        figures: format!(
+            "RedriverSchedule {} = {} s > RedriverTimeout {} s: MaxMessagesPerRun auto drains at RedriveRatePerSecond {} × {} ÷ {} = {}/s, below the configured {}/s (make the timeout equal to the period)",
+            s.schedule,
+            figure(period),
+            figure(s.redriver_timeout),
+            figure(s.rate_per_second),
+            figure(s.redriver_timeout),
+            figure(period),
+            figure(drain),
+            figure(s.rate_per_second)
+        ),
+    })
+}
+
+/// A number for a person: digits grouped by thousands, at most two decimals.
+pub fn figure(x: f64) -> String {
+    if !x.is_finite() {
+        return x.to_string();
+    }
+    let cents = (x.abs() * 100.0).round();
+    let whole = (cents / 100.0).trunc();
+    let fraction = (cents - whole * 100.0) as u64;
+    let digits = format!("{whole:.0}");
+    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    let sign = if x < 0.0 && cents > 0.0 { "-" } else { "" };
+    match fraction {
+        0 => format!("{sign}{grouped}"),
+        f if f % 10 == 0 => format!("{sign}{grouped}.{}", f / 10),
+        f => format!("{sign}{grouped}.{f:02}"),
+    }
+}
+
+/// What the check found for one parameter set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// The set evaluated.
+    pub set: ParameterSet,
+    /// Values CloudFormation itself would refuse; when any, the rules were not evaluated.
+    pub refusals: Vec<Refusal>,
+    /// Each rule's verdict.
+    pub verdicts: Vec<Verdict>,
+    /// What was assumed.
+    pub assumptions: Assumptions,
+}
+
+impl Report {
+    /// Evaluates `set` against `template`: its parameters' own constraints first (a set
+    /// CloudFormation would refuse is not evaluated further), then the rules.
+    pub fn new(
+        template: &Template,
+        set: ParameterSet,
+        assumptions: Assumptions,
+    ) -> Result<Self, StackError> {
+        let refusals = refusals(template, &set);
+        let verdicts = if refusals.is_empty() {
+            evaluate(&Settings::from_set(&set)?, &assumptions)
+        } else {
+            Vec::new()
+        };
+        Ok(Self {
+            set,
+            refusals,
+            verdicts,
+            assumptions,
+        })
+    }
+
+    /// The parameters in conflict or refused, each once, in the order found; empty when the
+    /// set may be deployed.
+    pub fn parameters_in_conflict(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let named = self.refusals.iter().map(|r| r.parameter.as_str()).chain(
+            self.verdicts.iter().flat_map(|v| match v {
+                Verdict::Conflict(c) => c.parameters.clone(),
+                _ => Vec::new(),
+            }),
+        );
+        for name in named {
+            if !out.iter().any(|n| n == name) {
+                out.push(name.to_owned());
+            }
+        }
+        out
+    }
+
+    /// The error the command ends with when the set is refused.
+    pub fn failure(&self) -> Option<CliError> {
+        let parameters = self.parameters_in_conflict();
+        (!parameters.is_empty()).then_some(CliError::Refused {
+            parameters,
+            by_cloudformation: !self.refusals.is_empty(),
+        })
+    }
+}
+
+/// Where the check reads its input.
+#[derive(Debug, Clone)]
+pub struct Input {
+    /// The SAM template.
+    pub template: PathBuf,
+    /// The samconfig.toml to take `parameter_overrides` from; `None`: none.
+    pub samconfig: Option<PathBuf>,
+    /// `--parameter-overrides`, as given.
+    pub overrides: String,
+    /// What the check assumes.
+    pub assumptions: Assumptions,
+}
+
+fn read(path: &Path, what: &str) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|e| {
+        CliError::Usage(format!(
+            "cannot read the {what} {}: {e}{}",
+            path.display(),
+            if e.kind() == std::io::ErrorKind::NotFound && what == "template" {
+                " (run resq stack check from the repository's root, or pass --template PATH)"
+            } else {
+                ""
+            }
+        ))
+    })
+}
+
+/// Reads the template and the samconfig and evaluates the set they and the overrides make (the
+/// I/O edge of the check). What cannot be read is a usage error naming the file or the value.
+pub fn load(input: &Input) -> Result<Report, CliError> {
+    let usage = |e: StackError| CliError::Usage(e.to_string());
+    let template = Template::parse(&read(&input.template, "template")?)
+        .map_err(|e| CliError::Usage(format!("the template {}: {e}", input.template.display())))?;
+    let samconfig = match &input.samconfig {
+        Some(path) => samconfig_overrides(&read(path, "samconfig")?)
+            .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?,
+        None => Vec::new(),
+    };
+    let command_line = parse_overrides(&input.overrides, Source::CommandLine).map_err(usage)?;
+    let set = resolve(
+        &template,
+        &[
+            (Source::Samconfig, samconfig),
+            (Source::CommandLine, command_line),
+        ],
+    )
+    .map_err(usage)?;
+    Report::new(&template, set, input.assumptions).map_err(usage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The workspace's own template.
+    fn template() -> Template {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/template.yaml");
+        Template::parse(&std::fs::read_to_string(path).expect("infra/template.yaml"))
+            .expect("the template parses")
+    }
+
+    /// The template's defaults with `overrides`, unchecked against the parameters' own
+    /// constraints (so that the rules can be tried past the template's ranges).
+    fn set(overrides: &[(&str, &str)]) -> ParameterSet {
+        let pairs = overrides
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        resolve(&template(), &[(Source::CommandLine, pairs)]).expect("known parameters")
+    }
+
+    fn settings(overrides: &[(&str, &str)]) -> Settings {
+        Settings::from_set(&set(overrides)).expect("settings")
+    }
+
+    /// The conflicts of the defaults with `overrides`, at the default `--record-ms`.
+    fn conflicts_with(overrides: &[(&str, &str)]) -> Vec<Conflict> {
+        conflicts(&settings(overrides), &Assumptions::default())
+    }
+
+    fn rules_in_conflict(overrides: &[(&str, &str)]) -> Vec<Rule> {
+        conflicts_with(overrides).iter().map(|c| c.rule).collect()
+    }
+
+    fn only(overrides: &[(&str, &str)], rule: Rule) -> Conflict {
+        let found = conflicts_with(overrides);
+        assert_eq!(
+            found.iter().map(|c| c.rule).collect::<Vec<_>>(),
+            vec![rule],
+            "{overrides:?}: {found:#?}"
+        );
+        found.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn the_templates_defaults_pass_every_rule() {
+        // GIVEN the template as it is, nothing overridden
+        let t = template();
+        let set = set(&[]);
+        // THEN CloudFormation would accept every default, and no rule is broken
+        assert_eq!(refusals(&t, &set), vec![]);
+        let report = Report::new(&t, set, Assumptions::default()).unwrap();
+        assert!(report.failure().is_none(), "{report:#?}");
+        let rules: Vec<Rule> = report
+            .verdicts
+            .iter()
+            .map(|v| match v {
+                Verdict::Holds { rule, .. } => *rule,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                Rule::RetryHorizon,
+                Rule::RecordLifetime,
+                Rule::ReplayBudget,
+                Rule::ReplayRate,
+                Rule::ReplayRun,
+                Rule::DeadlineMargin,
+                Rule::BatchDeadline,
+                Rule::ScheduledDrain
+            ]
+        );
+        let Verdict::Holds { figures, .. } = &report.verdicts[0] else {
+            unreachable!()
+        };
+        assert_eq!(
+            figures,
+            "MaxReceiveCount 5 × 301 s (BackoffMaxSeconds 300 s + ConsumerBatchingWindowSeconds 1 s) = 1,505 s ≤ OrdersRetentionSeconds 345,600 s"
+        );
+    }
+
+    #[test]
+    fn the_template_reads_its_parameters_through_short_tags() {
+        let t = template();
+        let timeout = t.parameter(CONSUMER_TIMEOUT).unwrap();
+        assert_eq!(timeout.kind, "String");
+        assert_eq!(timeout.default.as_deref(), Some("30"));
+        assert_eq!(
+            timeout
+                .allowed_values
+                .as_deref()
+                .unwrap()
+                .first()
+                .map(String::as_str),
+            Some("5")
+        );
+        let budget = t.parameter(MAX_MESSAGES_PER_RUN).unwrap();
+        assert_eq!(budget.default.as_deref(), Some("auto"));
+        assert!(budget.allowed_pattern.is_some());
+        let count = t.parameter(MAX_RECEIVE_COUNT).unwrap();
+        assert_eq!(
+            (count.default.as_deref(), count.min_value, count.max_value),
+            (Some("5"), Some(1.0), Some(1000.0))
+        );
+        assert_eq!(
+            t.parameter("CreateOrdersTopic").unwrap().default.as_deref(),
+            Some("false")
+        );
+        assert_eq!(
+            t.parameter("OrdersProducerArns")
+                .unwrap()
+                .default
+                .as_deref(),
+            Some("")
+        );
+    }
+
+    #[test]
+    fn the_visibility_is_six_consumer_timeouts_as_the_templates_mapping_says() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/template.yaml");
+        let doc: Yaml = serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mapping = doc["Mappings"]["ConsumerTimeouts"].as_mapping().unwrap();
+        let allowed = template()
+            .parameter(CONSUMER_TIMEOUT)
+            .unwrap()
+            .allowed_values
+            .clone()
+            .unwrap();
+        assert_eq!(mapping.len(), allowed.len());
+        for (key, row) in mapping {
+            let timeout = number(&row["Timeout"]).unwrap();
+            assert_eq!(scalar(key).unwrap(), figure(timeout));
+            assert_eq!(
+                number(&row["Visibility"]).unwrap(),
+                VISIBILITY_PER_TIMEOUT * timeout
+            );
+        }
+    }
+
+    // ---- retry horizon (lose)
+
+    #[test]
+    fn the_retry_horizon_may_reach_the_retention_but_not_pass_it() {
+        // 10 × (359 + 1) = 3,600 against a retention of 3,600: held
+        let edge = [
+            (ORDERS_RETENTION_SECONDS, "3600"),
+            (MAX_RECEIVE_COUNT, "10"),
+            (BACKOFF_MAX_SECONDS, "359"),
+        ];
+        assert_eq!(rules_in_conflict(&edge), vec![]);
+        // 10 × (360 + 1) = 3,610: refused, naming the backoff that sets the interval
+        let c = only(
+            &[
+                (ORDERS_RETENTION_SECONDS, "3600"),
+                (MAX_RECEIVE_COUNT, "10"),
+                (BACKOFF_MAX_SECONDS, "360"),
+            ],
+            Rule::RetryHorizon,
+        );
+        assert_eq!(c.risk, Risk::Lose);
+        assert_eq!(
+            c.parameters,
+            [
+                MAX_RECEIVE_COUNT,
+                BACKOFF_MAX_SECONDS,
+                CONSUMER_BATCHING_WINDOW_SECONDS,
+                ORDERS_RETENTION_SECONDS
+            ]
+        );
+        assert!(
+            c.figures
+                .contains("= 3,610 s > OrdersRetentionSeconds 3,600 s"),
+            "{}",
+            c.figures
+        );
+        // one receive more is past the edge too
+        assert_eq!(
+            rules_in_conflict(&[
+                (ORDERS_RETENTION_SECONDS, "3600"),
+                (MAX_RECEIVE_COUNT, "11"),
+                (BACKOFF_MAX_SECONDS, "359"),
+            ]),
+            vec![Rule::RetryHorizon]
+        );
+    }
+
+    #[test]
+    fn a_visibility_longer_than_the_backoff_sets_the_interval_and_is_named() {
+        // ConsumerTimeout 600: a visibility of 3,600 s; no batching window
+        let base = [
+            (CONSUMER_TIMEOUT, "600"),
+            (CONSUMER_BATCHING_WINDOW_SECONDS, "0"),
+            (MAX_RECEIVE_COUNT, "1"),
+        ];
+        let with = |retention: &'static str| {
+            let mut o = base.to_vec();
+            o.push((ORDERS_RETENTION_SECONDS, retention));
+            o
+        };
+        assert_eq!(rules_in_conflict(&with("3600")), vec![]);
+        let c = only(&with("3599"), Rule::RetryHorizon);
+        // one interval alone is too long: MaxReceiveCount is not in conflict
+        assert_eq!(c.parameters, [CONSUMER_TIMEOUT, ORDERS_RETENTION_SECONDS]);
+        assert!(
+            c.consequence
+                .starts_with("one delivery interval alone outlasts")
+        );
+    }
+
+    #[test]
+    fn the_backoff_counts_at_most_sqs_twelve_hours() {
+        // a ceiling past 12 h is cut to 12 h: 43,200 + 1 against 43,201
+        let at = |backoff: &'static str, retention: &'static str| {
+            rules_in_conflict(&[
+                (MAX_RECEIVE_COUNT, "1"),
+                (BACKOFF_MAX_SECONDS, backoff),
+                (ORDERS_RETENTION_SECONDS, retention),
+            ])
+        };
+        assert_eq!(at("100000", "43201"), vec![]);
+        assert_eq!(at("100000", "43200"), vec![Rule::RetryHorizon]);
+    }
+
+    #[test]
+    fn a_fifo_queue_has_no_batching_window_in_its_interval() {
+        let with = |queue_type: &'static str| {
+            rules_in_conflict(&[
+                (QUEUE_TYPE, queue_type),
+                (CONSUMER_BATCHING_WINDOW_SECONDS, "300"),
+                (ORDERS_RETENTION_SECONDS, "3600"),
+                (MAX_RECEIVE_COUNT, "10"),
+                (BACKOFF_MAX_SECONDS, "360"),
+            ])
+        };
+        assert_eq!(with("fifo"), vec![]);
+        assert_eq!(with("standard"), vec![Rule::RetryHorizon]);
+    }
+
+    #[test]
+    fn the_issues_retry_examples_are_refused() {
+        // 20 receives, a 300 s backoff ceiling and a 1 h retention
+        let c = only(
+            &[
+                (MAX_RECEIVE_COUNT, "20"),
+                (BACKOFF_MAX_SECONDS, "300"),
+                (ORDERS_RETENTION_SECONDS, "3600"),
+            ],
+            Rule::RetryHorizon,
+        );
+        assert!(
+            c.figures
+                .contains("= 6,020 s > OrdersRetentionSeconds 3,600 s"),
+            "{}",
+            c.figures
+        );
+        // a 900 s consumer timeout hides a message 5,400 s, longer than the 1 h retention
+        let c = only(
+            &[
+                (CONSUMER_TIMEOUT, "900"),
+                (ORDERS_RETENTION_SECONDS, "3600"),
+            ],
+            Rule::RetryHorizon,
+        );
+        assert_eq!(
+            c.parameters,
+            [
+                CONSUMER_TIMEOUT,
+                CONSUMER_BATCHING_WINDOW_SECONDS,
+                ORDERS_RETENTION_SECONDS
+            ]
+        );
+        assert!(
+            c.figures.contains("6 × ConsumerTimeout 900 s = 5,400 s"),
+            "{}",
+            c.figures
+        );
+    }
+
+    // ---- order-record lifetime (double)
+
+    #[test]
+    fn the_order_records_must_outlive_a_messages_longest_life() {
+        // defaults: TTL 86,400 + retention 345,600 = 432,000 s = 5 days
+        assert_eq!(
+            rules_in_conflict(&[(ORDER_RECORD_RETENTION_DAYS, "5")]),
+            vec![]
+        );
+        let c = only(&[(ORDER_RECORD_RETENTION_DAYS, "4")], Rule::RecordLifetime);
+        assert_eq!(c.risk, Risk::Double);
+        assert_eq!(
+            c.parameters,
+            [
+                ORDER_RECORD_RETENTION_DAYS,
+                ARCHIVE_AFTER_SECONDS,
+                ORDERS_RETENTION_SECONDS
+            ]
+        );
+        assert!(c.figures.contains("345,600 s < ArchiveAfterSeconds 86,400 s + OrdersRetentionSeconds 345,600 s = 432,000 s"), "{}", c.figures);
+        // either side of the longest life moves the edge
+        assert_eq!(
+            rules_in_conflict(&[
+                (ORDER_RECORD_RETENTION_DAYS, "5"),
+                (ARCHIVE_AFTER_SECONDS, "86401"),
+            ]),
+            vec![Rule::RecordLifetime]
+        );
+        assert_eq!(
+            rules_in_conflict(&[
+                (ORDER_RECORD_RETENTION_DAYS, "5"),
+                (ORDERS_RETENTION_SECONDS, "345601"),
+            ]),
+            vec![Rule::RecordLifetime]
+        );
+        // the issue's example: two days against a longest life of up to 25 days
+        only(&[(ORDER_RECORD_RETENTION_DAYS, "2")], Rule::RecordLifetime);
+        let at_maxima = [
+            (ARCHIVE_AFTER_SECONDS, "1123200"),
+            (ORDERS_RETENTION_SECONDS, "1036800"),
+        ];
+        let c = only(
+            &[
+                at_maxima[0],
+                at_maxima[1],
+                (ORDER_RECORD_RETENTION_DAYS, "24"),
+            ],
+            Rule::RecordLifetime,
+        );
+        assert!(c.figures.ends_with("= 2,160,000 s"), "{}", c.figures);
+        assert_eq!(
+            rules_in_conflict(&[
+                at_maxima[0],
+                at_maxima[1],
+                (ORDER_RECORD_RETENTION_DAYS, "25"),
+            ]),
+            vec![]
+        );
+    }
+
+    // ---- breaker (stall)
+
+    #[test]
+    fn a_numeric_budget_must_hold_the_breakers_probe() {
+        // threshold 10: the probe is 22
+        assert_eq!(rules_in_conflict(&[(MAX_MESSAGES_PER_RUN, "22")]), vec![]);
+        let c = only(&[(MAX_MESSAGES_PER_RUN, "21")], Rule::ReplayBudget);
+        assert_eq!(c.risk, Risk::Stall);
+        assert_eq!(
+            c.parameters,
+            [MAX_MESSAGES_PER_RUN, REPLAYS_FAILING_THRESHOLD]
+        );
+        // the template's smallest budget against its largest threshold, and one past it
+        assert_eq!(
+            rules_in_conflict(&[
+                (MAX_MESSAGES_PER_RUN, "102"),
+                (REPLAYS_FAILING_THRESHOLD, "50")
+            ]),
+            vec![]
+        );
+        only(
+            &[
+                (MAX_MESSAGES_PER_RUN, "102"),
+                (REPLAYS_FAILING_THRESHOLD, "51"),
+            ],
+            Rule::ReplayBudget,
+        );
+        // auto is what the rate allows: the rate's rules judge it
+        assert_eq!(
+            rules_in_conflict(&[
+                (MAX_MESSAGES_PER_RUN, "auto"),
+                (REPLAYS_FAILING_THRESHOLD, "50")
+            ]),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn a_period_at_the_rate_must_hold_more_than_the_threshold() {
+        assert_eq!(
+            rules_in_conflict(&[
+                (REDRIVE_RATE_PER_SECOND, "1"),
+                (REPLAYS_FAILING_THRESHOLD, "59")
+            ]),
+            vec![]
+        );
+        let c = only(
+            &[
+                (REDRIVE_RATE_PER_SECOND, "1"),
+                (REPLAYS_FAILING_THRESHOLD, "60"),
+            ],
+            Rule::ReplayRate,
+        );
+        assert_eq!(
+            c.parameters,
+            [REDRIVE_RATE_PER_SECOND, REPLAYS_FAILING_THRESHOLD]
+        );
+        assert!(
+            c.figures
+                .contains("= 60 replays a period ≤ ReplaysFailingThreshold 60"),
+            "{}",
+            c.figures
+        );
+        // a slower rate than the template allows
+        assert_eq!(
+            rules_in_conflict(&[(REDRIVE_RATE_PER_SECOND, "0.05")]),
+            vec![Rule::ReplayRate, Rule::ReplayRun]
+        );
+    }
+
+    #[test]
+    fn a_runs_replay_time_at_the_rate_must_hold_the_probe() {
+        // rate 1, threshold 50 (probe 102): 180 s less 78 s of margin is 102 replays
+        let with = |margin: &'static str| {
+            rules_in_conflict(&[
+                (REDRIVE_RATE_PER_SECOND, "1"),
+                (REPLAYS_FAILING_THRESHOLD, "50"),
+                (REDRIVER_TIMEOUT, "180"),
+                (DEADLINE_MARGIN_MS, margin),
+                (CONSUMER_TIMEOUT, "120"),
+            ])
+        };
+        assert_eq!(with("78000"), vec![]);
+        assert_eq!(with("78001"), vec![Rule::ReplayRun]);
+        let c = conflicts_with(&[
+            (REDRIVE_RATE_PER_SECOND, "1"),
+            (REPLAYS_FAILING_THRESHOLD, "50"),
+            (REDRIVER_TIMEOUT, "102"),
+        ]);
+        assert_eq!(c.len(), 1, "{c:#?}");
+        assert_eq!(
+            c[0].parameters,
+            [
+                REDRIVER_TIMEOUT,
+                DEADLINE_MARGIN_MS,
+                REDRIVE_RATE_PER_SECOND,
+                REPLAYS_FAILING_THRESHOLD
+            ]
+        );
+        assert!(c[0].figures.contains("= 101 replays a run < the breaker's probe 2 × (ReplaysFailingThreshold 50 + 1) = 102"), "{}", c[0].figures);
+    }
+
+    #[test]
+    fn the_templates_ranges_keep_the_breaker_able_to_trip_as_its_comments_say() {
+        // GIVEN the corners of the accepted ranges that make tripping hardest
+        let t = template();
+        let p = |name: &str| t.parameter(name).unwrap().clone();
+        let worst = [
+            (
+                REPLAYS_FAILING_THRESHOLD,
+                p(REPLAYS_FAILING_THRESHOLD).max_value.unwrap().to_string(),
+            ),
+            (
+                REDRIVE_RATE_PER_SECOND,
+                p(REDRIVE_RATE_PER_SECOND).min_value.unwrap().to_string(),
+            ),
+            (
+                REDRIVER_TIMEOUT,
+                p(REDRIVER_TIMEOUT).min_value.unwrap().to_string(),
+            ),
+            (
+                DEADLINE_MARGIN_MS,
+                p(DEADLINE_MARGIN_MS).max_value.unwrap().to_string(),
+            ),
+            // a consumer timeout longer than that margin
+            (CONSUMER_TIMEOUT, "900".to_owned()),
+        ];
+        let strs: Vec<(&str, &str)> = worst.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        // WHEN the budget is auto, or the smallest number the pattern accepts
+        for budget in ["auto", "102"] {
+            let mut o = strs.clone();
+            o.push((MAX_MESSAGES_PER_RUN, budget));
+            let set = set(&o);
+            // THEN CloudFormation accepts the set and no breaker rule fails
+            assert_eq!(refusals(&t, &set), vec![], "{o:?}");
+            let found: Vec<Rule> =
+                conflicts(&Settings::from_set(&set).unwrap(), &Assumptions::default())
+                    .iter()
+                    .map(|c| c.rule)
+                    .collect();
+            assert_eq!(found, vec![], "{o:?}");
+        }
+        // and the pattern refuses the budget just below
+        let below = set(&[(MAX_MESSAGES_PER_RUN, "101")]);
+        assert_eq!(refusals(&t, &below).len(), 1);
+    }
+
+    // ---- batch against the deadline (stall)
+
+    #[test]
+    fn the_deadline_margin_must_be_shorter_than_the_timeout() {
+        let one_ms = Assumptions { record_ms: 1 };
+        let with = |margin: &'static str| {
+            conflicts(
+                &settings(&[(CONSUMER_TIMEOUT, "5"), (DEADLINE_MARGIN_MS, margin)]),
+                &one_ms,
+            )
+            .iter()
+            .map(|c| c.rule)
+            .collect::<Vec<_>>()
+        };
+        // 4,999 ms of margin leaves 1 ms: one round of 1 ms fits
+        assert_eq!(with("4999"), vec![]);
+        assert_eq!(with("5000"), vec![Rule::DeadlineMargin]);
+        let c = conflicts(
+            &settings(&[(CONSUMER_TIMEOUT, "5"), (DEADLINE_MARGIN_MS, "5000")]),
+            &one_ms,
+        );
+        assert_eq!(c[0].parameters, [DEADLINE_MARGIN_MS, CONSUMER_TIMEOUT]);
+        assert_eq!(c[0].risk, Risk::Stall);
+    }
+
+    #[test]
+    fn a_full_batch_must_start_before_the_deadline() {
+        // one record at a time, 100 ms each, 29,000 ms to start them in
+        let with = |batch: &'static str| {
+            rules_in_conflict(&[(CONSUMER_BATCH_SIZE, batch), (CONSUMER_CONCURRENCY, "1")])
+        };
+        assert_eq!(with("290"), vec![]);
+        assert_eq!(with("291"), vec![Rule::BatchDeadline]);
+        let c = only(
+            &[(CONSUMER_BATCH_SIZE, "291"), (CONSUMER_CONCURRENCY, "1")],
+            Rule::BatchDeadline,
+        );
+        assert_eq!(
+            c.parameters,
+            [
+                CONSUMER_BATCH_SIZE,
+                CONSUMER_CONCURRENCY,
+                CONSUMER_TIMEOUT,
+                DEADLINE_MARGIN_MS
+            ]
+        );
+        assert!(c.figures.contains("= 291 rounds × 100 ms a record (assumed: --record-ms) = 29,100 ms > ConsumerTimeout 30,000 ms − DeadlineMarginMs 1,000 ms = 29,000 ms"), "{}", c.figures);
+        // the assumed per-record time moves the edge
+        let s = settings(&[(CONSUMER_BATCH_SIZE, "290"), (CONSUMER_CONCURRENCY, "1")]);
+        assert_eq!(conflicts(&s, &Assumptions { record_ms: 101 }).len(), 1);
+        // records in flight together make rounds
+        assert_eq!(
+            rules_in_conflict(&[(CONSUMER_BATCH_SIZE, "2900"), (CONSUMER_CONCURRENCY, "10")]),
+            vec![]
+        );
+        assert_eq!(
+            rules_in_conflict(&[(CONSUMER_BATCH_SIZE, "2901"), (CONSUMER_CONCURRENCY, "10")]),
+            vec![Rule::BatchDeadline]
+        );
+    }
+
+    #[test]
+    fn auto_concurrency_is_the_batch_up_to_64() {
+        // 10,000 records 64 at a time: 157 rounds of 100 ms
+        let with = |timeout: &'static str| {
+            rules_in_conflict(&[
+                (CONSUMER_BATCH_SIZE, "10000"),
+                (CONSUMER_CONCURRENCY, "auto"),
+                (CONSUMER_TIMEOUT, timeout),
+                (DEADLINE_MARGIN_MS, "1000"),
+            ])
+        };
+        assert_eq!(with("30"), vec![]);
+        assert_eq!(with("15"), vec![Rule::BatchDeadline]);
+        assert_eq!(
+            settings(&[(CONSUMER_CONCURRENCY, "auto")]).concurrency,
+            Concurrency::Auto
+        );
+    }
+
+    // ---- scheduled drain (a warning)
+
+    fn drain(overrides: &[(&str, &str)]) -> Option<Verdict> {
+        scheduled_drain(&settings(overrides))
+    }
+
+    #[test]
+    fn auto_with_a_period_longer_than_the_timeout_is_a_warning_with_the_drain_rate() {
+        assert!(matches!(drain(&[]), Some(Verdict::Holds { .. })));
+        let Some(Verdict::Warning { figures, .. }) = drain(&[(REDRIVER_TIMEOUT, "180")]) else {
+            panic!("a warning");
+        };
+        assert!(
+            figures.contains("= 6/s, below the configured 10/s"),
+            "{figures}"
+        );
+        // a warning is no conflict
+        assert_eq!(rules_in_conflict(&[(REDRIVER_TIMEOUT, "180")]), vec![]);
+        assert!(matches!(
+            drain(&[
+                (REDRIVER_SCHEDULE, "rate(3 minutes)"),
+                (REDRIVER_TIMEOUT, "180")
+            ]),
+            Some(Verdict::Holds { .. })
+        ));
+        let Some(Verdict::Warning { figures, .. }) =
+            drain(&[(REDRIVER_SCHEDULE, "cron(0/5 * * * ? *)")])
+        else {
+            panic!("a warning");
+        };
+        assert!(figures.contains("cannot compute its period"), "{figures}");
+        // a numeric budget: nothing to say
+        assert_eq!(
+            drain(&[(MAX_MESSAGES_PER_RUN, "500"), (REDRIVER_TIMEOUT, "180")]),
+            None
+        );
+    }
+
+    #[test]
+    fn schedule_periods() {
+        assert_eq!(schedule_period_seconds("rate(5 minutes)"), Some(300.0));
+        assert_eq!(schedule_period_seconds("rate(1 minute)"), Some(60.0));
+        assert_eq!(schedule_period_seconds("rate(2 hours)"), Some(7200.0));
+        assert_eq!(schedule_period_seconds("rate(1 day)"), Some(86_400.0));
+        assert_eq!(schedule_period_seconds("rate(0 minutes)"), None);
+        assert_eq!(schedule_period_seconds("rate(5 fortnights)"), None);
+        assert_eq!(schedule_period_seconds("cron(0 * * * ? *)"), None);
+    }
+
+    // ---- parameters: resolution and CloudFormation's own constraints
+
+    #[test]
+    fn overrides_parse_as_sam_reads_them() {
+        let cl = Source::CommandLine;
+        let pairs = |s: &str| parse_overrides(s, cl).unwrap();
+        let kv = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        assert_eq!(pairs(""), vec![]);
+        assert_eq!(pairs("   "), vec![]);
+        assert_eq!(
+            pairs("MaxReceiveCount=20  OrdersRetentionSeconds=3600"),
+            vec![
+                kv("MaxReceiveCount", "20"),
+                kv("OrdersRetentionSeconds", "3600")
+            ]
+        );
+        assert_eq!(
+            pairs(r#"RedriverSchedule="rate(5 minutes)" AlertEmail='a b' X=a\ b Y="say \"hi\"""#),
+            vec![
+                kv("RedriverSchedule", "rate(5 minutes)"),
+                kv("AlertEmail", "a b"),
+                kv("X", "a b"),
+                kv("Y", "say \"hi\"")
+            ]
+        );
+        assert_eq!(
+            pairs(
+                "ParameterKey=MaxReceiveCount,ParameterValue=7 ParameterKey=RedriverSchedule,ParameterValue=\"rate(1 hour)\""
+            ),
+            vec![
+                kv("MaxReceiveCount", "7"),
+                kv("RedriverSchedule", "rate(1 hour)")
+            ]
+        );
+        assert_eq!(
+            pairs("OrdersProducerArns=arn:a,arn:b Empty=\"\""),
+            vec![kv("OrdersProducerArns", "arn:a,arn:b"), kv("Empty", "")]
+        );
+        for bad in [
+            "MaxReceiveCount",
+            "=5",
+            "A=\"open",
+            "A=1 junk",
+            "A=\"x\"y",
+            "A=",
+            "A= B=1",
+        ] {
+            let err = parse_overrides(bad, cl).unwrap_err();
+            assert!(
+                err.to_string().starts_with("--parameter-overrides: "),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn samconfig_overrides_come_from_the_deploy_section() {
+        let string = r#"
+version = 0.1
+[default.deploy.parameters]
+stack_name = "resq"
+parameter_overrides = "MaxReceiveCount=\"7\" RedriverSchedule=\"rate(10 minutes)\""
+"#;
+        assert_eq!(
+            samconfig_overrides(string).unwrap(),
+            vec![
+                ("MaxReceiveCount".into(), "7".into()),
+                ("RedriverSchedule".into(), "rate(10 minutes)".into())
+            ]
+        );
+        let list = r#"
+[default.global.parameters]
+parameter_overrides = ["MaxReceiveCount=8"]
+"#;
+        assert_eq!(
+            samconfig_overrides(list).unwrap(),
+            vec![("MaxReceiveCount".into(), "8".into())]
+        );
+        let table = r#"
+[default.deploy.parameters.parameter_overrides]
+MaxReceiveCount = 9
+OrdersProducerArns = ["arn:a", "arn:b"]
+CreateOrdersTopic = true
+"#;
+        let mut found = samconfig_overrides(table).unwrap();
+        found.sort();
+        assert_eq!(
+            found,
+            vec![
+                ("CreateOrdersTopic".into(), "True".into()),
+                ("MaxReceiveCount".into(), "9".into()),
+                ("OrdersProducerArns".into(), "arn:a,arn:b".into())
+            ]
+        );
+        // the repository's own samconfig.toml sets none
+        let own = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../infra/samconfig.toml"
+        ))
+        .unwrap();
+        assert_eq!(samconfig_overrides(&own).unwrap(), vec![]);
+        assert!(samconfig_overrides("not = [toml").is_err());
+    }
+
+    #[test]
+    fn later_overrides_win_and_unknown_parameters_are_named() {
+        let t = template();
+        let kv = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
+        let set = resolve(
+            &t,
+            &[
+                (Source::Samconfig, kv(MAX_RECEIVE_COUNT, "7")),
+                (Source::CommandLine, kv(MAX_RECEIVE_COUNT, "8")),
+                (Source::Samconfig, vec![]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(set.get(MAX_RECEIVE_COUNT), Some("8"));
+        assert_eq!(
+            set.given().collect::<Vec<_>>(),
+            vec![(MAX_RECEIVE_COUNT, "8", Source::CommandLine)]
+        );
+        let err = resolve(&t, &[(Source::CommandLine, kv("maxreceivecount", "7"))]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--parameter-overrides sets maxreceivecount, which is not a parameter of the template (did you mean MaxReceiveCount?)"
+        );
+        let err = resolve(&t, &[(Source::Samconfig, kv("Nope", "1"))]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "samconfig.toml's parameter_overrides sets Nope, which is not a parameter of the template"
+        );
+    }
+
+    #[test]
+    fn the_checked_set_is_handed_to_sam_as_given() {
+        let t = template();
+        let set = resolve(
+            &t,
+            &[
+                (
+                    Source::Samconfig,
+                    vec![("RedriverSchedule".into(), "rate(5 minutes)".into())],
+                ),
+                (
+                    Source::CommandLine,
+                    vec![
+                        ("AlertEmail".into(), "a\"b".into()),
+                        ("LogLevel".into(), r"^\d$".into()),
+                    ],
+                ),
+            ],
+        )
+        .unwrap();
+        let text = set.sam_overrides();
+        assert_eq!(
+            text,
+            r#"RedriverSchedule="rate(5 minutes)" LogLevel="^\d$" AlertEmail="a\"b""#
+        );
+        // read back as SAM reads it: the same values
+        assert_eq!(
+            parse_overrides(&text, Source::CommandLine).unwrap(),
+            vec![
+                ("RedriverSchedule".into(), "rate(5 minutes)".into()),
+                ("LogLevel".into(), r"^\d$".into()),
+                ("AlertEmail".into(), "a\"b".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn values_cloudformation_refuses_are_named_before_any_rule() {
+        let t = template();
+        let refused = |overrides: &[(&str, &str)]| -> Vec<(String, String)> {
+            refusals(&t, &set(overrides))
+                .into_iter()
+                .map(|r| (r.parameter, r.why))
+                .collect()
+        };
+        assert_eq!(
+            refused(&[(MAX_RECEIVE_COUNT, "0")]),
+            vec![(
+                MAX_RECEIVE_COUNT.to_owned(),
+                "it must be at least 1".to_owned()
+            )]
+        );
+        assert_eq!(
+            refused(&[(MAX_RECEIVE_COUNT, "1001")]),
+            vec![(
+                MAX_RECEIVE_COUNT.to_owned(),
+                "it must be at most 1,000".to_owned()
+            )]
+        );
+        assert_eq!(
+            refused(&[(MAX_RECEIVE_COUNT, "many")]),
+            vec![(
+                MAX_RECEIVE_COUNT.to_owned(),
+                "it is not a number".to_owned()
+            )]
+        );
+        assert_eq!(
+            refused(&[(CONSUMER_TIMEOUT, "45")]),
+            vec![(
+                CONSUMER_TIMEOUT.to_owned(),
+                "it must be one of 5, 10, 15, 30, 60, 120, 300, 600, 900".to_owned()
+            )]
+        );
+        assert_eq!(
+            refused(&[(MAX_MESSAGES_PER_RUN, "50")]),
+            vec![(
+                MAX_MESSAGES_PER_RUN.to_owned(),
+                "auto, or a whole number from 102 to 1000000".to_owned()
+            )]
+        );
+        assert_eq!(refused(&[(MAX_MESSAGES_PER_RUN, "1000000")]), vec![]);
+        assert_eq!(refused(&[(REDRIVER_SCHEDULE, "every 5 minutes")]).len(), 1);
+        assert_eq!(refused(&[("LogRetentionDays", "30")]), vec![]);
+        assert_eq!(refused(&[("LogRetentionDays", "31")]).len(), 1);
+        // ConsumerConcurrency is a Number: auto is CloudFormation's to refuse, until it
+        // accepts it
+        assert_eq!(refused(&[(CONSUMER_CONCURRENCY, "auto")]).len(), 1);
+        // a refused set is not evaluated
+        let report = Report::new(
+            &t,
+            set(&[(MAX_MESSAGES_PER_RUN, "50")]),
+            Assumptions::default(),
+        )
+        .unwrap();
+        assert!(report.verdicts.is_empty());
+        assert_eq!(report.parameters_in_conflict(), vec![MAX_MESSAGES_PER_RUN]);
+        assert!(matches!(
+            report.failure(),
+            Some(CliError::Refused {
+                by_cloudformation: true,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_template_without_the_rules_parameters_is_unusable() {
+        let t =
+            Template::parse("Parameters:\n  MaxReceiveCount:\n    Type: Number\n    Default: 5\n")
+                .unwrap();
+        let set = resolve(&t, &[]).unwrap();
+        let err = Report::new(&t, set, Assumptions::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the template has no value for QueueType"),
+            "{err}"
+        );
+        assert!(Template::parse("Resources: {}\n").is_err());
+        assert!(Template::parse("Parameters: [\n").is_err());
+        // short tags anywhere are read as tagged values
+        let t = Template::parse(
+            "Parameters:\n  A:\n    Type: String\n    Default: x\nResources:\n  Q:\n    Properties:\n      Name: !Ref A\n      Both: !If [C, !Ref A, !Ref AWS::NoValue]\n",
+        )
+        .unwrap();
+        assert_eq!(t.parameters.len(), 1);
+    }
+
+    #[test]
+    fn figures_group_thousands() {
+        assert_eq!(figure(0.0), "0");
+        assert_eq!(figure(999.0), "999");
+        assert_eq!(figure(1000.0), "1,000");
+        assert_eq!(figure(345_600.0), "345,600");
+        assert_eq!(figure(2_160_000.0), "2,160,000");
+        assert_eq!(figure(1.5), "1.5");
+        assert_eq!(figure(9.966), "9.97");
+        assert_eq!(figure(1234.05), "1,234.05");
+        assert_eq!(figure(-1.0), "-1");
+    }
+}
