@@ -601,49 +601,61 @@ fn numeric_budgets(param: &Value) -> std::ops::RangeInclusive<u64> {
 /// leave at least half in one of them, and a run long enough to cover a whole period fills it
 /// at the rate: so the breaker can trip when the slowest rate fills a period with more than the
 /// largest threshold, and the smallest budget and the shortest run each allow a probe.
+/// The breaker rules of `resq stack check` (their one home, `cli/src/stack.rs`) at the corners
+/// of the template's ranges that make tripping hardest: the largest threshold, the slowest
+/// rate, the smallest numeric budget, the shortest run.
 fn breaker_conflicts(t: &Value) -> Vec<String> {
+    use resq_cli::stack::{ALARM_PERIOD_SECONDS, Assumptions, Concurrency, Rule, Settings};
     let p = &t["Parameters"];
     let bound = |name: &str, key: &str| p[name].get(key).map(number);
+    let default = |name: &str| number(&p[name]["Default"]);
     let periods: BTreeSet<u64> = ["replays-failing", "dead-letters-unexplained"]
         .iter()
         .map(|name| number(&alarm(t, name)["Period"]) as u64)
         .collect();
     assert_eq!(
-        periods.len(),
-        1,
-        "one period for both alarms of failed replays"
+        periods.into_iter().collect::<Vec<_>>(),
+        vec![ALARM_PERIOD_SECONDS as u64],
+        "both alarms of failed replays have the period the stack check assumes"
     );
-    let period = *periods.first().unwrap() as f64;
     let Some(threshold) = bound("ReplaysFailingThreshold", "MaxValue") else {
         return vec![
             "ReplaysFailingThreshold has no MaxValue: no budget or rate exceeds every threshold"
                 .into(),
         ];
     };
-    let probe = f64::from(redriver::breaker::probe_budget(Some(threshold)));
-    let mut out = vec![];
-    let budget = *numeric_budgets(&p["MaxMessagesPerRun"]).start() as f64;
-    if budget < probe {
-        out.push(format!(
-            "MaxMessagesPerRun accepts {budget}, less than the probe ({probe}) of a ReplaysFailingThreshold of {threshold}"
-        ));
-    }
-    let rate = bound("RedriveRatePerSecond", "MinValue").unwrap_or(0.0);
-    if rate * period <= threshold {
-        out.push(format!(
-            "RedriveRatePerSecond accepts {rate}: {} replays in a {period} s period, not more than a ReplaysFailingThreshold of {threshold}",
-            rate * period
-        ));
-    }
-    // the shortest run: the least timeout less the largest margin (Lambda's least timeout 1 s)
-    let run = bound("RedriverTimeout", "MinValue").unwrap_or(1.0)
-        - bound("DeadlineMarginMs", "MaxValue").unwrap_or(f64::INFINITY) / 1000.0;
-    if rate * run < probe {
-        out.push(format!(
-            "RedriverTimeout and DeadlineMarginMs accept a run of {run} s: at {rate}/s (RedriveRatePerSecond) fewer replays than the probe ({probe}) of a ReplaysFailingThreshold of {threshold}"
-        ));
-    }
-    out
+    let settings = Settings {
+        fifo: false,
+        max_receive_count: default("MaxReceiveCount"),
+        backoff_max_seconds: default("BackoffMaxSeconds"),
+        consumer_timeout: default("ConsumerTimeout"),
+        batching_window_seconds: default("ConsumerBatchingWindowSeconds"),
+        batch_size: default("ConsumerBatchSize"),
+        concurrency: Concurrency::Fixed(default("ConsumerConcurrency")),
+        orders_retention_seconds: default("OrdersRetentionSeconds"),
+        archive_after_seconds: default("ArchiveAfterSeconds"),
+        order_record_retention_days: default("OrderRecordRetentionDays"),
+        schedule: p["RedriverSchedule"]["Default"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+        replays_failing_threshold: threshold,
+        max_messages_per_run: Some(*numeric_budgets(&p["MaxMessagesPerRun"]).start() as f64),
+        rate_per_second: bound("RedriveRatePerSecond", "MinValue").unwrap_or(0.0),
+        // Lambda's least timeout is 1 s
+        redriver_timeout: bound("RedriverTimeout", "MinValue").unwrap_or(1.0),
+        deadline_margin_ms: bound("DeadlineMarginMs", "MaxValue").unwrap_or(f64::INFINITY),
+    };
+    resq_cli::stack::conflicts(&settings, &Assumptions::default())
+        .into_iter()
+        .filter(|c| {
+            matches!(
+                c.rule,
+                Rule::ReplayBudget | Rule::ReplayRate | Rule::ReplayRun
+            )
+        })
+        .map(|c| format!("{}: {}", c.parameters.join(", "), c.figures))
+        .collect()
 }
 
 #[test]
