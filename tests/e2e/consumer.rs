@@ -329,7 +329,7 @@ async fn a_transient_failure_on_its_last_allowed_receive_reaches_the_dlq_with_it
     let second = stack.receive_n(&stack.main, 1).await;
     assert_eq!(
         sys_attr(&second[0], Sys::ApproximateReceiveCount),
-        Some("2".into())
+        Some("2")
     );
     let response = invoke(&stack, &consumer, &stack.main, &second).await;
     // THEN the consumer dead-letters it itself, saying why, instead of leaving SQS to move it
