@@ -10,6 +10,7 @@ pub mod attributes;
 pub mod aws;
 pub mod backoff;
 pub mod config;
+pub mod correlation;
 pub mod fifo;
 pub mod iam;
 pub mod keep;
