@@ -346,7 +346,7 @@ impl Run {
         let mut out_of_time = false;
         for (m, fate) in cycle.items {
             if !m.dropped_attributes.is_empty() {
-                tracing::warn!(message_id = %m.message_id, dropped = %m.dropped_attributes.join(", "), "list-valued attributes are not supported by SQS and are not copied");
+                tracing::warn!(messageId = %m.message_id, orderId = order_id(&m), dropped = %m.dropped_attributes.join(", "), "list-valued attributes are not supported by SQS and are not copied");
             }
             match (fate, report) {
                 (Fate::Held(held), _) => self.held(m, held),
@@ -376,12 +376,12 @@ impl Run {
     fn held(&mut self, m: ReceivedMessage, held: Held) {
         match held {
             Held::NotSelected | Held::Paused => {
-                tracing::debug!(message_id = %m.message_id, held = ?held, "left in the DLQ");
+                tracing::debug!(messageId = %m.message_id, orderId = order_id(&m), held = ?held, "left in the DLQ");
                 self.summary.skipped += 1;
             }
             Held::OverBudget => {}
             Held::InFlight => {
-                tracing::debug!(message_id = %m.message_id, "received again while this run settles it; released");
+                tracing::debug!(messageId = %m.message_id, orderId = order_id(&m), "received again while this run settles it; released");
             }
             Held::WouldRedrive => {
                 self.replays += 1;
@@ -427,7 +427,8 @@ impl Run {
             self.note_send(at, r.is_confirmed(copy));
         }
         match r.get(copy) {
-            Confirmation::Confirmed(_) => {
+            Confirmation::Confirmed(new_id) => {
+                tracing::info!(messageId = %m.message_id, newMessageId = new_id.as_deref(), orderId = order_id(m), redriveCount = classify::next_redrive_count(m).ok(), "redriven");
                 self.summary.redriven += 1;
                 self.summary.returned += u64::from(classify::is_returned_replay(m));
                 self.summary.unexplained += u64::from(classify::is_unexplained(m));
@@ -439,7 +440,7 @@ impl Run {
             }
             Confirmation::Failed(SettleError::Refused(why)) => {
                 self.summary.failed += 1;
-                tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::RedriveSendFailed.code(), error_details = %why, "not redriven; left in the DLQ");
+                tracing::warn!(messageId = %m.message_id, orderId = order_id(m), error_code = ErrorCode::RedriveSendFailed.code(), error_details = %why, "not redriven; left in the DLQ");
                 self.hold(m);
                 false
             }
@@ -478,14 +479,14 @@ impl Run {
     ) {
         match r.get(write) {
             Confirmation::Confirmed(key) => {
-                tracing::info!(message_id = %m.message_id, reason = reason.code(), key = key.as_deref(), "archived");
+                tracing::info!(messageId = %m.message_id, orderId = order_id(m), reason = reason.code(), key = key.as_deref(), "archived");
                 *self.summary.archived.entry(reason).or_default() += 1;
                 self.summary.returned += u64::from(classify::is_returned_replay(m));
                 self.summary.unexplained += u64::from(classify::is_unexplained(m));
                 self.deleted(m, r.get(delete), false);
             }
             Confirmation::Failed(SettleError::Refused(why)) => {
-                tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::ArchiveFailed.code(), error_details = %why, "not archived; left in the DLQ");
+                tracing::warn!(messageId = %m.message_id, orderId = order_id(m), error_code = ErrorCode::ArchiveFailed.code(), error_details = %why, "not archived; left in the DLQ");
                 self.summary.failed += 1;
                 self.hold(m);
             }
@@ -499,7 +500,7 @@ impl Run {
         self.summary.skipped += 1;
         match r.get(copy) {
             Confirmation::Confirmed(id) => {
-                tracing::info!(message_id = %m.message_id, new_message_id = id.as_deref(), reason = resq::reason::FailureReason::InvocationFailed.code(), "dead letter without a reason: its copy in the DLQ now says why");
+                tracing::info!(messageId = %m.message_id, newMessageId = id.as_deref(), orderId = order_id(m), reason = resq::reason::FailureReason::InvocationFailed.code(), "dead letter without a reason: its copy in the DLQ now says why");
                 self.summary.unexplained += 1;
                 // like a replay: one whose delete failed is made visible again at once, and
                 // when this run receives it again it is only deleted (not explained twice)
@@ -525,11 +526,11 @@ impl Run {
             Confirmation::Confirmed(_) => {}
             Confirmation::Failed(SettleError::Refused(why)) => {
                 self.summary.delete_failed += 1;
-                tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::DlqDeleteFailed.code(), error_details = %why, "moved but not deleted from the DLQ; it will be seen again (an archive finds its entry; a replay is sent again)");
+                tracing::warn!(messageId = %m.message_id, orderId = order_id(m), error_code = ErrorCode::DlqDeleteFailed.code(), error_details = %why, "moved but not deleted from the DLQ; it will be seen again (an archive finds its entry; a replay is sent again)");
             }
             _ => {
                 self.summary.delete_failed += 1;
-                tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::DlqDeleteDeadline.code(), "delete not confirmed before the deadline margin; it will be seen again (an archive finds its entry; a replay is sent again)");
+                tracing::warn!(messageId = %m.message_id, orderId = order_id(m), error_code = ErrorCode::DlqDeleteDeadline.code(), "delete not confirmed before the deadline margin; it will be seen again (an archive finds its entry; a replay is sent again)");
             }
         }
     }
@@ -619,6 +620,12 @@ impl Run {
         self.summary.elapsed_ms = elapsed.as_millis() as u64;
         self.summary
     }
+}
+
+/// The correlation id of `m`'s lines: its body's `orderId`, when it has one (read only for a
+/// line that is written).
+fn order_id(m: &ReceivedMessage) -> Option<String> {
+    resq::correlation::order_id(&m.body)
 }
 
 /// The replays and the kept messages to hide a cycle planned.
