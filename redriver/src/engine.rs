@@ -140,7 +140,7 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
     /// is cut short.
     pub async fn run(&self, request: &RunRequest, deadline: Instant) -> Summary {
         let summary = self.execute(request, deadline).await;
-        tracing::info!(summary = %serde_json::to_string(&summary).unwrap_or_default(), "redrive run done");
+        summary.log();
         if !summary.dry_run && self.emit_metrics {
             summary.metrics(&self.function_name).emit();
         }
@@ -1555,6 +1555,35 @@ mod tests {
         assert_eq!(refused[0]["messageId"], "dlq-11");
         assert_eq!(refused[0]["orderId"], "ORD-11");
         assert_no_old_keys(&logs.lines());
+    }
+
+    #[tokio::test]
+    async fn a_runs_summary_line_can_be_filtered_on_its_fields() {
+        // GIVEN one replayable message and one past its TTL
+        let logs = resq::log_capture::LogCapture::start();
+        let (dlq, store, alarms) = doubles();
+        dlq.push(DLQ, dlq_message("fresh", now_ms(), &[]));
+        dlq.push(DLQ, dlq_message("old", now_ms() - 25 * HOUR_MS, &[]));
+        // WHEN a run handles them
+        let summary = scheduled(&dlq, &store, &alarms, &config(&[])).await;
+        // THEN its summary line holds the summary's fields as JSON values of their own
+        let lines = logs.with_message("redrive run done");
+        assert_eq!(lines.len(), 1, "{:?}", logs.lines());
+        let line = &lines[0];
+        assert_eq!(line["level"], "INFO");
+        assert_eq!(
+            (
+                &line["received"],
+                &line["redriven"],
+                &line["archived_TTL_EXPIRED"]
+            ),
+            (&2.into(), &1.into(), &1.into()),
+            "{line}"
+        );
+        assert_eq!(line["dryRun"], false);
+        assert_eq!(line["stoppedBy"], "empty");
+        assert_eq!(line["elapsedMs"], summary.elapsed_ms);
+        assert!(line.get("summary").is_none(), "{line}");
     }
 
     #[tokio::test]
