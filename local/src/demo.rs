@@ -13,7 +13,7 @@ use consumer::order::Order;
 use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use resq::attributes::X_REDRIVE_COUNT;
+use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON, X_REDRIVE_COUNT};
 use resq::config::{CommonConfig, ConsumerConfig, PermanentAction, RedriverConfig};
 use resq::store::S3Store;
 use tokio::sync::watch;
@@ -156,6 +156,9 @@ pub struct Audit {
     pub table: BTreeMap<(Plan, &'static str), usize>,
     /// Order id → where it ended (`processed`, `archived`, `DLQ`, `main queue`, `LOST`).
     pub places: HashMap<String, &'static str>,
+    /// The messages left in the DLQ by (`x-failure-class`, `x-failure-reason`), `None` where
+    /// a message has none: every message, not only one per order.
+    pub dlq_by_reason: BTreeMap<(Option<String>, Option<String>), usize>,
     /// The emulator it ran on.
     pub emulator: Option<EmulatorKind>,
 }
@@ -165,6 +168,40 @@ impl Audit {
     pub fn lost_orders(&self) -> Option<String> {
         (!self.lost.is_empty())
             .then(|| format!("{} orders lost: {}", self.lost.len(), self.lost.join(", ")))
+    }
+
+    /// Notes a message left in the DLQ, with its `x-failure-class` and `x-failure-reason`.
+    pub fn dead_letter(&mut self, class: Option<&str>, reason: Option<&str>) {
+        let key = (class.map(str::to_owned), reason.map(str::to_owned));
+        *self.dlq_by_reason.entry(key).or_default() += 1;
+    }
+
+    /// The messages left in the DLQ whose failure is not explained: those without
+    /// `x-failure-class` (SQS moved them after invocations that crashed or timed out), and the
+    /// redriver's copies of such dead letters, which say only that (`INVOCATION_FAILED`; the
+    /// consumer never writes that reason).
+    pub fn unexplained(&self) -> usize {
+        let invocation_failed = resq::reason::FailureReason::InvocationFailed.code();
+        self.dlq_by_reason
+            .iter()
+            .filter(|((class, reason), _)| {
+                class.is_none() || reason.as_deref() == Some(invocation_failed)
+            })
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// What is left in the DLQ by class and reason, in words (`none` when it is empty).
+    pub fn dlq_reasons(&self) -> String {
+        if self.dlq_by_reason.is_empty() {
+            return "none".to_owned();
+        }
+        let named = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".to_owned());
+        self.dlq_by_reason
+            .iter()
+            .map(|((class, reason), n)| format!("{}/{} {n}", named(class), named(reason)))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// The demo's last line.
@@ -449,10 +486,16 @@ pub async fn audit(
             *writes.entry(id.to_owned()).or_default() += 1;
         }
     }
-    let mut max_redrives = 0;
+    let mut audit = Audit {
+        sent,
+        duplicate_effects: writes.values().map(|n| n.saturating_sub(1)).sum(),
+        ..Default::default()
+    };
     for key in resq_cli::archive::list(ctx, None, None).await? {
         let envelope = resq_cli::archive::show(ctx, &key).await?;
-        max_redrives = max_redrives.max(envelope.metadata.redrive_count.unwrap_or(0));
+        audit.max_redrives = audit
+            .max_redrives
+            .max(envelope.metadata.redrive_count.unwrap_or(0));
         if let Some(id) = envelope
             .original_message
             .message_attributes
@@ -479,7 +522,15 @@ pub async fn audit(
                     .and_then(|a| a.get(X_REDRIVE_COUNT))
                     .and_then(|v| v.string_value())
                     .and_then(|v| v.trim().parse::<u32>().ok());
-                max_redrives = max_redrives.max(count.unwrap_or(0));
+                audit.max_redrives = audit.max_redrives.max(count.unwrap_or(0));
+                if place == "DLQ" {
+                    let string = |name| {
+                        attrs
+                            .and_then(|a| a.get(name))
+                            .and_then(|v| v.string_value())
+                    };
+                    audit.dead_letter(string(X_FAILURE_CLASS), string(X_FAILURE_REASON));
+                }
                 if let Some(id) = attrs
                     .and_then(|a| a.get(DEMO_ORDER_ATTRIBUTE))
                     .and_then(|v| v.string_value())
@@ -489,12 +540,6 @@ pub async fn audit(
             }
         }
     }
-    let mut audit = Audit {
-        sent,
-        duplicate_effects: writes.values().map(|n| n.saturating_sub(1)).sum(),
-        max_redrives,
-        ..Default::default()
-    };
     let mut sent_ids: Vec<(&String, &Plan)> = plans.iter().collect();
     sent_ids.sort();
     for (id, plan) in sent_ids.into_iter().take(sent) {
@@ -539,5 +584,10 @@ pub fn table(audit: &Audit) -> String {
         }
         out.push('\n');
     }
+    out.push_str(&format!(
+        "left in the DLQ by class/reason: {} (unexplained: {})\n",
+        audit.dlq_reasons(),
+        audit.unexplained()
+    ));
     out
 }

@@ -150,7 +150,7 @@ fn copy_attributes(m: &ReceivedMessage) -> Result<MessageAttributes, ArchiveReas
 
 /// The replay's `x-redrive-count`: one more than the message's (an unreadable count cannot be
 /// counted up: the message is archived instead).
-fn next_redrive_count(m: &ReceivedMessage) -> Result<u64, ArchiveReason> {
+pub fn next_redrive_count(m: &ReceivedMessage) -> Result<u64, ArchiveReason> {
     match m.redrive_count() {
         RedriveCount::Count(n) => Ok(u64::from(n) + 1),
         RedriveCount::Invalid => Err(ArchiveReason::InvalidRedriveCount),

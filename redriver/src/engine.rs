@@ -140,7 +140,7 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
     /// is cut short.
     pub async fn run(&self, request: &RunRequest, deadline: Instant) -> Summary {
         let summary = self.execute(request, deadline).await;
-        tracing::info!(summary = %serde_json::to_string(&summary).unwrap_or_default(), "redrive run done");
+        summary.log();
         if !summary.dry_run && self.emit_metrics {
             summary.metrics(&self.function_name).emit();
         }
@@ -1454,6 +1454,136 @@ mod tests {
         alarms.fail(PortError::service("AccessDenied", "not allowed"));
         let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
         assert!(summary.paused && summary.paused_too_long, "{summary:?}");
+    }
+
+    /// `m` with the body of order `order_id`.
+    fn of_order(mut m: ReceivedMessage, order_id: &str) -> ReceivedMessage {
+        m.body = serde_json::json!({"orderId": order_id, "userId": "u1", "items": [{"productId": "p1", "quantity": 1}]}).to_string();
+        m
+    }
+
+    /// No line uses the old keys: one name for one thing in both functions' logs.
+    fn assert_no_old_keys(lines: &[serde_json::Value]) {
+        for line in lines {
+            for old in ["message_id", "new_message_id", "order_id"] {
+                assert!(line.get(old).is_none(), "{line}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replay_is_logged_with_the_old_and_new_message_id_and_the_order() {
+        // GIVEN the JSON log lines the function writes in Lambda, and a DLQ message of order
+        // ORD-7 replayed once before
+        let logs = resq::log_capture::LogCapture::start();
+        let (dlq, store, alarms) = doubles();
+        let m = dlq_message(
+            "dlq-7",
+            now_ms(),
+            &[(X_REDRIVE_COUNT, AttributeValue::number(1))],
+        );
+        dlq.push(DLQ, of_order(m, "ORD-7"));
+        // WHEN a run replays it
+        let summary = scheduled(&dlq, &store, &alarms, &config(&[])).await;
+        assert_eq!(summary.redriven, 1, "{summary:?}");
+        // THEN one INFO line names the DLQ message, its copy in the main queue (the id
+        // SendMessageBatch returned), the order, and the copy's x-redrive-count
+        let copy_id = dlq.ids(MAIN).pop().unwrap();
+        let lines = logs.with_message("redriven");
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let line = &lines[0];
+        assert_eq!(line["level"], "INFO");
+        assert_eq!(line["messageId"], "dlq-7");
+        assert_eq!(line["newMessageId"], copy_id.as_str());
+        assert_eq!(line["orderId"], "ORD-7");
+        assert_eq!(line["redriveCount"], 2);
+        assert_no_old_keys(&logs.lines());
+    }
+
+    #[tokio::test]
+    async fn an_archive_is_logged_with_its_message_and_order() {
+        // GIVEN a message of order ORD-9 past its TTL, and one whose body is not an order
+        let logs = resq::log_capture::LogCapture::start();
+        let (dlq, store, alarms) = doubles();
+        let old = now_ms() - 25 * HOUR_MS;
+        dlq.push(DLQ, of_order(dlq_message("dlq-9", old, &[]), "ORD-9"));
+        let mut broken = dlq_message("dlq-10", old, &[]);
+        broken.body = "{not json".into();
+        dlq.push(DLQ, broken);
+        // WHEN a run archives them
+        let summary = scheduled(&dlq, &store, &alarms, &config(&[])).await;
+        assert_eq!(summary.archived.get(&ArchiveReason::TtlExpired), Some(&2));
+        // THEN each archive line names the message, and the order when the body names one
+        let lines = logs.with_message("archived");
+        let line = |id: &str| {
+            lines
+                .iter()
+                .find(|l| l["messageId"] == id)
+                .unwrap_or_else(|| panic!("no archive line of {id} in {lines:?}"))
+        };
+        assert_eq!(line("dlq-9")["orderId"], "ORD-9");
+        assert_eq!(line("dlq-9")["reason"], "TTL_EXPIRED");
+        assert!(line("dlq-10").get("orderId").is_none(), "{lines:?}");
+        assert_no_old_keys(&logs.lines());
+    }
+
+    #[tokio::test]
+    async fn an_explained_dead_letter_and_a_refused_replay_carry_the_same_keys() {
+        // GIVEN a dead letter without a reason while replay is paused
+        let logs = resq::log_capture::LogCapture::start();
+        let (dlq, store, alarms, paused, _) = paused_with_crashed(1);
+        scheduled(&dlq, &store, &alarms, &paused).await;
+        // THEN the line of its explained copy names the old and the new message id, and the
+        // order
+        let copy_id = dlq.ids(DLQ).pop().unwrap();
+        let explained =
+            logs.with_message("dead letter without a reason: its copy in the DLQ now says why");
+        assert_eq!(explained.len(), 1, "{:?}", logs.lines());
+        assert_eq!(explained[0]["messageId"], "crashed-0");
+        assert_eq!(explained[0]["newMessageId"], copy_id.as_str());
+        assert_eq!(explained[0]["orderId"], "crashed-0");
+        // AND a replay SQS refuses is logged under the same keys
+        let (dlq, store, alarms) = doubles();
+        dlq.push(
+            DLQ,
+            of_order(dlq_message("dlq-11", now_ms(), &[]), "ORD-11"),
+        );
+        dlq.fail_sends(|_| true);
+        scheduled(&dlq, &store, &alarms, &config(&[])).await;
+        let refused = logs.with_message("not redriven; left in the DLQ");
+        assert_eq!(refused.len(), 1, "{:?}", logs.lines());
+        assert_eq!(refused[0]["messageId"], "dlq-11");
+        assert_eq!(refused[0]["orderId"], "ORD-11");
+        assert_no_old_keys(&logs.lines());
+    }
+
+    #[tokio::test]
+    async fn a_runs_summary_line_can_be_filtered_on_its_fields() {
+        // GIVEN one replayable message and one past its TTL
+        let logs = resq::log_capture::LogCapture::start();
+        let (dlq, store, alarms) = doubles();
+        dlq.push(DLQ, dlq_message("fresh", now_ms(), &[]));
+        dlq.push(DLQ, dlq_message("old", now_ms() - 25 * HOUR_MS, &[]));
+        // WHEN a run handles them
+        let summary = scheduled(&dlq, &store, &alarms, &config(&[])).await;
+        // THEN its summary line holds the summary's fields as JSON values of their own
+        let lines = logs.with_message("redrive run done");
+        assert_eq!(lines.len(), 1, "{:?}", logs.lines());
+        let line = &lines[0];
+        assert_eq!(line["level"], "INFO");
+        assert_eq!(
+            (
+                &line["received"],
+                &line["redriven"],
+                &line["archived_TTL_EXPIRED"]
+            ),
+            (&2.into(), &1.into(), &1.into()),
+            "{line}"
+        );
+        assert_eq!(line["dryRun"], false);
+        assert_eq!(line["stoppedBy"], "empty");
+        assert_eq!(line["elapsedMs"], summary.elapsed_ms);
+        assert!(line.get("summary").is_none(), "{line}");
     }
 
     #[tokio::test]

@@ -32,8 +32,7 @@ async fn serve() -> Result<(), Error> {
     let redriver = Redriver::new(queues, store, alarms, config.clone());
     let (redriver, config) = (&redriver, &config);
     run(service_fn(move |event: LambdaEvent<Value>| async move {
-        let request = RunRequest::from_event(event.payload, config)
-            .map_err(|e| InvocationError::new("InvalidInput", e))?;
+        let request = read_request(event.payload, config)?;
         let deadline = resq::lambda::deadline_instant(event.context.deadline);
         let summary = redriver.run(&request, deadline).await;
         serde_json::to_value(summary).map_err(|e| InvocationError::new("SummaryNotWritten", e))
@@ -41,27 +40,87 @@ async fn serve() -> Result<(), Error> {
     .await
 }
 
+/// The run an invocation asks for; input it cannot read is the invocation's error
+/// (`InvalidInput`, with the message naming what is wrong).
+fn read_request(payload: Value, config: &RedriverConfig) -> Result<RunRequest, InvocationError> {
+    RunRequest::from_event(payload, config).map_err(|e| InvocationError::new("InvalidInput", e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use lambda_runtime::Diagnostic;
     use redriver::request::RequestError;
+    use resq::config::Vars;
+    use serde_json::json;
+
+    fn config() -> RedriverConfig {
+        RedriverConfig::from_vars(&Vars(|k: &str| match k {
+            "MAIN_QUEUE_URL" => Some("http://127.0.0.1/1/orders".into()),
+            "DLQ_URL" => Some("http://127.0.0.1/1/orders-dlq".into()),
+            "ARCHIVE_BUCKET" => Some("b".into()),
+            _ => None,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn bad_input_is_the_function_error_naming_the_field() {
+        for (payload, message) in [
+            (
+                json!({"maxMessages": "ten"}),
+                "invalid redriver input: maxMessages: expected a whole number from 1 to 4294967295, got \"ten\"",
+            ),
+            (
+                json!({"ratePerSecond": 0}),
+                "invalid redriver input: ratePerSecond: expected a number above 0 and at most 3000, got 0",
+            ),
+            (
+                json!({"dryRun": "yes"}),
+                "invalid redriver input: dryRun: expected true or false, got \"yes\"",
+            ),
+            (
+                json!({"olderThanSeconds": -1}),
+                "invalid redriver input: olderThanSeconds: expected a whole number of seconds from 0 to 18446744073709551615, got -1",
+            ),
+            (
+                json!({"reason": ""}),
+                "invalid redriver input: reason: expected a failure reason, a non-empty string (e.g. VALIDATION_FAILED), got \"\"",
+            ),
+            (
+                json!({"max_messages": 10}),
+                "invalid redriver input: max_messages: not a field of a manual payload; a manual payload takes dryRun, maxMessages, ratePerSecond, reason, olderThanSeconds",
+            ),
+        ] {
+            let Err(e) = read_request(payload.clone(), &config()) else {
+                panic!("{payload} was read");
+            };
+            let d = Diagnostic::from(e);
+            assert_eq!(
+                (d.error_type.as_str(), d.error_message.as_str()),
+                ("InvalidInput", message),
+                "{payload}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_committed_scheduled_event_runs_with_the_configuration() {
+        let event: Value =
+            serde_json::from_str(include_str!("../../events/scheduled-event.json")).unwrap();
+        let Ok(request) = read_request(event, &config()) else {
+            panic!("the scheduled event fixture is refused");
+        };
+        assert_eq!(request, RunRequest::defaults(&config()));
+    }
 
     #[test]
     fn an_invocation_error_is_logged_and_reported_as_its_message() {
-        let e = InvocationError::new(
-            "InvalidInput",
-            RequestError("maxMessages must be at least 1".into()),
-        );
-        assert_eq!(
-            format!("{e:?}"),
-            "invalid redriver input: maxMessages must be at least 1"
-        );
+        let said = "maxMessages: expected a whole number from 1 to 4294967295, got 0";
+        let e = InvocationError::new("InvalidInput", RequestError(said.into()));
+        assert_eq!(format!("{e:?}"), format!("invalid redriver input: {said}"));
         let d = Diagnostic::from(e);
         assert_eq!(d.error_type, "InvalidInput");
-        assert_eq!(
-            d.error_message,
-            "invalid redriver input: maxMessages must be at least 1"
-        );
+        assert_eq!(d.error_message, format!("invalid redriver input: {said}"));
     }
 }

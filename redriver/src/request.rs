@@ -3,25 +3,45 @@
 
 use std::time::Duration;
 
-use resq::config::RedriverConfig;
-use serde::Deserialize;
+use resq::config::{MAX_RATE_PER_SECOND, RedriverConfig};
 use serde_json::Value;
 
-/// A manual payload: `{"dryRun", "maxMessages", "ratePerSecond", "reason", "olderThanSeconds"}`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// A manual payload: `{"dryRun", "maxMessages", "ratePerSecond", "reason", "olderThanSeconds"}`,
+/// each field checked as it is read ([`FIELDS`] says what each takes).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Overrides {
     /// Classify and report; change nothing.
     pub dry_run: Option<bool>,
-    /// Handle at most this many messages.
+    /// Handle at most this many messages (at least 1).
     pub max_messages: Option<u32>,
-    /// Replay rate for this run.
+    /// Replay rate for this run (above 0, at most [`resq::config::MAX_RATE_PER_SECOND`]).
     pub rate_per_second: Option<f64>,
     /// Only messages whose `x-failure-reason` is this (permanent ones included: replaying a
-    /// permanent failure after a fix is what this is for).
+    /// permanent failure after a fix is what this is for); not empty, trimmed.
     pub reason: Option<String>,
     /// Only messages at least this old (from the producer's send).
     pub older_than_seconds: Option<u64>,
+}
+
+/// The fields of a manual payload.
+pub const FIELDS: [&str; 5] = [
+    "dryRun",
+    "maxMessages",
+    "ratePerSecond",
+    "reason",
+    "olderThanSeconds",
+];
+
+/// What a field of a manual payload takes, in the words errors use: the bounds it is read
+/// with.
+fn takes(field: &str) -> String {
+    match field {
+        "dryRun" => "true or false".to_owned(),
+        "maxMessages" => format!("a whole number from 1 to {}", u32::MAX),
+        "ratePerSecond" => format!("a number above 0 and at most {MAX_RATE_PER_SECOND}"),
+        "reason" => "a failure reason, a non-empty string (e.g. VALIDATION_FAILED)".to_owned(),
+        _ => format!("a whole number of seconds from 0 to {}", u64::MAX),
+    }
 }
 
 /// The settings of one run.
@@ -61,37 +81,25 @@ impl RunRequest {
 
     /// Reads the invocation payload. A scheduled event (or `null`, `{}`) means the defaults.
     pub fn from_event(event: Value, config: &RedriverConfig) -> Result<Self, RequestError> {
-        Self::defaults(config).with(Overrides::from_event(event)?)
+        Ok(Self::defaults(config).with(Overrides::from_event(event)?))
     }
 
-    /// The request with a manual payload's overrides, each checked.
-    fn with(mut self, overrides: Overrides) -> Result<Self, RequestError> {
+    /// The request with a manual payload's overrides (checked as they were read).
+    fn with(mut self, overrides: Overrides) -> Self {
         if let Some(d) = overrides.dry_run {
             self.dry_run = d;
         }
         if let Some(n) = overrides.max_messages {
-            if n == 0 {
-                return Err(RequestError("maxMessages must be at least 1".into()));
-            }
             self.max_messages = Some(n);
         }
         if let Some(r) = overrides.rate_per_second {
-            if !(r.is_finite() && r > 0.0 && r <= resq::config::MAX_RATE_PER_SECOND) {
-                return Err(RequestError(format!(
-                    "ratePerSecond must be above 0 and at most {}, got {r}",
-                    resq::config::MAX_RATE_PER_SECOND
-                )));
-            }
             self.rate_per_second = r;
         }
         if let Some(reason) = overrides.reason {
-            if reason.trim().is_empty() {
-                return Err(RequestError("reason must not be empty".into()));
-            }
-            self.reason = Some(reason.trim().to_owned());
+            self.reason = Some(reason);
         }
         self.older_than = overrides.older_than_seconds.map(Duration::from_secs);
-        Ok(self)
+        self
     }
 }
 
@@ -119,13 +127,7 @@ impl Overrides {
                     .map(|()| Self::default())
                     .map_err(|why| RequestError(format!("{why}; {EXPECTED}")));
             }
-            Value::Object(_) => {
-                return serde_json::from_value(event).map_err(|e| {
-                    RequestError(format!(
-                        "{e}; a manual payload takes dryRun (bool), maxMessages (n ≥ 1), ratePerSecond (r > 0), reason (string), olderThanSeconds (n ≥ 0)"
-                    ))
-                });
-            }
+            Value::Object(fields) => return Self::manual(&fields),
             Value::Array(_) => "a list",
             Value::String(_) => "a string",
             Value::Number(_) => "a number",
@@ -135,6 +137,79 @@ impl Overrides {
             "the input is {kind}, not a JSON object; {EXPECTED}"
         )))
     }
+
+    /// A manual payload's fields, each read as what it takes; every field that is not, and
+    /// every field it does not take, named in the error. `null` leaves a field unset.
+    fn manual(fields: &serde_json::Map<String, Value>) -> Result<Self, RequestError> {
+        let mut o = Self::default();
+        let (mut problems, mut unknown) = (Vec::new(), false);
+        for (name, value) in fields {
+            let Some(&field) = FIELDS.iter().find(|f| *f == name) else {
+                unknown = true;
+                let near = FIELDS
+                    .iter()
+                    .find(|f| f.eq_ignore_ascii_case(name))
+                    .map(|f| format!(" (did you mean {f}?)"))
+                    .unwrap_or_default();
+                let name = cut(name);
+                problems.push(format!("{name}: not a field of a manual payload{near}"));
+                continue;
+            };
+            if value.is_null() {
+                continue;
+            }
+            let read = match field {
+                "dryRun" => value.as_bool().map(|b| o.dry_run = Some(b)),
+                "maxMessages" => value
+                    .as_u64()
+                    .filter(|n| *n >= 1)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .map(|n| o.max_messages = Some(n)),
+                "ratePerSecond" => value
+                    .as_f64()
+                    .filter(|r| r.is_finite() && *r > 0.0 && *r <= MAX_RATE_PER_SECOND)
+                    .map(|r| o.rate_per_second = Some(r)),
+                "reason" => value
+                    .as_str()
+                    .map(str::trim)
+                    .filter(|r| !r.is_empty())
+                    .map(|r| o.reason = Some(r.to_owned())),
+                _ => value.as_u64().map(|s| o.older_than_seconds = Some(s)),
+            };
+            if read.is_none() {
+                let (takes, got) = (takes(field), shown(value));
+                problems.push(format!("{field}: expected {takes}, got {got}"));
+            }
+        }
+        if problems.is_empty() {
+            return Ok(o);
+        }
+        if unknown {
+            problems.push(format!("a manual payload takes {}", FIELDS.join(", ")));
+        }
+        Err(RequestError(problems.join("; ")))
+    }
+}
+
+/// A value as an error shows it: a string quoted (cut past 40 characters), a number or
+/// `true`/`false` as written, a list or an object by its kind.
+fn shown(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("\"{}\"", cut(s)),
+        Value::Array(_) => "a list".to_owned(),
+        Value::Object(_) => "an object".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// Text from the input as an error shows it: control characters escaped, cut past 40
+/// characters.
+fn cut(text: &str) -> String {
+    let mut shown: String = text.chars().take(40).flat_map(char::escape_debug).collect();
+    if text.chars().nth(40).is_some() {
+        shown.push('…');
+    }
+    shown
 }
 
 #[cfg(test)]
@@ -188,12 +263,6 @@ mod tests {
     #[test]
     fn bad_input_is_a_clear_error() {
         for (event, needle) in [
-            (json!({"dryrun": true}), "unknown field `dryrun`"),
-            (json!({"maxMessages": 0}), "maxMessages must be at least 1"),
-            (json!({"maxMessages": -1}), "invalid value"),
-            (json!({"ratePerSecond": 0}), "ratePerSecond must be above 0"),
-            (json!({"reason": " "}), "reason must not be empty"),
-            (json!({"dryRun": "yes"}), "invalid type"),
             (json!([1]), "the input is a list, not a JSON object"),
             (json!("run"), "the input is a string, not a JSON object"),
             (
@@ -218,9 +287,168 @@ mod tests {
                 .to_string();
             assert!(err.contains(needle), "{event}: {err}");
             assert!(err.starts_with("invalid redriver input: "), "{err}");
-            for debug in ["Some(", "None", "Object {", "String("] {
-                assert!(!err.contains(debug), "{event}: {err}");
-            }
         }
+    }
+
+    /// The error of a payload, without the prefix every error has.
+    fn error_of(event: Value) -> String {
+        let err = RunRequest::from_event(event.clone(), &config())
+            .unwrap_err()
+            .to_string();
+        let said = err
+            .strip_prefix("invalid redriver input: ")
+            .unwrap_or_else(|| panic!("{event}: {err}"));
+        // the field and what it takes, never a Rust type or debug form
+        for rust in [
+            "u32",
+            "u64",
+            "f64",
+            "i64",
+            "bool",
+            "invalid type",
+            "invalid value",
+            "Some(",
+            "None",
+            "Object {",
+            "String(",
+        ] {
+            assert!(!said.contains(rust), "{event}: {err}");
+        }
+        said.to_owned()
+    }
+
+    #[test]
+    fn a_bad_field_is_named_with_what_it_takes() {
+        let whole = "a whole number from 1 to 4294967295";
+        let rate = "a number above 0 and at most 3000";
+        let reason = "a failure reason, a non-empty string (e.g. VALIDATION_FAILED)";
+        let seconds = "a whole number of seconds from 0 to 18446744073709551615";
+        for (event, said) in [
+            (
+                json!({"maxMessages": "ten"}),
+                format!("maxMessages: expected {whole}, got \"ten\""),
+            ),
+            (
+                json!({"maxMessages": 0}),
+                format!("maxMessages: expected {whole}, got 0"),
+            ),
+            (
+                json!({"maxMessages": -1}),
+                format!("maxMessages: expected {whole}, got -1"),
+            ),
+            (
+                json!({"maxMessages": 2.5}),
+                format!("maxMessages: expected {whole}, got 2.5"),
+            ),
+            (
+                json!({"maxMessages": 4_294_967_296_u64}),
+                format!("maxMessages: expected {whole}, got 4294967296"),
+            ),
+            (
+                json!({"dryRun": "yes"}),
+                "dryRun: expected true or false, got \"yes\"".to_owned(),
+            ),
+            (
+                json!({"dryRun": 1}),
+                "dryRun: expected true or false, got 1".to_owned(),
+            ),
+            (
+                json!({"ratePerSecond": 0}),
+                format!("ratePerSecond: expected {rate}, got 0"),
+            ),
+            (
+                json!({"ratePerSecond": 3000.5}),
+                format!("ratePerSecond: expected {rate}, got 3000.5"),
+            ),
+            (
+                json!({"ratePerSecond": "fast"}),
+                format!("ratePerSecond: expected {rate}, got \"fast\""),
+            ),
+            (
+                json!({"reason": " "}),
+                format!("reason: expected {reason}, got \" \""),
+            ),
+            (
+                json!({"reason": ["MALFORMED_JSON"]}),
+                format!("reason: expected {reason}, got a list"),
+            ),
+            (
+                json!({"olderThanSeconds": -5}),
+                format!("olderThanSeconds: expected {seconds}, got -5"),
+            ),
+            (
+                json!({"olderThanSeconds": {"minutes": 5}}),
+                format!("olderThanSeconds: expected {seconds}, got an object"),
+            ),
+            (
+                json!({"olderThanSeconds": "x".repeat(100)}),
+                format!(
+                    "olderThanSeconds: expected {seconds}, got \"{}…\"",
+                    "x".repeat(40)
+                ),
+            ),
+            // unknown fields are refused, with the fields a payload takes
+            (
+                json!({"dryrun": true}),
+                "dryrun: not a field of a manual payload (did you mean dryRun?); a manual payload takes dryRun, maxMessages, ratePerSecond, reason, olderThanSeconds".to_owned(),
+            ),
+            (
+                json!({"limit": 5}),
+                "limit: not a field of a manual payload; a manual payload takes dryRun, maxMessages, ratePerSecond, reason, olderThanSeconds".to_owned(),
+            ),
+            // every problem at once
+            (
+                json!({"maxMessages": "ten", "ratePerSecond": -1, "dryRun": true}),
+                format!(
+                    "maxMessages: expected {whole}, got \"ten\"; ratePerSecond: expected {rate}, got -1"
+                ),
+            ),
+        ] {
+            assert_eq!(error_of(event.clone()), said, "{event}");
+        }
+    }
+
+    #[test]
+    fn null_leaves_a_field_unset_and_bounds_are_inclusive() {
+        let r = RunRequest::from_event(
+            json!({"dryRun": null, "maxMessages": null, "ratePerSecond": null, "reason": null, "olderThanSeconds": null}),
+            &config(),
+        )
+        .unwrap();
+        assert_eq!(r, RunRequest::defaults(&config()));
+        let r = RunRequest::from_event(
+            json!({"maxMessages": 4_294_967_295_u64, "ratePerSecond": 3000, "reason": " MALFORMED_JSON ", "olderThanSeconds": 0}),
+            &config(),
+        )
+        .unwrap();
+        assert_eq!(
+            (r.max_messages, r.rate_per_second, r.reason.as_deref()),
+            (Some(u32::MAX), 3000.0, Some("MALFORMED_JSON"))
+        );
+        assert_eq!(r.older_than, Some(Duration::ZERO));
+        let r = RunRequest::from_event(json!({"maxMessages": 1, "ratePerSecond": 0.01}), &config())
+            .unwrap();
+        assert_eq!((r.max_messages, r.rate_per_second), (Some(1), 0.01));
+    }
+
+    #[test]
+    fn the_committed_fixtures_read_as_before() {
+        let fixture = |text: &str| serde_json::from_str::<Value>(text).unwrap();
+        let scheduled = fixture(include_str!("../../events/scheduled-event.json"));
+        assert_eq!(
+            RunRequest::from_event(scheduled, &config()).unwrap(),
+            RunRequest::defaults(&config())
+        );
+        let manual = fixture(include_str!("../../events/redrive-manual.json"));
+        assert_eq!(
+            RunRequest::from_event(manual, &config()).unwrap(),
+            RunRequest {
+                dry_run: true,
+                max_messages: Some(100),
+                rate_per_second: 5.0,
+                reason: Some("VALIDATION_FAILED".into()),
+                older_than: None,
+            }
+        );
     }
 }

@@ -36,6 +36,19 @@ pub enum StopReason {
     InFlightLimit,
 }
 
+impl StopReason {
+    /// Its name in the summary (`empty`, `maxMessages`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Empty => "empty",
+            StopReason::MaxMessages => "maxMessages",
+            StopReason::Deadline => "deadline",
+            StopReason::ReceiveError => "receiveError",
+            StopReason::InFlightLimit => "inFlightLimit",
+        }
+    }
+}
+
 /// What a run did (in a dry run: what it would have done).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -101,6 +114,43 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// Logs the summary: one INFO line `redrive run done` whose fields are the summary's, each
+    /// a top-level key named as in the returned summary (`received`, `deleteFailed`, …), the
+    /// archive entries by reason as `archived_{REASON}` (the reasons with entries only), so
+    /// Logs Insights filters and sums on them. (tracing's JSON lines write no nested object
+    /// without its unstable `valuable` support, and a JSON string cannot be filtered on.)
+    pub fn log(&self) {
+        let archived = |reason: ArchiveReason| self.archived.get(&reason).copied();
+        tracing::info!(
+            dryRun = self.dry_run,
+            paused = self.paused,
+            pauseReason = self.pause_reason.as_deref(),
+            probe = self.probe,
+            received = self.received,
+            redriven = self.redriven,
+            archived_REDRIVE_CAP = archived(ArchiveReason::RedriveCap),
+            archived_INVALID_REDRIVE_COUNT = archived(ArchiveReason::InvalidRedriveCount),
+            archived_TTL_EXPIRED = archived(ArchiveReason::TtlExpired),
+            archived_ATTRIBUTE_LIMIT = archived(ArchiveReason::AttributeLimit),
+            archived_PERMANENT_FAILURE = archived(ArchiveReason::PermanentFailure),
+            archived_SIZE_LIMIT = archived(ArchiveReason::SizeLimit),
+            skipped = self.skipped,
+            kept = self.kept,
+            unhidden = self.unhidden,
+            failed = self.failed,
+            returned = self.returned,
+            deleteFailed = self.delete_failed,
+            unexplained = self.unexplained,
+            keptInFlight = self.kept_in_flight,
+            pausedTooLong = self.paused_too_long,
+            elapsedMs = self.elapsed_ms,
+            ratePerSecond = self.rate_per_second,
+            achievedRatePerSecond = self.achieved_rate_per_second,
+            stoppedBy = self.stopped_by.as_str(),
+            "redrive run done"
+        );
+    }
+
     /// The run's metrics, for `function_name`.
     pub fn metrics(&self, function_name: &str) -> Metrics {
         let names = [
@@ -346,7 +396,7 @@ impl Run {
         let mut out_of_time = false;
         for (m, fate) in cycle.items {
             if !m.dropped_attributes.is_empty() {
-                tracing::warn!(message_id = %m.message_id, dropped = %m.dropped_attributes.join(", "), "list-valued attributes are not supported by SQS and are not copied");
+                tracing::warn!(messageId = %m.message_id, orderId = order_id(&m), dropped = %m.dropped_attributes.join(", "), "list-valued attributes are not supported by SQS and are not copied");
             }
             match (fate, report) {
                 (Fate::Held(held), _) => self.held(m, held),
@@ -376,12 +426,12 @@ impl Run {
     fn held(&mut self, m: ReceivedMessage, held: Held) {
         match held {
             Held::NotSelected | Held::Paused => {
-                tracing::debug!(message_id = %m.message_id, held = ?held, "left in the DLQ");
+                tracing::debug!(messageId = %m.message_id, orderId = order_id(&m), held = ?held, "left in the DLQ");
                 self.summary.skipped += 1;
             }
             Held::OverBudget => {}
             Held::InFlight => {
-                tracing::debug!(message_id = %m.message_id, "received again while this run settles it; released");
+                tracing::debug!(messageId = %m.message_id, orderId = order_id(&m), "received again while this run settles it; released");
             }
             Held::WouldRedrive => {
                 self.replays += 1;
@@ -427,7 +477,8 @@ impl Run {
             self.note_send(at, r.is_confirmed(copy));
         }
         match r.get(copy) {
-            Confirmation::Confirmed(_) => {
+            Confirmation::Confirmed(new_id) => {
+                tracing::info!(messageId = %m.message_id, newMessageId = new_id.as_deref(), orderId = order_id(m), redriveCount = classify::next_redrive_count(m).ok(), "redriven");
                 self.summary.redriven += 1;
                 self.summary.returned += u64::from(classify::is_returned_replay(m));
                 self.summary.unexplained += u64::from(classify::is_unexplained(m));
@@ -439,7 +490,7 @@ impl Run {
             }
             Confirmation::Failed(SettleError::Refused(why)) => {
                 self.summary.failed += 1;
-                tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::RedriveSendFailed.code(), error_details = %why, "not redriven; left in the DLQ");
+                tracing::warn!(messageId = %m.message_id, orderId = order_id(m), error_code = ErrorCode::RedriveSendFailed.code(), error_details = %why, "not redriven; left in the DLQ");
                 self.hold(m);
                 false
             }
@@ -478,14 +529,14 @@ impl Run {
     ) {
         match r.get(write) {
             Confirmation::Confirmed(key) => {
-                tracing::info!(message_id = %m.message_id, reason = reason.code(), key = key.as_deref(), "archived");
+                tracing::info!(messageId = %m.message_id, orderId = order_id(m), reason = reason.code(), key = key.as_deref(), "archived");
                 *self.summary.archived.entry(reason).or_default() += 1;
                 self.summary.returned += u64::from(classify::is_returned_replay(m));
                 self.summary.unexplained += u64::from(classify::is_unexplained(m));
                 self.deleted(m, r.get(delete), false);
             }
             Confirmation::Failed(SettleError::Refused(why)) => {
-                tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::ArchiveFailed.code(), error_details = %why, "not archived; left in the DLQ");
+                tracing::warn!(messageId = %m.message_id, orderId = order_id(m), error_code = ErrorCode::ArchiveFailed.code(), error_details = %why, "not archived; left in the DLQ");
                 self.summary.failed += 1;
                 self.hold(m);
             }
@@ -499,7 +550,7 @@ impl Run {
         self.summary.skipped += 1;
         match r.get(copy) {
             Confirmation::Confirmed(id) => {
-                tracing::info!(message_id = %m.message_id, new_message_id = id.as_deref(), reason = resq::reason::FailureReason::InvocationFailed.code(), "dead letter without a reason: its copy in the DLQ now says why");
+                tracing::info!(messageId = %m.message_id, newMessageId = id.as_deref(), orderId = order_id(m), reason = resq::reason::FailureReason::InvocationFailed.code(), "dead letter without a reason: its copy in the DLQ now says why");
                 self.summary.unexplained += 1;
                 // like a replay: one whose delete failed is made visible again at once, and
                 // when this run receives it again it is only deleted (not explained twice)
@@ -525,11 +576,11 @@ impl Run {
             Confirmation::Confirmed(_) => {}
             Confirmation::Failed(SettleError::Refused(why)) => {
                 self.summary.delete_failed += 1;
-                tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::DlqDeleteFailed.code(), error_details = %why, "moved but not deleted from the DLQ; it will be seen again (an archive finds its entry; a replay is sent again)");
+                tracing::warn!(messageId = %m.message_id, orderId = order_id(m), error_code = ErrorCode::DlqDeleteFailed.code(), error_details = %why, "moved but not deleted from the DLQ; it will be seen again (an archive finds its entry; a replay is sent again)");
             }
             _ => {
                 self.summary.delete_failed += 1;
-                tracing::warn!(message_id = %m.message_id, error_code = ErrorCode::DlqDeleteDeadline.code(), "delete not confirmed before the deadline margin; it will be seen again (an archive finds its entry; a replay is sent again)");
+                tracing::warn!(messageId = %m.message_id, orderId = order_id(m), error_code = ErrorCode::DlqDeleteDeadline.code(), "delete not confirmed before the deadline margin; it will be seen again (an archive finds its entry; a replay is sent again)");
             }
         }
     }
@@ -621,6 +672,12 @@ impl Run {
     }
 }
 
+/// The correlation id of `m`'s lines: its body's `orderId`, when it has one (read only for a
+/// line that is written).
+fn order_id(m: &ReceivedMessage) -> Option<String> {
+    resq::correlation::order_id(&m.body)
+}
+
 /// The replays and the kept messages to hide a cycle planned.
 fn reserved(cycle: &Cycle) -> (u64, u64) {
     let count =
@@ -646,5 +703,121 @@ fn describe(c: &Confirmation) -> String {
     match c {
         Confirmation::Failed(e) => e.to_string(),
         _ => "not attempted before the deadline margin".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use resq::log_capture::LogCapture;
+    use serde_json::Value;
+
+    /// A summary with every field set, every archive reason counted.
+    fn full() -> Summary {
+        Summary {
+            dry_run: false,
+            paused: true,
+            pause_reason: Some("replays-failing is in ALARM".into()),
+            probe: Some(10),
+            received: 120,
+            redriven: 40,
+            archived: ArchiveReason::ALL
+                .into_iter()
+                .zip(1..)
+                .collect::<BTreeMap<_, _>>(),
+            skipped: 30,
+            kept: 20,
+            unhidden: 2,
+            failed: 3,
+            returned: 4,
+            delete_failed: 5,
+            unexplained: 6,
+            kept_in_flight: Some(700),
+            paused_too_long: true,
+            elapsed_ms: 8_123,
+            rate_per_second: 10.0,
+            achieved_rate_per_second: Some(9.75),
+            stopped_by: StopReason::InFlightLimit,
+        }
+    }
+
+    /// The `redrive run done` line `summary` logs, parsed.
+    fn logged(summary: &Summary) -> serde_json::Map<String, Value> {
+        let logs = LogCapture::start();
+        summary.log();
+        let mut lines = logs.with_message("redrive run done");
+        assert_eq!(lines.len(), 1, "{:?}", logs.lines());
+        match lines.pop() {
+            Some(Value::Object(line)) => line,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Every field of the returned summary is a field of the line, under the same name with
+    /// the same value (`archived` by reason as `archived_{REASON}`), and the line has nothing
+    /// else but its level, time and message.
+    fn assert_logged_as_returned(summary: &Summary) {
+        let line = logged(summary);
+        let Value::Object(returned) = serde_json::to_value(summary).unwrap() else {
+            panic!("a summary is an object");
+        };
+        let mut expected = serde_json::Map::new();
+        for (key, value) in returned {
+            match (key.as_str(), value) {
+                ("archived", Value::Object(by_reason)) => {
+                    for (reason, n) in by_reason {
+                        expected.insert(format!("archived_{reason}"), n);
+                    }
+                }
+                (_, value) => _ = expected.insert(key, value),
+            }
+        }
+        let mut fields = line.clone();
+        for meta in ["timestamp", "level", "message"] {
+            assert!(fields.remove(meta).is_some(), "{meta} in {line:?}");
+        }
+        assert_eq!(fields, expected);
+    }
+
+    #[test]
+    fn the_summary_is_logged_as_fields_named_as_it_is_returned() {
+        let summary = full();
+        assert_logged_as_returned(&summary);
+        let line = logged(&summary);
+        // numbers are numbers (Logs Insights filters and sums them), not a JSON string
+        assert_eq!(line["received"], 120);
+        assert_eq!(line["archived_TTL_EXPIRED"], 3);
+        assert_eq!(line["achievedRatePerSecond"], 9.75);
+        assert_eq!(line["stoppedBy"], "inFlightLimit");
+        assert!(!line.contains_key("summary"), "{line:?}");
+        // a quiet run: no reason archived, nothing unknown
+        let quiet = Summary {
+            paused: false,
+            pause_reason: None,
+            probe: None,
+            archived: BTreeMap::new(),
+            kept_in_flight: None,
+            achieved_rate_per_second: None,
+            ..full()
+        };
+        assert_logged_as_returned(&quiet);
+        let line = logged(&quiet);
+        assert!(!line.keys().any(|k| k.starts_with("archived")), "{line:?}");
+    }
+
+    #[test]
+    fn every_stop_reason_is_logged_as_it_is_returned() {
+        for stopped_by in [
+            StopReason::Empty,
+            StopReason::MaxMessages,
+            StopReason::Deadline,
+            StopReason::ReceiveError,
+            StopReason::InFlightLimit,
+        ] {
+            assert_eq!(
+                serde_json::to_value(stopped_by).unwrap(),
+                stopped_by.as_str()
+            );
+        }
     }
 }

@@ -10,10 +10,13 @@ pub mod attributes;
 pub mod aws;
 pub mod backoff;
 pub mod config;
+pub mod correlation;
 pub mod fifo;
 pub mod iam;
 pub mod keep;
 pub mod lambda;
+#[cfg(any(test, feature = "test-util"))]
+pub mod log_capture;
 pub mod metrics;
 pub mod reason;
 pub mod select;

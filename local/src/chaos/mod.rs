@@ -99,6 +99,9 @@ pub struct ChaosReport {
     pub consumer_invocations: u64,
     /// Redriver runs that answered.
     pub redrive_runs: u64,
+    /// Dead letters without a reason the redriver saw over the run (the sum of its answered
+    /// runs' `unexplained`: each counted once, by the run that saw it first).
+    pub unexplained_seen: u64,
     /// Function errors and timeouts (either function).
     pub function_errors: u64,
     /// Every (IAM action, resource) each function's calls needed, by function (`consumer`,
@@ -149,10 +152,11 @@ impl ChaosReport {
             .collect()
     }
 
-    /// The run's last line.
+    /// The run's last line. `unexplained` is [`Audit::unexplained`]: the messages left in the
+    /// DLQ without `x-failure-class`, and the redriver's `INVOCATION_FAILED` copies of such.
     pub fn summary_line(&self) -> String {
         format!(
-            "chaos: orders={} processed={} archived={} in_queues={} lost={} duplicate_effects={} max_redrives={} kills={} injected_faults={}{}",
+            "chaos: orders={} processed={} archived={} in_queues={} lost={} duplicate_effects={} max_redrives={} kills={} injected_faults={}{} unexplained={}",
             self.audit.sent,
             self.audit.processed,
             self.audit.archived,
@@ -165,14 +169,15 @@ impl ChaosReport {
             self.audit
                 .emulator
                 .map(|e| format!(" emulator={e}"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            self.audit.unexplained(),
         )
     }
 
     /// What the run did, for the lines above the summary.
     pub fn details(&self) -> String {
         format!(
-            "{} s, {}settled. Consumer: {} invocations, {} killed mid-batch. Redriver: {} runs answered, {} killed mid-run. Function errors and timeouts: {}.\nProxy: {} requests, {} faults injected ({} of them took effect with the answer lost), {} downstream failures (flaky and doomed orders).\nEffects: {} doubled by object versions, {} by writes seen. Highest redrive count: {} archived or queued, {} sent.",
+            "{} s, {}settled. Consumer: {} invocations, {} killed mid-batch. Redriver: {} runs answered, {} killed mid-run. Function errors and timeouts: {}.\nProxy: {} requests, {} faults injected ({} of them took effect with the answer lost), {} downstream failures (flaky and doomed orders).\nEffects: {} doubled by object versions, {} by writes seen. Highest redrive count: {} archived or queued, {} sent.\nDead letters without a reason: {} seen by the redriver's answered runs, {} left in the DLQ. Left in the DLQ by class/reason: {}.",
             self.elapsed.as_secs(),
             if self.settled { "" } else { "NOT " },
             self.consumer_invocations,
@@ -188,6 +193,9 @@ impl ChaosReport {
             self.duplicate_writes_seen,
             self.audit.max_redrives,
             self.max_redrive_sent,
+            self.unexplained_seen,
+            self.audit.unexplained(),
+            self.audit.dlq_reasons(),
         )
     }
 
@@ -238,6 +246,7 @@ struct State {
     processed: AtomicU64,
     redrive_runs: AtomicU64,
     redriven: AtomicU64,
+    unexplained_seen: AtomicU64,
     archived_by_redriver: AtomicU64,
     function_errors: AtomicU64,
     /// What the latest redriver run that answered moved (`u64::MAX`: none yet, or it died).
@@ -388,6 +397,7 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
         requests: FaultStats::get(&stats.requests),
         consumer_invocations: get(&state.consumer_invocations),
         redrive_runs: get(&state.redrive_runs),
+        unexplained_seen: get(&state.unexplained_seen),
         function_errors: get(&state.function_errors),
         settled,
         elapsed: started.elapsed(),
@@ -685,6 +695,8 @@ impl State {
         let (redriven, archived) = (summary.redriven, summary.archived.values().sum());
         self.redrive_runs.fetch_add(1, Ordering::Relaxed);
         self.redriven.fetch_add(redriven, Ordering::Relaxed);
+        self.unexplained_seen
+            .fetch_add(summary.unexplained, Ordering::Relaxed);
         self.archived_by_redriver
             .fetch_add(archived, Ordering::Relaxed);
         // a run that could not even receive has not shown the DLQ to be settled
@@ -859,6 +871,61 @@ mod tests {
         assert_eq!(redriver.rate_per_second, 200.0);
         assert!(redriver.pause_on_alarms.is_empty());
         ConsumerConfig::from_vars(&vars(env.consumer)).unwrap();
+    }
+
+    #[test]
+    fn the_summary_line_keeps_its_fields_and_ends_with_the_unexplained_dead_letters() {
+        // GIVEN a run that left in the DLQ two kept permanent failures, one dead letter SQS
+        // moved without a reason and one the redriver explained
+        let mut audit = Audit {
+            sent: 500,
+            processed: 480,
+            archived: 15,
+            in_queues: 5,
+            emulator: Some(crate::emulator::EmulatorKind::Moto),
+            ..Audit::default()
+        };
+        for (class, reason) in [
+            (Some("permanent"), Some("MALFORMED_JSON")),
+            (Some("permanent"), Some("MALFORMED_JSON")),
+            (Some("permanent"), Some("VALIDATION_FAILED")),
+            (None, None),
+            (Some("transient"), Some("INVOCATION_FAILED")),
+            (Some("transient"), Some("DEMO_DOWNSTREAM_DOWN")),
+        ] {
+            audit.dead_letter(class, reason);
+        }
+        let report = ChaosReport {
+            audit,
+            duplicate_writes_seen: 0,
+            max_redrive_sent: 3,
+            consumer_kills: 2,
+            redriver_kills: 2,
+            injected_faults: 40,
+            lost_responses: 3,
+            downstream_failures: 9,
+            requests: 4000,
+            consumer_invocations: 90,
+            redrive_runs: 30,
+            unexplained_seen: 7,
+            function_errors: 0,
+            calls: BTreeMap::new(),
+            settled: true,
+            elapsed: Duration::from_secs(100),
+        };
+        // THEN the line keeps its fields, in their order, and appends unexplained
+        assert_eq!(
+            report.summary_line(),
+            "chaos: orders=500 processed=480 archived=15 in_queues=5 lost=0 duplicate_effects=0 max_redrives=3 kills=4 injected_faults=40 emulator=moto unexplained=2"
+        );
+        // AND the details group what is left in the DLQ by class and reason
+        assert!(
+            report.details().ends_with(
+                "Dead letters without a reason: 7 seen by the redriver's answered runs, 2 left in the DLQ. Left in the DLQ by class/reason: (none)/(none) 1, permanent/MALFORMED_JSON 2, permanent/VALIDATION_FAILED 1, transient/DEMO_DOWNSTREAM_DOWN 1, transient/INVOCATION_FAILED 1."
+            ),
+            "{}",
+            report.details()
+        );
     }
 
     #[test]
