@@ -271,7 +271,10 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
                 tracing::warn!(messageId = %record.message_id, error_code = f.code(), "record reported failed without running");
                 Span::none()
             }
-            fate => log_decision(record_span(record, None), fate),
+            fate => {
+                let order_id = record.body.as_deref().and_then(resq::correlation::order_id);
+                log_decision(record_span(record, order_id.as_deref()), fate)
+            }
         };
         Settling {
             fate: decision.fate,
@@ -299,7 +302,12 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             Some(Err(HandlerOutcome::Rejected(rejection))) => rejection.business_id.as_deref(),
             _ => None,
         };
-        let span = record_span(record, business_id);
+        // a record held back unrun (archived, unreadable) is still followed by its orderId
+        let read = business_id
+            .is_none()
+            .then(|| record.body.as_deref().and_then(resq::correlation::order_id))
+            .flatten();
+        let span = record_span(record, business_id.or(read.as_deref()));
         if let Some(why) = &record.unreadable {
             span.in_scope(|| tracing::warn!(error_details = %why, "the record cannot be read"));
         }

@@ -1475,7 +1475,7 @@ mod tests {
     async fn a_replay_is_logged_with_the_old_and_new_message_id_and_the_order() {
         // GIVEN the JSON log lines the function writes in Lambda, and a DLQ message of order
         // ORD-7 replayed once before
-        let logs = resq::log_capture::LogCapture::start();
+        let (logs, _guard) = resq::testing::CapturedLogs::start();
         let (dlq, store, alarms) = doubles();
         let m = dlq_message(
             "dlq-7",
@@ -1503,7 +1503,7 @@ mod tests {
     #[tokio::test]
     async fn an_archive_is_logged_with_its_message_and_order() {
         // GIVEN a message of order ORD-9 past its TTL, and one whose body is not an order
-        let logs = resq::log_capture::LogCapture::start();
+        let (logs, _guard) = resq::testing::CapturedLogs::start();
         let (dlq, store, alarms) = doubles();
         let old = now_ms() - 25 * HOUR_MS;
         dlq.push(DLQ, of_order(dlq_message("dlq-9", old, &[]), "ORD-9"));
@@ -1530,7 +1530,7 @@ mod tests {
     #[tokio::test]
     async fn an_explained_dead_letter_and_a_refused_replay_carry_the_same_keys() {
         // GIVEN a dead letter without a reason while replay is paused
-        let logs = resq::log_capture::LogCapture::start();
+        let (logs, _guard) = resq::testing::CapturedLogs::start();
         let (dlq, store, alarms, paused, _) = paused_with_crashed(1);
         scheduled(&dlq, &store, &alarms, &paused).await;
         // THEN the line of its explained copy names the old and the new message id, and the
@@ -1560,7 +1560,7 @@ mod tests {
     #[tokio::test]
     async fn a_runs_summary_line_can_be_filtered_on_its_fields() {
         // GIVEN one replayable message and one past its TTL
-        let logs = resq::log_capture::LogCapture::start();
+        let (logs, _guard) = resq::testing::CapturedLogs::start();
         let (dlq, store, alarms) = doubles();
         dlq.push(DLQ, dlq_message("fresh", now_ms(), &[]));
         dlq.push(DLQ, dlq_message("old", now_ms() - 25 * HOUR_MS, &[]));

@@ -134,6 +134,8 @@ impl Summary {
             archived_ATTRIBUTE_LIMIT = archived(ArchiveReason::AttributeLimit),
             archived_PERMANENT_FAILURE = archived(ArchiveReason::PermanentFailure),
             archived_SIZE_LIMIT = archived(ArchiveReason::SizeLimit),
+            archived_IDEMPOTENCY_WINDOW = archived(ArchiveReason::IdempotencyWindow),
+            archived_UNREADABLE_RECORD = archived(ArchiveReason::UnreadableRecord),
             skipped = self.skipped,
             kept = self.kept,
             unhidden = self.unhidden,
@@ -709,7 +711,7 @@ fn describe(c: &Confirmation) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use resq::log_capture::LogCapture;
+    use resq::testing::CapturedLogs;
     use serde_json::Value;
 
     /// A summary with every field set, every archive reason counted.
@@ -743,7 +745,7 @@ mod tests {
 
     /// The `redrive run done` line `summary` logs, parsed.
     fn logged(summary: &Summary) -> serde_json::Map<String, Value> {
-        let logs = LogCapture::start();
+        let (logs, _guard) = CapturedLogs::start();
         summary.log();
         let mut lines = logs.with_message("redrive run done");
         assert_eq!(lines.len(), 1, "{:?}", logs.lines());

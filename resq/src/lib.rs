@@ -15,8 +15,6 @@ pub mod fifo;
 pub mod iam;
 pub mod keep;
 pub mod lambda;
-#[cfg(any(test, feature = "test-util"))]
-pub mod log_capture;
 pub mod metrics;
 pub mod reason;
 pub mod select;

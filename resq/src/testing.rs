@@ -577,6 +577,12 @@ impl CapturedLogs {
             .collect()
     }
 
+    /// The lines whose `message` is `message`.
+    pub fn with_message(&self, message: &str) -> Vec<serde_json::Value> {
+        let lines = self.lines().into_iter();
+        lines.filter(|l| l["message"] == message).collect()
+    }
+
     /// The first line whose `message` is `message`.
     pub fn line(&self, message: &str) -> serde_json::Value {
         let lines = self.lines();

@@ -4,9 +4,14 @@
 
 use std::time::Duration;
 
-use resq_e2e::{emulator_kind, function_binary, installs, translated_template_file};
+use std::collections::BTreeSet;
+
+use resq_e2e::{
+    emulator_kind, function_binary, installs, translated_template_file, workspace_root,
+};
 use resq_local::chaos::{self, ChaosOptions, MAX_REDRIVE_ATTEMPTS};
 use resq_local::demo::{DemoOptions, Plan};
+use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
@@ -54,6 +59,15 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
         "{} unexplained dead letters left after {kills} kills: {}",
         report.audit.unexplained(),
         report.audit.dlq_reasons()
+    );
+    // over the whole run: the consumer dead-letters every failure it saw on its last allowed
+    // receive, with its reason, so SQS moved without one only what a killed invocation held
+    // (a batch of at most 10 records each)
+    assert!(
+        report.unexplained_seen <= u64::from(report.consumer_kills) * 10,
+        "{} dead letters without a reason over the run, after {} consumer kills",
+        report.unexplained_seen,
+        report.consumer_kills
     );
     assert!(
         report.injected_faults > 0 && report.lost_responses > 0,
@@ -106,5 +120,91 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
             "{plan:?} orders can never be processed"
         );
     }
+    the_readmes_logs_query_follows_an_order_through_both_functions(&dir);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The field and the value placeholder of the README's Logs Insights query (`| filter FIELD =
+/// "VALUE"`), read from the README itself.
+fn readme_query_filter() -> String {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    let from = readme
+        .find("Why did a given order fail")
+        .expect("the README's Logs Insights query");
+    let filter = readme[from..]
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("| filter "))
+        .expect("a `| filter` line");
+    let (field, value) = filter.split_once(" = ").expect("FIELD = \"VALUE\"");
+    assert!(value.starts_with('"') && value.ends_with('"'), "{filter}");
+    field.trim().to_owned()
+}
+
+/// Runs the README's filter over the chaos run's real log lines: each order the run doomed
+/// (archived at the redrive cap) is followed from its failures in the consumer through its
+/// trips to the DLQ and its replays to its archive, and the ids link up.
+fn the_readmes_logs_query_follows_an_order_through_both_functions(dir: &std::path::Path) {
+    let field = readme_query_filter();
+    let mut lines: Vec<(&str, Value)> = Vec::new();
+    for function in ["consumer", "redriver"] {
+        let text = std::fs::read_to_string(dir.join(format!("{function}.log"))).unwrap();
+        lines.extend(
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|v| v.is_object())
+                .map(|v| (function, v)),
+        );
+    }
+    // every line about a copy names the message it copies; every line naming an order names
+    // its message
+    for (function, l) in &lines {
+        if l.get("newMessageId").is_some() || l.get(&field).is_some() {
+            assert!(l["messageId"].is_string(), "{function}: {l}");
+        }
+    }
+    let doomed: BTreeSet<&str> = lines
+        .iter()
+        .filter(|(f, l)| {
+            *f == "redriver" && l["message"] == "archived" && l["reason"] == "REDRIVE_CAP"
+        })
+        .filter_map(|(_, l)| l[&field].as_str())
+        .collect();
+    assert!(
+        !doomed.is_empty(),
+        "no order archived at the cap names its {field}"
+    );
+    for order in doomed {
+        let found: Vec<&(&str, Value)> = lines.iter().filter(|(_, l)| l[&field] == order).collect();
+        let of = |function: &str, message: &str| -> Vec<&Value> {
+            found
+                .iter()
+                .filter(|(f, l)| *f == function && l["message"] == message)
+                .map(|(_, l)| l)
+                .collect()
+        };
+        let failed_in_consumer = found
+            .iter()
+            .filter(|(f, l)| *f == "consumer" && l["level"] == "WARN")
+            .count();
+        assert!(
+            failed_in_consumer > 0,
+            "{order}: no consumer failure in {found:?}"
+        );
+        let replays = of("redriver", "redriven");
+        assert!(!replays.is_empty(), "{order}: no replay in {found:?}");
+        assert_eq!(of("redriver", "archived").len(), 1, "{order}: {found:?}");
+        // a replay's new id is the id the consumer then logs the order under
+        let consumer_ids: BTreeSet<&str> = found
+            .iter()
+            .filter(|(f, _)| *f == "consumer")
+            .filter_map(|(_, l)| l["messageId"].as_str())
+            .collect();
+        assert!(
+            replays
+                .iter()
+                .filter_map(|l| l["newMessageId"].as_str())
+                .any(|id| consumer_ids.contains(id)),
+            "{order}: no replay's newMessageId is a messageId of the consumer's lines: {found:?}"
+        );
+    }
 }

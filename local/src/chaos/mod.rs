@@ -528,7 +528,9 @@ fn function_env(
         ("AWS_SECRET_ACCESS_KEY", "chaos".into()),
         ("AWS_MAX_ATTEMPTS", sdk_attempts.max(1).to_string()),
         ("AWS_LAMBDA_LOG_FORMAT", "JSON".into()),
-        ("AWS_LAMBDA_LOG_LEVEL", "WARN".into()),
+        // the template's default: the README's Logs Insights query follows an order over
+        // these lines (tests/e2e/chaos.rs)
+        ("AWS_LAMBDA_LOG_LEVEL", "INFO".into()),
     ];
     let with = |config: Vec<(&'static str, String)>, key: &str| {
         config
@@ -847,7 +849,7 @@ mod tests {
             ("BACKOFF_MAX_SECONDS", "2"),
             ("AWS_ENDPOINT_URL", "http://127.0.0.1:2"),
             ("AWS_MAX_ATTEMPTS", "1"),
-            ("AWS_LAMBDA_LOG_LEVEL", "WARN"),
+            ("AWS_LAMBDA_LOG_LEVEL", "INFO"),
         ] {
             assert_eq!(get(&env.consumer, k).as_deref(), Some(v), "consumer {k}");
         }
