@@ -373,14 +373,15 @@ fn dead_letter(
 ) -> Decision {
     let reason = resq::reason::failure_reason(reason);
     let dlq = &config.common.dlq_url;
-    if record.body.as_deref().is_none_or(str::is_empty) && record.unreadable.is_some() {
-        let last_error = format!("{reason}: {details}; no body a DLQ copy could carry");
-        return archive(
-            record,
-            config,
-            ArchiveReason::UnreadableRecord,
-            Some(last_error),
-        );
+    // SQS takes no message without a body: such a record (only hand-made events have one) is
+    // archived whole instead, never retried until SQS moves it without a reason
+    if record.body.as_deref().is_none_or(str::is_empty) {
+        let last_error = format!("{class} {reason}: {details}; no body a DLQ copy could carry");
+        let why = match record.unreadable {
+            Some(_) => ArchiveReason::UnreadableRecord,
+            None => ArchiveReason::PermanentFailure,
+        };
+        return archive(record, config, why, Some(last_error));
     }
     match dead_letter_copy(record, class, &reason, resq::fifo::is_fifo(dlq)) {
         Ok(copy) => Decision {

@@ -1285,6 +1285,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_record_without_a_body_is_archived_not_copied_into_a_refusal() {
+        // GIVEN hand-made records (SQS never delivers them) with an empty body and with none:
+        // SQS refuses a DLQ copy without a body, so a copy would fail on every receive
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let mut none = record("none", "", None, None);
+        none.as_object_mut().unwrap().remove("body");
+        let report = consumer
+            .process(
+                json!({"Records": [record("empty", "", None, None), none]}),
+                later(),
+            )
+            .await
+            .unwrap();
+        // THEN both are archived with their reason, nothing is retried
+        let archived = Outcome::Archived(ArchiveReason::PermanentFailure);
+        assert_eq!(report.outcomes, vec![archived.clone(), archived]);
+        assert!(dlq_copies(&queues).is_empty());
+        let keys = store.keys("archive/PERMANENT_FAILURE/");
+        assert_eq!(keys.len(), 2);
+        let entry: Value = serde_json::from_slice(&store.objects()[&keys[0]]).unwrap();
+        let last = entry["metadata"]["lastError"].as_str().unwrap();
+        assert!(last.starts_with("permanent MALFORMED_JSON: "), "{last}");
+    }
+
+    #[tokio::test]
     async fn an_unreadable_record_without_a_body_is_archived_whole() {
         // GIVEN a record whose body is a list and whose attributes would overflow a copy
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());

@@ -61,7 +61,9 @@ codes! {
         TtlExpired => "TTL_EXPIRED",
         /// A copy would carry more than the 10 message attributes SQS allows.
         AttributeLimit => "ATTRIBUTE_LIMIT",
-        /// A permanent failure archived by the redriver (`PERMANENT_ACTION=archive`).
+        /// A permanent failure archived by the redriver (`PERMANENT_ACTION=archive`, or past
+        /// `KEPT_IN_FLIGHT_MAX`), or by the consumer when no DLQ copy can carry it (a record
+        /// without a body: SQS takes no empty message).
         PermanentFailure => "PERMANENT_FAILURE",
         /// A copy would exceed SQS's maximum message size (body plus attributes).
         SizeLimit => "SIZE_LIMIT",

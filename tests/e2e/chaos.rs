@@ -62,10 +62,15 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
     );
     // over the whole run: the consumer dead-letters every failure it saw on its last allowed
     // receive, with its reason, so SQS moved without one only what a killed invocation held
-    // (a batch of at most 10 records each)
+    // (a batch of at most 10 records each) and a record whose DLQ copy was not confirmed
+    let consumer_log = std::fs::read_to_string(dir.join("consumer.log")).unwrap();
+    let unconfirmed = consumer_log
+        .lines()
+        .filter(|l| l.contains("\"DLQ_SEND_FAILED\"") || l.contains("\"SETTLE_DEADLINE\""))
+        .count() as u64;
     assert!(
-        report.unexplained_seen <= u64::from(report.consumer_kills) * 10,
-        "{} dead letters without a reason over the run, after {} consumer kills",
+        report.unexplained_seen <= u64::from(report.consumer_kills) * 10 + unconfirmed,
+        "{} dead letters without a reason over the run, after {} consumer kills and {unconfirmed} unconfirmed DLQ copies",
         report.unexplained_seen,
         report.consumer_kills
     );
@@ -192,7 +197,10 @@ fn the_readmes_logs_query_follows_an_order_through_both_functions(dir: &std::pat
         );
         let replays = of("redriver", "redriven");
         assert!(!replays.is_empty(), "{order}: no replay in {found:?}");
-        assert_eq!(of("redriver", "archived").len(), 1, "{order}: {found:?}");
+        // (at least one: a DLQ copy whose send took effect but whose answer was lost leaves the
+        // original to be moved too, and the order goes on as two messages; its effect is still
+        // recorded once, by orderId)
+        assert!(!of("redriver", "archived").is_empty(), "{order}: {found:?}");
         // a replay's new id is the id the consumer then logs the order under
         let consumer_ids: BTreeSet<&str> = found
             .iter()

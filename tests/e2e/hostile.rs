@@ -143,7 +143,10 @@ async fn events_that_are_not_sqs_fail_the_invocation_with_a_clear_error() {
     for (event, says) in [
         (json!({"maxMessages": -1}), "maxMessages"),
         (json!({"ratePerSecond": "fast"}), "ratePerSecond"),
-        (json!({"Records": []}), "expected"),
+        (
+            json!({"Records": []}),
+            "Records: not a field of a manual payload",
+        ),
         (
             json!({"source": "aws.s3", "detail-type": "Object Created"}),
             "aws.s3",
