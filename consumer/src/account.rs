@@ -75,7 +75,11 @@ pub fn outcome(fate: &Fate, confirmation: Option<&Confirmation>) -> Outcome {
 /// first receive (`ApproximateReceiveCount` 1), when it ran and failed, was found not to be an
 /// order, or was held behind a failure of its FIFO group (a FIFO probe of a few groups must be
 /// able to trip the alarm). Retries of the same copy are not counted again; neither is a
-/// record the deadline kept from starting, nor one archived unrun.
+/// record the deadline kept from starting, nor one archived unrun. A replay the consumer
+/// dead-letters on a later receive (its last allowed one) is counted when it reaches the DLQ:
+/// SQS no longer moves it without a reason for the redriver to count, and its first receive may
+/// not have run (the deadline starts the records with the most receives first). One whose first
+/// receive failed too is counted twice: the breaker trips earlier, never later.
 pub fn returned_replay(record: &Record, outcome: &Outcome) -> bool {
     let replayed = matches!(record.redrive_count, RedriveCount::Count(n) if n >= 1);
     let failed = match outcome {
@@ -89,7 +93,9 @@ pub fn returned_replay(record: &Record, outcome: &Outcome) -> bool {
         }
         Outcome::Processed => false,
     };
-    replayed && record.receive_count == 1 && failed
+    let first_failure = record.receive_count == 1 && failed;
+    let reaches_the_dlq = record.receive_count > 1 && matches!(outcome, Outcome::DeadLettered(_));
+    replayed && (first_failure || reaches_the_dlq)
 }
 
 /// What one invocation did: the response for Lambda and the counts behind it.
@@ -234,6 +240,13 @@ mod tests {
         // the same replay failing again on later receives: not counted again
         r.receive_count = 2;
         assert!(!returned_replay(&r, &transient));
+        // but when the consumer dead-letters it (on its last allowed receive), it is: SQS no
+        // longer moves it without a reason for the redriver to count
+        r.receive_count = 5;
+        assert!(returned_replay(
+            &r,
+            &Outcome::DeadLettered("DOWNSTREAM_UNAVAILABLE".into())
+        ));
         // held behind a failure of its FIFO group: counted (the group's replays failed)
         r.receive_count = 1;
         assert!(returned_replay(&r, &Outcome::Failed(Failure::GroupBlocked)));

@@ -62,14 +62,19 @@ pub struct Horizon<'a> {
     pub limits: Option<&'a QueueLimits>,
     /// Now, in epoch milliseconds.
     pub now_ms: u64,
+    /// The invocation's deadline, in epoch milliseconds: a failed record's backoff starts at
+    /// the latest then.
+    pub deadline_ms: u64,
 }
 
 impl Horizon<'_> {
     /// Now, with no limits known.
     pub fn now() -> Horizon<'static> {
+        let now_ms = epoch_ms();
         Horizon {
             limits: None,
-            now_ms: epoch_ms(),
+            now_ms,
+            deadline_ms: now_ms,
         }
     }
 }
@@ -148,8 +153,10 @@ impl std::fmt::Display for LastReceive {
 
 /// Whether a record that failed now is on its last allowed receive: its receive count
 /// reached the queue's `maxReceiveCount`, or the queue's retention would end before its next
-/// delivery (the longer of its backoff's ceiling and the queue's visibility timeout, plus the
-/// longest batching window, from now). `None` when the limits are not known.
+/// delivery could come: from the invocation's deadline (when its backoff is set at the
+/// latest), the longer of its backoff's ceiling (in FIFO, the backoff's cap: a blocked record
+/// takes its group's delay) and the queue's visibility timeout, plus the longest batching
+/// window. `None` when the limits are not known.
 pub fn last_receive(
     record: &Record,
     horizon: Horizon<'_>,
@@ -162,12 +169,13 @@ pub fn last_receive(
         return Some(LastReceive::ReceivesUsed { max });
     }
     let ends = record.sent_at? + limits.retention.as_millis() as u64;
-    let next = backoff
-        .ceiling(record.receive_count)
-        .max(limits.visibility_timeout)
-        + LONGEST_BATCHING_WINDOW;
-    (ends <= horizon.now_ms + next.as_millis() as u64)
-        .then_some(LastReceive::RetentionEnds { at_ms: ends })
+    let delay = match record.group_id {
+        Some(_) => backoff.ceiling(u32::MAX),
+        None => backoff.ceiling(record.receive_count),
+    };
+    let next = delay.max(limits.visibility_timeout) + LONGEST_BATCHING_WINDOW;
+    let from = horizon.deadline_ms.max(horizon.now_ms);
+    (ends <= from + next.as_millis() as u64).then_some(LastReceive::RetentionEnds { at_ms: ends })
 }
 
 /// What running a record came to: the engine's part, the handler run under unwinding and a
@@ -298,13 +306,19 @@ pub fn decide(
         Some(last) => {
             let details = format!("{}; {last}", failure.details());
             let details = details.trim_start_matches("; ");
-            dead_letter(
+            let copy = dead_letter(
                 record,
                 config,
                 FAILURE_CLASS_TRANSIENT,
                 failure.code(),
                 details,
-            )
+            );
+            // a transient failure no copy can carry (over SQS's limits) is retried as before,
+            // and SQS moves it: archived, it would need a human where a replay can succeed
+            match copy.fate {
+                Fate::DeadLetter { .. } => copy,
+                _ => Fate::Retry(failure).into(),
+            }
         }
         None => Fate::Retry(failure).into(),
     };
@@ -318,7 +332,8 @@ pub fn decide(
             None => retry(Failure::NotStarted),
         },
         HandlerOutcome::NotStarted => retry(Failure::NotStarted),
-        HandlerOutcome::GroupBlocked => retry(Failure::GroupBlocked),
+        // never dead-lettered ahead of the record it waits behind: SQS keeps the group's order
+        HandlerOutcome::GroupBlocked => Fate::Retry(Failure::GroupBlocked).into(),
         HandlerOutcome::Rejected(r) => permanent(&r.code, &r.details),
         HandlerOutcome::Handled(Ok(())) => Fate::Ack.into(),
         HandlerOutcome::Handled(Err(HandlerError::Transient { code, details })) => {
@@ -731,6 +746,96 @@ mod tests {
         let last = entry.facts.last_error.unwrap_or_default();
         assert!(last.starts_with("MALFORMED_JSON: x; "), "{last}");
         assert_eq!(entry.message.message_attributes.len(), 9);
+    }
+
+    fn limits(max_receive_count: u32, retention_s: u64) -> QueueLimits {
+        QueueLimits {
+            max_receive_count: Some(max_receive_count),
+            retention: Duration::from_secs(retention_s),
+            ..QueueLimits::sqs_defaults()
+        }
+    }
+
+    /// A record on its `receives`th receive, sent `sent_ms`, with `extra` fields.
+    fn received(receives: u32, sent_ms: u64, extra: Value) -> Value {
+        let mut r = rec("r", extra);
+        r["attributes"]["ApproximateReceiveCount"] = json!(receives.to_string());
+        r["attributes"]["SentTimestamp"] = json!(sent_ms.to_string());
+        r
+    }
+
+    #[test]
+    fn on_its_last_allowed_receive_a_transient_failure_is_copied_unless_no_copy_can_carry_it() {
+        let now = epoch_ms();
+        let five = limits(5, 345_600);
+        let horizon = Horizon {
+            limits: Some(&five),
+            now_ms: now,
+            deadline_ms: now,
+        };
+        let nine = nine_attributes()["messageAttributes"].clone();
+        let records = parse_event(json!({"Records": [
+            received(4, now, json!({})),
+            received(5, now, json!({})),
+            received(5, now, json!({"messageAttributes": nine})),
+        ]}))
+        .unwrap();
+        let ran = || HandlerOutcome::Handled(Err(HandlerError::transient("DOWN", "503")));
+        let fate = |r: &Record, ran: HandlerOutcome| decide(r, &config(), horizon, ran).fate;
+        // receives left: retried
+        assert!(matches!(fate(&records[0], ran()), Fate::Retry(_)));
+        // the last one: a transient copy with its code
+        assert!(matches!(
+            fate(&records[1], ran()),
+            Fate::DeadLetter { class: "transient", ref reason, .. } if reason == "DOWN"
+        ));
+        // a copy SQS would refuse (11 attributes): retried, left to SQS, never archived
+        assert!(matches!(
+            fate(&records[2], ran()),
+            Fate::Retry(Failure::Transient { .. })
+        ));
+        // held behind its FIFO group: retried, so the group keeps its order
+        assert_eq!(
+            fate(&records[1], HandlerOutcome::GroupBlocked),
+            Fate::Retry(Failure::GroupBlocked)
+        );
+        // limits unknown: left to SQS
+        let unknown = decide(&records[1], &config(), Horizon::now(), ran()).fate;
+        assert!(matches!(unknown, Fate::Retry(_)));
+    }
+
+    #[test]
+    fn the_retention_rule_counts_from_the_deadline_and_in_fifo_from_the_backoffs_cap() {
+        // GIVEN a queue keeping messages an hour (visibility 30 s, backoff 2 s … 300 s), and a
+        // record whose retention ends in 400 s
+        let now = epoch_ms();
+        let hour = limits(100, 3600);
+        let sent = now + 400_000 - 3_600_000;
+        let standard = parse_event(json!({"Records": [received(1, sent, json!({}))]})).unwrap();
+        let fifo = parse_event(json!({"Records": [received(1, sent, json!({
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders.fifo",
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": sent.to_string(), "MessageGroupId": "g"}
+        }))]}))
+        .unwrap();
+        let at = |deadline_ms: u64| Horizon {
+            limits: Some(&hour),
+            now_ms: now,
+            deadline_ms,
+        };
+        let backoff = Backoff::default();
+        // its next delivery comes at most 2 s (or the 30 s visibility) + 300 s (the longest
+        // batching window) after its backoff is set: from now, in time
+        assert_eq!(last_receive(&standard[0], at(now), &backoff), None);
+        // but the backoff is set as late as the deadline: 100 s later, too late
+        assert!(matches!(
+            last_receive(&standard[0], at(now + 100_000), &backoff),
+            Some(LastReceive::RetentionEnds { .. })
+        ));
+        // in FIFO a blocked record takes its group's delay, up to the backoff's cap (300 s)
+        assert!(matches!(
+            last_receive(&fifo[0], at(now), &backoff),
+            Some(LastReceive::RetentionEnds { .. })
+        ));
     }
 
     #[test]

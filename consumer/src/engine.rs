@@ -43,11 +43,19 @@ pub const PERMISSIONS: &[resq::iam::Permission] = &[
 /// How long a source queue's limits that could not be read are not asked for again.
 const LIMITS_RETRY_AFTER: Duration = Duration::from_secs(300);
 
-/// A source queue's limits as the consumer holds them: read once, or when the read failed,
-/// when it did (asked again after [`LIMITS_RETRY_AFTER`]).
+/// How long limits read are used before they are read again (a stack update that changes the
+/// queue's retention or `maxReceiveCount` does not recycle the consumer's containers).
+const LIMITS_REFRESH_AFTER: Duration = Duration::from_secs(600);
+
+/// The longest an invocation waits for a queue's limits: a slow `GetQueueAttributes` must not
+/// keep the batch from starting (without them a record on its last receive is left to SQS).
+const LIMITS_READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A source queue's limits as the consumer holds them: read (when), or when the read failed
+/// (asked again after [`LIMITS_RETRY_AFTER`]).
 #[derive(Clone)]
 enum Known {
-    Read(Arc<QueueLimits>),
+    Read(Arc<QueueLimits>, Instant),
     Unreadable(Instant),
 }
 
@@ -106,11 +114,14 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         let phases = Phases::new(deadline, self.config.common.deadline_margin);
         let (sources, of_record) = self.sources(&records, phases.start_by).await?;
         let now_ms = decide::epoch_ms();
+        let left = deadline.saturating_duration_since(Instant::now());
+        let deadline_ms = now_ms + left.as_millis() as u64;
         let horizons: Vec<Horizon<'_>> = of_record
             .iter()
             .map(|&s| Horizon {
                 limits: sources[s].limits.as_deref(),
                 now_ms,
+                deadline_ms,
             })
             .collect();
         let fifo = event::is_fifo(&records);
@@ -180,31 +191,57 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         Ok((sources, of_record))
     }
 
-    /// A source queue's limits: read once (by `until`), then kept for the process's life.
+    /// A source queue's limits: read once (for at most [`LIMITS_READ_TIMEOUT`], and by
+    /// `until`), then kept, and read again every [`LIMITS_REFRESH_AFTER`] (the old ones are
+    /// used while a new read fails).
     async fn limits_of(&self, url: &QueueUrl, until: Instant) -> Option<Arc<QueueLimits>> {
         let known = self.lock_limits().get(url).cloned();
-        match known {
-            Some(Known::Read(limits)) => return Some(limits),
+        let stale = match known {
+            Some(Known::Read(limits, at)) if at.elapsed() < LIMITS_REFRESH_AFTER => {
+                return Some(limits);
+            }
+            Some(Known::Read(limits, _)) => Some(limits),
             Some(Known::Unreadable(at)) if at.elapsed() < LIMITS_RETRY_AFTER => return None,
-            _ => {}
-        }
+            _ => None,
+        };
+        let until = until.min(Instant::now() + LIMITS_READ_TIMEOUT);
         let read = tokio::time::timeout_at(until.into(), self.settler.queues().limits(url)).await;
-        let known = match read {
-            Ok(Ok(limits)) => Known::Read(Arc::new(limits)),
-            failed => {
+        let known = match (read, stale) {
+            (Ok(Ok(limits)), _) => Known::Read(Arc::new(limits), Instant::now()),
+            (failed, stale) => {
                 let why = match failed {
                     Ok(Err(e)) => e.to_string(),
-                    _ => "no answer before the deadline margin".to_owned(),
+                    _ => "no answer in time".to_owned(),
                 };
-                tracing::warn!(queue = %url, error_details = %why, "could not read the queue's redrive policy and retention; until they are read, a transient failure on its last allowed receive is left for SQS to move to the DLQ without a reason");
-                Known::Unreadable(Instant::now())
+                match stale {
+                    Some(limits) => {
+                        tracing::warn!(queue = %url, error_details = %why, "could not read the queue's redrive policy and retention again; the ones read before still apply");
+                        // asked again after the retry delay, not on every invocation
+                        let at = Instant::now()
+                            .checked_sub(LIMITS_REFRESH_AFTER - LIMITS_RETRY_AFTER)
+                            .unwrap_or_else(Instant::now);
+                        Known::Read(limits, at)
+                    }
+                    None => {
+                        tracing::warn!(queue = %url, error_details = %why, "could not read the queue's redrive policy and retention; until they are read, a transient failure on its last allowed receive is left for SQS to move to the DLQ without a reason");
+                        Known::Unreadable(Instant::now())
+                    }
+                }
             }
         };
         self.lock_limits().insert(url.clone(), known.clone());
         match known {
-            Known::Read(limits) => Some(limits),
+            Known::Read(limits, _) => Some(limits),
             Known::Unreadable(_) => None,
         }
+    }
+
+    /// Reads the main queue's limits before the first invocation (Lambda's init phase, outside
+    /// the invocation's time), so the first batch does not wait for them.
+    pub async fn read_main_queue_limits(&self) {
+        let main = QueueUrl::from(self.config.common.main_queue_url.as_str());
+        self.limits_of(&main, Instant::now() + LIMITS_READ_TIMEOUT)
+            .await;
     }
 
     fn lock_limits(&self) -> std::sync::MutexGuard<'_, HashMap<QueueUrl, Known>> {
@@ -258,6 +295,9 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
                 blocked |= account::outcome(&s.fate, s.settled.as_ref()).is_failed();
             }
             blocked |= matches!(s.fate, Fate::Retry(_));
+            // one that could be of any group holds every record after it, whatever became of
+            // it (decide::plan_lanes put them behind it)
+            blocked |= fifo && record.unreadable.is_some() && record.group_id.is_none();
             out.push((i, s));
         }
         out
@@ -268,7 +308,8 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         let decision = decide::decide(record, &self.config, horizon, ran);
         let span = match &decision.fate {
             Fate::Retry(f) => {
-                tracing::warn!(messageId = %record.message_id, error_code = f.code(), "record reported failed without running");
+                let order_id = record.body.as_deref().and_then(resq::correlation::order_id);
+                tracing::warn!(messageId = %record.message_id, orderId = order_id, error_code = f.code(), "record reported failed without running");
                 Span::none()
             }
             fate => {
@@ -676,6 +717,37 @@ mod tests {
                 .unwrap()
                 .contains("MALFORMED_JSON")
         );
+    }
+
+    #[tokio::test]
+    async fn fifo_an_unreadable_record_of_no_known_group_holds_every_record_after_it() {
+        // GIVEN a FIFO batch where the second record cannot be read, its group included: it
+        // could be of any group, so every record after it waits behind it
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        let consumer = Consumer::new(
+            Scripted,
+            &queues,
+            &store,
+            config("http://127.0.0.1/1/dlq.fifo"),
+        );
+        let mut unknown = record("u", &order("u-1"), None, Some("A"));
+        unknown["attributes"] = json!("not a map");
+        let payload = json!({"Records": [
+            record("a1", &order("a-1"), None, Some("A")),
+            unknown,
+            record("a2", &order("a-2"), None, Some("A")),
+            record("b1", &order("b-1"), None, Some("B")),
+        ]});
+        let report = consumer.process(payload, later()).await.unwrap();
+        // THEN it goes to the DLQ, and the records after it are not run before their turn
+        // (they come back, in order, after it is gone)
+        assert_eq!(report.outcomes[0], Outcome::Processed);
+        assert_eq!(
+            report.outcomes[1],
+            Outcome::DeadLettered("UNREADABLE_RECORD".into())
+        );
+        assert_eq!(failed_ids(&report.response), vec!["a2", "b1"]);
+        assert_eq!(report.outcomes[2], Outcome::Failed(Failure::GroupBlocked));
     }
 
     #[tokio::test]

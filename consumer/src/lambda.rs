@@ -35,6 +35,7 @@ pub async fn serve<H: MessageHandler>(
     let sqs = aws_sdk_sqs::Client::new(&aws);
     let store = S3Store::new(resq::aws::s3_client(&aws), &config.common.archive_bucket);
     let consumer = Consumer::new(make_handler(store.clone()), sqs, store, config);
+    consumer.read_main_queue_limits().await;
     let consumer = &consumer;
     // The runtime reads the payload's `Records` one record at a time into resq's own compact
     // records (no JSON tree, no copy of the payload kept), so one that does not decode fails

@@ -113,6 +113,7 @@ impl<'a> QueueArn<'a> {
     /// This queue's URL, made from the URL of a queue in the same region and endpoint:
     /// `sibling` with its last two path segments replaced by this queue's account and name.
     pub fn url_beside(&self, sibling: &str) -> Option<String> {
+        let sibling = sibling.trim_end_matches('/');
         let path = url_path(sibling);
         let base_len = sibling.len() - path.len();
         let mut cut = path.rsplitn(3, '/');
@@ -235,6 +236,11 @@ mod tests {
             arn.url_beside("http://127.0.0.1:4566/queue/us-east-1/000000000000/orders")
                 .as_deref(),
             Some("http://127.0.0.1:4566/queue/us-east-1/123456789012/orders-dlq")
+        );
+        assert_eq!(
+            arn.url_beside("https://sqs.us-east-1.amazonaws.com/123456789012/orders/")
+                .as_deref(),
+            Some("https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq")
         );
         assert_eq!(arn.url_beside("orders"), None);
         for bad in [
