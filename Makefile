@@ -121,7 +121,7 @@ export PARAMS
 STACK_OVERRIDES := target/infra/parameter-overrides
 deploy: $(TOOLS) arm-target
 	@echo "resq stack check (the first time compiles resq, a few minutes on 2 cores)"
-	cargo run -q -p cli --bin resq -- stack check --parameter-overrides "$$PARAMS" --write-overrides $(STACK_OVERRIDES)
+	cargo run -q -p cli --bin resq -- stack check --deployed --parameter-overrides "$$PARAMS" --write-overrides $(STACK_OVERRIDES)
 	cd infra && sam build && sam deploy $(if $(PARAMS),--parameter-overrides "$$(cat ../$(STACK_OVERRIDES))")
 
 ## bench: resq against Powertools (consumer) and a boto3 redriver, the redriver at scale

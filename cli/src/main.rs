@@ -102,6 +102,15 @@ struct StackCheckArgs {
     /// samconfig.toml's instead of adding to them).
     #[arg(long = "write-overrides", value_name = "PATH")]
     write_overrides: Option<PathBuf>,
+    /// Start from the deployed stack's parameters (samconfig.toml's stack_name; `make deploy`
+    /// passes it): `sam deploy` keeps a deployed value it is not given, so the set deployed is
+    /// the stack's values with samconfig.toml's and --parameter-overrides over them. Needs AWS
+    /// credentials; a stack that does not exist yet starts from the template's defaults.
+    #[arg(long)]
+    deployed: bool,
+    /// The stack to read with --deployed (instead of samconfig.toml's stack_name).
+    #[arg(long = "stack-name", value_name = "NAME", requires = "deployed")]
+    stack_name: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -267,13 +276,34 @@ async fn main() -> ExitCode {
 }
 
 /// `resq stack check`: no AWS, only the files.
-fn stack_check(args: StackCheckArgs) -> Result<(), CliError> {
+async fn stack_check(args: StackCheckArgs, endpoint: &Endpoint) -> Result<(), CliError> {
     let default_samconfig = PathBuf::from("infra/samconfig.toml");
+    let samconfig = args
+        .samconfig
+        .or_else(|| default_samconfig.is_file().then_some(default_samconfig));
+    let deployed = if args.deployed {
+        let stack_name = match args.stack_name {
+            Some(name) => name,
+            None => samconfig
+                .as_deref()
+                .and_then(|path| std::fs::read_to_string(path).ok())
+                .and_then(|text| stack::samconfig_stack_name(&text))
+                .ok_or_else(|| {
+                    CliError::Usage(
+                        "--deployed needs the stack's name: samconfig.toml has no stack_name; pass --stack-name".into(),
+                    )
+                })?,
+        };
+        let config = endpoint.sdk_config().await;
+        let cloudformation = aws_sdk_cloudformation::Client::new(&config);
+        stack::deployed_parameters(&cloudformation, &stack_name).await?
+    } else {
+        Vec::new()
+    };
     let input = stack::Input {
         template: args.template,
-        samconfig: args
-            .samconfig
-            .or_else(|| default_samconfig.is_file().then_some(default_samconfig)),
+        samconfig,
+        deployed,
         overrides: args.parameter_overrides.join(" "),
         assumptions: stack::Assumptions {
             record_ms: args.record_ms,
@@ -296,14 +326,14 @@ fn stack_check(args: StackCheckArgs) -> Result<(), CliError> {
 }
 
 async fn run(cli: Cli) -> Result<(), CliError> {
-    // the one command that needs no AWS configuration (nor a region)
-    let command = match cli.command {
-        Command::Stack(StackCommand::Check(args)) => return stack_check(args),
-        other => other,
-    };
     let endpoint = Endpoint {
         endpoint_url: cli.endpoint_url.clone(),
         region: cli.region.clone(),
+    };
+    // the one command that needs no AWS configuration (nor a region) unless --deployed
+    let command = match cli.command {
+        Command::Stack(StackCommand::Check(args)) => return stack_check(args, &endpoint).await,
+        other => other,
     };
     let ctx = Context::new(
         &endpoint,

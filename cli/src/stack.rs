@@ -100,6 +100,9 @@ pub enum StackError {
 pub enum Source {
     /// The template's `Default`.
     Default,
+    /// The deployed stack's current value: `sam deploy` keeps it (`UsePreviousValue`) for a
+    /// parameter neither samconfig.toml nor the command line gives.
+    Deployed,
     /// samconfig.toml's `parameter_overrides` (what `sam deploy` uses when given none).
     Samconfig,
     /// `--parameter-overrides`.
@@ -110,6 +113,7 @@ impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Default => "the template's default",
+            Self::Deployed => "the deployed stack's value",
             Self::Samconfig => "samconfig.toml's parameter_overrides",
             Self::CommandLine => "--parameter-overrides",
         })
@@ -426,12 +430,13 @@ impl ParameterSet {
             .and_then(|(_, v)| v.value.as_deref())
     }
 
-    /// The values given rather than defaulted, in the template's order.
+    /// The values given rather than defaulted or kept from the deployed stack (which `sam
+    /// deploy` keeps by itself), in the template's order.
     pub fn given(&self) -> impl Iterator<Item = (&str, &str, Source)> {
         self.values
             .iter()
             .filter_map(|(n, v)| match (&v.value, v.source) {
-                (_, Source::Default) | (None, _) => None,
+                (_, Source::Default | Source::Deployed) | (None, _) => None,
                 (Some(value), source) => Some((n.as_str(), value.as_str(), source)),
             })
     }
@@ -1243,6 +1248,48 @@ impl Report {
     }
 }
 
+/// The stack name `sam deploy` deploys to: samconfig.toml's `stack_name` (its deploy section,
+/// else its global one).
+pub fn samconfig_stack_name(text: &str) -> Option<String> {
+    let doc: toml::Table = text.parse().ok()?;
+    ["deploy", "global"].iter().find_map(|section| {
+        doc.get("default")?
+            .get(section)?
+            .get("parameters")?
+            .get("stack_name")?
+            .as_str()
+            .map(str::to_owned)
+    })
+}
+
+/// The deployed stack's parameters (what `sam deploy` keeps for a parameter it is not given);
+/// none when the stack does not exist yet (a first deploy).
+pub async fn deployed_parameters(
+    cloudformation: &aws_sdk_cloudformation::Client,
+    stack_name: &str,
+) -> Result<Vec<(String, String)>, CliError> {
+    use aws_sdk_cloudformation::error::ProvideErrorMetadata;
+    let out = match cloudformation
+        .describe_stacks()
+        .stack_name(stack_name)
+        .send()
+        .await
+    {
+        Ok(out) => out,
+        Err(e) if e.message().is_some_and(|m| m.contains("does not exist")) => {
+            return Ok(Vec::new());
+        }
+        Err(e) => return Err(CliError::aws(format!("reading the stack {stack_name}"), e)),
+    };
+    let stack = out.stacks.unwrap_or_default().into_iter().next();
+    Ok(stack
+        .map(|s| s.parameters.unwrap_or_default())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| Some((p.parameter_key?, p.parameter_value?)))
+        .collect())
+}
+
 /// Where the check reads its input.
 #[derive(Debug, Clone)]
 pub struct Input {
@@ -1252,6 +1299,8 @@ pub struct Input {
     pub samconfig: Option<PathBuf>,
     /// `--parameter-overrides`, as given.
     pub overrides: String,
+    /// The deployed stack's parameters (`--deployed`; empty for a first deploy).
+    pub deployed: Vec<(String, String)>,
     /// What the check assumes.
     pub assumptions: Assumptions,
 }
@@ -1282,9 +1331,17 @@ pub fn load(input: &Input) -> Result<Report, CliError> {
         None => Vec::new(),
     };
     let command_line = parse_overrides(&input.overrides, Source::CommandLine).map_err(usage)?;
+    // a parameter the deployed stack has and this template no longer has is not deployed again
+    let deployed = input
+        .deployed
+        .iter()
+        .filter(|(name, _)| template.parameter(name).is_some())
+        .cloned()
+        .collect();
     let set = resolve(
         &template,
         &[
+            (Source::Deployed, deployed),
             (Source::Samconfig, samconfig),
             (Source::CommandLine, command_line),
         ],
@@ -2181,5 +2238,69 @@ CreateOrdersTopic = true
         assert_eq!(figure(9.966), "9.97");
         assert_eq!(figure(1234.05), "1,234.05");
         assert_eq!(figure(-1.0), "-1");
+    }
+
+    #[test]
+    fn the_deployed_stacks_values_are_what_sam_keeps_and_are_checked_under_the_new_ones() {
+        // GIVEN a stack deployed with 20 receives and an hour's backoff, and a deploy that
+        // now gives only a shorter retention
+        let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> {
+            p.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let set = resolve(
+            &template(),
+            &[
+                (
+                    Source::Deployed,
+                    pairs(&[(MAX_RECEIVE_COUNT, "20"), (BACKOFF_MAX_SECONDS, "3600")]),
+                ),
+                (
+                    Source::CommandLine,
+                    pairs(&[(ORDERS_RETENTION_SECONDS, "60000")]),
+                ),
+            ],
+        )
+        .unwrap();
+        // THEN the check sees the kept values, and refuses the set sam would deploy
+        let found: Vec<Rule> =
+            conflicts(&Settings::from_set(&set).unwrap(), &Assumptions::default())
+                .iter()
+                .map(|c| c.rule)
+                .collect();
+        assert_eq!(found, vec![Rule::RetryHorizon]);
+        // AND sam is handed only what was given: it keeps the rest itself
+        assert_eq!(set.sam_overrides(), "OrdersRetentionSeconds=\"60000\"");
+        // without the deployed values the same overrides pass: the gap --deployed closes
+        let alone = resolve(
+            &template(),
+            &[(
+                Source::CommandLine,
+                pairs(&[(ORDERS_RETENTION_SECONDS, "60000")]),
+            )],
+        )
+        .unwrap();
+        assert!(
+            conflicts(
+                &Settings::from_set(&alone).unwrap(),
+                &Assumptions::default()
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn the_stack_name_comes_from_samconfig() {
+        let text = "version = 0.1\n[default.global.parameters]\nstack_name = \"resq\"\n";
+        assert_eq!(samconfig_stack_name(text).as_deref(), Some("resq"));
+        let both = format!("{text}[default.deploy.parameters]\nstack_name = \"prod\"\n");
+        assert_eq!(samconfig_stack_name(&both).as_deref(), Some("prod"));
+        assert_eq!(samconfig_stack_name("version = 0.1"), None);
+        let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/samconfig.toml");
+        assert_eq!(
+            samconfig_stack_name(&std::fs::read_to_string(repo).unwrap()).as_deref(),
+            Some("resq")
+        );
     }
 }

@@ -1123,6 +1123,21 @@ async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order
         "{:?}",
         stack.stack_status_reason()
     );
+    // what `resq stack check --deployed` reads: the values sam deploy keeps
+    let deployed = resq_cli::stack::deployed_parameters(&cfn, "resq-test")
+        .await
+        .unwrap();
+    assert!(
+        deployed.contains(&("MaxReceiveCount".to_owned(), "4".to_owned())),
+        "{deployed:?}"
+    );
+    assert_eq!(
+        resq_cli::stack::deployed_parameters(&cfn, "no-such-stack")
+            .await
+            .unwrap(),
+        vec![],
+        "a first deploy starts from the template's defaults"
+    );
     let outputs: HashMap<String, String> = stack
         .outputs()
         .iter()
