@@ -119,14 +119,27 @@ pub async fn show(ctx: &Context, key: &str) -> Result<ArchiveEnvelope, CliError>
     })
 }
 
-/// Whether an archived message may be restored: first sent within the consumer's
-/// idempotency window (`IDEMPOTENCY_WINDOW_SECONDS`, the order records' lifetime). A restore
-/// starts a fresh TTL and a fresh window, so the consumer could not tell that an older one's
-/// order record may be gone: it would run the order again. `Err` says why not.
+/// What a restore is checked against: the consumer's idempotency window and the redriver's TTL
+/// (their `IDEMPOTENCY_WINDOW_SECONDS` and `ARCHIVE_AFTER_SECONDS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoreWindow {
+    /// `IDEMPOTENCY_WINDOW_SECONDS`.
+    pub window: Duration,
+    /// `ARCHIVE_AFTER_SECONDS`.
+    pub ttl: Duration,
+}
+
+/// Whether an archived message may be restored: its whole life, from its first send to the
+/// latest its restored copy could still run (`life_after`: the main queue's retention and the
+/// redriver's TTL, counted afresh from the restore), within the consumer's idempotency window
+/// (`IDEMPOTENCY_WINDOW_SECONDS`, the order records' lifetime). A restore starts a fresh TTL and
+/// a fresh window, so the consumer could not tell that an older one's order record may be
+/// gone: it would run the order again. `Err` says why not.
 pub fn within_idempotency_window(
     envelope: &ArchiveEnvelope,
     now_ms: u64,
     window: Duration,
+    life_after: Duration,
 ) -> Result<(), String> {
     let original = &envelope.original_message;
     let sent = envelope.metadata.first_sent_at.or_else(|| {
@@ -142,11 +155,13 @@ pub fn within_idempotency_window(
         );
     };
     let age = Duration::from_millis(now_ms.saturating_sub(sent));
-    if age > window {
+    if age + life_after > window {
         return Err(format!(
-            "was first sent {} days ago, past the idempotency window of {} days (IDEMPOTENCY_WINDOW_SECONDS={})",
-            age.as_secs() / 86_400,
-            window.as_secs() / 86_400,
+            "was first sent {:.1} days ago; restored, it could still run {:.1} days from now (the main queue's retention and the TTL), {:.1} days after its first send, past the idempotency window of {:.1} days (IDEMPOTENCY_WINDOW_SECONDS={})",
+            age.as_secs_f64() / 86_400.0,
+            life_after.as_secs_f64() / 86_400.0,
+            (age + life_after).as_secs_f64() / 86_400.0,
+            window.as_secs_f64() / 86_400.0,
             window.as_secs()
         ));
     }
@@ -163,18 +178,25 @@ pub async fn restore(
     ctx: &Context,
     key: &str,
     dry_run: bool,
-    window: Option<Duration>,
+    window: Option<RestoreWindow>,
 ) -> Result<Option<String>, CliError> {
     let queue_url = ctx.main_queue()?;
     let envelope = show(ctx, key).await?;
-    if let Some(window) = window {
+    if let Some(w) = window {
         let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
-        within_idempotency_window(&envelope, now_ms, window).map_err(|why| {
-            CliError::PastIdempotencyWindow {
+        let retention = resq::source::read_limits(&ctx.sqs, queue_url)
+            .await
+            .map_err(|source| CliError::Aws {
+                what: format!("reading the retention of {queue_url}"),
+                source,
+            })?
+            .retention;
+        within_idempotency_window(&envelope, now_ms, w.window, w.ttl + retention).map_err(
+            |why| CliError::PastIdempotencyWindow {
                 key: key.to_owned(),
                 why,
-            }
-        })?;
+            },
+        )?;
     }
     let mut attrs = envelope.original_message.message_attributes.clone();
     for name in [
@@ -251,23 +273,21 @@ mod tests {
         let day = 86_400_000;
         let now = 100 * day;
         let window = Duration::from_secs(90 * 86_400);
-        // on both sides of the edge
-        assert!(within_idempotency_window(&entry(Some(now - 90 * day), None), now, window).is_ok());
-        let past = within_idempotency_window(&entry(Some(now - 90 * day - 1), None), now, window)
-            .unwrap_err();
+        // restored, a copy may run up to 5 days later (4 days' retention, a day's TTL)
+        let life = Duration::from_secs(5 * 86_400);
+        let check = |e: &ArchiveEnvelope| within_idempotency_window(e, now, window, life);
+        // on both sides of the edge: first sent 85 days ago, the copy's life ends at 90
+        assert!(check(&entry(Some(now - 85 * day), None)).is_ok());
+        let past = check(&entry(Some(now - 85 * day - 1), None)).unwrap_err();
         assert!(
-            past.contains("past the idempotency window of 90 days"),
+            past.contains("past the idempotency window of 90.0 days"),
             "{past}"
         );
         // the send time from the message when the metadata has none
-        let sent = (now - 91 * day).to_string();
-        assert!(within_idempotency_window(&entry(None, Some(&sent)), now, window).is_err());
-        assert!(
-            within_idempotency_window(&entry(None, Some(&(now - day).to_string())), now, window)
-                .is_ok()
-        );
+        assert!(check(&entry(None, Some(&(now - 86 * day).to_string()))).is_err());
+        assert!(check(&entry(None, Some(&(now - day).to_string()))).is_ok());
         // unknown: refused, saying so
-        let unknown = within_idempotency_window(&entry(None, None), now, window).unwrap_err();
+        let unknown = check(&entry(None, None)).unwrap_err();
         assert!(unknown.contains("no first send time"), "{unknown}");
     }
 }

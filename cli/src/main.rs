@@ -220,6 +220,10 @@ enum ArchiveCommand {
         /// order could run again.
         #[arg(long, env = "IDEMPOTENCY_WINDOW_SECONDS", default_value_t = resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS)]
         idempotency_window_seconds: u64,
+        /// The redriver's TTL in seconds (its ARCHIVE_AFTER_SECONDS): with the main queue's
+        /// retention, how long a restored copy may still run.
+        #[arg(long, env = "ARCHIVE_AFTER_SECONDS", default_value_t = resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS)]
+        archive_after_seconds: u64,
         /// Restore even past the idempotency window.
         #[arg(long)]
         force: bool,
@@ -419,9 +423,13 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             keys,
             dry_run,
             idempotency_window_seconds,
+            archive_after_seconds,
             force,
         }) => {
-            let window = (!force).then(|| Duration::from_secs(idempotency_window_seconds));
+            let window = (!force).then(|| archive::RestoreWindow {
+                window: Duration::from_secs(idempotency_window_seconds),
+                ttl: Duration::from_secs(archive_after_seconds),
+            });
             for key in keys {
                 let id = archive::restore(&ctx, &key, dry_run, window).await?;
                 print!("{}", render::restored(&key, id.as_deref(), json));

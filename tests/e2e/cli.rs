@@ -12,8 +12,11 @@ use resq_e2e::{Stack, StackOptions};
 
 use crate::helpers::*;
 
-/// The consumer's default idempotency window (90 days).
-const WINDOW: Duration = Duration::from_secs(resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS);
+/// The consumer's default idempotency window (90 days) and the redriver's TTL (a day).
+const WINDOW: archive::RestoreWindow = archive::RestoreWindow {
+    window: Duration::from_secs(resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
+    ttl: Duration::from_secs(resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
+};
 
 async fn context(stack: &Stack) -> Context {
     let endpoint = Endpoint {
@@ -405,8 +408,13 @@ async fn archive_ls_show_and_restore() {
         (0, 0),
         "a dry run sends nothing"
     );
-    // past a one-day idempotency window (it was first sent two days ago): refused, saying why
-    let refused = archive::restore(&ctx, &capped[0], false, Some(Duration::from_secs(86_400)))
+    // past a four-day idempotency window (it was first sent two days ago, and restored it
+    // could run for the queue's retention and the TTL): refused, saying why
+    let four_days = archive::RestoreWindow {
+        window: Duration::from_secs(4 * 86_400),
+        ..WINDOW
+    };
+    let refused = archive::restore(&ctx, &capped[0], false, Some(four_days))
         .await
         .unwrap_err();
     assert!(
