@@ -15,4 +15,5 @@ mod redriver;
 mod security;
 mod soak;
 mod template;
+mod third_party;
 mod workspace;
