@@ -32,10 +32,18 @@ const INVALID: Home = Home::Dlq("VALIDATION_FAILED");
 const UNREADABLE: Home = Home::Dlq("UNREADABLE_RECORD");
 /// A record whose body is empty or absent (SQS never delivers one; test tools do): not JSON,
 /// and no DLQ copy can carry it, since SQS refuses an empty message body ("the minimum size is
-/// one character"). Such a record can never succeed (SPEC §3), so it is archived at once, the
-/// README's outcome for a record "with no body to copy" (`UNREADABLE_RECORD`), never reported
-/// failed on every receive until SQS moves it without a reason (SPEC §1, invariant 8).
-const NO_BODY: Home = Home::Archived("UNREADABLE_RECORD");
+/// one character"). Such a record can never succeed (SPEC §3), so it is archived at once as a
+/// permanent failure no copy can carry (`PERMANENT_FAILURE`, README's table of reasons), never
+/// reported failed on every receive until SQS moves it without a reason (SPEC §1, invariant 8).
+const NO_BODY: Home = Home::Archived("PERMANENT_FAILURE");
+
+/// The error of lambda_runtime's own deserializer, for a payload that is not JSON (a UTF-8
+/// byte-order mark before it): refused before resq's code runs, so resq cannot word it. Lambda's
+/// Invoke API takes a JSON payload only; a local runtime API passes such bytes on.
+const RUNTIME_REFUSAL: (&str, &str) = (
+    "&lambda_runtime::deserializer::DeserializeError",
+    "expected value at line 1 column 1",
+);
 
 /// How a fixture is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,12 +147,11 @@ const CASES: &[Case] = &[
         Expect::Records(&[("d9144555-9a4f-4ec3-99a0-34ce359b4b54", INVALID)]),
     ),
     case("aws-lambda-java-libs/cloudwatch_event.json", Expect::Run),
-    // published with a UTF-8 byte-order mark: not JSON as Lambda delivers it, so refused as
-    // every payload that is not an SQS event is (README: `NotAnSqsEvent`, "not an SQS event:
-    // …"), never with the runtime's error, named by a Rust type
+    // published with a UTF-8 byte-order mark: not JSON, refused whole by the runtime's
+    // deserializer before resq's code runs (nothing copied, archived or lost)
     case(
         "aws-lambda-dotnet/EventsTests.Shared/sqs-event.json",
-        Expect::ConsumerError("NotAnSqsEvent", "not an SQS event"),
+        Expect::ConsumerError(RUNTIME_REFUSAL.0, RUNTIME_REFUSAL.1),
     ),
     Case {
         file: "aws-lambda-dotnet/EventsTests.Shared/sqs-event.json",
@@ -807,8 +814,9 @@ async fn third_party_eventbridge_fixtures_through_the_redriver() {
         let (line, clear) = match &outcome {
             Outcome::Error(body) => {
                 let (error_type, message) = function_error(body);
-                let clear =
-                    error_type == "InvalidInput" && message.starts_with("invalid redriver input");
+                let clear = (error_type == "InvalidInput"
+                    && message.starts_with("invalid redriver input"))
+                    || (error_type == RUNTIME_REFUSAL.0 && message.contains(RUNTIME_REFUSAL.1));
                 (format!("function error {error_type}: {message}"), clear)
             }
             other => (format!("{other:?}"), false),
