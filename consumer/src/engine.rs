@@ -1061,6 +1061,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_order_with_a_number_no_float_holds_is_recorded_as_written() {
+        // GIVEN an order with an extra field holding 1e400 (valid JSON, more than an f64)
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        let consumer = Consumer::new(
+            RecordOrder::new(&store),
+            &queues,
+            &store,
+            config("http://127.0.0.1/1/dlq"),
+        );
+        let body = r#"{"orderId":"o-big","userId":"u1","items":[{"productId":"p1","quantity":1}],"weight":1e400}"#;
+        let report = consumer
+            .process(
+                json!({"Records": [record("big", body, None, None)]}),
+                later(),
+            )
+            .await
+            .unwrap();
+        // THEN it is recorded, the order byte for byte (not a panic, retried to the cap)
+        assert_eq!(report.outcomes, vec![Outcome::Processed]);
+        let stored = String::from_utf8(store.objects()["orders/o-big.json"].clone()).unwrap();
+        assert!(stored.contains(body), "{stored}");
+        // AND its redelivery is the same order
+        let again = consumer
+            .process(
+                json!({"Records": [record("big-2", body, None, None)]}),
+                later(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(again.outcomes, vec![Outcome::Processed]);
+    }
+
+    #[tokio::test]
     async fn a_different_order_under_a_recorded_order_id_is_a_conflict_and_the_same_one_is_done() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
         let consumer = Consumer::new(

@@ -10,7 +10,6 @@ use std::future::Future;
 
 use resq::reason::FailureReason;
 use resq::store::{ObjectStore, PutOutcome};
-use serde_json::json;
 
 use crate::order::{Order, parse_order};
 
@@ -191,11 +190,20 @@ impl<S: ObjectStore> RecordOrder<S> {
 
 impl<S: ObjectStore> OrderHandler for RecordOrder<S> {
     async fn handle(&self, order: &Order, meta: &RecordMeta<'_>) -> Result<(), HandlerError> {
-        let record = json!({
-            "order": order.document,
-            "messageId": meta.message_id,
-            "recordedAt": resq::archive::timestamp(chrono::Utc::now()),
-        });
+        // the order as sent, byte for byte (a number no f64 holds, 1e400, stays as written:
+        // through a JSON tree it would not serialize)
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct OrderRecord<'a> {
+            order: &'a serde_json::value::RawValue,
+            message_id: &'a str,
+            recorded_at: String,
+        }
+        let record = OrderRecord {
+            order: &order.document,
+            message_id: meta.message_id,
+            recorded_at: resq::archive::timestamp(chrono::Utc::now()),
+        };
         let body = serde_json::to_vec(&record)
             .map_err(|e| HandlerError::transient("SERIALIZE_FAILED", e.to_string()))?;
         match self.store.put_if_absent(&order_key(order), body).await {
