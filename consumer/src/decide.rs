@@ -67,6 +67,7 @@ pub struct Horizon<'a> {
     pub deadline_ms: u64,
 }
 
+#[cfg(test)]
 impl Horizon<'_> {
     /// Now, with no limits known.
     pub fn now() -> Horizon<'static> {
@@ -96,10 +97,7 @@ pub fn held_back(record: &Record, config: &ConsumerConfig, now_ms: u64) -> Optio
     if let Some(reason) = over_cap(record, config) {
         return Some(Unrun::Archive(reason));
     }
-    let sent = attributes::first_sent_at(
-        &record.message_attributes,
-        record.sent_at.map(|t| t.to_string()).as_deref(),
-    )?;
+    let sent = attributes::first_sent_at_ms(&record.message_attributes, record.sent_at)?;
     let window = config.idempotency_window.as_millis() as u64;
     (now_ms.saturating_sub(sent) > window)
         .then_some(Unrun::Archive(ArchiveReason::IdempotencyWindow))
@@ -455,10 +453,7 @@ pub fn dead_letter_copy(
         (X_FAILURE_CLASS, AttributeValue::string(class)),
         (X_FAILURE_REASON, AttributeValue::string(reason)),
     ];
-    if let Some(sent) = attributes::first_sent_at(
-        &record.message_attributes,
-        record.sent_at.map(|t| t.to_string()).as_deref(),
-    ) {
+    if let Some(sent) = attributes::first_sent_at_ms(&record.message_attributes, record.sent_at) {
         set.push((X_FIRST_SENT_AT, AttributeValue::number(sent)));
     }
     let attributes = attributes::copy_attributes(&record.message_attributes, set)?;

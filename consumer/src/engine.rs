@@ -552,6 +552,24 @@ mod tests {
         }
     }
 
+    /// The engine over the doubles, with the [`Scripted`] handler and the DLQ `dlq`.
+    fn scripted<'a>(
+        queues: &'a MemorySqs,
+        store: &'a MemoryStore,
+        dlq: &str,
+    ) -> Consumer<Scripted, &'a MemorySqs, &'a MemoryStore> {
+        Consumer::new(Scripted, queues, store, config(dlq))
+    }
+
+    /// The engine over the doubles, with the reference handler recording into `store`.
+    fn recording<'a>(
+        queues: &'a MemorySqs,
+        store: &'a MemoryStore,
+        dlq: &str,
+    ) -> Consumer<RecordOrder<&'a MemoryStore>, &'a MemorySqs, &'a MemoryStore> {
+        Consumer::new(RecordOrder::new(store), queues, store, config(dlq))
+    }
+
     fn order(id: &str) -> String {
         json!({"orderId": id, "userId": "u1", "items": [{"productId": "p1", "quantity": 1}]})
             .to_string()
@@ -589,12 +607,7 @@ mod tests {
     async fn mixed_batch_gets_one_outcome_per_record() {
         // GIVEN a batch with one record of each kind
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(
-            Scripted,
-            &queues,
-            &store,
-            config("http://127.0.0.1/123456789012/dlq"),
-        );
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/123456789012/dlq");
         let event = json!({"Records": [
             record("ok", &order("o-1"), None, None),
             record("malformed", "{not json", None, None),
@@ -648,12 +661,7 @@ mod tests {
     #[tokio::test]
     async fn the_reference_handler_records_each_order_once() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(
-            RecordOrder::new(&store),
-            &queues,
-            &store,
-            config("http://127.0.0.1/1/dlq"),
-        );
+        let consumer = recording(&queues, &store, "http://127.0.0.1/1/dlq");
         let event = json!({"Records": [record("a", &order("o-1"), None, None), record("b", &order("o-1"), None, None)]});
         let report = consumer.process(event, later()).await.unwrap();
         assert_eq!(
@@ -668,7 +676,7 @@ mod tests {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
         store.set_failing(true);
         queues.fail_calls(Call::Send, true);
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let event = json!({"Records": [record("capped", &order("o-1"), Some("7"), None), record("bad", "nope", None, None)]});
         let report = consumer.process(event, later()).await.unwrap();
         assert_eq!(failed_ids(&report.response), vec!["capped", "bad"]);
@@ -684,7 +692,7 @@ mod tests {
     async fn visibility_failures_do_not_change_the_response() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
         queues.fail_calls(Call::ChangeVisibility, true);
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let event = json!({"Records": [record("t", &order("transient-1"), None, None), record("ok", &order("o-2"), None, None)]});
         let report = consumer.process(event, later()).await.unwrap();
         assert_eq!(failed_ids(&report.response), vec!["t"]);
@@ -693,7 +701,7 @@ mod tests {
     #[tokio::test]
     async fn too_many_attributes_for_a_dlq_copy_means_archive() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let mut r = record("full", "{oops", None, None);
         for i in 0..9 {
             r["messageAttributes"][format!("a{i}")] =
@@ -724,12 +732,7 @@ mod tests {
         // GIVEN a FIFO batch where the second record cannot be read, its group included: it
         // could be of any group, so every record after it waits behind it
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(
-            Scripted,
-            &queues,
-            &store,
-            config("http://127.0.0.1/1/dlq.fifo"),
-        );
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq.fifo");
         let mut unknown = record("u", &order("u-1"), None, Some("A"));
         unknown["attributes"] = json!("not a map");
         let payload = json!({"Records": [
@@ -753,12 +756,7 @@ mod tests {
     #[tokio::test]
     async fn fifo_failure_blocks_only_the_rest_of_its_group() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(
-            Scripted,
-            &queues,
-            &store,
-            config("http://127.0.0.1/1/dlq.fifo"),
-        );
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq.fifo");
         let event = json!({"Records": [
             record("a1", &order("a-1"), None, Some("A")),
             record("b1", &order("transient-b1"), None, Some("B")),
@@ -789,12 +787,7 @@ mod tests {
         // refuses the copy
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
         queues.fail_calls(Call::Send, true);
-        let consumer = Consumer::new(
-            Scripted,
-            &queues,
-            &store,
-            config("http://127.0.0.1/1/dlq.fifo"),
-        );
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq.fifo");
         let event = json!({"Records": [
             record("a1", "{bad", None, Some("A")),
             record("a2", &order("a-2"), None, Some("A")),
@@ -811,12 +804,7 @@ mod tests {
     #[tokio::test]
     async fn no_state_survives_between_invocations() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(
-            Scripted,
-            &queues,
-            &store,
-            config("http://127.0.0.1/1/dlq.fifo"),
-        );
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq.fifo");
         let first = json!({"Records": [record("a1", &order("transient-a1"), None, Some("A"))]});
         assert_eq!(
             failed_ids(&consumer.process(first, later()).await.unwrap().response),
@@ -854,7 +842,7 @@ mod tests {
         // failures on their 4th, 5th and 6th receive (a replay, x-redrive-count 2, on its 5th)
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
         queues.set_limits(MAIN, Ok(main_limits(5)));
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let event = json!({"Records": [
             received(record("fourth", &order("transient-4"), None, None), 4),
             received(record("fifth", &order("transient-5"), Some("2"), None), 5),
@@ -903,7 +891,7 @@ mod tests {
             ..main_limits(100)
         };
         queues.set_limits(MAIN, Ok(limits));
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let sent = |minutes_ago: u64| (decide::epoch_ms() - minutes_ago * 60_000).to_string();
         let mut old = record("old", &order("transient-old"), None, None);
         old["attributes"]["SentTimestamp"] = json!(sent(57));
@@ -930,7 +918,7 @@ mod tests {
     async fn limits_that_cannot_be_read_leave_failures_to_sqs_and_are_asked_again_later() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
         queues.set_limits(MAIN, Err("not allowed".into()));
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let event =
             json!({"Records": [received(record("m", &order("transient-m"), None, None), 9)]});
         let report = consumer.process(event.clone(), later()).await.unwrap();
@@ -986,7 +974,7 @@ mod tests {
     async fn backoff_goes_to_the_queue_the_record_came_from() {
         // GIVEN a second event source: a queue other than MAIN_QUEUE_URL
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let mut other = record("o", &order("transient-o"), None, None);
         other["eventSourceARN"] = json!("arn:aws:sqs:us-east-1:123456789012:priority-orders");
         let report = consumer
@@ -1011,12 +999,7 @@ mod tests {
     #[tokio::test]
     async fn an_event_from_the_dlq_is_refused() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(
-            Scripted,
-            &queues,
-            &store,
-            config("http://127.0.0.1/123456789012/dlq"),
-        );
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/123456789012/dlq");
         let mut looped = record("l", "{not json", None, None);
         looped["eventSourceARN"] = json!("arn:aws:sqs:us-east-1:123456789012:dlq");
         let err = consumer
@@ -1064,12 +1047,7 @@ mod tests {
     async fn an_order_with_a_number_no_float_holds_is_recorded_as_written() {
         // GIVEN an order with an extra field holding 1e400 (valid JSON, more than an f64)
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(
-            RecordOrder::new(&store),
-            &queues,
-            &store,
-            config("http://127.0.0.1/1/dlq"),
-        );
+        let consumer = recording(&queues, &store, "http://127.0.0.1/1/dlq");
         let body = r#"{"orderId":"o-big","userId":"u1","items":[{"productId":"p1","quantity":1}],"weight":1e400}"#;
         let report = consumer
             .process(
@@ -1096,12 +1074,7 @@ mod tests {
     #[tokio::test]
     async fn a_different_order_under_a_recorded_order_id_is_a_conflict_and_the_same_one_is_done() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(
-            RecordOrder::new(&store),
-            &queues,
-            &store,
-            config("http://127.0.0.1/1/dlq"),
-        );
+        let consumer = recording(&queues, &store, "http://127.0.0.1/1/dlq");
         let body = |user: &str, items: Value| {
             json!({"orderId": "o-1", "userId": user, "items": items}).to_string()
         };
@@ -1184,7 +1157,7 @@ mod tests {
     #[tokio::test]
     async fn deadline_already_inside_the_margin_starts_nothing() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let event = json!({"Records": [record("a", &order("o-1"), None, None), record("b", "{bad", None, None)]});
         let report = consumer
             .process(event, Instant::now() + Duration::from_millis(50))
@@ -1197,7 +1170,7 @@ mod tests {
     #[tokio::test]
     async fn a_hanging_handler_is_abandoned_at_the_margin() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let deadline = Instant::now() + Duration::from_millis(600);
         let event = json!({"Records": [record("hang", &order("hang-1"), None, None), record("ok", &order("o-2"), None, None)]});
         let report = consumer.process(event, deadline).await.unwrap();
@@ -1216,7 +1189,7 @@ mod tests {
         // GIVEN the cap is 3: a copy carrying 3 is the last real replay, 4 cannot come from
         // the redriver
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let event = json!({"Records": [
             record("last", &order("o-1"), Some("3"), None),
             record("past", &order("o-2"), Some("4"), None),
@@ -1292,7 +1265,7 @@ mod tests {
     #[tokio::test]
     async fn a_failing_replay_is_counted_once_the_moment_it_fails() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let mut first = record("r1", &order("transient-1"), Some("1"), None);
         first["attributes"]["ApproximateReceiveCount"] = json!("1");
         let mut permanent = record("r2", &order("permanent-2"), Some("2"), None);
@@ -1316,7 +1289,7 @@ mod tests {
     #[tokio::test]
     async fn an_empty_failure_reason_from_a_handler_still_reaches_the_dlq() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let event = json!({"Records": [record("n", &order("nocode-1"), None, None)]});
         let report = consumer.process(event, later()).await.unwrap();
         assert_eq!(
@@ -1337,7 +1310,7 @@ mod tests {
         // Powertools' sqsEvent.json), one whose body is a JSON object, not a string
         let (logs, _guard) = resq::testing::CapturedLogs::start();
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let mut bad = record("bad", &order("o-1"), Some("1"), None);
         bad["messageAttributes"]["blob"] =
             json!({"dataType": "Binary", "binaryValue": "not base64!"});
@@ -1394,7 +1367,7 @@ mod tests {
         // GIVEN hand-made records (SQS never delivers them) with an empty body and with none:
         // SQS refuses a DLQ copy without a body, so a copy would fail on every receive
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let mut none = record("none", "", None, None);
         none.as_object_mut().unwrap().remove("body");
         let report = consumer
@@ -1419,7 +1392,7 @@ mod tests {
     async fn an_unreadable_record_without_a_body_is_archived_whole() {
         // GIVEN a record whose body is a list and whose attributes would overflow a copy
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let mut bad = record("nobody", "", None, None);
         bad.as_object_mut().unwrap().remove("body");
         bad["messageAttributes"]["blob"] = json!({"dataType": "Binary", "binaryValue": "%%"});
@@ -1451,7 +1424,7 @@ mod tests {
         // with a 2 s budget (margin 200 ms)
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
         queues.set_delay(Duration::from_secs(3));
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let mut records: Vec<Value> = (0..30)
             .map(|i| {
                 record(
@@ -1487,7 +1460,7 @@ mod tests {
     #[tokio::test]
     async fn dead_letters_go_out_in_batches_of_ten() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let records: Vec<Value> = (0..23)
             .map(|i| record(&format!("p{i}"), "{bad", None, None))
             .collect();
@@ -1505,7 +1478,7 @@ mod tests {
         // GIVEN the JSON log format the functions use in Lambda
         let (logs, _guard) = resq::testing::CapturedLogs::start();
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-        let consumer = Consumer::new(Scripted, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
         let event = json!({"Records": [record("m-7", &order("transient-7"), None, None)]});
         // WHEN a record fails
         consumer.process(event, later()).await.unwrap();
@@ -1522,12 +1495,7 @@ mod tests {
         // GIVEN SQS takes every DLQ copy but two
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
         queues.fail_sends(|m| m.body == "{broken-1" || m.body == "{broken-11");
-        let consumer = Consumer::new(
-            RecordOrder::new(&store),
-            &queues,
-            &store,
-            config("http://127.0.0.1/1/dlq"),
-        );
+        let consumer = recording(&queues, &store, "http://127.0.0.1/1/dlq");
         // WHEN twelve malformed records arrive (two SendMessageBatch calls: 10 + 2)
         let records: Vec<Value> = (0..12)
             .map(|i| record(&format!("m{i}"), &format!("{{broken-{i}"), None, None))

@@ -205,11 +205,18 @@ pub fn cap_on_replay(count: RedriveCount, max_redrive_attempts: u32) -> Option<A
 /// the copy's `SentTimestamp`. The earlier one, so that a TTL counted from it always ends before
 /// the copy's own retention does, whatever a producer wrote into the attribute.
 pub fn first_sent_at(attrs: &MessageAttributes, sent_timestamp: Option<&str>) -> Option<u64> {
+    first_sent_at_ms(
+        attrs,
+        sent_timestamp.and_then(|s| s.trim().parse::<u64>().ok()),
+    )
+}
+
+/// [`first_sent_at`] with the copy's `SentTimestamp` already read as epoch millis.
+pub fn first_sent_at_ms(attrs: &MessageAttributes, sent: Option<u64>) -> Option<u64> {
     let carried = attrs
         .get(X_FIRST_SENT_AT)
         .and_then(|v| v.string_value.as_deref())
         .and_then(|s| s.trim().parse::<u64>().ok());
-    let sent = sent_timestamp.and_then(|s| s.trim().parse::<u64>().ok());
     match (carried, sent) {
         (Some(c), Some(s)) => Some(c.min(s)),
         (c, s) => c.or(s),

@@ -380,36 +380,7 @@ fn function_error(body: &str) -> (String, String) {
 
 /// `account:name` of an SQS ARN.
 fn queue_of(arn: &str) -> Option<String> {
-    let parts: Vec<&str> = arn.split(':').collect();
-    (parts.len() == 6 && parts[2] == "sqs").then(|| format!("{}:{}", parts[4], parts[5]))
-}
-
-async fn keys(stack: &Stack, bucket: &str, prefix: &str) -> Vec<String> {
-    let out = stack
-        .s3
-        .list_objects_v2()
-        .bucket(bucket)
-        .prefix(prefix)
-        .send()
-        .await
-        .expect("list objects");
-    out.contents()
-        .iter()
-        .filter_map(|o| o.key().map(str::to_owned))
-        .collect()
-}
-
-async fn object(stack: &Stack, bucket: &str, key: &str) -> Value {
-    let out = stack
-        .s3
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .send()
-        .await
-        .expect("get object");
-    let bytes = out.body.collect().await.expect("read object").into_bytes();
-    serde_json::from_slice(&bytes).expect("object is JSON")
+    resq::source::QueueArn::parse(arn).map(|q| format!("{}:{}", q.account, q.name))
 }
 
 /// Every message in the DLQ now, received and deleted (so the next fixture starts from an
@@ -551,7 +522,7 @@ async fn consumer_run(stack: &Stack, window: Window) -> Vec<String> {
                     ));
                 }
                 let copied = take_dlq(stack).await.len();
-                let archived = keys(stack, &bucket, "archive/").await;
+                let archived = stack.keys_in(&bucket, "archive/").await;
                 if copied != 0 || !archived.is_empty() {
                     wrong.push(format!(
                         "{copied} DLQ copies and archive entries {archived:?} of a refused event"
@@ -597,8 +568,8 @@ async fn settle_check(
     wrong: &mut Vec<String>,
 ) -> String {
     let copies = take_dlq(stack).await;
-    let archived = keys(stack, bucket, "archive/").await;
-    let orders = keys(stack, bucket, "orders/").await;
+    let archived = stack.keys_in(bucket, "archive/").await;
+    let orders = stack.keys_in(bucket, "orders/").await;
     if !orders.is_empty() {
         wrong.push(format!("recorded as orders: {orders:?}"));
     }
@@ -647,7 +618,7 @@ async fn settle_check(
                     }
                     Some(key) => {
                         per_record.entry(id).or_insert(format!("archived {reason}"));
-                        let entry = object(stack, bucket, key).await;
+                        let entry = stack.json_object_in(bucket, key).await;
                         if entry["metadata"]["reason"] != json!(reason) {
                             wrong.push(format!(
                                 "{key}: metadata.reason {}",

@@ -220,10 +220,15 @@ impl Stack {
 
     /// Keys in the bucket under `prefix`.
     pub async fn keys(&self, prefix: &str) -> Vec<String> {
+        self.keys_in(&self.bucket, prefix).await
+    }
+
+    /// The keys under `prefix` in `bucket` (one of the test's own).
+    pub async fn keys_in(&self, bucket: &str, prefix: &str) -> Vec<String> {
         let out = self
             .s3
             .list_objects_v2()
-            .bucket(&self.bucket)
+            .bucket(bucket)
             .prefix(prefix)
             .send()
             .await
@@ -236,10 +241,15 @@ impl Stack {
 
     /// An object's body as JSON.
     pub async fn json_object(&self, key: &str) -> serde_json::Value {
+        self.json_object_in(&self.bucket, key).await
+    }
+
+    /// The JSON object at `key` in `bucket` (one of the test's own).
+    pub async fn json_object_in(&self, bucket: &str, key: &str) -> serde_json::Value {
         let out = self
             .s3
             .get_object()
-            .bucket(&self.bucket)
+            .bucket(bucket)
             .key(key)
             .send()
             .await
