@@ -168,10 +168,12 @@ pub async fn consumer_io(
     quiet_json_logs();
     let raw = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let concurrency = bench_config(concurrency)?.concurrency;
+    let setting = bench_config(concurrency)?.concurrency;
     let queues = MemorySqs::default();
-    let engine = engine(SleepEffect(latency), &queues, Some(concurrency))?;
+    let engine = engine(SleepEffect(latency), &queues, concurrency)?;
     let invocation = SqsInvocation::from_json(&raw).map_err(|e| format!("event: {e}"))?;
+    // the limit the batch starts with (nothing throttles here: it stays there)
+    let concurrency = setting.initial(invocation.0.len());
     let started = Instant::now();
     let report = engine
         .handle(invocation, Instant::now() + Duration::from_secs(900))

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::CliError;
+use resq::concurrency::Concurrency;
 
 /// The template's `Parameters` that the rules read.
 pub mod names {
@@ -59,8 +60,6 @@ const LONGEST_BACKOFF_SECONDS: f64 = resq::backoff::MAX_VISIBILITY_TIMEOUT.as_se
 pub const VISIBILITY_PER_TIMEOUT: f64 = 6.0;
 /// The period of the replays-failing alarm, in seconds (its threshold counts per period).
 pub const ALARM_PERIOD_SECONDS: f64 = 60.0;
-/// `CONSUMER_CONCURRENCY=auto` runs as many records at once as the batch has, up to this.
-pub const AUTO_CONCURRENCY_MAX: f64 = 64.0;
 /// The per-record time assumed when none is given (`--record-ms`).
 pub const DEFAULT_RECORD_MS: u64 = 100;
 
@@ -589,15 +588,6 @@ fn refused(p: &Parameter, value: Option<&str>) -> Option<String> {
     None
 }
 
-/// `ConsumerConcurrency`: a number, or `auto` (min(batch, 64)).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Concurrency {
-    /// As many as the batch has records, up to [`AUTO_CONCURRENCY_MAX`].
-    Auto,
-    /// This many.
-    Fixed(f64),
-}
-
 /// The values the rules read, as numbers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -667,8 +657,9 @@ impl Settings {
             consumer_timeout: num(CONSUMER_TIMEOUT)?,
             batching_window_seconds: num(CONSUMER_BATCHING_WINDOW_SECONDS)?,
             batch_size: num(CONSUMER_BATCH_SIZE)?,
-            concurrency: auto_or(CONSUMER_CONCURRENCY)?
-                .map_or(Concurrency::Auto, Concurrency::Fixed),
+            concurrency: text(CONSUMER_CONCURRENCY)?.parse().map_err(|e| {
+                StackError::Unusable(format!("{CONSUMER_CONCURRENCY}: expected {e}"))
+            })?,
             deadline_margin_ms: num(DEADLINE_MARGIN_MS)?,
             orders_retention_seconds: num(ORDERS_RETENTION_SECONDS)?,
             archive_after_seconds: num(ARCHIVE_AFTER_SECONDS)?,
@@ -1053,12 +1044,11 @@ fn batch_deadline(s: &Settings, a: &Assumptions) -> Vec<Verdict> {
             figure(timeout_ms)
         ),
     };
-    let (concurrency, concurrency_text) = match s.concurrency {
-        Concurrency::Fixed(n) => (n.max(1.0), format!("ConsumerConcurrency {}", figure(n))),
-        Concurrency::Auto => {
-            let n = s.batch_size.clamp(1.0, AUTO_CONCURRENCY_MAX);
-            (n, format!("ConsumerConcurrency auto = {}", figure(n)))
-        }
+    // the limit a full batch starts with (under auto, a throttling downstream lowers it)
+    let concurrency = s.concurrency.initial(s.batch_size.max(1.0) as usize) as f64;
+    let concurrency_text = match s.concurrency {
+        Concurrency::Fixed(_) => format!("ConsumerConcurrency {}", figure(concurrency)),
+        Concurrency::Auto => format!("ConsumerConcurrency auto = {}", figure(concurrency)),
     };
     let rounds = (s.batch_size / concurrency).ceil();
     let needed = rounds * a.record_ms as f64;
@@ -2184,9 +2174,12 @@ CreateOrdersTopic = true
         assert_eq!(refused(&[(REDRIVER_SCHEDULE, "every 5 minutes")]).len(), 1);
         assert_eq!(refused(&[("LogRetentionDays", "30")]), vec![]);
         assert_eq!(refused(&[("LogRetentionDays", "31")]).len(), 1);
-        // ConsumerConcurrency is a Number: auto is CloudFormation's to refuse, until it
-        // accepts it
-        assert_eq!(refused(&[(CONSUMER_CONCURRENCY, "auto")]).len(), 1);
+        // ConsumerConcurrency: auto or 1 to 1000
+        assert_eq!(refused(&[(CONSUMER_CONCURRENCY, "auto")]), vec![]);
+        assert_eq!(refused(&[(CONSUMER_CONCURRENCY, "1000")]), vec![]);
+        for bad in ["0", "1001", "Auto", "ten"] {
+            assert_eq!(refused(&[(CONSUMER_CONCURRENCY, bad)]).len(), 1, "{bad}");
+        }
         // a refused set is not evaluated
         let report = Report::new(
             &t,

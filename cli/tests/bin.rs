@@ -529,7 +529,7 @@ fn stack_check_passes_the_templates_defaults() {
         "ok        retry horizon: MaxReceiveCount 5 × 301 s (BackoffMaxSeconds 300 s + ConsumerBatchingWindowSeconds 1 s) = 1,505 s ≤ OrdersRetentionSeconds 345,600 s",
         "ok        order-record lifetime: OrderRecordRetentionDays 90 = 7,776,000 s ≥ ArchiveAfterSeconds 86,400 s + OrdersRetentionSeconds 345,600 s = 432,000 s",
         "ok        replay rate: RedriveRatePerSecond 10 × 60 s = 600 replays a period > ReplaysFailingThreshold 10",
-        "ok        batch before the deadline: ⌈ConsumerBatchSize 10 ÷ ConsumerConcurrency 10⌉ = 1 round × 100 ms a record (assumed: --record-ms)",
+        "ok        batch before the deadline: ⌈ConsumerBatchSize 10 ÷ ConsumerConcurrency auto = 10⌉ = 1 round × 100 ms a record (assumed: --record-ms)",
     ] {
         assert!(out.contains(line), "{line}\n{out}");
     }

@@ -14,7 +14,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, StreamExt, stream};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use resq::concurrency::{Limit, Throttling};
 use resq::config::ConsumerConfig;
 use resq::metrics::{self, Metrics};
 use resq::settle::{Action, Confirmation, QueueUrl, Settler};
@@ -73,6 +75,9 @@ pub struct Consumer<H, Q, S> {
     function_name: String,
     /// The source queues' limits, by URL: the only state kept between invocations.
     limits: Mutex<HashMap<QueueUrl, Known>>,
+    /// The downstream's answers, as the HTTPS client counts them (nothing counts into it
+    /// unless [`Consumer::with_throttling`] shares the client's).
+    throttling: Throttling,
 }
 
 /// A record once it ran: its fate, the action still to carry it out, what became of an action
@@ -87,14 +92,22 @@ pub(crate) struct Settling {
 impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     /// A consumer over its ports: the handler, SQS and the archive bucket.
     pub fn new(handler: H, queues: Q, store: S, config: ConsumerConfig) -> Self {
-        let in_flight = config.concurrency.max(CALLS_IN_FLIGHT);
+        let in_flight = config.concurrency.cap().max(CALLS_IN_FLIGHT);
         Self {
             handler,
             settler: Settler::new(queues, store, ARCHIVED_BY).with_calls_in_flight(in_flight),
             config,
             function_name: Metrics::function_name_from_env(ARCHIVED_BY),
             limits: Mutex::new(HashMap::new()),
+            throttling: Throttling::default(),
         }
+    }
+
+    /// The same consumer, its limit following the throttling counted in `throttling` (the
+    /// HTTPS client's: [`resq::aws::Downstream`]).
+    pub fn with_throttling(mut self, throttling: Throttling) -> Self {
+        self.throttling = throttling;
+        self
     }
 
     /// Handles one invocation: runs its records, settles what was decided, and answers with
@@ -126,7 +139,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             .collect();
         let fifo = event::is_fifo(&records);
         let lanes = decide::plan_lanes(&records, fifo);
-        let mut ran = self.run(&records, &horizons, &lanes, &phases, fifo).await;
+        let (mut ran, limit) = self.run(&records, &horizons, &lanes, &phases, fifo).await;
         let outcomes = self.settle(&mut ran, phases.settle_by).await;
         let queues: Vec<&QueueUrl> = of_record.iter().map(|&s| &sources[s].url).collect();
         self.back_off(
@@ -147,6 +160,8 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             dead_lettered = m.get(metrics::DEAD_LETTERED),
             archived = m.get(metrics::ARCHIVED),
             replays_failed = m.get(metrics::REDRIVE_RETURNED),
+            concurrency_lowest = limit.lowest(),
+            throttles = limit.throttles(),
             "batch done"
         );
         Ok(report)
@@ -248,7 +263,9 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         self.limits.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs every lane, up to `CONSUMER_CONCURRENCY` at once.
+    /// Runs every lane, in their order, as many at once as the invocation's [`Limit`] allows
+    /// (`CONSUMER_CONCURRENCY`: under `auto` it follows the downstream's throttling, read
+    /// each time a lane ends); returns what ran and the limit as it ended.
     async fn run(
         &self,
         records: &[Record],
@@ -256,15 +273,29 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         lanes: &[Vec<usize>],
         phases: &Phases,
         fifo: bool,
-    ) -> Vec<Settling> {
-        let lanes = stream::iter(lanes)
-            .map(|lane| self.run_lane(records, horizons, lane, phases, fifo))
-            .buffer_unordered(self.config.concurrency)
-            .collect::<Vec<_>>()
-            .await;
-        let mut ran: Vec<(usize, Settling)> = lanes.into_iter().flatten().collect();
+    ) -> (Vec<Settling>, Limit) {
+        let mut limit = Limit::new(
+            self.config.concurrency,
+            records.len(),
+            self.throttling.seen(),
+            Instant::now(),
+        );
+        let mut waiting = lanes.iter();
+        let mut running = FuturesUnordered::new();
+        let mut ran: Vec<(usize, Settling)> = Vec::with_capacity(records.len());
+        loop {
+            while running.len() < limit.current() {
+                let Some(lane) = waiting.next() else { break };
+                running.push(self.run_lane(records, horizons, lane, phases, fifo));
+            }
+            let Some(done) = running.next().await else {
+                break;
+            };
+            ran.extend(done);
+            limit.observe(self.throttling.seen(), Instant::now());
+        }
         ran.sort_by_key(|(i, _)| *i);
-        ran.into_iter().map(|(_, s)| s).collect()
+        (ran.into_iter().map(|(_, s)| s).collect(), limit)
     }
 
     /// One lane, in order. In a FIFO lane a DLQ copy or archive entry is settled at once,
@@ -464,6 +495,7 @@ mod tests {
     use crate::order::Order;
     use aws_lambda_events::event::sqs::SqsBatchResponse;
     use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON};
+    use resq::concurrency::Concurrency;
     use resq::config::CommonConfig;
     use resq::reason::ArchiveReason;
     use resq::sqs::OutgoingMessage;
@@ -545,7 +577,7 @@ mod tests {
                 max_redrive_attempts: 3,
                 deadline_margin: Duration::from_millis(200),
             },
-            concurrency: 4,
+            concurrency: Concurrency::Fixed(4),
             backoff: resq::backoff::Backoff::default(),
             // the fixtures were sent in 2023: a window that holds them
             idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),
@@ -929,12 +961,118 @@ mod tests {
         assert_eq!(queues.limits_read(), 1);
     }
 
+    /// An effect that waits 10–59 ms and counts how many records were in flight as each started;
+    /// its first `throttle_first` calls are throttled (counted into `throttling` as resq's
+    /// HTTPS client counts a 503 `SlowDown`), the rest go through.
+    #[derive(Clone, Default)]
+    struct Downstream(Arc<DownstreamState>);
+
+    #[derive(Default)]
+    struct DownstreamState {
+        throttling: Throttling,
+        throttle_first: usize,
+        calls: std::sync::atomic::AtomicUsize,
+        in_flight: std::sync::atomic::AtomicUsize,
+        in_flight_at_start: Mutex<Vec<usize>>,
+    }
+
+    impl OrderHandler for Downstream {
+        async fn handle(&self, _: &Order, _: &RecordMeta<'_>) -> Result<(), HandlerError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let s = &self.0;
+            let now = s.in_flight.fetch_add(1, SeqCst) + 1;
+            s.in_flight_at_start.lock().unwrap().push(now);
+            let call = s.calls.fetch_add(1, SeqCst);
+            let sent = Instant::now();
+            // 10–59 ms, spread so that few calls end at the same tick
+            let wait = 10 + (call as u64 * 7919) % 50;
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            match call < s.throttle_first {
+                true => s.throttling.throttled(sent),
+                false => s.throttling.went_through(),
+            }
+            s.in_flight.fetch_sub(1, SeqCst);
+            Ok(())
+        }
+    }
+
+    /// Runs `records` orders through a consumer at `concurrency` over [`Downstream`]; returns
+    /// how many were in flight as each started, in the order they started.
+    async fn in_flight_at_starts(
+        concurrency: Concurrency,
+        records: usize,
+        throttle_first: usize,
+    ) -> Vec<usize> {
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        let effect = Downstream(Arc::new(DownstreamState {
+            throttle_first,
+            ..Default::default()
+        }));
+        let mut cfg = config("http://127.0.0.1/1/dlq");
+        cfg.concurrency = concurrency;
+        let consumer = Consumer::new(effect.clone(), &queues, &store, cfg)
+            .with_throttling(effect.0.throttling.clone());
+        let batch: Vec<Value> = (0..records)
+            .map(|i| record(&format!("m{i}"), &order(&format!("o-{i}")), None, None))
+            .collect();
+        let report = consumer
+            .process(json!({ "Records": batch }), later())
+            .await
+            .unwrap();
+        assert!(failed_ids(&report.response).is_empty());
+        let starts = effect.0.in_flight_at_start.lock().unwrap().clone();
+        assert_eq!(starts.len(), records);
+        starts
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn auto_runs_the_whole_batch_at_once_up_to_64_and_a_number_fixes_it() {
+        let most = |v: Vec<usize>| v.into_iter().max().unwrap();
+        assert_eq!(
+            most(in_flight_at_starts(Concurrency::Auto, 10, 0).await),
+            10
+        );
+        assert_eq!(
+            most(in_flight_at_starts(Concurrency::Auto, 200, 0).await),
+            64
+        );
+        assert_eq!(
+            most(in_flight_at_starts(Concurrency::Fixed(4), 200, 0).await),
+            4
+        );
+        assert_eq!(
+            most(in_flight_at_starts(Concurrency::Fixed(100), 200, 0).await),
+            100
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_downstream_halves_the_records_in_flight_and_calls_that_go_through_raise_them_again()
+     {
+        // GIVEN 600 records under auto, the first wave of 64 calls all throttled
+        let starts = in_flight_at_starts(Concurrency::Auto, 600, 64).await;
+        // THEN the first wave ran 64 at once
+        let most = |from: usize, to: usize| *starts[from..to].iter().max().unwrap();
+        assert_eq!(most(0, 64), 64);
+        // and the next wave 32 (halved once: the other 63 throttled calls of the first wave
+        // were sent before the halving, so they say nothing new)
+        assert_eq!(most(64, 96), 32);
+        // and as calls went through the limit rose one at a time: the last records ran more
+        // at once than 32, and never more than 64
+        let late = most(500, 600);
+        assert!(late > 32, "{late}");
+        assert_eq!(most(0, 600), 64);
+        // a fixed number does not move, throttled or not
+        let fixed = in_flight_at_starts(Concurrency::Fixed(20), 200, 200).await;
+        assert_eq!(fixed[20..].iter().max(), Some(&20));
+    }
+
     #[tokio::test]
     async fn records_nearest_their_last_receive_start_first() {
         // GIVEN one record at a time and a deadline that leaves room for about two
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
         let mut cfg = config("http://127.0.0.1/1/dlq");
-        cfg.concurrency = 1;
+        cfg.concurrency = Concurrency::Fixed(1);
         let consumer = Consumer::new(Scripted, &queues, &store, cfg);
         let event = json!({"Records": [
             received(record("r1", &order("slow-1"), None, None), 1),
@@ -1125,7 +1263,7 @@ mod tests {
     async fn deadline_margin_reports_records_not_started() {
         let (queues, store) = (MemorySqs::default(), MemoryStore::default());
         let mut cfg = config("http://127.0.0.1/1/dlq");
-        cfg.concurrency = 1;
+        cfg.concurrency = Concurrency::Fixed(1);
         let consumer = Consumer::new(Scripted, &queues, &store, cfg);
         // start_by = now + 200 ms; the first record takes 250 ms
         let deadline = Instant::now() + Duration::from_millis(400);

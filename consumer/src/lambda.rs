@@ -31,10 +31,14 @@ pub async fn serve<H: MessageHandler>(
     resq::telemetry::init_tracing();
     let config = ConsumerConfig::from_env()?;
     resq::config::lambda_environment(&resq::config::process_env())?;
-    let aws = resq::aws::load_config().await;
+    // every call the clients make goes through one gate per host (at most the limit's cap of
+    // connections) and is counted, so the limit can follow the downstream's throttling
+    let downstream = resq::aws::Downstream::new(config.concurrency.cap());
+    let aws = resq::aws::config_loader_for(&downstream).load().await;
     let sqs = aws_sdk_sqs::Client::new(&aws);
     let store = S3Store::new(resq::aws::s3_client(&aws), &config.common.archive_bucket);
-    let consumer = Consumer::new(make_handler(store.clone()), sqs, store, config);
+    let consumer = Consumer::new(make_handler(store.clone()), sqs, store, config)
+        .with_throttling(downstream.throttling);
     consumer.read_main_queue_limits().await;
     let consumer = &consumer;
     // The runtime reads the payload's `Records` one record at a time into resq's own compact

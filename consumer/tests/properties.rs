@@ -262,7 +262,7 @@ fn config(dlq: &str) -> ConsumerConfig {
             max_redrive_attempts: 3,
             deadline_margin: Duration::from_millis(200),
         },
-        concurrency: 4,
+        concurrency: resq::concurrency::Concurrency::Fixed(4),
         backoff: resq::backoff::Backoff::default(),
         // the fixtures were sent in 2023: a window that holds them
         idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),

@@ -331,7 +331,7 @@ pub async fn run(opts: &DemoOptions) -> Result<Audit, CliError> {
     };
     let consumer_config = ConsumerConfig {
         common: common.clone(),
-        concurrency: 10,
+        concurrency: resq::concurrency::Concurrency::Auto,
         backoff: resq::backoff::Backoff {
             base: Duration::from_secs(1),
             cap: Duration::from_secs(2),

@@ -551,7 +551,6 @@ fn function_env(
         ("ARCHIVE_BUCKET", ctx.bucket.clone()),
         ("MAX_REDRIVE_ATTEMPTS", MAX_REDRIVE_ATTEMPTS.to_string()),
         ("DEADLINE_MARGIN_MS", "1000".into()),
-        ("CONSUMER_CONCURRENCY", "10".into()),
         ("BACKOFF_BASE_SECONDS", "0".into()),
         ("BACKOFF_MAX_SECONDS", "1".into()),
         ("REDRIVE_RATE_PER_SECOND", opts.rate_per_second.to_string()),

@@ -1,9 +1,20 @@
 //! AWS client construction shared by the functions and the tools.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
 use aws_config::timeout::TimeoutConfig;
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
+    SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use tokio::sync::Semaphore;
+
+use crate::concurrency::{Throttling, is_throttling};
 
 /// How long a connection may take to open.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -48,13 +59,136 @@ pub fn config_loader() -> aws_config::ConfigLoader {
         .timeout_config(timeouts())
 }
 
+/// The SDK's configuration loader of a function whose calls go through [`Downstream`]: the
+/// consumer's, whose records run at `CONSUMER_CONCURRENCY`.
+pub fn config_loader_for(downstream: &Downstream) -> aws_config::ConfigLoader {
+    config_loader().http_client(downstream.https_client())
+}
+
 /// HTTPS (and plain HTTP, for a local emulator) over rustls with ring: one TLS stack, and a
 /// much smaller one than the SDK's default (aws-lc).
-pub fn https_client() -> aws_sdk_sqs::config::SharedHttpClient {
+pub fn https_client() -> SharedHttpClient {
+    https_keeping(None)
+}
+
+/// [`https_client`], keeping at most `idle_per_host` idle connections to a host (hyper's
+/// default when `None`: no limit).
+fn https_keeping(idle_per_host: Option<usize>) -> SharedHttpClient {
     use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
-    aws_smithy_http_client::Builder::new()
+    let mut builder = aws_smithy_http_client::Builder::new();
+    builder.set_pool_max_idle_per_host(idle_per_host);
+    builder
         .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
         .build_https()
+}
+
+/// What every call of a client built over [`Downstream::https_client`] goes through: at most
+/// `connections_per_host` requests at once to one host (so at most that many connections: one
+/// opens only for a request, and goes back to the pool when its answer is read), and each
+/// answer counted in `throttling`, throttled or not (SPEC §3, `CONSUMER_CONCURRENCY`).
+#[derive(Debug, Clone)]
+pub struct Downstream {
+    /// Requests (connections) to one host at once, at most.
+    pub connections_per_host: usize,
+    /// Where the answers are counted.
+    pub throttling: Throttling,
+}
+
+impl Downstream {
+    /// At most `connections_per_host` connections to a host; answers counted in a new
+    /// [`Throttling`].
+    pub fn new(connections_per_host: usize) -> Self {
+        Self {
+            connections_per_host: connections_per_host.max(1),
+            throttling: Throttling::default(),
+        }
+    }
+
+    /// resq's HTTPS client ([`https_client`]) with this cap and count.
+    pub fn https_client(&self) -> SharedHttpClient {
+        let inner = https_keeping(Some(self.connections_per_host));
+        SharedHttpClient::new(Gated {
+            inner,
+            gates: Arc::new(Gates {
+                per_host: self.connections_per_host,
+                hosts: Mutex::new(HashMap::new()),
+                throttling: self.throttling.clone(),
+            }),
+        })
+    }
+}
+
+/// An HTTP client whose connectors go through the hosts' gates.
+#[derive(Debug)]
+struct Gated {
+    inner: SharedHttpClient,
+    gates: Arc<Gates>,
+}
+
+#[derive(Debug)]
+struct Gates {
+    per_host: usize,
+    hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
+    throttling: Throttling,
+}
+
+impl Gates {
+    fn of(&self, host: &str) -> Arc<Semaphore> {
+        let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        hosts
+            .entry(host.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.per_host)))
+            .clone()
+    }
+}
+
+impl HttpClient for Gated {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(GatedConnector {
+            inner: self.inner.http_connector(settings, components),
+            gates: self.gates.clone(),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct GatedConnector {
+    inner: SharedHttpConnector,
+    gates: Arc<Gates>,
+}
+
+impl HttpConnector for GatedConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let gate = self.gates.of(host_of(request.uri()));
+        let (inner, gates) = (self.inner.clone(), self.gates.clone());
+        HttpConnectorFuture::new(async move {
+            // the semaphore is never closed
+            let _turn = gate.acquire_owned().await.ok();
+            let sent = Instant::now();
+            let answer = inner.call(request).await;
+            if let Ok(r) = &answer {
+                let header = |h: &str| r.headers().get(h).map(str::to_owned);
+                match is_throttling(r.status().as_u16(), header) {
+                    true => gates.throttling.throttled(sent),
+                    false => gates.throttling.went_through(),
+                }
+            }
+            answer
+        })
+    }
+}
+
+/// `scheme://host[:port]` of a URI (the whole of it when it has no path).
+fn host_of(uri: &str) -> &str {
+    let after_scheme = uri.find("://").map_or(0, |i| i + 3);
+    match uri[after_scheme..].find('/') {
+        Some(i) => &uri[..after_scheme + i],
+        None => uri,
+    }
 }
 
 /// An S3 client. Against a custom endpoint (a local emulator) it addresses buckets by path,
@@ -74,6 +208,161 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         (listener, url)
+    }
+
+    /// A loopback HTTP/1.1 server with keep-alive: answers each request with `answer(n)` (the
+    /// status and body of the `n`th request, from 0) after `hold`, and counts the connections
+    /// open at once (the peak).
+    struct Loopback {
+        url: String,
+        peak: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    async fn loopback(
+        hold: Duration,
+        answer: impl Fn(usize) -> (u16, &'static str) + Send + Sync + 'static,
+    ) -> Loopback {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (open, peak, n) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let answer = Arc::new(answer);
+        let seen = peak.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let (open, peak, n, answer) =
+                    (open.clone(), peak.clone(), n.clone(), answer.clone());
+                peak.fetch_max(open.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut socket = BufReader::new(socket);
+                    loop {
+                        let (mut line, mut length) = (String::new(), 0usize);
+                        let mut headers = 0;
+                        loop {
+                            line.clear();
+                            match socket.read_line(&mut line).await {
+                                Ok(0) | Err(_) => {
+                                    open.fetch_sub(1, Ordering::SeqCst);
+                                    return;
+                                }
+                                Ok(_) => {}
+                            }
+                            headers += 1;
+                            let lower = line.to_ascii_lowercase();
+                            if let Some(v) = lower.strip_prefix("content-length:") {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
+                            if line == "\r\n" && headers > 1 {
+                                break;
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        let _ = socket.read_exact(&mut body).await;
+                        tokio::time::sleep(hold).await;
+                        let (status, text) = answer(n.fetch_add(1, Ordering::SeqCst));
+                        let out = format!(
+                            "HTTP/1.1 {status} X\r\ncontent-length: {}\r\ncontent-type: application/xml\r\n\r\n{text}",
+                            text.len()
+                        );
+                        if socket.get_mut().write_all(out.as_bytes()).await.is_err() {
+                            open.fetch_sub(1, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Loopback { url, peak: seen }
+    }
+
+    async fn s3_over(http: SharedHttpClient, url: &str) -> aws_sdk_s3::Client {
+        let config = config_loader()
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url(url)
+            .test_credentials()
+            .http_client(http)
+            .retry_config(
+                aws_config::retry::RetryConfig::standard()
+                    .with_initial_backoff(Duration::from_millis(1)),
+            )
+            .load()
+            .await;
+        s3_client(&config)
+    }
+
+    async fn puts(s3: &aws_sdk_s3::Client, n: usize) -> usize {
+        let calls = (0..n).map(|i| {
+            s3.put_object()
+                .bucket("b")
+                .key(format!("k{i}"))
+                .body(b"x".to_vec().into())
+                .send()
+        });
+        futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .filter(|r| r.is_ok())
+            .count()
+    }
+
+    #[tokio::test]
+    async fn the_consumers_client_opens_at_most_its_cap_of_connections_to_a_host() {
+        // GIVEN a server that holds each request 30 ms
+        let hold = Duration::from_millis(30);
+        let capped = loopback(hold, |_| (200, "")).await;
+        let open = loopback(hold, |_| (200, "")).await;
+        // WHEN 24 puts are made at once through a client capped at 4, and through resq's
+        // client without a cap
+        let downstream = Downstream::new(4);
+        let s3 = s3_over(downstream.https_client(), &capped.url).await;
+        assert_eq!(puts(&s3, 24).await, 24);
+        let s3 = s3_over(https_client(), &open.url).await;
+        assert_eq!(puts(&s3, 24).await, 24);
+        // THEN the capped one never had more than 4 open, while the other had more
+        use std::sync::atomic::Ordering;
+        let (capped, open) = (
+            capped.peak.load(Ordering::SeqCst),
+            open.peak.load(Ordering::SeqCst),
+        );
+        assert!(capped <= 4, "{capped} connections at once");
+        assert!(open > 4, "{open} connections at once without a cap");
+        assert_eq!(downstream.throttling.seen().ok, 24);
+    }
+
+    #[tokio::test]
+    async fn the_consumers_client_counts_throttled_answers() {
+        // GIVEN an S3 that answers the first two requests 503 SlowDown
+        const SLOW_DOWN: &str = "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+        let s3 = loopback(Duration::ZERO, |n| match n < 2 {
+            true => (503, SLOW_DOWN),
+            false => (200, ""),
+        })
+        .await;
+        let downstream = Downstream::new(8);
+        let client = s3_over(downstream.https_client(), &s3.url).await;
+        let before = std::time::Instant::now();
+        // WHEN one put is made (the SDK retries it)
+        assert_eq!(puts(&client, 1).await, 1);
+        // THEN both throttled attempts were counted, with when they were sent, and the one
+        // that went through
+        let seen = downstream.throttling.seen();
+        assert_eq!((seen.throttled, seen.ok), (2, 1));
+        assert!(seen.last_throttled_sent.is_some_and(|t| t >= before));
+    }
+
+    #[test]
+    fn a_host_is_its_scheme_and_authority() {
+        assert_eq!(
+            host_of("https://s3.us-east-1.amazonaws.com/b/k?x=1"),
+            "https://s3.us-east-1.amazonaws.com"
+        );
+        assert_eq!(host_of("http://127.0.0.1:4566"), "http://127.0.0.1:4566");
+        assert_eq!(host_of("http://127.0.0.1:4566/"), "http://127.0.0.1:4566");
     }
 
     #[tokio::test]

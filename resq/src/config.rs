@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::backoff::{Backoff, MAX_VISIBILITY_TIMEOUT};
+use crate::concurrency::Concurrency;
 
 /// A configuration problem found at start-up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,8 +52,8 @@ pub struct CommonConfig {
 pub struct ConsumerConfig {
     /// Shared settings.
     pub common: CommonConfig,
-    /// `CONSUMER_CONCURRENCY`: records in flight per invocation.
-    pub concurrency: usize,
+    /// `CONSUMER_CONCURRENCY`: records in flight per invocation (`auto` or a number).
+    pub concurrency: Concurrency,
     /// `BACKOFF_BASE_SECONDS` / `BACKOFF_MAX_SECONDS`.
     pub backoff: Backoff,
     /// `IDEMPOTENCY_WINDOW_SECONDS`: how long the order effect's idempotency key lasts (the
@@ -128,8 +129,6 @@ pub struct RedriverConfig {
 pub const DEFAULT_MAX_REDRIVE_ATTEMPTS: u32 = 3;
 /// `DEADLINE_MARGIN_MS` when unset.
 pub const DEFAULT_DEADLINE_MARGIN_MS: u64 = 1000;
-/// `CONSUMER_CONCURRENCY` when unset.
-pub const DEFAULT_CONSUMER_CONCURRENCY: usize = 10;
 
 /// `IDEMPOTENCY_WINDOW_SECONDS` when unset: 90 days, the template's default order-record
 /// lifetime (`OrderRecordRetentionDays`), which sets the variable.
@@ -442,11 +441,14 @@ impl ConsumerConfig {
         }
         Ok(Self {
             common: CommonConfig::from_vars(vars)?,
-            concurrency: vars.number(
-                "CONSUMER_CONCURRENCY",
-                DEFAULT_CONSUMER_CONCURRENCY,
-                1..=1000,
-            )?,
+            concurrency: match vars.get("CONSUMER_CONCURRENCY") {
+                None => Concurrency::default(),
+                Some(raw) => raw.parse().map_err(|expected| ConfigError::Invalid {
+                    var: "CONSUMER_CONCURRENCY",
+                    value: raw,
+                    expected,
+                })?,
+            },
             backoff: Backoff {
                 base: Duration::from_secs(base),
                 cap: Duration::from_secs(cap),
@@ -534,7 +536,7 @@ mod tests {
         let c = ConsumerConfig::from_vars(&vars(&REQUIRED)).unwrap();
         assert_eq!(c.common.max_redrive_attempts, 3);
         assert_eq!(c.common.deadline_margin, Duration::from_millis(1000));
-        assert_eq!(c.concurrency, 10);
+        assert_eq!(c.concurrency, Concurrency::Auto);
         assert_eq!(c.backoff, Backoff::default());
         assert_eq!(c.common.archive_bucket, "resq-archive");
     }
@@ -550,7 +552,10 @@ mod tests {
             ("DEADLINE_MARGIN_MS", "250"),
         ]);
         let c = ConsumerConfig::from_vars(&vars(&v)).unwrap();
-        assert_eq!((c.common.max_redrive_attempts, c.concurrency), (5, 4));
+        assert_eq!(
+            (c.common.max_redrive_attempts, c.concurrency),
+            (5, Concurrency::Fixed(4))
+        );
         assert_eq!(c.backoff.cap, Duration::from_secs(60));
         assert_eq!(c.common.deadline_margin, Duration::from_millis(250));
     }
@@ -656,6 +661,7 @@ mod tests {
             ("MAX_REDRIVE_ATTEMPTS", "three"),
             ("MAX_REDRIVE_ATTEMPTS", "-1"),
             ("CONSUMER_CONCURRENCY", "0"),
+            ("CONSUMER_CONCURRENCY", "automatic"),
             ("BACKOFF_BASE_SECONDS", "1.5"),
             ("BACKOFF_MAX_SECONDS", "50000"),
             ("BACKOFF_MAX_SECONDS", "1"),
@@ -685,7 +691,7 @@ mod tests {
             .to_string();
         assert_eq!(
             err,
-            "CONSUMER_CONCURRENCY=\"abc\" is invalid: expected a whole number from 1 to 1000"
+            "CONSUMER_CONCURRENCY=\"abc\" is invalid: expected auto (as many as the batch has, up to 64, adapted to throttling) or a whole number from 1 to 1000"
         );
         let mut v = REQUIRED.to_vec();
         v.push(("PERMANENT_ACTION", "delete"));

@@ -9,6 +9,7 @@ pub mod archive;
 pub mod attributes;
 pub mod aws;
 pub mod backoff;
+pub mod concurrency;
 pub mod config;
 pub mod correlation;
 pub mod fifo;

@@ -605,7 +605,7 @@ fn numeric_budgets(param: &Value) -> std::ops::RangeInclusive<u64> {
 /// of the template's ranges that make tripping hardest: the largest threshold, the slowest
 /// rate, the smallest numeric budget, the shortest run.
 fn breaker_conflicts(t: &Value) -> Vec<String> {
-    use resq_cli::stack::{ALARM_PERIOD_SECONDS, Assumptions, Concurrency, Rule, Settings};
+    use resq_cli::stack::{ALARM_PERIOD_SECONDS, Assumptions, Rule, Settings};
     let p = &t["Parameters"];
     let bound = |name: &str, key: &str| p[name].get(key).map(number);
     let default = |name: &str| number(&p[name]["Default"]);
@@ -631,7 +631,11 @@ fn breaker_conflicts(t: &Value) -> Vec<String> {
         consumer_timeout: default("ConsumerTimeout"),
         batching_window_seconds: default("ConsumerBatchingWindowSeconds"),
         batch_size: default("ConsumerBatchSize"),
-        concurrency: Concurrency::Fixed(default("ConsumerConcurrency")),
+        concurrency: p["ConsumerConcurrency"]["Default"]
+            .as_str()
+            .expect("ConsumerConcurrency's default is text: auto or a number")
+            .parse()
+            .unwrap(),
         orders_retention_seconds: default("OrdersRetentionSeconds"),
         archive_after_seconds: default("ArchiveAfterSeconds"),
         order_record_retention_days: default("OrderRecordRetentionDays"),

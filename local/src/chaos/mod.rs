@@ -505,7 +505,7 @@ fn function_env(
     // would, in the environment
     let consumer = ConsumerConfig {
         common: common.clone(),
-        concurrency: 10,
+        concurrency: resq::concurrency::Concurrency::Auto,
         backoff: Backoff {
             base: Duration::from_secs(1),
             cap: Duration::from_secs(2),
@@ -844,7 +844,7 @@ mod tests {
             ("ARCHIVE_BUCKET", "resq-chaos-archive"),
             ("MAX_REDRIVE_ATTEMPTS", "3"),
             ("DEADLINE_MARGIN_MS", "1000"),
-            ("CONSUMER_CONCURRENCY", "10"),
+            ("CONSUMER_CONCURRENCY", "auto"),
             ("BACKOFF_BASE_SECONDS", "1"),
             ("BACKOFF_MAX_SECONDS", "2"),
             ("AWS_ENDPOINT_URL", "http://127.0.0.1:2"),
