@@ -113,7 +113,46 @@ def vm_hwm_kb():
     return 0
 
 
+def warm(path, invocations):
+    """`invocations` invocations in this process (the first a warm-up): lists of times per
+    invocation, and VmHWM after the first (one invocation's peak)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    batch, whole, hwm, failures, records = [], [], 0, 0, 0
+    for i in range(max(1, invocations)):
+        started = time.perf_counter()
+        event = json.loads(raw)
+        batch_started = time.perf_counter()
+        response = process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=None
+        )
+        batch.append(time.perf_counter() - batch_started)
+        out = json.dumps(response)
+        whole.append(time.perf_counter() - started)
+        if i == 0:
+            hwm = vm_hwm_kb()
+        records = len(event["Records"])
+        failures = len(json.loads(out)["batchItemFailures"])
+        del event, response
+    print(
+        json.dumps(
+            {
+                "impl": "powertools",
+                "records": records,
+                "failures": failures,
+                "batch_seconds": batch,
+                "seconds": whole,
+                "vm_hwm_kb": hwm,
+            }
+        )
+    )
+
+
 def main():
+    if len(sys.argv) > 2:
+        # `powertools_consumer.py EVENT N`: N warm invocations in one process
+        warm(sys.argv[1], int(sys.argv[2]))
+        return
     with open(sys.argv[1], "rb") as f:
         raw = f.read()
     started = time.perf_counter()

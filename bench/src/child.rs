@@ -158,6 +158,59 @@ pub async fn consumer(path: &std::path::Path) -> Result<Value, String> {
     }))
 }
 
+/// `invocations` invocations of resq's consumer, one process, on the event in `path` (the
+/// first a warm-up, as a cold start's is): for each, the engine's batch time
+/// (`batch_seconds`), the whole invocation from the payload's text (`seconds`) and the bare
+/// parse-and-validate loop over the same bodies (`bare_seconds`), each checked to reject the
+/// same records; `vm_hwm_kb` after the first invocation (one invocation's peak).
+pub async fn consumer_warm(path: &std::path::Path, invocations: usize) -> Result<Value, String> {
+    quiet_json_logs();
+    let raw = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let bodies = bodies(raw.as_bytes())?;
+    let queues = MemorySqs::default();
+    let engine = engine(NoopEffect, &queues, None)?;
+    let (mut batch, mut whole, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut records, mut rejected, mut failures, mut vm_hwm_kb) = (0, 0, 0, 0);
+    for i in 0..invocations.max(1) {
+        let sent_before = queues.sent(BENCH_DLQ).len();
+        let started = Instant::now();
+        let invocation = SqsInvocation::from_json(&raw).map_err(|e| format!("event: {e}"))?;
+        let batch_started = Instant::now();
+        let report = engine
+            .handle(invocation, Instant::now() + Duration::from_secs(900))
+            .await
+            .map_err(|e| e.to_string())?;
+        batch.push(batch_started.elapsed().as_secs_f64());
+        let response = serde_json::to_vec(&report.response).map_err(|e| e.to_string())?;
+        whole.push(started.elapsed().as_secs_f64());
+        std::hint::black_box(response);
+        if i == 0 {
+            vm_hwm_kb = crate::measured::vm_hwm_kb();
+        }
+        records = report.outcomes.len();
+        failures = report.response.batch_item_failures.len();
+        rejected = queues.sent(BENCH_DLQ).len() - sent_before;
+        let (bare_seconds, bare_rejected) = bare_loop(&bodies);
+        if bare_rejected != rejected {
+            return Err(format!(
+                "the bare loop rejected {bare_rejected} records, the engine {rejected}"
+            ));
+        }
+        bare.push(bare_seconds);
+    }
+    Ok(json!({
+        "impl": "resq",
+        "records": records,
+        "failures": failures,
+        "rejected": rejected,
+        "batch_seconds": batch,
+        "seconds": whole,
+        "bare_seconds": bare,
+        "vm_hwm_kb": vm_hwm_kb,
+    }))
+}
+
 /// One invocation of resq's consumer on the event in `path` with an effect of `latency` per
 /// order, `concurrency` records at once (the default when `None`): the batch's wall time.
 pub async fn consumer_io(

@@ -1,7 +1,13 @@
 //! Cold start: from spawning a function's `bootstrap` to its first
 //! `GET /2018-06-01/runtime/invocation/next` on a stub Lambda runtime API on 127.0.0.1.
 //! Everything the function does before it can take an event counts: config parsing, SDK
-//! clients, the runtime's own start.
+//! clients (the HTTPS client loads the trust store), the runtime's own start.
+//!
+//! The template sets `SSL_CERT_FILE` to Amazon Linux 2023's CA bundle
+//! ([`AL2023_CA_BUNDLE`]): with it, rustls-native-certs reads that one file and skips the
+//! platform probe's directory scan. Here the start is measured both ways, "before" without
+//! the variable and "after" (as deployed) with this machine's bundle ([`LOCAL_CA_BUNDLE`])
+//! standing in for AL2023's.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -11,6 +17,33 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NEXT: &str = "GET /2018-06-01/runtime/invocation/next";
+
+/// The CA bundle of Lambda's `provided.al2023` runtime (Amazon Linux 2023's ca-certificates:
+/// `/etc/pki/tls/certs/ca-bundle.crt` links to it), what `infra/template.yaml` sets as
+/// `SSL_CERT_FILE`.
+pub const AL2023_CA_BUNDLE: &str = "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem";
+
+/// This machine's CA bundle (Debian), standing in for [`AL2023_CA_BUNDLE`].
+pub const LOCAL_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Whether the runs set `SSL_CERT_FILE` (as deployed) or not (the platform probe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trust {
+    /// No `SSL_CERT_FILE`: rustls-native-certs probes the platform (bundle and directories).
+    Probe,
+    /// `SSL_CERT_FILE` = [`LOCAL_CA_BUNDLE`], as the template sets AL2023's.
+    CertFile,
+}
+
+impl Trust {
+    /// The variables this adds to the Lambda environment.
+    pub fn env(self) -> Vec<(String, String)> {
+        match self {
+            Trust::Probe => Vec::new(),
+            Trust::CertFile => vec![("SSL_CERT_FILE".to_owned(), LOCAL_CA_BUNDLE.to_owned())],
+        }
+    }
+}
 
 /// The environment Lambda gives a function, plus resq's own variables; endpoints point at a
 /// closed loopback port so nothing can leave the machine.
@@ -42,17 +75,41 @@ pub fn lambda_env(function: &str, runtime_api: &str) -> Vec<(String, String)> {
     .collect()
 }
 
-/// Milliseconds from spawn to the first `invocation/next`, one per run.
-pub fn init_ms(binary: &Path, function: &str, runs: usize) -> Result<Vec<f64>, String> {
-    (0..runs).map(|_| once(binary, function)).collect()
+/// Medians of `runs` starts each without and with `SSL_CERT_FILE`, the two alternating:
+/// (before, after), ms.
+pub fn before_after(binary: &Path, function: &str, runs: usize) -> Result<(f64, f64), String> {
+    // the consumer reads its queue's attributes during init: a stand-in answers at once (a
+    // closed port would make the SDK retry for about a second)
+    let sqs = crate::fakesqs::FakeSqs::start()?;
+    let endpoint = vec![
+        ("AWS_ENDPOINT_URL".to_owned(), sqs.endpoint.clone()),
+        ("MAIN_QUEUE_URL".to_owned(), sqs.queue_url("resq-orders")),
+        ("DLQ_URL".to_owned(), sqs.queue_url("resq-orders-dlq")),
+    ];
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        before.push(once(binary, function, Trust::Probe, &endpoint)?);
+        after.push(once(binary, function, Trust::CertFile, &endpoint)?);
+    }
+    Ok((
+        crate::run::median(&mut before),
+        crate::run::median(&mut after),
+    ))
 }
 
-fn once(binary: &Path, function: &str) -> Result<f64, String> {
+fn once(
+    binary: &Path,
+    function: &str,
+    trust: Trust,
+    env: &[(String, String)],
+) -> Result<f64, String> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(binary);
     cmd.env_clear()
         .envs(lambda_env(function, &addr.to_string()))
+        .envs(trust.env())
+        .envs(env.iter().cloned())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -95,4 +152,21 @@ fn wait_for_next(listener: &TcpListener, started: Instant) -> Result<f64, String
         return Err(format!("first request was {line:?}, not {NEXT}"));
     }
     Ok(elapsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_template_points_ssl_cert_file_at_amazon_linux_2023s_bundle() {
+        let template = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/template.yaml"),
+        )
+        .unwrap();
+        let line = format!("SSL_CERT_FILE: {AL2023_CA_BUNDLE}");
+        assert_eq!(template.matches(&line).count(), 1, "{line}");
+        assert_eq!(Trust::Probe.env(), vec![]);
+        assert_eq!(Trust::CertFile.env()[0].1, LOCAL_CA_BUNDLE);
+    }
 }

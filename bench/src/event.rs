@@ -20,7 +20,32 @@ pub struct BenchEvent {
 
 /// `records` records; `bad_pct` % of them malformed or invalid (half each), from a fixed seed.
 pub fn sqs_event(records: usize, bad_pct: f64, seed: u64) -> BenchEvent {
-    build(records, bad_pct, seed, None)
+    build(records, bad_pct, seed, None, false)
+}
+
+/// `records` records, every one rejected: order-sized bodies (the valid orders above, padded
+/// the same way) whose first item has `quantity: 0`, so each fails validation
+/// (`VALIDATION_FAILED`) and gets a DLQ copy, which the consumer holds until it settles.
+pub fn sqs_rejected_event(records: usize, seed: u64) -> BenchEvent {
+    build(records, 0.0, seed, None, true)
+}
+
+/// The largest event `build(n)` makes that fits in `max_bytes` (serialized), and its bytes.
+pub fn largest_within(
+    max_bytes: usize,
+    build: impl Fn(usize) -> BenchEvent,
+) -> Result<(BenchEvent, Vec<u8>), String> {
+    let bytes_of = |e: &BenchEvent| serde_json::to_vec(&e.event).map_err(|e| e.to_string());
+    let per_record = bytes_of(&build(100))?.len().div_ceil(100).max(1);
+    let mut n = (max_bytes / per_record).max(1);
+    loop {
+        let e = build(n);
+        let bytes = bytes_of(&e)?;
+        if bytes.len() <= max_bytes || n == 1 {
+            return Ok((e, bytes));
+        }
+        n -= n / 100 + 1;
+    }
 }
 
 /// The FIFO queue the FIFO records claim to come from.
@@ -29,19 +54,30 @@ pub const FIFO_QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:resq-orders
 /// `records` valid orders from a FIFO queue, dealt round-robin over `groups` message groups
 /// (each with its deduplication id and sequence number, as the poller delivers them).
 pub fn sqs_fifo_event(records: usize, groups: usize, seed: u64) -> BenchEvent {
-    build(records, 0.0, seed, Some(groups.max(1)))
+    build(records, 0.0, seed, Some(groups.max(1)), false)
 }
 
-fn build(records: usize, bad_pct: f64, seed: u64, groups: Option<usize>) -> BenchEvent {
+fn build(
+    records: usize,
+    bad_pct: f64,
+    seed: u64,
+    groups: Option<usize>,
+    reject_all: bool,
+) -> BenchEvent {
     let mut rng = StdRng::seed_from_u64(seed);
     let generated = orders::generate("bench-", records, bad_pct / 2.0, bad_pct / 2.0, &mut rng);
     let sent_at = chrono::Utc::now().timestamp_millis().to_string();
-    let rejected = generated.iter().filter(|o| o.kind != Kind::Valid).count();
+    let rejected = match reject_all {
+        true => generated.len(),
+        false => generated.iter().filter(|o| o.kind != Kind::Valid).count(),
+    };
     let messages: Vec<Message> = generated
         .into_iter()
         .enumerate()
         .map(|(i, o)| {
-            let body = if o.kind == Kind::Valid {
+            let body = if reject_all {
+                zero_quantity(&padded(&o.body))
+            } else if o.kind == Kind::Valid {
                 padded(&o.body)
             } else {
                 o.body
@@ -107,6 +143,15 @@ fn padded(body: &str) -> String {
     order.to_string()
 }
 
+/// An order whose first item asks for none: the same size, but not a valid order.
+fn zero_quantity(body: &str) -> String {
+    let Ok(mut order) = serde_json::from_str::<Value>(body) else {
+        return body.to_owned();
+    };
+    order["items"][0]["quantity"] = json!(0);
+    order.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +196,28 @@ mod tests {
         let read = consumer::event::SqsInvocation::from_json(&e.event.to_string()).unwrap();
         assert!(consumer::event::is_fifo(&read.0));
         assert_eq!(consumer::decide::plan_lanes(&read.0, true).len(), 2);
+    }
+
+    #[test]
+    fn the_rejected_event_is_order_sized_and_every_record_fails_validation() {
+        let e = sqs_rejected_event(200, 7);
+        let records = e.event["Records"].as_array().unwrap();
+        assert_eq!((records.len(), e.rejected), (200, 200));
+        for r in records {
+            let body = r["body"].as_str().unwrap();
+            assert!((250..=350).contains(&body.len()), "{body}");
+            let err = consumer::order::parse_order(Some(body)).unwrap_err();
+            assert!(format!("{err:?}").contains("quantity"), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn the_largest_event_within_a_size_fits_it_and_one_more_record_would_not() {
+        let (e, bytes) = largest_within(60_000, |n| sqs_rejected_event(n, 7)).unwrap();
+        let n = e.event["Records"].as_array().unwrap().len();
+        assert!(bytes.len() <= 60_000);
+        // the search steps down by about 1 % at a time: 2 % more records would not fit
+        let more = serde_json::to_vec(&sqs_rejected_event(n + n / 50 + 2, 7).event).unwrap();
+        assert!(more.len() > 60_000, "{n} records, {} bytes", bytes.len());
     }
 }

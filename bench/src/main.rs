@@ -60,13 +60,58 @@ enum Cmd {
     },
     /// Only the I/O-bound comparison (part of `run`): prints its table, writes nothing.
     Io(Box<run::Options>),
-    /// The consumer function's peak memory on an event file, run as Lambda runs it.
+    /// The consumer function's peak memory on an event file, run as Lambda runs it; without
+    /// an event, on the largest payload (6 MB) whose every record is rejected.
     FunctionMemory {
         /// The consumer's release binary.
         #[arg(long, default_value = "target/release/consumer")]
         binary: PathBuf,
-        event: PathBuf,
+        event: Option<PathBuf>,
+        /// Scratch space for the generated event.
+        #[arg(long, default_value = "target/bench")]
+        work: PathBuf,
     },
+    /// The consumer function on an I/O-bound batch at each memory size's CPU share (a cgroup
+    /// CPU quota, 1,769 MB = one vCPU): the smallest size within 5 % of a full vCPU.
+    MemorySizes {
+        #[arg(long, default_value = "target/release/consumer")]
+        binary: PathBuf,
+        #[arg(long, value_delimiter = ',', default_value = "128,256,512,1024,1769")]
+        sizes: Vec<u64>,
+        #[arg(long, default_value_t = 100)]
+        records: usize,
+        /// Delay of each S3 put's answer, ms.
+        #[arg(long, default_value_t = 20)]
+        latency_ms: u64,
+        /// Warm invocations per size (after a warm-up).
+        #[arg(long, default_value_t = 7)]
+        rounds: usize,
+    },
+    /// Init to the first `invocation/next`, without and with `SSL_CERT_FILE`.
+    Coldstart {
+        #[arg(long, default_value = "target/release/consumer")]
+        binary: PathBuf,
+        #[arg(long, default_value = "resq-consumer")]
+        function: String,
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+    },
+    /// The unit prices (`cost.rs`) from the latest run's measured figures in bench/RESULTS.md
+    /// and the function's log bytes, measured now.
+    Cost {
+        #[arg(long, default_value = "target/release/consumer")]
+        binary: PathBuf,
+        /// resq's engine, warm, records/s; and the bare loop's (from a `consumer-warm` run).
+        #[arg(long)]
+        engine_rps: f64,
+        #[arg(long)]
+        bare_rps: f64,
+        /// The consumer's memory size, MB.
+        #[arg(long, default_value_t = cost::Template::DEFAULT.consumer_memory_mb)]
+        memory_mb: f64,
+    },
+    /// Child: `invocations` warm invocations of resq's consumer engine on an event file.
+    ConsumerWarm { event: PathBuf, invocations: usize },
     /// Child: one run of resq's redriver against an SQS endpoint.
     Redrive {
         endpoint: String,
@@ -135,8 +180,81 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
             let rows = run::io(&options)?;
             println!("{}", run::io_table(&rows));
         }
-        Cmd::FunctionMemory { binary, event } => {
-            let run = function::consumer_peak(&binary, &event)?;
+        Cmd::ConsumerWarm { event, invocations } => {
+            let out = rt()?.block_on(child::consumer_warm(&event, invocations))?;
+            println!("{out}");
+        }
+        Cmd::MemorySizes {
+            binary,
+            sizes,
+            records,
+            latency_ms,
+            rounds,
+        } => {
+            let s = function::memory_sizes(&binary, &sizes, records, latency_ms, rounds)?;
+            for [m, r, target] in run::sizes_rows(&s) {
+                println!("| {m} | {r} | {target} |");
+            }
+        }
+        Cmd::Coldstart {
+            binary,
+            function,
+            runs,
+        } => {
+            let (before, after) = coldstart::before_after(&binary, &function, runs)?;
+            println!(
+                "{function}: init to first invocation/next, median of {runs}: {before:.2} ms without SSL_CERT_FILE, {after:.2} ms with SSL_CERT_FILE={} (standing in for AL2023's {})",
+                coldstart::LOCAL_CA_BUNDLE,
+                coldstart::AL2023_CA_BUNDLE
+            );
+        }
+        Cmd::Cost {
+            binary,
+            engine_rps,
+            bare_rps,
+            memory_mb,
+        } => {
+            let log_bytes = function::log_bytes_per_invocation(&binary, 10, 20)?;
+            // the latest run's redrive and I/O figures (bench/RESULTS.md, 2026-11-25 00:46)
+            let measured = cost::Measured {
+                resq_batch_ms: 21.3,
+                seed_batch_ms: 201.8,
+                resq_requests_per_redrive: 0.300,
+                seed_requests_per_redrive: 1.202,
+                resq_redrive_ms: 15_700.0 / 2000.0,
+                seed_redrive_ms: 21_230.0 / 2000.0,
+            };
+            let unit = cost::UnitMeasured {
+                extra_cpu_us_per_record: 1e6 / engine_rps - 1e6 / bare_rps,
+                log_bytes_per_invocation: log_bytes,
+            };
+            let template = cost::Template::with_consumer_memory(memory_mb);
+            println!(
+                "{}",
+                cost::UnitPrices::new(&measured, &unit, &template, 0.01).table()
+            );
+        }
+        Cmd::FunctionMemory {
+            binary,
+            event: None,
+            work,
+        } => {
+            let run = function::rejected_6mb_peak(&binary, &work)?;
+            println!(
+                "{} records, {} bytes, every one rejected: peak {:.1} MB ({:.1} MiB) over a cold and a warm invocation; goal ≤ {} MB",
+                run.records,
+                run.payload_bytes,
+                run.peak_mb(),
+                run.peak_kb as f64 / 1024.0,
+                function::PEAK_GOAL_MB
+            );
+        }
+        Cmd::FunctionMemory {
+            binary,
+            event: Some(event),
+            ..
+        } => {
+            let run = function::consumer_peak(&binary, &event, 1)?;
             println!(
                 "{} records, {} bytes: peak {:.1} MiB, {} reported failed, smallest memory size {} MB",
                 run.records,

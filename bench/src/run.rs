@@ -55,12 +55,16 @@ pub struct Options {
     /// The results file (its generated section is replaced).
     #[arg(long, default_value = "bench/RESULTS.md")]
     pub results: PathBuf,
-    /// Records in the consumer's event.
-    #[arg(long, default_value_t = 10_000)]
+    /// Records in the consumer's event (0: as many ~300-byte orders as fit in 6 MB, Lambda's
+    /// largest payload).
+    #[arg(long, default_value_t = 0)]
     pub records: usize,
-    /// Interleaved consumer rounds.
-    #[arg(long, default_value_t = 5)]
+    /// Interleaved consumer rounds (one process per side each).
+    #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Invocations per consumer process: the first is a warm-up, the rest are measured.
+    #[arg(long, default_value_t = 6)]
+    pub consumer_invocations: usize,
     /// Messages each redriver replays.
     #[arg(long, default_value_t = 2_000)]
     pub redrive_messages: usize,
@@ -182,7 +186,12 @@ pub struct Report {
     /// Records per second of the whole invocation (the event's JSON parse, the batch, the
     /// response's JSON), median of the rounds: (resq, Powertools).
     pub invocation_rps: (f64, f64),
-    /// Peak RSS in KiB, highest of the rounds: (resq, Powertools).
+    /// Records per second of the batch engine, the slowest and fastest warm invocation:
+    /// ((resq min, max), (Powertools min, max)).
+    pub consumer_rps_range: ((f64, f64), (f64, f64)),
+    /// Warm invocations measured per side.
+    pub consumer_warm_invocations: usize,
+    /// Peak RSS in KiB after one invocation, highest of the rounds: (resq, Powertools).
     pub consumer_rss_kb: (u64, u64),
     /// Records in the event, and how many each rejected.
     pub records: usize,
@@ -205,8 +214,10 @@ pub struct Report {
     pub scale: crate::scale::Scale,
     /// Zip sizes in bytes: (consumer, redriver).
     pub zip_bytes: (u64, u64),
-    /// Median init in ms: (consumer, redriver).
+    /// Median init in ms, as deployed (`SSL_CERT_FILE` set): (consumer, redriver).
     pub init_ms: (f64, f64),
+    /// Median init in ms without `SSL_CERT_FILE` (the platform probe): (consumer, redriver).
+    pub init_before_ms: (f64, f64),
     /// Cold starts per function.
     pub coldstart_runs: usize,
     /// The I/O-bound comparison, one row per batch size.
@@ -218,6 +229,12 @@ pub struct Report {
     pub function: Vec<FunctionRun>,
     /// Cost per million orders, resq against the seed design.
     pub cost: cost::Comparison,
+    /// Unit prices: resq's own cost per million healthy orders, per failure, an outage.
+    pub unit: cost::UnitPrices,
+    /// The function's peak on a 6 MB payload whose every record is rejected.
+    pub rejected_6mb: FunctionRun,
+    /// The I/O-bound batch at each memory size's CPU share.
+    pub sizes: function::Sizes,
     /// When and where.
     pub machine: String,
     /// When.
@@ -274,9 +291,8 @@ impl Report {
     pub fn summary_line(&self) -> String {
         let (resq_rpm, base_rpm) = self.requests_per_msg();
         format!(
-            "bench: consumer_speedup={:.1} consumer_rss_ratio={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} io_efficiency={:.2} io_speedup={:.1} io_vs_best_peer={:.2} engine_efficiency={:.2} cost_ratio={:.2} rate_error_pct_localstack={:.2} redrive_msgs_per_s={:.0} drain_1m_minutes={:.1}",
+            "bench: consumer_speedup={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} io_efficiency={:.2} io_speedup={:.1} io_vs_best_peer={:.2} engine_efficiency={:.2} unit_cost_per_m_healthy={:.4} rejected_6mb_rss_mb={:.1} rate_error_pct_localstack={:.2} redrive_msgs_per_s={:.0} drain_1m_minutes={:.1}",
             self.consumer_speedup(),
-            self.consumer_rss_ratio(),
             self.redrive_speedup(),
             resq_rpm,
             base_rpm,
@@ -290,7 +306,8 @@ impl Report {
             worst(&self.standard_io(), IoRow::speedup),
             worst(&self.io, IoRow::vs_best_peer),
             self.engine_efficiency(),
-            self.cost.cost_ratio(),
+            self.unit.unit_cost_per_m_healthy(),
+            self.rejected_6mb.peak_mb(),
             self.rate_error_pct_localstack(),
             self.scale.msgs_per_s(),
             self.scale.drain_1m_minutes(),
@@ -309,11 +326,17 @@ impl Report {
         };
         row(
             &format!(
-                "consumer: records/s of the batch engine, {}-record event (median of rounds; alt = Powertools BatchProcessor + process_partial_response)",
-                self.records
+                "consumer: records/s of the batch engine, {}-record event (≤ 6 MB), warm: median (min–max) of {} invocations (alt = Powertools BatchProcessor + process_partial_response)",
+                self.records, self.consumer_warm_invocations
             ),
-            format!("{:.0}", self.consumer_rps.0),
-            format!("{:.0}", self.consumer_rps.1),
+            format!(
+                "{:.0} ({:.0}–{:.0})",
+                self.consumer_rps.0, self.consumer_rps_range.0.0, self.consumer_rps_range.0.1
+            ),
+            format!(
+                "{:.0} ({:.0}–{:.0})",
+                self.consumer_rps.1, self.consumer_rps_range.1.0, self.consumer_rps_range.1.1
+            ),
             format!("{:.1}×", self.consumer_speedup()),
             "≥ 30×",
         );
@@ -332,11 +355,11 @@ impl Report {
             "≥ 0.5",
         );
         row(
-            "consumer: peak RSS of one invocation, MiB",
+            "consumer: peak RSS of the engine's process after one invocation, MiB (information: not the function's memory, see the rows as Lambda runs it)",
             format!("{:.1}", mib(self.consumer_rss_kb.0)),
             format!("{:.1}", mib(self.consumer_rss_kb.1)),
             format!("{:.1}× less", self.consumer_rss_ratio()),
-            "≥ 3× less",
+            "",
         );
         row(
             &format!(
@@ -412,14 +435,32 @@ impl Report {
         );
         row(
             &format!(
-                "init to first `invocation/next`, consumer / redriver, ms (median of {})",
+                "init to first `invocation/next`, consumer / redriver, ms (median of {}), SSL_CERT_FILE set as deployed (alt = without it: rustls-native-certs probes the bundle and scans the certificate directories)",
                 self.coldstart_runs
             ),
             format!("{:.1} / {:.1}", self.init_ms.0, self.init_ms.1),
-            "".into(),
+            format!(
+                "{:.1} / {:.1}",
+                self.init_before_ms.0, self.init_before_ms.1
+            ),
             "".into(),
             "≤ 20",
         );
+        let r = &self.rejected_6mb;
+        row(
+            &format!(
+                "consumer function as Lambda runs it: peak RSS on {} records in {:.1} MB, every one rejected (its DLQ copy held until settle), a cold and a warm invocation (`rejected_6mb_rss_mb`, MB)",
+                r.records,
+                r.payload_bytes as f64 / 1e6
+            ),
+            format!("{:.1}", r.peak_mb()),
+            "".into(),
+            "".into(),
+            "≤ 102 (128 MB with 20 % to spare)",
+        );
+        for line in sizes_rows(&self.sizes) {
+            row(&line[0], line[1].clone(), "".into(), "".into(), &line[2]);
+        }
         for f in &self.function {
             row(
                 &format!(
@@ -448,8 +489,49 @@ impl Report {
         t.push('\n');
         t.push_str(&self.cost.statement());
         t.push('\n');
+        t.push_str("\nUnit prices (`bench/src/cost.rs`, `UnitPrices`):\n\n");
+        t.push_str(&self.unit.table());
         t
     }
+}
+
+/// The memory-size sweep's table rows: [measure, resq, target].
+pub fn sizes_rows(sizes: &function::Sizes) -> Vec<[String; 3]> {
+    let what = format!(
+        "consumer function, I/O-bound batch ({} valid orders, S3 puts answered after {} ms), warm, CPU quota of Lambda's share (cgroup)",
+        sizes.records, sizes.latency_ms
+    );
+    if let Some(why) = &sizes.skipped {
+        return vec![[what, format!("skipped: {why}"), String::new()]];
+    }
+    let mut rows: Vec<[String; 3]> = sizes
+        .rows
+        .iter()
+        .map(|r| {
+            let (lo, hi) = r.range_ms();
+            [
+                format!(
+                    "{what}: {} MB ({:.1} ms CPU per 100 ms), median (min–max) ms; periods throttled",
+                    r.memory_mb,
+                    r.quota_us as f64 / 1000.0
+                ),
+                format!(
+                    "{:.1} ({lo:.1}–{hi:.1}); {}",
+                    r.median_ms(),
+                    r.throttled_periods
+                ),
+                String::new(),
+            ]
+        })
+        .collect();
+    rows.push([
+        format!("{what}: smallest memory size within 5 % of a full vCPU (1,769 MB)"),
+        sizes
+            .smallest_within(function::SLOWDOWN_TOLERANCE)
+            .map_or("–".into(), |mb| format!("{mb} MB")),
+        "the template's ConsumerMemorySize default".into(),
+    ]);
+    rows
 }
 
 /// The I/O-bound comparison as a Markdown table.
@@ -642,30 +724,56 @@ pub fn run(o: &Options) -> Result<Report, String> {
     let zip_bytes = (zip("consumer")?, zip("redriver")?);
 
     eprintln!("bench: the consumer function's memory, as Lambda runs it");
-    let mut function = vec![function::consumer_peak(&o.consumer_bin, &figures.event)?];
-    let largest = largest_event(&o.work)?;
-    function.push(function::consumer_peak(&o.consumer_bin, &largest)?);
+    let function = vec![function::consumer_peak(&o.consumer_bin, &figures.event, 1)?];
+    let rejected_6mb = function::rejected_6mb_peak(&o.consumer_bin, &o.work)?;
+    eprintln!("bench: the I/O-bound batch at each memory size's CPU share");
+    let sizes = function::memory_sizes(
+        &o.consumer_bin,
+        &function::SWEEP_MB,
+        100,
+        o.io_latency_ms,
+        SIZE_ROUNDS,
+    )?;
+    let log_bytes = function::log_bytes_per_invocation(&o.consumer_bin, 10, 20)?;
 
-    eprintln!("bench: cold start, {} runs each", o.coldstart_runs);
-    let mut consumer_init = Vec::new();
-    let mut redriver_init = Vec::new();
-    for _ in 0..o.coldstart_runs {
-        consumer_init.extend(coldstart::init_ms(&o.consumer_bin, "resq-consumer", 1)?);
-        redriver_init.extend(coldstart::init_ms(&o.redriver_bin, "resq-redriver", 1)?);
-    }
+    eprintln!(
+        "bench: cold start, {} runs each, without and with SSL_CERT_FILE",
+        o.coldstart_runs
+    );
+    let consumer_init =
+        coldstart::before_after(&o.consumer_bin, "resq-consumer", o.coldstart_runs)?;
+    let redriver_init =
+        coldstart::before_after(&o.redriver_bin, "resq-redriver", o.coldstart_runs)?;
 
+    let measured = cost_inputs(&io, &redrive)?;
+    let template = cost::Template::DEFAULT;
     let cost = cost::per_million(
-        &cost_inputs(&io, &redrive)?,
-        &cost::Template::DEFAULT,
+        &measured,
+        &template,
         &cost::Assumptions::DEFAULT,
         PERMANENT_SHARE,
         TRANSIENT_SHARE,
     );
+    let unit = cost::UnitPrices::new(
+        &measured,
+        &cost::UnitMeasured {
+            extra_cpu_us_per_record: 1e6 / figures.batch_rps.0 - 1e6 / figures.bare_rps,
+            log_bytes_per_invocation: log_bytes,
+        },
+        &template,
+        PERMANENT_SHARE,
+    );
     Ok(Report {
         consumer_rps: figures.batch_rps,
+        consumer_rps_range: figures.batch_rps_range,
+        consumer_warm_invocations: figures.warm_invocations,
         invocation_rps: figures.invocation_rps,
         consumer_rss_kb: figures.rss_kb,
-        records: o.records,
+        records: figures.records,
+        init_before_ms: (consumer_init.0, redriver_init.0),
+        unit,
+        rejected_6mb,
+        sizes,
         redrive_seconds: redrive.seconds,
         redrive_requests: redrive.requests,
         redrive_breakdown: redrive.breakdown,
@@ -675,7 +783,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
         rates_localstack,
         scale,
         zip_bytes,
-        init_ms: (median(&mut consumer_init), median(&mut redriver_init)),
+        init_ms: (consumer_init.1, redriver_init.1),
         coldstart_runs: o.coldstart_runs,
         io,
         bare_rps: figures.bare_rps,
@@ -685,6 +793,9 @@ pub fn run(o: &Options) -> Result<Report, String> {
         date,
     })
 }
+
+/// Warm invocations per memory size in the sweep.
+pub const SIZE_ROUNDS: usize = 7;
 
 /// The failure shares the cost table is for (issue 15: 1 % permanent, 5 % transient).
 const PERMANENT_SHARE: f64 = 0.01;
@@ -708,25 +819,6 @@ fn cost_inputs(io: &[IoRow], redrive: &Redrive) -> Result<cost::Measured, String
     })
 }
 
-/// The largest SQS event Lambda delivers: as many ~300-byte orders as fit in its 6 MB.
-fn largest_event(work: &Path) -> Result<PathBuf, String> {
-    let per_record = serde_json::to_vec(&event::sqs_event(100, 5.0, 42).event)
-        .map_err(|e| e.to_string())?
-        .len()
-        .div_ceil(100);
-    let mut n = function::MAX_PAYLOAD_BYTES / per_record;
-    loop {
-        let bytes =
-            serde_json::to_vec(&event::sqs_event(n, 5.0, 42).event).map_err(|e| e.to_string())?;
-        if bytes.len() <= function::MAX_PAYLOAD_BYTES {
-            let path = work.join(format!("sqs-event-6mb-{n}.json"));
-            std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-            return Ok(path);
-        }
-        n -= n / 100 + 1;
-    }
-}
-
 /// The middle value (mean of the two middle ones for an even count).
 pub fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -743,64 +835,123 @@ type Pair<T> = (T, T);
 /// The consumer comparison's figures: (resq, Powertools) each.
 struct ConsumerFigures {
     batch_rps: Pair<f64>,
+    batch_rps_range: Pair<(f64, f64)>,
     invocation_rps: Pair<f64>,
     rss_kb: Pair<u64>,
     bare_rps: f64,
+    records: usize,
+    warm_invocations: usize,
     /// The event file.
     event: PathBuf,
 }
 
+/// The consumer event: `records` orders, or (0) as many as fit in Lambda's 6 MB; 5 %
+/// malformed or invalid, from a fixed seed.
+fn consumer_event(o: &Options) -> Result<(event::BenchEvent, Vec<u8>), String> {
+    match o.records {
+        0 => event::largest_within(function::MAX_PAYLOAD_BYTES, |n| {
+            event::sqs_event(n, 5.0, 42)
+        }),
+        n => {
+            let e = event::sqs_event(n, 5.0, 42);
+            let bytes = serde_json::to_vec(&e.event).map_err(|e| e.to_string())?;
+            Ok((e, bytes))
+        }
+    }
+}
+
+/// Seconds per invocation in a child's JSON (`key` holds a list), the warm-up (the first)
+/// left out.
+fn warm_seconds(v: &Value, key: &str) -> Result<Vec<f64>, String> {
+    let all = v[key]
+        .as_array()
+        .ok_or_else(|| format!("no {key} list in {v}"))?
+        .iter()
+        .map(seconds)
+        .collect::<Result<Vec<f64>, String>>()?;
+    Ok(all.into_iter().skip(1).collect())
+}
+
+/// (min, max) of `values`.
+fn range(values: &[f64]) -> (f64, f64) {
+    values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(*v), hi.max(*v))
+        })
+}
+
 fn consumer(o: &Options) -> Result<ConsumerFigures, String> {
-    let built = event::sqs_event(o.records, 5.0, 42);
-    let path = o.work.join(format!("sqs-event-{}.json", o.records));
-    let bytes = serde_json::to_vec(&built.event).map_err(|e| e.to_string())?;
+    let (built, bytes) = consumer_event(o)?;
+    let records = built.event["Records"].as_array().map_or(0, Vec::len);
+    let path = o.work.join(format!("sqs-event-{records}.json"));
     std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let invocations = o.consumer_invocations.max(2).to_string();
     let (mut resq_rps, mut pt_rps) = (Vec::new(), Vec::new());
     let (mut resq_inv, mut pt_inv) = (Vec::new(), Vec::new());
     let (mut resq_rss, mut pt_rss) = (0, 0);
     let mut bare = Vec::new();
-    for round in 0..o.rounds {
-        let resq_run = || measured::run(Command::new(&me).arg("consumer").arg(&path));
+    for round in 0..o.rounds.max(1) {
+        let resq_run = || {
+            measured::run(
+                Command::new(&me)
+                    .arg("consumer-warm")
+                    .arg(&path)
+                    .arg(&invocations),
+            )
+        };
         let pt_run = || {
             measured::run(
                 Command::new(&o.python)
                     .arg(o.scripts.join("powertools_consumer.py"))
-                    .arg(&path),
+                    .arg(&path)
+                    .arg(&invocations),
             )
         };
         // Interleaved, the order alternating, so drift on the machine hits both alike.
-        let (r, p) = if round % 2 == 0 {
+        let (rj, pj) = if round % 2 == 0 {
             let r = resq_run()?;
             (r, pt_run()?)
         } else {
             let p = pt_run()?;
             (resq_run()?, p)
         };
-        let (rj, pj) = (r, p);
-        check_same_work(&rj, &pj, o.records, built.rejected)?;
-        resq_rps.push(o.records as f64 / seconds(&rj["batch_seconds"])?);
-        pt_rps.push(o.records as f64 / seconds(&pj["batch_seconds"])?);
-        resq_inv.push(o.records as f64 / seconds(&rj["seconds"])?);
-        bare.push(o.records as f64 / seconds(&rj["bare_seconds"])?);
-        pt_inv.push(o.records as f64 / seconds(&pj["seconds"])?);
+        check_same_work(&rj, &pj, records, built.rejected)?;
+        let per_second = |v: &Value, key: &str| -> Result<Vec<f64>, String> {
+            Ok(warm_seconds(v, key)?
+                .into_iter()
+                .map(|s| records as f64 / s)
+                .collect())
+        };
+        let (r, p) = (
+            per_second(&rj, "batch_seconds")?,
+            per_second(&pj, "batch_seconds")?,
+        );
+        eprintln!(
+            "  round {}: resq {:.0} rec/s (median of {}), powertools {:.0} rec/s",
+            round + 1,
+            median(&mut r.clone()),
+            r.len(),
+            median(&mut p.clone()),
+        );
+        resq_rps.extend(r);
+        pt_rps.extend(p);
+        resq_inv.extend(per_second(&rj, "seconds")?);
+        pt_inv.extend(per_second(&pj, "seconds")?);
+        bare.extend(per_second(&rj, "bare_seconds")?);
         let rss = |v: &Value| v["vm_hwm_kb"].as_u64().filter(|k| *k > 0);
         resq_rss = resq_rss.max(rss(&rj).ok_or("resq reported no VmHWM")?);
         pt_rss = pt_rss.max(rss(&pj).ok_or("Powertools reported no VmHWM")?);
-        eprintln!(
-            "  round {}: resq {:.0} rec/s {} KiB, powertools {:.0} rec/s {} KiB",
-            round + 1,
-            resq_rps[round],
-            rj["vm_hwm_kb"],
-            pt_rps[round],
-            pj["vm_hwm_kb"]
-        );
     }
     Ok(ConsumerFigures {
+        batch_rps_range: (range(&resq_rps), range(&pt_rps)),
+        warm_invocations: resq_rps.len(),
         batch_rps: (median(&mut resq_rps), median(&mut pt_rps)),
         invocation_rps: (median(&mut resq_inv), median(&mut pt_inv)),
         rss_kb: (resq_rss, pt_rss),
         bare_rps: median(&mut bare),
+        records,
         event: path,
     })
 }
