@@ -74,8 +74,38 @@ pub fn drop_sequential_concurrency_setting() {
     }
 }
 
+/// `SSL_CERT_FILE` names the CA bundle the HTTPS client reads instead of probing the
+/// platform's (the template sets Amazon Linux 2023's). Set to something that is not a file, the
+/// client would trust nothing and every AWS call would fail: the variable is then removed, so
+/// the platform's trust store is probed as without it, and the returned warning says so.
+/// Call it while one thread runs, as [`drop_sequential_concurrency_setting`].
+pub fn drop_missing_ca_bundle() -> Option<String> {
+    const NAME: &str = "SSL_CERT_FILE";
+    let value = std::env::var_os(NAME)?;
+    let warning = missing_ca_bundle(&value, |p| p.is_file())?;
+    // SAFETY: called before any other thread exists, so nothing reads the environment
+    // concurrently.
+    unsafe { std::env::remove_var(NAME) };
+    Some(warning)
+}
+
+/// The warning when `SSL_CERT_FILE=value` is not a file (as `is_file` says).
+fn missing_ca_bundle(
+    value: &std::ffi::OsStr,
+    is_file: impl Fn(&std::path::Path) -> bool,
+) -> Option<String> {
+    let path = std::path::Path::new(value);
+    (!is_file(path)).then(|| {
+        format!(
+            "SSL_CERT_FILE={} is not a file: ignored, the platform's trust store is read instead (start-up reads more files)",
+            path.display()
+        )
+    })
+}
+
 /// A function's `main`: drops the sequential concurrency setting (see
-/// [`drop_sequential_concurrency_setting`]) while one thread runs, then runs `serve` on a
+/// [`drop_sequential_concurrency_setting`]) and a CA bundle that is not there (see
+/// [`drop_missing_ca_bundle`]) while one thread runs, then runs `serve` on a
 /// multi-threaded tokio runtime. An error ends the process with exit code 1 and
 /// `{function}: {the messages of the error and its causes}` on stderr, never Rust's debug form
 /// (which returning the error from `main` would print).
@@ -84,6 +114,9 @@ where
     F: std::future::Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>>,
 {
     drop_sequential_concurrency_setting();
+    if let Some(warning) = drop_missing_ca_bundle() {
+        eprintln!("{function}: {warning}");
+    }
     let served = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -133,6 +166,22 @@ pub fn line_level(line: &str) -> crate::telemetry::LogLevel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ca_bundle_that_is_not_a_file_is_dropped_with_a_warning() {
+        let bundle = std::ffi::OsStr::new("/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem");
+        assert_eq!(missing_ca_bundle(bundle, |_| true), None);
+        let warning = missing_ca_bundle(bundle, |_| false).unwrap();
+        assert!(
+            warning.starts_with("SSL_CERT_FILE=/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem is not a file: ignored"),
+            "{warning}"
+        );
+        // on this machine: a real file stays, a missing one goes
+        let here = std::env::current_exe().unwrap();
+        assert_eq!(missing_ca_bundle(here.as_os_str(), |p| p.is_file()), None);
+        let gone = std::ffi::OsStr::new("/nonexistent/ca.pem");
+        assert!(missing_ca_bundle(gone, |p| p.is_file()).is_some());
+    }
 
     #[test]
     fn an_invocation_error_is_logged_and_reported_as_its_message() {
