@@ -14,7 +14,8 @@ credentials, everything else at the client's defaults (retries included).
 
 Warm, as a Lambda instance is: the client is built once, then event files are read from stdin,
 one path a line; for each, one JSON line on stdout: {"impl", "records", "failures",
-"batch_seconds", "vm_hwm_kb"}. `batch_seconds` is the invocation as the handler sees it: the
+"batch_seconds", "retries", "vm_hwm_kb"} (`retries`: botocore's own retries of the puts, from
+each response's `RetryAttempts`). `batch_seconds` is the invocation as the handler sees it: the
 event's JSON parse (the runtime's, before the handler), the batch, the response's JSON; the
 file's read is not in it.
 """
@@ -68,6 +69,14 @@ def order_record(order, record):
     ).encode()
 
 
+RETRIES = [0]
+
+
+def count_retries(response):
+    """botocore's own retries of a call (connection errors, 5xx, throttling)."""
+    RETRIES[0] += response.get("ResponseMetadata", {}).get("RetryAttempts", 0)
+
+
 def already_done(error):
     """A conditional put that found the object: the order was recorded before."""
     status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -111,14 +120,17 @@ def main():
         async def record_handler(record):
             order = parse(record)
             try:
-                await client.put_object(
-                    Bucket=bucket,
-                    Key=f"orders/{order['orderId']}.json",
-                    Body=order_record(order, record),
-                    ContentType="application/json",
-                    IfNoneMatch="*",
+                count_retries(
+                    await client.put_object(
+                        Bucket=bucket,
+                        Key=f"orders/{order['orderId']}.json",
+                        Body=order_record(order, record),
+                        ContentType="application/json",
+                        IfNoneMatch="*",
+                    )
                 )
             except ClientError as e:
+                count_retries(e.response)
                 if not already_done(e):
                     raise
 
@@ -141,14 +153,17 @@ def main():
         def record_handler(record):
             order = parse(record)
             try:
-                client.put_object(
-                    Bucket=bucket,
-                    Key=f"orders/{order['orderId']}.json",
-                    Body=order_record(order, record),
-                    ContentType="application/json",
-                    IfNoneMatch="*",
+                count_retries(
+                    client.put_object(
+                        Bucket=bucket,
+                        Key=f"orders/{order['orderId']}.json",
+                        Body=order_record(order, record),
+                        ContentType="application/json",
+                        IfNoneMatch="*",
+                    )
                 )
             except ClientError as e:
+                count_retries(e.response)
                 if not already_done(e):
                     raise
 
@@ -168,8 +183,10 @@ def main():
         path = line.strip()
         if not path:
             continue
+        RETRIES[0] = 0
         out = run(handle, path)
         out["impl"] = impl
+        out["retries"] = RETRIES[0]
         out["vm_hwm_kb"] = vm_hwm_kb()
         print(json.dumps(out), flush=True)
 

@@ -4,7 +4,7 @@
 //! S3 is the loopback stand-in ([`crate::s3standin`], every `PUT` answered after a fixed
 //! latency), one instance per side so each side's connections are its own. Each side runs in its
 //! own process, started with Lambda's descriptor limit (`RLIMIT_NOFILE` 1,024), warm: one
-//! warm-up invocation, then interleaved rounds, each invocation an event of its own (every
+//! warm-up invocation (the batch, at most 1,000 records), then interleaved rounds, each invocation an event of its own (every
 //! `orderId` new, so every `PUT` writes):
 //!
 //! - resq: the release `consumer` binary under a Lambda runtime API on loopback
@@ -106,6 +106,9 @@ pub struct SideRun {
     pub peak_rss_kb: u64,
     /// Records reported failed, over all rounds.
     pub failures: usize,
+    /// The client's own retries of its puts over all rounds, where it says (botocore's
+    /// `RetryAttempts`; `None` for resq, whose SDK does not tell).
+    pub retries: Option<usize>,
 }
 
 /// One batch size.
@@ -113,6 +116,8 @@ pub struct SideRun {
 pub struct RealRow {
     /// Records in each event.
     pub records: usize,
+    /// The size of a round's event, bytes.
+    pub payload_bytes: usize,
     /// The tuned settings' concurrency: the batch, capped at [`CONCURRENCY_CAP`].
     pub tuned: usize,
     /// The sides measured (boto3 is left out above `io_sync_max`).
@@ -267,13 +272,14 @@ impl RealIo {
             self.latency * 1000.0,
             self.rounds
         );
-        t.push_str("| records | side | wall, ms | ÷ resq default | peak fds | peak connections | peak PUT/s | peak RSS, MiB | failed |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        t.push_str("| records (event) | side | wall, ms | ÷ resq default | peak fds | peak connections | peak PUT/s | peak RSS, MiB | failed | client retries |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for r in &self.rows {
             let resq = r.wall(Side::ResqDefault);
             for s in &r.sides {
                 t.push_str(&format!(
-                    "| {} | {} | {:.1} | {} | {} | {} | {:.0} | {:.1} | {} |\n",
+                    "| {} ({:.2} MB) | {} | {:.1} | {} | {} | {} | {:.0} | {:.1} | {} | {} |\n",
                     r.records,
+                    r.payload_bytes as f64 / 1e6,
                     s.side.label(r.tuned),
                     s.wall * 1000.0,
                     resq.map_or("–".into(), |w| format!("{:.2}", s.wall / w)),
@@ -281,7 +287,8 @@ impl RealIo {
                     s.peak_connections,
                     s.peak_puts_per_s,
                     s.peak_rss_kb as f64 / 1024.0,
-                    s.failures
+                    s.failures,
+                    s.retries.map_or("–".into(), |r| r.to_string()),
                 ));
             }
         }
@@ -468,6 +475,7 @@ struct Invocation {
     wall: f64,
     records: usize,
     failures: usize,
+    retries: Option<usize>,
 }
 
 impl Runner {
@@ -504,6 +512,7 @@ impl Runner {
                     wall,
                     records,
                     failures,
+                    retries: None,
                 })
             }
             Runner::Peer(p) => {
@@ -515,6 +524,7 @@ impl Runner {
                         .ok_or_else(|| format!("no batch_seconds in {v}"))?,
                     records: count("records").ok_or_else(|| format!("no records in {v}"))?,
                     failures: count("failures").ok_or_else(|| format!("no failures in {v}"))?,
+                    retries: count("retries"),
                 })
             }
         }
@@ -581,12 +591,21 @@ fn resq_function(
     .map_err(|e| e.to_string())
 }
 
-/// The events of one batch size: the warm-up's, then each round's, each with `orderId`s of
-/// its own; every one within Lambda's 6 MB.
+/// The warm-up's batch at most: enough to open [`CONCURRENCY_CAP`] connections, a fraction of
+/// the largest batch's time at a pool of 10.
+pub const WARM_UP_MAX: usize = 1000;
+
+/// The events of one batch size: the warm-up's (at most [`WARM_UP_MAX`] records), then each
+/// round's, each with `orderId`s of its own; every one within Lambda's 6 MB.
 fn events(work: &Path, records: usize, rounds: usize) -> Result<Vec<PathBuf>, String> {
     (0..=rounds)
         .map(|k| {
-            let built = event::valid_orders(records, &format!("n{records}-k{k}-"), 11);
+            let n = if k == 0 {
+                records.min(WARM_UP_MAX)
+            } else {
+                records
+            };
+            let built = event::valid_orders(n, &format!("n{records}-k{k}-"), 11);
             let bytes = serde_json::to_vec(&built.event).map_err(|e| e.to_string())?;
             if bytes.len() > MAX_PAYLOAD_BYTES {
                 return Err(format!(
@@ -660,6 +679,9 @@ pub fn real_io(o: &Options) -> Result<RealIo, String> {
                 .join("; ")
         );
         let paths = events(&o.work, n, rounds)?;
+        let payload_bytes = std::fs::metadata(&paths[paths.len() - 1])
+            .map(|m| m.len() as usize)
+            .unwrap_or(0);
         let s3_of = |side: Side| &stand_ins[Side::ALL.iter().position(|s| *s == side).unwrap_or(0)];
         let mut runners = Vec::new();
         for &side in &sides {
@@ -682,7 +704,7 @@ pub fn real_io(o: &Options) -> Result<RealIo, String> {
         // the warm-up: the process started, its clients built, a first batch through them
         for (side, runner) in &mut runners {
             let out = runner.invoke(&paths[0], &rt)?;
-            if out.failures != 0 || out.records != n {
+            if out.failures != 0 || out.records != n.min(WARM_UP_MAX) {
                 return Err(format!(
                     "{side:?}'s warm-up of {n}: {} of {} records reported failed",
                     out.failures, out.records
@@ -730,18 +752,20 @@ pub fn real_io(o: &Options) -> Result<RealIo, String> {
                     .fold(0.0, f64::max),
                 peak_rss_kb: runner.peak_rss_kb(),
                 failures: samples.iter().map(|s| s.invocation.failures).sum(),
+                retries: samples.iter().map(|s| s.invocation.retries).sum(),
             };
             if run.failures > 0 {
                 eprintln!("  {side:?}: {} records reported failed", run.failures);
             }
             eprintln!(
-                "  {}: {:.1} ms, {} fds, {} connections, {:.0} PUT/s, {:.1} MiB",
+                "  {}: {:.1} ms, {} fds, {} connections, {:.0} PUT/s, {:.1} MiB, {:?} retries",
                 side.label(tuned),
                 run.wall * 1000.0,
                 run.peak_fds,
                 run.peak_connections,
                 run.peak_puts_per_s,
-                run.peak_rss_kb as f64 / 1024.0
+                run.peak_rss_kb as f64 / 1024.0,
+                run.retries
             );
             runner.stop(&rt);
             measured.push(run);
@@ -751,6 +775,7 @@ pub fn real_io(o: &Options) -> Result<RealIo, String> {
         }
         rows.push(RealRow {
             records: n,
+            payload_bytes,
             tuned,
             sides: measured,
         });
@@ -851,12 +876,14 @@ mod tests {
             peak_puts_per_s: 0.0,
             peak_rss_kb: rss_kb,
             failures: 0,
+            retries: None,
         }
     }
 
     fn row(records: usize, walls: [f64; 5]) -> RealRow {
         RealRow {
             records,
+            payload_bytes: records * 900,
             tuned: records.min(CONCURRENCY_CAP),
             sides: Side::ALL
                 .into_iter()
@@ -904,6 +931,7 @@ mod tests {
         // nothing to compare: NaN, and the worst over rows passes over it
         let empty = RealRow {
             records: 5,
+            payload_bytes: 4500,
             tuned: 5,
             sides: vec![],
         };
