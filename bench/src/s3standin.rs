@@ -52,7 +52,7 @@ impl Default for Config {
 pub struct Put {
     /// When its request (head and body) had arrived.
     pub arrived: Instant,
-    /// When its answer was written.
+    /// When its answer was ready (just before it was written).
     pub answered: Instant,
     /// The answer's status: 200, 412 or 503.
     pub status: u16,
@@ -448,8 +448,10 @@ async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
                         id,
                         false,
                     );
-                    conn.write_all(&out).await?;
+                    // recorded before it is written: once the client has its answer, the
+                    // window may end
                     record(shared, arrived, 503);
+                    conn.write_all(&out).await?;
                     continue;
                 }
                 tokio::time::sleep_until((arrived + shared.config.latency).into()).await;
@@ -485,8 +487,8 @@ async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
                     );
                     (out, 412)
                 };
-                conn.write_all(&out).await?;
                 record(shared, arrived, status);
+                conn.write_all(&out).await?;
                 continue;
             }
             "GET" | "HEAD" if has_key => {
