@@ -20,14 +20,14 @@ pub struct BenchEvent {
 
 /// `records` records; `bad_pct` % of them malformed or invalid (half each), from a fixed seed.
 pub fn sqs_event(records: usize, bad_pct: f64, seed: u64) -> BenchEvent {
-    build(records, bad_pct, seed, None, false)
+    build("bench-", records, bad_pct, seed, None, false)
 }
 
 /// `records` records, every one rejected: order-sized bodies (the valid orders above, padded
 /// the same way) whose first item has `quantity: 0`, so each fails validation
 /// (`VALIDATION_FAILED`) and gets a DLQ copy, which the consumer holds until it settles.
 pub fn sqs_rejected_event(records: usize, seed: u64) -> BenchEvent {
-    build(records, 0.0, seed, None, true)
+    build("bench-", records, 0.0, seed, None, true)
 }
 
 /// The largest event `build(n)` makes that fits in `max_bytes` (serialized), and its bytes.
@@ -48,16 +48,23 @@ pub fn largest_within(
     }
 }
 
+/// `records` valid orders whose `orderId`s all start with `prefix` (`{prefix}000000`, …): one
+/// event per invocation with a prefix of its own makes every order record a new object.
+pub fn valid_orders(records: usize, prefix: &str, seed: u64) -> BenchEvent {
+    build(prefix, records, 0.0, seed, None, false)
+}
+
 /// The FIFO queue the FIFO records claim to come from.
 pub const FIFO_QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:resq-orders.fifo";
 
 /// `records` valid orders from a FIFO queue, dealt round-robin over `groups` message groups
 /// (each with its deduplication id and sequence number, as the poller delivers them).
 pub fn sqs_fifo_event(records: usize, groups: usize, seed: u64) -> BenchEvent {
-    build(records, 0.0, seed, Some(groups.max(1)), false)
+    build("bench-", records, 0.0, seed, Some(groups.max(1)), false)
 }
 
 fn build(
+    prefix: &str,
     records: usize,
     bad_pct: f64,
     seed: u64,
@@ -65,7 +72,7 @@ fn build(
     reject_all: bool,
 ) -> BenchEvent {
     let mut rng = StdRng::seed_from_u64(seed);
-    let generated = orders::generate("bench-", records, bad_pct / 2.0, bad_pct / 2.0, &mut rng);
+    let generated = orders::generate(prefix, records, bad_pct / 2.0, bad_pct / 2.0, &mut rng);
     let sent_at = chrono::Utc::now().timestamp_millis().to_string();
     let rejected = match reject_all {
         true => generated.len(),
@@ -175,6 +182,22 @@ mod tests {
             .collect();
         let mean = valid_len.iter().sum::<usize>() / valid_len.len();
         assert!((250..=350).contains(&mean), "mean valid body {mean} bytes");
+    }
+
+    #[test]
+    fn valid_orders_carry_the_prefix_and_all_pass() {
+        let e = valid_orders(50, "r3-", 7);
+        let records = e.event["Records"].as_array().unwrap();
+        assert_eq!((records.len(), e.rejected), (50, 0));
+        let ids: std::collections::HashSet<String> = records
+            .iter()
+            .map(|r| {
+                let order = consumer::order::parse_order(r["body"].as_str()).unwrap();
+                order.order_id.to_string()
+            })
+            .collect();
+        assert_eq!(ids.len(), 50);
+        assert!(ids.iter().all(|id| id.starts_with("r3-")), "{ids:?}");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! tens of milliseconds per receive (it deep-copies every message), so at 200/s its round trips,
 //! not the rate limiter, set the pace. Requests are logged like the counting proxy's. It also
 //! accepts S3 puts (without keeping them), for the consumer function's order records when its
-//! memory is measured ([`crate::function`]).
+//! memory is measured ([`crate::function`]), and answers `GetQueueAttributes` with a redrive
+//! policy and a retention (what the consumer reads of its source queue).
 //!
 //! [`FakeSqs::start_with_latency`] gives every call a fixed latency (the answer waits that
 //! long, a timer per connection, so calls on other connections go on meanwhile): SQS's own
@@ -237,6 +238,26 @@ fn answer(st: &mut State, action: &str, input: &Value) -> (&'static str, Value) 
                 ok.push(json!({ "Id": e["Id"] }));
             }
             ("200 OK", json!({ "Successful": ok, "Failed": [] }))
+        }
+        "GetQueueAttributes" => {
+            // what a consumer reads of its source queue: the template's redrive policy (a
+            // DLQ beside it, 5 receives) and SQS's default retention (4 days)
+            let name = queue.rsplit('/').next().unwrap_or_default();
+            let arn = |n: &str| format!("arn:aws:sqs:us-east-1:123456789012:{n}");
+            let mut attributes = json!({
+                "QueueArn": arn(name),
+                "MessageRetentionPeriod": "345600",
+                "VisibilityTimeout": "30",
+                "ApproximateNumberOfMessages": st.queues.get(&queue).map_or(0, VecDeque::len).to_string(),
+                "ApproximateNumberOfMessagesNotVisible": st.in_flight.values().filter(|(q, _)| *q == queue).count().to_string(),
+            });
+            if !name.ends_with("-dlq") {
+                attributes["RedrivePolicy"] = json!(
+                    json!({"deadLetterTargetArn": arn(&format!("{name}-dlq")), "maxReceiveCount": 5})
+                        .to_string()
+                );
+            }
+            ("200 OK", json!({ "Attributes": attributes }))
         }
         other => (
             "400 Bad Request",

@@ -14,7 +14,9 @@ mod fakesqs;
 mod function;
 mod measured;
 mod proxy;
+mod realio;
 mod run;
+mod s3standin;
 mod scale;
 
 use std::path::PathBuf;
@@ -58,8 +60,15 @@ enum Cmd {
         /// Records at once (`CONSUMER_CONCURRENCY`); its default when left out.
         concurrency: Option<usize>,
     },
-    /// Only the I/O-bound comparison (part of `run`): prints its table, writes nothing.
-    Io(Box<run::Options>),
+    /// Only the I/O-bound comparisons (part of `run`): the real-client one (the S3 stand-in,
+    /// the release consumer and the Powertools peers) and the sleep-only one; prints their
+    /// tables and figures, writes nothing. `--io-real-only` skips the sleep-only rows.
+    Io {
+        #[command(flatten)]
+        options: Box<run::Options>,
+        #[arg(long)]
+        io_real_only: bool,
+    },
     /// The consumer function's peak memory on an event file, run as Lambda runs it; without
     /// an event, on the largest payload (6 MB) whose every record is rejected.
     FunctionMemory {
@@ -176,9 +185,19 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
             println!("{}", scale.table());
             println!("{}", scale.summary());
         }
-        Cmd::Io(options) => {
-            let rows = run::io(&options)?;
-            println!("{}", run::io_table(&rows));
+        Cmd::Io {
+            options,
+            io_real_only,
+        } => {
+            let started = std::time::Instant::now();
+            let real = realio::real_io(&options)?;
+            println!("{}", real.table());
+            if !io_real_only {
+                let rows = run::io(&options)?;
+                println!("{}", run::io_table(&rows));
+            }
+            println!("bench-io: {}", real.summary());
+            eprintln!("io: {:.0} s", started.elapsed().as_secs_f64());
         }
         Cmd::ConsumerWarm { event, invocations } => {
             let out = rt()?.block_on(child::consumer_warm(&event, invocations))?;

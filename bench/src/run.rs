@@ -114,6 +114,23 @@ pub struct Options {
     /// each of these numbers of message groups.
     #[arg(long, value_delimiter = ',', default_value = "10,2")]
     pub io_fifo_groups: Vec<usize>,
+    /// Batch sizes of the real-client I/O comparison (the S3 stand-in; each within 6 MB).
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000,5000")]
+    pub io_real_batches: Vec<usize>,
+    /// Warm rounds per side and batch size of the real-client comparison (after one warm-up).
+    #[arg(long, default_value_t = 3)]
+    pub io_real_rounds: usize,
+    /// The largest batch Powertools' sequential `BatchProcessor` + boto3 runs (each record
+    /// waits its put out: 5,000 would take about 2 minutes a round).
+    #[arg(long, default_value_t = 100)]
+    pub io_sync_max: usize,
+    /// The throttling run: the stand-in answers `503 SlowDown` above this many PUT/s (0: no
+    /// throttling run).
+    #[arg(long, default_value_t = 1000.0)]
+    pub io_throttle_rate: f64,
+    /// The throttling run's batch.
+    #[arg(long, default_value_t = 1000)]
+    pub io_throttle_records: usize,
 }
 
 /// One batch size of the I/O-bound comparison: median batch wall times in seconds.
@@ -173,6 +190,7 @@ impl IoRow {
 }
 
 /// The worst of `f` over the rows (NaN when there are none).
+#[cfg(test)]
 fn worst(rows: &[IoRow], f: impl Fn(&IoRow) -> f64) -> f64 {
     rows.iter().map(f).reduce(f64::min).unwrap_or(f64::NAN)
 }
@@ -220,8 +238,10 @@ pub struct Report {
     pub init_before_ms: (f64, f64),
     /// Cold starts per function.
     pub coldstart_runs: usize,
-    /// The I/O-bound comparison, one row per batch size.
+    /// The sleep-only I/O-bound comparison (an upper bound), one row per batch size.
     pub io: Vec<IoRow>,
+    /// The real-client I/O comparison (S3 stand-in, real clients, Lambda's descriptor limit).
+    pub real_io: crate::realio::RealIo,
     /// Records per second of the bare parse-and-validate loop, median of the rounds.
     pub bare_rps: f64,
     /// The consumer function run as Lambda runs it: on the consumer event, and on the largest
@@ -274,14 +294,6 @@ impl Report {
     pub fn engine_efficiency(&self) -> f64 {
         self.consumer_rps.0 / self.bare_rps
     }
-    /// The I/O-bound rows of standard queues.
-    pub fn standard_io(&self) -> Vec<IoRow> {
-        self.io
-            .iter()
-            .filter(|r| r.groups.is_none())
-            .cloned()
-            .collect()
-    }
     /// The slower function's median init.
     pub fn init_ms_worst(&self) -> f64 {
         self.init_ms.0.max(self.init_ms.1)
@@ -291,7 +303,7 @@ impl Report {
     pub fn summary_line(&self) -> String {
         let (resq_rpm, base_rpm) = self.requests_per_msg();
         format!(
-            "bench: consumer_speedup={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} io_efficiency={:.2} io_speedup={:.1} io_vs_best_peer={:.2} engine_efficiency={:.2} unit_cost_per_m_healthy={:.4} rejected_6mb_rss_mb={:.1} rate_error_pct_localstack={:.2} redrive_msgs_per_s={:.0} drain_1m_minutes={:.1}",
+            "bench: consumer_speedup={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} {} engine_efficiency={:.2} unit_cost_per_m_healthy={:.4} rejected_6mb_rss_mb={:.1} rate_error_pct_localstack={:.2} redrive_msgs_per_s={:.0} drain_1m_minutes={:.1}",
             self.consumer_speedup(),
             self.redrive_speedup(),
             resq_rpm,
@@ -300,11 +312,9 @@ impl Report {
             self.zip_bytes.0 / 1024,
             self.zip_bytes.1 / 1024,
             self.init_ms_worst(),
-            worst(&self.io, IoRow::efficiency),
-            // FIFO's own ceiling is its number of groups (`IoRow::limit`): the goal is the
-            // standard queue's
-            worst(&self.standard_io(), IoRow::speedup),
-            worst(&self.io, IoRow::vs_best_peer),
+            // the sleep-only rows' io_efficiency, io_speedup and io_vs_best_peer are left out:
+            // with no socket they come down to min(records, concurrency)
+            self.real_io.summary(),
             self.engine_efficiency(),
             self.unit.unit_cost_per_m_healthy(),
             self.rejected_6mb.peak_mb(),
@@ -479,6 +489,8 @@ impl Report {
             );
         }
         t.push('\n');
+        t.push_str(&self.real_io.table());
+        t.push('\n');
         t.push_str(&io_table(&self.io));
         t.push_str(&format!(
             "\nCost per million orders at {:.0} % permanent and {:.0} % transient failures (`bench/src/cost.rs`):\n\n",
@@ -544,7 +556,7 @@ pub fn io_table(rows: &[IoRow]) -> String {
         }
     };
     let mut t = String::from(
-        "| records × effect | limit at the default concurrency, ms | resq, default concurrency, ms | resq, all at once, ms | Powertools BatchProcessor (FIFO: SqsFifoPartialProcessor), ms | Powertools AsyncBatchProcessor, ms | io_efficiency (≥ 0.9) | io_speedup (≥ 8) | io_vs_best_peer, all at once (≥ 1.0) | best peer ÷ resq at the default |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "Sleep-only rows, an upper bound no real client reaches: each record's effect is a 20 ms timer in the process (`tokio::time::sleep`, `time.sleep`, `asyncio.sleep`), no socket, no connection pool, no descriptor; information only (their ratios come down to min(records, concurrency)):\n\n| records × effect | limit at the default concurrency, ms | resq, default concurrency, ms | resq, all at once, ms | Powertools BatchProcessor (FIFO: SqsFifoPartialProcessor), ms | Powertools AsyncBatchProcessor, ms | io_efficiency (≥ 0.9) | io_speedup (≥ 8) | io_vs_best_peer, all at once (≥ 1.0) | best peer ÷ resq at the default |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         t.push_str(&format!(
@@ -677,6 +689,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
     );
     let figures = consumer(o)?;
     let io = io(o)?;
+    let real_io = crate::realio::real_io(o)?;
 
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let moto = resq_local::emulator::MotoServer::start(&o.moto).map_err(|e| e.to_string())?;
@@ -786,6 +799,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
         init_ms: (consumer_init.1, redriver_init.1),
         coldstart_runs: o.coldstart_runs,
         io,
+        real_io,
         bare_rps: figures.bare_rps,
         cost,
         function,

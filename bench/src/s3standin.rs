@@ -1,0 +1,736 @@
+//! A stand-in S3 on 127.0.0.1 for the real-client I/O comparison: in memory, HTTP/1.1, path-style
+//! object calls only (`PUT`, `GET` and `HEAD` of `/bucket/key`; every bucket exists). What it
+//! honours is what resq's reference handler and the peers' conditional puts rely on:
+//!
+//! - `PUT` with `If-None-Match: *` on an existing key → `412 PreconditionFailed` (S3's XML
+//!   error), the object left as it was; otherwise the object is written, `200` with an ETag.
+//!   A body sent `aws-chunked` (the SDKs' trailing checksums) is decoded before it is kept.
+//! - `GET` → the object, or `404 NoSuchKey`; `HEAD` the same without a body.
+//! - `Expect: 100-continue` is answered `100 Continue` before the body is read.
+//!
+//! Every `PUT` and `GET` is answered `latency` after its request arrived (a timer per request:
+//! requests on other connections go on meanwhile; tokio's 1 ms timer makes 20 ms 20–21 ms).
+//! With a rate limit ([`Config::slow_down_above`]), a `PUT` arriving when the token bucket
+//! (that rate, a burst of a tenth of a second's worth) is empty is answered at once with
+//! `503 SlowDown`, as S3 answers a prefix's request rate above what it allows.
+//!
+//! It records, between [`S3StandIn::begin`] and [`S3StandIn::end`]: each `PUT`'s arrival,
+//! answer and status, and the peak of open connections. [`Window`] turns those into the
+//! figures: total `PUT`s, 503s, the peak `PUT` rate and the timeline of `PUT`s in flight.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use resq_local::http::serve_on_thread;
+
+/// How the stand-in answers.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// Each `PUT` and `GET` is answered this long after it arrived.
+    pub latency: Duration,
+    /// Above this many `PUT`s a second (a token bucket holding a tenth of a second's worth),
+    /// a `PUT` is answered `503 SlowDown` at once. `None`: never.
+    pub slow_down_above: Option<f64>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            latency: Duration::from_millis(20),
+            slow_down_above: None,
+        }
+    }
+}
+
+/// One `PUT` as the stand-in saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Put {
+    /// When its request (head and body) had arrived.
+    pub arrived: Instant,
+    /// When its answer was ready (just before it was written).
+    pub answered: Instant,
+    /// The answer's status: 200, 412 or 503.
+    pub status: u16,
+}
+
+/// The width of the windows the peak rate and the in-flight timeline are taken over.
+pub const WINDOW: Duration = Duration::from_millis(100);
+
+/// What happened between [`S3StandIn::begin`] and [`S3StandIn::end`].
+#[derive(Debug, Clone)]
+pub struct Window {
+    /// When it began.
+    pub began: Instant,
+    /// Every `PUT` answered meanwhile, in the order answered.
+    pub puts: Vec<Put>,
+    /// The most connections open at once (idle kept-alive ones included).
+    pub peak_connections: usize,
+}
+
+impl Window {
+    /// `PUT`s answered, whatever the answer.
+    pub fn puts_total(&self) -> usize {
+        self.puts.len()
+    }
+    /// `PUT`s answered with `status`.
+    pub fn count(&self, status: u16) -> usize {
+        self.puts.iter().filter(|p| p.status == status).count()
+    }
+    /// The peak rate of `PUT` requests (any answer), per second: the most that arrived within
+    /// any [`WINDOW`] (sliding), × 10.
+    pub fn peak_puts_per_s(&self) -> f64 {
+        let mut arrivals: Vec<Instant> = self.puts.iter().map(|p| p.arrived).collect();
+        arrivals.sort_unstable();
+        peak_in_window(&arrivals, WINDOW) as f64 / WINDOW.as_secs_f64()
+    }
+    /// The most `PUT`s in flight at once (arrived, not yet answered) in each [`WINDOW`] from
+    /// the window's beginning; 503s are answered at once, so they hardly count.
+    pub fn in_flight_timeline(&self) -> Vec<usize> {
+        in_flight_timeline(&self.puts, self.began, WINDOW)
+    }
+}
+
+/// The most of the sorted `times` within any span of `width` (a span `[t, t + width)`).
+pub fn peak_in_window(times: &[Instant], width: Duration) -> usize {
+    let mut peak = 0;
+    let mut start = 0;
+    for (end, t) in times.iter().enumerate() {
+        while t.duration_since(times[start]) >= width {
+            start += 1;
+        }
+        peak = peak.max(end + 1 - start);
+    }
+    peak
+}
+
+/// For each `bucket`-wide span from `origin` up to the last answer, the most of `puts` in
+/// flight at once (a `PUT` is in flight from its arrival until its answer).
+pub fn in_flight_timeline(puts: &[Put], origin: Instant, bucket: Duration) -> Vec<usize> {
+    let Some(last) = puts.iter().map(|p| p.answered).max() else {
+        return Vec::new();
+    };
+    let index = |t: Instant| {
+        (t.saturating_duration_since(origin).as_nanos() / bucket.as_nanos().max(1)) as usize
+    };
+    let mut timeline = vec![0; index(last) + 1];
+    // +1 at each arrival, −1 at each answer; at equal times the answer first
+    let mut events: Vec<(Instant, i64)> = puts
+        .iter()
+        .flat_map(|p| [(p.arrived, 1), (p.answered, -1)])
+        .collect();
+    events.sort_unstable_by_key(|&(t, d)| (t, d));
+    let mut in_flight: i64 = 0;
+    let mut current = 0;
+    for (t, d) in events {
+        let i = index(t);
+        // the buckets after the last event's, up to this one's, held what was in flight then
+        for slot in timeline.iter_mut().take(i + 1).skip(current + 1) {
+            *slot = (*slot).max(in_flight.max(0) as usize);
+        }
+        current = current.max(i);
+        in_flight += d;
+        timeline[i] = timeline[i].max(in_flight.max(0) as usize);
+    }
+    timeline
+}
+
+#[derive(Default)]
+struct Recording {
+    began: Option<Instant>,
+    puts: Vec<Put>,
+    open: usize,
+    peak_open: usize,
+}
+
+struct TokenBucket {
+    rate: f64,
+    capacity: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl TokenBucket {
+    fn new(rate: f64) -> Self {
+        let capacity = (rate * WINDOW.as_secs_f64()).max(1.0);
+        Self {
+            rate,
+            capacity,
+            tokens: capacity,
+            at: Instant::now(),
+        }
+    }
+
+    fn take(&mut self, now: Instant) -> bool {
+        let earned = now.saturating_duration_since(self.at).as_secs_f64() * self.rate;
+        self.tokens = (self.tokens + earned).min(self.capacity);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+struct Shared {
+    config: Config,
+    objects: Mutex<HashMap<String, Vec<u8>>>,
+    recording: Mutex<Recording>,
+    bucket: Option<Mutex<TokenBucket>>,
+    requests: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The running stand-in; it stops with the process.
+pub struct S3StandIn {
+    /// `http://127.0.0.1:{port}`.
+    pub endpoint: String,
+    shared: Arc<Shared>,
+}
+
+/// Counts a connection as open for as long as it lives.
+struct OpenConnection(Arc<Shared>);
+
+impl OpenConnection {
+    fn new(shared: Arc<Shared>) -> Self {
+        {
+            let mut r = lock(&shared.recording);
+            r.open += 1;
+            r.peak_open = r.peak_open.max(r.open);
+        }
+        Self(shared)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        lock(&self.0.recording).open -= 1;
+    }
+}
+
+impl S3StandIn {
+    /// Starts it on a free loopback port.
+    pub fn start(config: Config) -> Result<Self, String> {
+        let shared = Arc::new(Shared {
+            config,
+            objects: Mutex::default(),
+            recording: Mutex::default(),
+            bucket: config
+                .slow_down_above
+                .map(|rate| Mutex::new(TokenBucket::new(rate))),
+            requests: AtomicU64::new(0),
+        });
+        let s = shared.clone();
+        let addr = serve_on_thread(move |conn| {
+            let shared = s.clone();
+            async move {
+                let _open = OpenConnection::new(shared.clone());
+                if let Err(e) = serve(conn, &shared).await
+                    && e.kind() != std::io::ErrorKind::ConnectionReset
+                {
+                    eprintln!("stand-in S3: connection ended: {e}");
+                }
+            }
+        })?;
+        Ok(Self {
+            endpoint: format!("http://{addr}"),
+            shared,
+        })
+    }
+
+    /// Starts recording (and forgets what was recorded before): from now, each `PUT`, and the
+    /// peak of open connections, counting those open now.
+    pub fn begin(&self) {
+        let mut r = lock(&self.shared.recording);
+        r.began = Some(Instant::now());
+        r.puts.clear();
+        r.peak_open = r.open;
+    }
+
+    /// What was recorded since [`Self::begin`].
+    pub fn end(&self) -> Window {
+        let mut r = lock(&self.shared.recording);
+        Window {
+            began: r.began.take().unwrap_or_else(Instant::now),
+            puts: std::mem::take(&mut r.puts),
+            peak_connections: r.peak_open,
+        }
+    }
+
+    /// Objects held.
+    #[cfg(test)]
+    pub fn objects(&self) -> usize {
+        lock(&self.shared.objects).len()
+    }
+
+    /// An object's body, as written (`bucket/key`).
+    #[cfg(test)]
+    pub fn object(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
+        lock(&self.shared.objects)
+            .get(&format!("{bucket}/{key}"))
+            .cloned()
+    }
+
+    /// Forgets every object (frees a large run's memory).
+    pub fn clear(&self) {
+        lock(&self.shared.objects).clear();
+    }
+}
+
+/// One request's head, read off a connection.
+struct Head {
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+}
+
+impl Head {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Reads one request (answering `Expect: 100-continue` before its body); `None` when the peer
+/// closed the connection between requests.
+async fn read_request(
+    conn: &mut TcpStream,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<(Head, Vec<u8>)>> {
+    let mut chunk = [0u8; 16 * 1024];
+    let head_end = loop {
+        if let Some(i) = find(buf, b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = conn.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let text = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = text.split("\r\n");
+    let mut first = lines.next().unwrap_or_default().split_whitespace();
+    let (method, path) = (
+        first.next().unwrap_or_default().to_owned(),
+        first.next().unwrap_or_default().to_owned(),
+    );
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let head = Head {
+        method,
+        path,
+        headers,
+    };
+    buf.drain(..head_end);
+    if head
+        .header("transfer-encoding")
+        .is_some_and(|v| v.contains("chunked"))
+    {
+        return Err(std::io::Error::other(
+            "chunked transfer encoding is not supported",
+        ));
+    }
+    let len: usize = head
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if len > 0
+        && buf.len() < len
+        && head
+            .header("expect")
+            .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
+    {
+        conn.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+    }
+    while buf.len() < len {
+        let n = conn.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let body: Vec<u8> = buf.drain(..len).collect();
+    Ok(Some((head, body)))
+}
+
+/// An `aws-chunked` body's data: `hex-size[;extensions]\r\n data \r\n`, … up to a chunk of
+/// size 0, then trailers (checksums), which are dropped.
+pub fn decode_aws_chunked(body: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut rest = body;
+    loop {
+        let eol = find(rest, b"\r\n")?;
+        let line = std::str::from_utf8(&rest[..eol]).ok()?;
+        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+        rest = &rest[eol + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(rest.get(..size)?);
+        rest = rest.get(size + 2..)?;
+    }
+}
+
+fn error_xml(code: &str, message: &str, resource: &str, id: u64) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message><Resource>{resource}</Resource><RequestId>STANDIN{id:012}</RequestId><HostId>resq-bench</HostId></Error>"
+    )
+}
+
+/// A response: status line, headers, body (none for `HEAD`, its length still given).
+fn response(status: &str, id: u64, headers: &str, body: &[u8], head_only: bool) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\nx-amz-request-id: STANDIN{id:012}\r\nx-amz-id-2: resq-bench\r\nServer: AmazonS3\r\n{headers}Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if !head_only {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+fn error(
+    status: &str,
+    code: &str,
+    message: &str,
+    resource: &str,
+    id: u64,
+    head_only: bool,
+) -> Vec<u8> {
+    response(
+        status,
+        id,
+        "Content-Type: application/xml\r\n",
+        error_xml(code, message, resource, id).as_bytes(),
+        head_only,
+    )
+}
+
+async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(16 * 1024);
+    while let Some((head, body)) = read_request(&mut conn, &mut buf).await? {
+        let arrived = Instant::now();
+        let id = shared.requests.fetch_add(1, Ordering::Relaxed);
+        let path = head.path.split('?').next().unwrap_or_default().to_owned();
+        let key = path.trim_start_matches('/').to_owned();
+        let has_key = key
+            .split_once('/')
+            .is_some_and(|(b, k)| !b.is_empty() && !k.is_empty());
+        let head_only = head.method == "HEAD";
+        let answer = match head.method.as_str() {
+            "PUT" if has_key => {
+                let allowed = shared.bucket.as_ref().is_none_or(|b| lock(b).take(arrived));
+                if !allowed {
+                    let out = error(
+                        "503 Slow Down",
+                        "SlowDown",
+                        "Please reduce your request rate.",
+                        &path,
+                        id,
+                        false,
+                    );
+                    // recorded before it is written: once the client has its answer, the
+                    // window may end
+                    record(shared, arrived, 503);
+                    conn.write_all(&out).await?;
+                    continue;
+                }
+                tokio::time::sleep_until((arrived + shared.config.latency).into()).await;
+                let data = match head.header("content-encoding") {
+                    Some(e) if e.contains("aws-chunked") => {
+                        decode_aws_chunked(&body).unwrap_or(body)
+                    }
+                    _ => body,
+                };
+                let conditional = head
+                    .header("if-none-match")
+                    .is_some_and(|v| v.trim() == "*");
+                let created = {
+                    let mut objects = lock(&shared.objects);
+                    if conditional && objects.contains_key(&key) {
+                        false
+                    } else {
+                        objects.insert(key.clone(), data);
+                        true
+                    }
+                };
+                let (out, status) = if created {
+                    let headers = format!("ETag: \"{id:032x}\"\r\n");
+                    (response("200 OK", id, &headers, b"", false), 200)
+                } else {
+                    let out = error(
+                        "412 Precondition Failed",
+                        "PreconditionFailed",
+                        "At least one of the pre-conditions you specified did not hold",
+                        &path,
+                        id,
+                        false,
+                    );
+                    (out, 412)
+                };
+                record(shared, arrived, status);
+                conn.write_all(&out).await?;
+                continue;
+            }
+            "GET" | "HEAD" if has_key => {
+                tokio::time::sleep_until((arrived + shared.config.latency).into()).await;
+                let object = lock(&shared.objects).get(&key).cloned();
+                match object {
+                    Some(data) => {
+                        let headers = format!(
+                            "ETag: \"{:032x}\"\r\nContent-Type: application/json\r\nLast-Modified: Wed, 25 Nov 2026 00:00:00 GMT\r\n",
+                            data.len()
+                        );
+                        response("200 OK", id, &headers, &data, head_only)
+                    }
+                    None => error(
+                        "404 Not Found",
+                        "NoSuchKey",
+                        "The specified key does not exist.",
+                        &path,
+                        id,
+                        head_only,
+                    ),
+                }
+            }
+            _ => error(
+                "501 Not Implemented",
+                "NotImplemented",
+                "The bench's stand-in S3 serves only PUT, GET and HEAD of path-style objects.",
+                &path,
+                id,
+                head_only,
+            ),
+        };
+        conn.write_all(&answer).await?;
+    }
+    Ok(())
+}
+
+fn record(shared: &Shared, arrived: Instant, status: u16) {
+    let mut r = lock(&shared.recording);
+    if r.began.is_some() {
+        r.puts.push(Put {
+            arrived,
+            answered: Instant::now(),
+            status,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// One raw HTTP/1.1 request on a connection of its own; the status and body.
+    async fn raw(endpoint: &str, request: &str) -> (u16, String) {
+        let addr = endpoint.trim_start_matches("http://");
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        // the stand-in keeps the connection open: read until the whole answer is in
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = conn.read(&mut chunk).await.unwrap();
+            out.extend_from_slice(&chunk[..n]);
+            if n == 0 {
+                break;
+            }
+            if let Some((status, body)) = resq_local::http::http_response(&out) {
+                let len = String::from_utf8_lossy(&out)
+                    .to_ascii_lowercase()
+                    .lines()
+                    .find_map(|l| {
+                        l.strip_prefix("content-length:")
+                            .map(|v| v.trim().parse::<usize>().unwrap())
+                    })
+                    .unwrap_or(0);
+                if body.len() >= len {
+                    return (status, body);
+                }
+            }
+        }
+        resq_local::http::http_response(&out).unwrap()
+    }
+
+    fn put(key: &str, body: &str, conditional: bool) -> String {
+        format!(
+            "PUT /b/{key} HTTP/1.1\r\nHost: x\r\n{}Content-Length: {}\r\n\r\n{body}",
+            if conditional {
+                "If-None-Match: *\r\n"
+            } else {
+                ""
+            },
+            body.len()
+        )
+    }
+
+    fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
+        rt().block_on(async {
+            let sdk = resq_local::emulator::local_sdk_config(endpoint).await;
+            let conf = aws_sdk_s3::config::Builder::from(&sdk)
+                .force_path_style(true)
+                .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+                .build();
+            aws_sdk_s3::Client::from_conf(conf)
+        })
+    }
+
+    #[test]
+    fn a_second_conditional_put_is_refused_and_the_first_object_kept() {
+        // GIVEN the stand-in, and resq's own S3 store over the SDK's client
+        let s3 = S3StandIn::start(Config {
+            latency: Duration::from_millis(1),
+            slow_down_above: None,
+        })
+        .unwrap();
+        let store = resq::store::S3Store::new(s3_client(&s3.endpoint), "orders-bucket");
+        use resq::store::{ObjectStore, PutOutcome};
+        rt().block_on(async {
+            // WHEN the same key is put twice with If-None-Match: *
+            s3.begin();
+            let first = store
+                .put_if_absent("orders/o-1.json", b"{\"n\":1}".to_vec())
+                .await;
+            let second = store
+                .put_if_absent("orders/o-1.json", b"{\"n\":2}".to_vec())
+                .await;
+            let window = s3.end();
+            // THEN the first is written, the second finds it (412), and the first stays
+            assert_eq!(first.unwrap(), PutOutcome::Created);
+            assert_eq!(second.unwrap(), PutOutcome::AlreadyExists);
+            assert_eq!(
+                store.get("orders/o-1.json").await.unwrap().as_deref(),
+                Some(&b"{\"n\":1}"[..])
+            );
+            assert_eq!(store.get("orders/none.json").await.unwrap(), None);
+            assert_eq!((window.count(200), window.count(412)), (1, 1));
+            assert_eq!(window.puts_total(), 2);
+            assert!(window.peak_connections >= 1);
+        });
+        // a plain put overwrites; raw HTTP sees S3's error body for a conditional one
+        rt().block_on(async {
+            let (status, _) = raw(&s3.endpoint, &put("k", "one", false)).await;
+            assert_eq!(status, 200);
+            let (status, body) = raw(&s3.endpoint, &put("k", "two", true)).await;
+            assert_eq!(status, 412);
+            assert!(body.contains("<Code>PreconditionFailed</Code>"), "{body}");
+            let (status, body) = raw(&s3.endpoint, "GET /b/k HTTP/1.1\r\nHost: x\r\n\r\n").await;
+            assert_eq!((status, body.as_str()), (200, "one"));
+            let (status, body) =
+                raw(&s3.endpoint, "GET /b/missing HTTP/1.1\r\nHost: x\r\n\r\n").await;
+            assert_eq!(status, 404);
+            assert!(body.contains("<Code>NoSuchKey</Code>"), "{body}");
+        });
+        assert_eq!(s3.objects(), 2);
+        assert_eq!(
+            s3.object("orders-bucket", "orders/o-1.json").unwrap(),
+            b"{\"n\":1}"
+        );
+    }
+
+    #[test]
+    fn above_the_rate_puts_are_answered_slow_down_at_once() {
+        // GIVEN a stand-in allowing one PUT per 1,000 s (a bucket of one token)
+        let latency = Duration::from_millis(50);
+        let s3 = S3StandIn::start(Config {
+            latency,
+            slow_down_above: Some(0.001),
+        })
+        .unwrap();
+        // WHEN 20 PUTs arrive, each on its own connection
+        s3.begin();
+        let statuses = rt().block_on(async {
+            let mut calls = tokio::task::JoinSet::new();
+            for i in 0..20 {
+                let endpoint = s3.endpoint.clone();
+                calls.spawn(async move { raw(&endpoint, &put(&format!("k{i}"), "x", true)).await });
+            }
+            let mut out = Vec::new();
+            while let Some(r) = calls.join_next().await {
+                out.push(r.unwrap());
+            }
+            out
+        });
+        let window = s3.end();
+        // THEN one got through and the rest were refused with S3's SlowDown
+        let ok = statuses.iter().filter(|(s, _)| *s == 200).count();
+        let slow: Vec<_> = statuses.iter().filter(|(s, _)| *s == 503).collect();
+        assert_eq!((ok, slow.len()), (1, 19), "{statuses:?}");
+        assert!(
+            slow.iter().all(|(_, b)| b.contains("<Code>SlowDown</Code>")
+                && b.contains("<Message>Please reduce your request rate.</Message>")),
+            "{slow:?}"
+        );
+        assert_eq!((window.count(200), window.count(503)), (1, 19));
+        assert_eq!(s3.objects(), 1);
+        // the one written waited out the latency
+        let written = window.puts.iter().find(|p| p.status == 200).unwrap();
+        assert!(written.answered.duration_since(written.arrived) >= latency);
+        // 20 arrivals: at least one in any window, all of them at most
+        let peak = window.peak_puts_per_s();
+        assert!((10.0..=200.0).contains(&peak), "{peak}");
+    }
+
+    #[test]
+    fn aws_chunked_bodies_are_decoded() {
+        let body = b"5;chunk-signature=abc\r\nhello\r\n6\r\n world\r\n0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n";
+        assert_eq!(decode_aws_chunked(body).unwrap(), b"hello world");
+        assert_eq!(decode_aws_chunked(b"zz\r\n"), None);
+    }
+
+    #[test]
+    fn the_peak_rate_is_the_most_in_any_sliding_window() {
+        let t = Instant::now();
+        let at = |ms: u64| t + Duration::from_millis(ms);
+        // 3 in [0, 100), then 4 in [150, 250): the sliding window finds 4 (not aligned to 100)
+        let times = [at(0), at(10), at(90), at(150), at(160), at(200), at(249)];
+        assert_eq!(peak_in_window(&times, WINDOW), 4);
+        assert_eq!(peak_in_window(&[], WINDOW), 0);
+        // a span is [t, t + width): 100 ms apart are in two windows
+        assert_eq!(peak_in_window(&[at(0), at(100)], WINDOW), 1);
+    }
+
+    #[test]
+    fn the_in_flight_timeline_holds_the_peak_of_each_window() {
+        let t = Instant::now();
+        let put = |from: u64, to: u64| Put {
+            arrived: t + Duration::from_millis(from),
+            answered: t + Duration::from_millis(to),
+            status: 200,
+        };
+        // two overlap in the first window; one spans the second and third; none after
+        let puts = [put(0, 20), put(10, 30), put(50, 60), put(120, 290)];
+        assert_eq!(in_flight_timeline(&puts, t, WINDOW), vec![2, 1, 1]);
+        // back to back (one answered as the next arrives) is one at a time
+        let chain = [put(0, 20), put(20, 40), put(40, 60)];
+        assert_eq!(in_flight_timeline(&chain, t, WINDOW), vec![1]);
+        assert!(in_flight_timeline(&[], t, WINDOW).is_empty());
+    }
+}
