@@ -71,7 +71,7 @@ $(LOCALSTACK): requirements-localstack.txt
 	touch $@
 
 $(BENCH_TOOLS): bench/requirements.txt
-	@echo "installing Powertools and boto3 into $(VENV_BENCH) for the comparison"
+	@echo "installing Powertools, boto3 and aiobotocore into $(VENV_BENCH) for the comparison"
 	$(PYTHON) -m venv $(VENV_BENCH)
 	$(VENV_BENCH)/bin/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	touch $@

@@ -21,7 +21,7 @@ use resq::config::ConsumerConfig;
 use resq::metrics::{self, Metrics};
 use resq::settle::{Action, Confirmation, QueueUrl, Settler};
 use resq::source::{QueueArn, QueueLimits};
-use resq::sqs::{CALLS_IN_FLIGHT, Queues};
+use resq::sqs::Queues;
 use resq::store::ObjectStore;
 use tracing::{Instrument, Span, field};
 
@@ -92,7 +92,7 @@ pub(crate) struct Settling {
 impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     /// A consumer over its ports: the handler, SQS and the archive bucket.
     pub fn new(handler: H, queues: Q, store: S, config: ConsumerConfig) -> Self {
-        let in_flight = config.concurrency.cap().max(CALLS_IN_FLIGHT);
+        let in_flight = config.concurrency.connections_per_host();
         Self {
             handler,
             settler: Settler::new(queues, store, ARCHIVED_BY).with_calls_in_flight(in_flight),

@@ -164,22 +164,41 @@ struct GatedConnector {
 impl HttpConnector for GatedConnector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let gate = self.gates.of(host_of(request.uri()));
+        let first = first_attempt(request.headers().get("amz-sdk-request"));
         let (inner, gates) = (self.inner.clone(), self.gates.clone());
         HttpConnectorFuture::new(async move {
             // the semaphore is never closed
             let _turn = gate.acquire_owned().await.ok();
             let sent = Instant::now();
             let answer = inner.call(request).await;
-            if let Ok(r) = &answer {
-                let header = |h: &str| r.headers().get(h).map(str::to_owned);
-                match is_throttling(r.status().as_u16(), header) {
-                    true => gates.throttling.throttled(sent),
-                    false => gates.throttling.went_through(),
+            let throttled = match &answer {
+                Ok(r) => {
+                    let header = |h: &str| r.headers().get(h).map(str::to_owned);
+                    is_throttling(r.status().as_u16(), header)
                 }
+                // no answer in time: the downstream is as overwhelmed as one that says so
+                Err(e) => e.is_timeout(),
+            };
+            match (throttled, first, &answer) {
+                (true, true, _) => gates.throttling.throttled(sent),
+                (true, false, _) => gates.throttling.throttled_retry(),
+                (false, _, Ok(_)) => gates.throttling.went_through(),
+                (false, _, Err(_)) => {}
             }
             answer
         })
     }
+}
+
+/// Whether a request is a call's first attempt, from the SDK's `amz-sdk-request` header
+/// (`attempt=2; max=3` on a retry); a request without it counts as a first attempt.
+fn first_attempt(header: Option<&str>) -> bool {
+    let attempt = header.and_then(|h| {
+        h.split(';')
+            .find_map(|kv| kv.trim().strip_prefix("attempt="))
+            .and_then(|n| n.trim().parse::<u32>().ok())
+    });
+    attempt.is_none_or(|n| n <= 1)
 }
 
 /// `scheme://host[:port]` of a URI (the whole of it when it has no path).
@@ -216,6 +235,8 @@ mod tests {
     struct Loopback {
         url: String,
         peak: Arc<std::sync::atomic::AtomicUsize>,
+        /// When each request had arrived whole, in order.
+        arrivals: Arc<Mutex<Vec<Instant>>>,
     }
 
     async fn loopback(
@@ -233,10 +254,13 @@ mod tests {
         );
         let answer = Arc::new(answer);
         let seen = peak.clone();
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let arrived = arrivals.clone();
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
                 let (open, peak, n, answer) =
                     (open.clone(), peak.clone(), n.clone(), answer.clone());
+                let arrived = arrived.clone();
                 peak.fetch_max(open.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                 tokio::spawn(async move {
                     let mut socket = BufReader::new(socket);
@@ -263,6 +287,7 @@ mod tests {
                         }
                         let mut body = vec![0; length];
                         let _ = socket.read_exact(&mut body).await;
+                        arrived.lock().unwrap().push(Instant::now());
                         tokio::time::sleep(hold).await;
                         let (status, text) = answer(n.fetch_add(1, Ordering::SeqCst));
                         let out = format!(
@@ -277,7 +302,11 @@ mod tests {
                 });
             }
         });
-        Loopback { url, peak: seen }
+        Loopback {
+            url,
+            peak: seen,
+            arrivals,
+        }
     }
 
     async fn s3_over(http: SharedHttpClient, url: &str) -> aws_sdk_s3::Client {
@@ -348,11 +377,24 @@ mod tests {
         let before = std::time::Instant::now();
         // WHEN one put is made (the SDK retries it)
         assert_eq!(puts(&client, 1).await, 1);
-        // THEN both throttled attempts were counted, with when they were sent, and the one
-        // that went through
+        // THEN both throttled attempts were counted and the one that went through; the
+        // first attempt's send time is kept, the retry's is not (it says nothing new)
         let seen = downstream.throttling.seen();
         assert_eq!((seen.throttled, seen.ok), (2, 1));
-        assert!(seen.last_throttled_sent.is_some_and(|t| t >= before));
+        let sent = seen.last_throttled_sent.expect("the first attempt's send");
+        let first_arrived = s3.arrivals.lock().unwrap()[0];
+        assert!(sent >= before && sent <= first_arrived, "{sent:?}");
+    }
+
+    #[test]
+    fn a_retry_is_told_by_the_sdks_attempt_header() {
+        assert!(first_attempt(Some("attempt=1; max=3")));
+        assert!(!first_attempt(Some("attempt=2; max=3")));
+        assert!(!first_attempt(Some(
+            "ttl=20241125T000000Z; attempt=3; max=3"
+        )));
+        assert!(first_attempt(None));
+        assert!(first_attempt(Some("nonsense")));
     }
 
     #[test]

@@ -38,6 +38,14 @@ impl Concurrency {
         }
     }
 
+    /// Requests (so connections) the consumer's HTTPS client lets run at once to one host:
+    /// the cap, and never fewer than the settle executor's calls in flight
+    /// ([`crate::sqs::CALLS_IN_FLIGHT`]), which run after the records (or one at a time in a
+    /// FIFO lane) and must not queue behind a small fixed limit.
+    pub fn connections_per_host(self) -> usize {
+        self.cap().max(crate::sqs::CALLS_IN_FLIGHT)
+    }
+
     /// The limit an invocation of `records` records starts with.
     pub fn initial(self, records: usize) -> usize {
         match self {
@@ -117,7 +125,13 @@ impl Throttling {
         self.0.ok.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A throttled response to a call sent at `sent`.
+    /// A throttled answer to a retry of a call (the SDK's attempt 2 or later): counted, but it
+    /// says nothing about the limit now (the call was first sent at an earlier limit).
+    pub fn throttled_retry(&self) {
+        self.0.throttled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A throttled answer to a call first sent at `sent`.
     pub fn throttled(&self, sent: Instant) {
         let ns = sent.saturating_duration_since(self.0.epoch).as_nanos() as u64;
         self.0
@@ -269,6 +283,12 @@ mod tests {
         assert_eq!(Concurrency::Fixed(10).initial(10_000), 10);
         assert_eq!(Concurrency::Fixed(500).initial(3), 500);
         assert_eq!(Concurrency::Fixed(500).cap(), 500);
+        assert_eq!(Concurrency::Auto.connections_per_host(), 64);
+        assert_eq!(Concurrency::Fixed(500).connections_per_host(), 500);
+        assert_eq!(
+            Concurrency::Fixed(1).connections_per_host(),
+            crate::sqs::CALLS_IN_FLIGHT
+        );
     }
 
     #[test]
@@ -407,5 +427,32 @@ mod tests {
         assert_eq!((seen.ok, seen.throttled), (1, 2));
         let sent = seen.last_throttled_sent.unwrap();
         assert!(sent >= ms(t0, 29) && sent <= ms(t0, 31), "{sent:?}");
+        // a retry's throttle is counted, and moves nothing else
+        shared.throttled_retry();
+        assert_eq!(
+            t.seen(),
+            Seen {
+                throttled: 3,
+                ..seen
+            }
+        );
+    }
+
+    #[test]
+    fn throttled_retries_of_calls_sent_before_a_halving_do_not_halve_it_again() {
+        // GIVEN a limit halved once by a first attempt's throttle
+        let t0 = Instant::now();
+        let signal = Throttling::default();
+        let mut l = Limit::new(Concurrency::Auto, 1000, signal.seen(), t0);
+        signal.throttled(Instant::now());
+        l.observe(signal.seen(), Instant::now());
+        assert_eq!(l.current(), 32);
+        // WHEN the SDK's retries of the calls then under way are throttled again, later
+        for _ in 0..100 {
+            signal.throttled_retry();
+        }
+        l.observe(signal.seen(), Instant::now());
+        // THEN they are counted and the limit holds
+        assert_eq!((l.current(), l.throttles()), (32, 101));
     }
 }

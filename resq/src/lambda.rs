@@ -75,29 +75,32 @@ pub fn drop_sequential_concurrency_setting() {
 }
 
 /// `SSL_CERT_FILE` names the CA bundle the HTTPS client reads instead of probing the
-/// platform's (the template sets Amazon Linux 2023's). Set to something that is not a file, the
-/// client would trust nothing and every AWS call would fail: the variable is then removed, so
-/// the platform's trust store is probed as without it, and the returned warning says so.
-/// Call it while one thread runs, as [`drop_sequential_concurrency_setting`].
-pub fn drop_missing_ca_bundle() -> Option<String> {
+/// platform's (the template sets Amazon Linux 2023's). Set to something that is not a readable
+/// file of PEM certificates, the client would trust nothing and every AWS call would fail: the
+/// variable is then removed, so the platform's trust store is probed as without it, and the
+/// returned warning says so. Only while one thread runs (it changes the environment): `main`
+/// calls it first thing.
+fn drop_missing_ca_bundle() -> Option<String> {
     const NAME: &str = "SSL_CERT_FILE";
     let value = std::env::var_os(NAME)?;
-    let warning = missing_ca_bundle(&value, |p| p.is_file())?;
+    let warning = missing_ca_bundle(&value, |p| std::fs::read(p).ok())?;
     // SAFETY: called before any other thread exists, so nothing reads the environment
     // concurrently.
     unsafe { std::env::remove_var(NAME) };
     Some(warning)
 }
 
-/// The warning when `SSL_CERT_FILE=value` is not a file (as `is_file` says).
+/// The warning when `SSL_CERT_FILE=value` cannot be `read` or holds no PEM certificate.
 fn missing_ca_bundle(
     value: &std::ffi::OsStr,
-    is_file: impl Fn(&std::path::Path) -> bool,
+    read: impl Fn(&std::path::Path) -> Option<Vec<u8>>,
 ) -> Option<String> {
+    const PEM: &[u8] = b"-----BEGIN CERTIFICATE-----";
     let path = std::path::Path::new(value);
-    (!is_file(path)).then(|| {
+    let holds_one = read(path).is_some_and(|b| b.windows(PEM.len()).any(|w| w == PEM));
+    (!holds_one).then(|| {
         format!(
-            "SSL_CERT_FILE={} is not a file: ignored, the platform's trust store is read instead (start-up reads more files)",
+            "SSL_CERT_FILE={} is not a readable file of PEM certificates: ignored, the platform's trust store is read instead (start-up reads more files)",
             path.display()
         )
     })
@@ -168,19 +171,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_ca_bundle_that_is_not_a_file_is_dropped_with_a_warning() {
+    fn a_ca_bundle_that_holds_no_certificate_is_dropped_with_a_warning() {
         let bundle = std::ffi::OsStr::new("/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem");
-        assert_eq!(missing_ca_bundle(bundle, |_| true), None);
-        let warning = missing_ca_bundle(bundle, |_| false).unwrap();
+        let pem = b"# roots\n-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        assert_eq!(missing_ca_bundle(bundle, |_| Some(pem.to_vec())), None);
+        let warning = missing_ca_bundle(bundle, |_| None).unwrap();
         assert!(
-            warning.starts_with("SSL_CERT_FILE=/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem is not a file: ignored"),
+            warning.starts_with("SSL_CERT_FILE=/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem is not a readable file of PEM certificates: ignored"),
             "{warning}"
         );
-        // on this machine: a real file stays, a missing one goes
-        let here = std::env::current_exe().unwrap();
-        assert_eq!(missing_ca_bundle(here.as_os_str(), |p| p.is_file()), None);
-        let gone = std::ffi::OsStr::new("/nonexistent/ca.pem");
-        assert!(missing_ca_bundle(gone, |p| p.is_file()).is_some());
+        // empty, or not PEM: goes too
+        assert!(missing_ca_bundle(bundle, |_| Some(Vec::new())).is_some());
+        assert!(missing_ca_bundle(bundle, |_| Some(b"\x30\x82".to_vec())).is_some());
+        // a file on disk that is no bundle, and a missing one
+        let read = |p: &std::path::Path| std::fs::read(p).ok();
+        let der = std::env::temp_dir().join(format!("resq-not-pem-{}", std::process::id()));
+        std::fs::write(&der, b"\x30\x82\x01\x0a").unwrap();
+        let dropped = missing_ca_bundle(der.as_os_str(), read);
+        std::fs::remove_file(&der).unwrap();
+        assert!(dropped.is_some());
+        assert!(missing_ca_bundle(std::ffi::OsStr::new("/nonexistent/ca.pem"), read).is_some());
     }
 
     #[test]
