@@ -72,7 +72,7 @@ pub struct Measured {
 /// The defaults of `infra/template.yaml` the cost depends on.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Template {
-    /// `ConsumerMemorySize` (128 since the memory-size sweep), MB; the seed's consumer gets
+    /// `ConsumerMemorySize` (256: the memory-size sweep's smallest within 5 %), MB; the seed's consumer gets
     /// the same.
     pub consumer_memory_mb: f64,
     /// The redriver's `MemorySize` (256, not a parameter), MB; the seed's redriver too.
@@ -99,7 +99,7 @@ pub struct Template {
 impl Template {
     /// The template's defaults.
     pub const DEFAULT: Self = Self {
-        consumer_memory_mb: 128.0,
+        consumer_memory_mb: 256.0,
         redriver_memory_mb: 256.0,
         batch_size: 10.0,
         max_receive_count: 5.0,

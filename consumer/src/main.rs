@@ -11,5 +11,6 @@ use std::process::ExitCode;
 use consumer::handler::RecordOrder;
 
 fn main() -> ExitCode {
+    consumer::lambda::return_freed_memory_at_once();
     resq::lambda::main("consumer", || consumer::lambda::serve(RecordOrder::new))
 }
