@@ -29,15 +29,7 @@ from aws_lambda_powertools.utilities.batch import (
     process_partial_response,
 )
 
-from powertools_consumer import Rejected, validate
-
-
-def parse(record):
-    try:
-        document = json.loads(record.body)
-    except ValueError as e:
-        raise Rejected(f"MALFORMED_JSON: body is not JSON: {e}") from e
-    return validate(document)
+from powertools_consumer import parse
 
 
 def main():

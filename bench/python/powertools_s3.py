@@ -47,15 +47,18 @@ from aws_lambda_powertools.utilities.batch import (  # noqa: E402
 from botocore.config import Config  # noqa: E402
 from botocore.exceptions import ClientError  # noqa: E402
 
-from powertools_consumer import Rejected, validate, vm_hwm_kb  # noqa: E402
+from powertools_consumer import parse, vm_hwm_kb  # noqa: E402
 
 
-def parse(record):
-    try:
-        document = json.loads(record.body)
-    except ValueError as e:
-        raise Rejected(f"MALFORMED_JSON: body is not JSON: {e}") from e
-    return validate(document)
+def put_args(bucket, order, record):
+    """The conditional put of an order's record, as resq's reference handler makes it."""
+    return dict(
+        Bucket=bucket,
+        Key=f"orders/{order['orderId']}.json",
+        Body=order_record(order, record),
+        ContentType="application/json",
+        IfNoneMatch="*",
+    )
 
 
 def order_record(order, record):
@@ -121,13 +124,7 @@ def main():
             order = parse(record)
             try:
                 count_retries(
-                    await client.put_object(
-                        Bucket=bucket,
-                        Key=f"orders/{order['orderId']}.json",
-                        Body=order_record(order, record),
-                        ContentType="application/json",
-                        IfNoneMatch="*",
-                    )
+                    await client.put_object(**put_args(bucket, order, record))
                 )
             except ClientError as e:
                 count_retries(e.response)
@@ -154,13 +151,7 @@ def main():
             order = parse(record)
             try:
                 count_retries(
-                    client.put_object(
-                        Bucket=bucket,
-                        Key=f"orders/{order['orderId']}.json",
-                        Body=order_record(order, record),
-                        ContentType="application/json",
-                        IfNoneMatch="*",
-                    )
+                    client.put_object(**put_args(bucket, order, record))
                 )
             except ClientError as e:
                 count_retries(e.response)
