@@ -23,10 +23,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use resq_local::http::serve_on_thread;
+use resq_local::http::{next_request_continuing, serve_on_thread};
 
 /// How the stand-in answers.
 #[derive(Debug, Clone, Copy)]
@@ -287,97 +287,13 @@ impl S3StandIn {
 }
 
 /// One request's head, read off a connection.
-struct Head {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-}
-
-impl Head {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Reads one request (answering `Expect: 100-continue` before its body); `None` when the peer
-/// closed the connection between requests.
-async fn read_request(
-    conn: &mut TcpStream,
-    buf: &mut Vec<u8>,
-) -> std::io::Result<Option<(Head, Vec<u8>)>> {
-    let mut chunk = [0u8; 16 * 1024];
-    let head_end = loop {
-        if let Some(i) = find(buf, b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = conn.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(None);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let text = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut lines = text.split("\r\n");
-    let mut first = lines.next().unwrap_or_default().split_whitespace();
-    let (method, path) = (
-        first.next().unwrap_or_default().to_owned(),
-        first.next().unwrap_or_default().to_owned(),
-    );
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    let head = Head {
-        method,
-        path,
-        headers,
-    };
-    buf.drain(..head_end);
-    if head
-        .header("transfer-encoding")
-        .is_some_and(|v| v.contains("chunked"))
-    {
-        return Err(std::io::Error::other(
-            "chunked transfer encoding is not supported",
-        ));
-    }
-    let len: usize = head
-        .header("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    if len > 0
-        && buf.len() < len
-        && head
-            .header("expect")
-            .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
-    {
-        conn.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
-    }
-    while buf.len() < len {
-        let n = conn.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let body: Vec<u8> = buf.drain(..len).collect();
-    Ok(Some((head, body)))
-}
-
 /// An `aws-chunked` body's data: `hex-size[;extensions]\r\n data \r\n`, … up to a chunk of
 /// size 0, then trailers (checksums), which are dropped.
 pub fn decode_aws_chunked(body: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let mut rest = body;
     loop {
-        let eol = find(rest, b"\r\n")?;
+        let eol = rest.windows(2).position(|w| w == b"\r\n")?;
         let line = std::str::from_utf8(&rest[..eol]).ok()?;
         let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
         rest = &rest[eol + 2..];
@@ -427,16 +343,20 @@ fn error(
 
 async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(16 * 1024);
-    while let Some((head, body)) = read_request(&mut conn, &mut buf).await? {
+    while let Some(head) = next_request_continuing(&mut conn, &mut buf).await? {
+        let body = head.body(&buf).to_vec();
+        buf.drain(..head.end);
         let arrived = Instant::now();
         let id = shared.requests.fetch_add(1, Ordering::Relaxed);
-        let path = head.path.split('?').next().unwrap_or_default().to_owned();
+        let (method, target) = head.method_and_target();
+        let method = method.to_owned();
+        let path = target.split('?').next().unwrap_or_default().to_owned();
         let key = path.trim_start_matches('/').to_owned();
         let has_key = key
             .split_once('/')
             .is_some_and(|(b, k)| !b.is_empty() && !k.is_empty());
-        let head_only = head.method == "HEAD";
-        let answer = match head.method.as_str() {
+        let head_only = method == "HEAD";
+        let answer = match method.as_str() {
             "PUT" if has_key => {
                 let allowed = shared.bucket.as_ref().is_none_or(|b| lock(b).take(arrived));
                 if !allowed {
@@ -540,6 +460,7 @@ fn record(shared: &Shared, arrived: Instant, status: u16) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncReadExt;
 
     fn rt() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()

@@ -66,6 +66,20 @@ impl HttpRequest {
         })
     }
 
+    /// The method and the target of the request line (`PUT`, `/bucket/key?x=1`).
+    pub fn method_and_target(&self) -> (&str, &str) {
+        let mut first = self
+            .head
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace();
+        (
+            first.next().unwrap_or_default(),
+            first.next().unwrap_or_default(),
+        )
+    }
+
     /// The body, out of the buffer it was read into.
     pub fn body<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
         &buf[self.head_end..self.end]
@@ -75,6 +89,41 @@ impl HttpRequest {
 /// Reads until `buf` starts with a whole request (`Content-Length` bodies only: the SQS clients
 /// measured here send no chunked bodies); `None` when the peer closed the connection.
 pub async fn next_request<R: tokio::io::AsyncRead + Unpin>(
+    from: &mut R,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<HttpRequest>> {
+    let Some(request) = read_head(from, buf).await? else {
+        return Ok(None);
+    };
+    read_body(from, buf, &request).await?;
+    Ok(Some(request))
+}
+
+/// [`next_request`] on a connection that also answers `Expect: 100-continue` (as the AWS
+/// SDKs send with S3 uploads) before it waits for the body.
+pub async fn next_request_continuing<S>(
+    conn: &mut S,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<HttpRequest>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let Some(request) = read_head(conn, buf).await? else {
+        return Ok(None);
+    };
+    let expects = request
+        .header("expect")
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    if expects && buf.len() < request.end {
+        conn.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+    }
+    read_body(conn, buf, &request).await?;
+    Ok(Some(request))
+}
+
+/// Reads until `buf` holds a request's head; the request, its end counted from its
+/// `Content-Length`.
+async fn read_head<R: tokio::io::AsyncRead + Unpin>(
     from: &mut R,
     buf: &mut Vec<u8>,
 ) -> std::io::Result<Option<HttpRequest>> {
@@ -107,6 +156,16 @@ pub async fn next_request<R: tokio::io::AsyncRead + Unpin>(
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     request.end = head_end + len;
+    Ok(Some(request))
+}
+
+/// Reads until `buf` holds the whole of `request`.
+async fn read_body<R: tokio::io::AsyncRead + Unpin>(
+    from: &mut R,
+    buf: &mut Vec<u8>,
+    request: &HttpRequest,
+) -> std::io::Result<()> {
+    let mut chunk = [0u8; 16 * 1024];
     while buf.len() < request.end {
         let n = from.read(&mut chunk).await?;
         if n == 0 {
@@ -114,7 +173,7 @@ pub async fn next_request<R: tokio::io::AsyncRead + Unpin>(
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-    Ok(Some(request))
+    Ok(())
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {

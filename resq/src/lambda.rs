@@ -83,14 +83,23 @@ pub fn drop_sequential_concurrency_setting() {
 fn drop_missing_ca_bundle() -> Option<String> {
     const NAME: &str = "SSL_CERT_FILE";
     let value = std::env::var_os(NAME)?;
-    let warning = missing_ca_bundle(&value, |p| std::fs::read(p).ok())?;
+    // its start is enough to tell (the HTTPS client reads the whole of it afterwards)
+    let start = |p: &std::path::Path| {
+        use std::io::Read;
+        let mut start = Vec::new();
+        let file = std::fs::File::open(p).ok()?;
+        file.take(64 * 1024).read_to_end(&mut start).ok()?;
+        Some(start)
+    };
+    let warning = missing_ca_bundle(&value, start)?;
     // SAFETY: called before any other thread exists, so nothing reads the environment
     // concurrently.
     unsafe { std::env::remove_var(NAME) };
     Some(warning)
 }
 
-/// The warning when `SSL_CERT_FILE=value` cannot be `read` or holds no PEM certificate.
+/// The warning when `SSL_CERT_FILE=value` cannot be `read`, or what `read` gives (the file's
+/// start) holds no PEM certificate.
 fn missing_ca_bundle(
     value: &std::ffi::OsStr,
     read: impl Fn(&std::path::Path) -> Option<Vec<u8>>,
