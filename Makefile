@@ -121,7 +121,7 @@ export PARAMS
 STACK_OVERRIDES := target/infra/parameter-overrides
 deploy: $(TOOLS) arm-target
 	@echo "resq stack check (the first time compiles resq, a few minutes on 2 cores)"
-	cargo run -q -p cli --bin resq -- stack check --deployed --parameter-overrides "$$PARAMS" --write-overrides $(STACK_OVERRIDES)
+	cargo run -q -p resq-cli --bin resq -- stack check --deployed --parameter-overrides "$$PARAMS" --write-overrides $(STACK_OVERRIDES)
 	cd infra && sam build && sam deploy $(if $(PARAMS),--parameter-overrides "$$(cat ../$(STACK_OVERRIDES))")
 
 ## bench: resq against Powertools (consumer) and a boto3 redriver, the redriver at scale
@@ -129,7 +129,7 @@ deploy: $(TOOLS) arm-target
 ## sizes, cold start; prints a table and the `bench:` line, and updates bench/RESULTS.md
 bench: $(TOOLS) $(BENCH_TOOLS) $(LOCALSTACK) arm-target
 	cargo lambda build --release --arm64 --output-format zip
-	cargo build --release -p consumer -p redriver -p resq-bench
+	cargo build --release -p resq-consumer -p resq-redriver -p resq-bench
 	./target/release/resq-bench run --localstack-python $(VENV_LOCALSTACK)/bin/python --versions "Alternatives: $$(grep -v '^#' bench/requirements.txt | tr '\n' ' ')"
 
 translate: $(TOOLS)

@@ -4,15 +4,15 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use consumer::Consumer;
-use consumer::event::SqsInvocation;
-use consumer::handler::{HandlerError, OrderHandler, RecordMeta};
-use consumer::order::Order;
-use redriver::Redriver;
-use redriver::ports::CloudWatchAlarms;
-use redriver::request::RunRequest;
 use resq::config::{ConsumerConfig, RedriverConfig, Vars};
 use resq::testing::{MemorySqs, MemoryStore};
+use resq_consumer::Consumer;
+use resq_consumer::event::SqsInvocation;
+use resq_consumer::handler::{HandlerError, OrderHandler, RecordMeta};
+use resq_consumer::order::Order;
+use resq_redriver::Redriver;
+use resq_redriver::ports::CloudWatchAlarms;
+use resq_redriver::request::RunRequest;
 use serde_json::{Value, json};
 
 /// The benchmark's effect: an in-memory no-op, so the engine itself is what is measured.
@@ -106,7 +106,7 @@ fn bare_loop(bodies: &[Option<String>]) -> (f64, usize) {
     let started = Instant::now();
     let rejected = bodies
         .iter()
-        .filter(|b| std::hint::black_box(consumer::order::parse_order(b.as_deref())).is_err())
+        .filter(|b| std::hint::black_box(resq_consumer::order::parse_order(b.as_deref())).is_err())
         .count();
     (started.elapsed().as_secs_f64(), rejected)
 }
@@ -306,7 +306,7 @@ pub async fn redrive(
     )
     .with_metrics(false)
     .with_receive_wait(0);
-    let mut cycles = redriver::plan::cycles_in_flight(rate);
+    let mut cycles = resq_redriver::plan::cycles_in_flight(rate);
     if design == Design::Sequential {
         engine = engine.with_max_cycles_in_flight(1);
         cycles = 1;

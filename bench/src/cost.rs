@@ -3,8 +3,8 @@
 //! from the bench's measured durations and request counts and the template's defaults. Pure
 //! arithmetic; every count is an expected value per [`ORDERS`] orders.
 //!
-//! - **resq** (docs/design.md, "Consumer" to "Archive"; `consumer::decide`, the settle executor,
-//!   `redriver::classify`): a transient failure
+//! - **resq** (docs/design.md, "Consumer" to "Archive"; `resq_consumer::decide`, the settle executor,
+//!   `resq_redriver::classify`): a transient failure
 //!   is reported and backed off, one `ChangeMessageVisibilityBatch` per invocation that has any;
 //!   a permanent one is copied to the DLQ on its first receive, one `SendMessageBatch` per
 //!   invocation that has any, and acknowledged. The redriver (`PERMANENT_ACTION=keep`) lists
@@ -48,7 +48,7 @@ pub const ONE_VCPU_MB: f64 = 1769.0;
 pub const IN_FLIGHT_QUOTA: f64 = 120_000.0;
 
 /// The long poll that ends each resq redriver run on an empty DLQ (`receive_wait_seconds: 1`
-/// in `redriver::engine::Redriver::new`), ms; the seed's receive does not wait.
+/// in `resq_redriver::engine::Redriver::new`), ms; the seed's receive does not wait.
 pub const RESQ_RECEIVE_WAIT_MS: f64 = 1000.0;
 
 /// What the bench measures.

@@ -170,14 +170,14 @@ mod tests {
         assert_eq!(records.len(), 400);
         let rejected = records
             .iter()
-            .filter(|r| consumer::order::parse_order(r["body"].as_str()).is_err())
+            .filter(|r| resq_consumer::order::parse_order(r["body"].as_str()).is_err())
             .count();
         assert_eq!(rejected, e.rejected);
         assert!((5..=40).contains(&rejected), "{rejected}");
         let valid_len: Vec<usize> = records
             .iter()
             .filter_map(|r| r["body"].as_str())
-            .filter(|b| consumer::order::parse_order(Some(b)).is_ok())
+            .filter(|b| resq_consumer::order::parse_order(Some(b)).is_ok())
             .map(str::len)
             .collect();
         let mean = valid_len.iter().sum::<usize>() / valid_len.len();
@@ -192,7 +192,7 @@ mod tests {
         let ids: std::collections::HashSet<String> = records
             .iter()
             .map(|r| {
-                let order = consumer::order::parse_order(r["body"].as_str()).unwrap();
+                let order = resq_consumer::order::parse_order(r["body"].as_str()).unwrap();
                 order.order_id.to_string()
             })
             .collect();
@@ -216,9 +216,9 @@ mod tests {
                 .iter()
                 .all(|r| r["eventSourceARN"] == FIFO_QUEUE_ARN)
         );
-        let read = consumer::event::SqsInvocation::from_json(&e.event.to_string()).unwrap();
-        assert!(consumer::event::is_fifo(&read.0));
-        assert_eq!(consumer::decide::plan_lanes(&read.0, true).len(), 2);
+        let read = resq_consumer::event::SqsInvocation::from_json(&e.event.to_string()).unwrap();
+        assert!(resq_consumer::event::is_fifo(&read.0));
+        assert_eq!(resq_consumer::decide::plan_lanes(&read.0, true).len(), 2);
     }
 
     #[test]
@@ -229,7 +229,7 @@ mod tests {
         for r in records {
             let body = r["body"].as_str().unwrap();
             assert!((250..=350).contains(&body.len()), "{body}");
-            let err = consumer::order::parse_order(Some(body)).unwrap_err();
+            let err = resq_consumer::order::parse_order(Some(body)).unwrap_err();
             assert!(format!("{err:?}").contains("quantity"), "{err:?}");
         }
     }

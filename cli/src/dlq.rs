@@ -2,13 +2,13 @@
 
 use std::time::{Duration, Instant};
 
-use redriver::ports::CloudWatchAlarms;
-use redriver::request::RunRequest;
-use redriver::{Redriver, StopReason, Summary};
 use resq::config::{CommonConfig, PermanentAction, RedriverConfig};
 use resq::settle::{Deadlines, Plan, QueueUrl, Report, Settler, Unpaced};
 use resq::sqs::{Queues, ReceivedMessage};
 use resq::store::S3Store;
+use resq_redriver::ports::CloudWatchAlarms;
+use resq_redriver::request::RunRequest;
+use resq_redriver::{Redriver, StopReason, Summary};
 
 use crate::CliError;
 use crate::context::Context;

@@ -186,7 +186,7 @@ mod tests {
     fn generated_orders_match_their_kind() {
         let orders = generate("o-", 400, 10.0, 10.0, &mut StdRng::seed_from_u64(3));
         for o in &orders {
-            let verdict = consumer::order::parse_order(Some(&o.body));
+            let verdict = resq_consumer::order::parse_order(Some(&o.body));
             match o.kind {
                 Kind::Valid => assert_eq!(verdict.unwrap().order_id.as_str(), o.order_id),
                 Kind::Malformed => assert_eq!(verdict.unwrap_err().code, "MALFORMED_JSON"),

@@ -1,8 +1,8 @@
 //! What `resq` prints: pure functions from a command's result to the text on stdout (plain,
 //! or `--json`) and the notes on stderr. Every string ends with a newline unless empty.
 
-use redriver::Summary;
 use resq::archive::ArchiveEnvelope;
+use resq_redriver::Summary;
 use serde_json::json;
 
 use crate::CliError;
@@ -429,7 +429,7 @@ mod tests {
             elapsed_ms: 120,
             rate_per_second: 10.0,
             achieved_rate_per_second: None,
-            stopped_by: redriver::StopReason::Empty,
+            stopped_by: resq_redriver::StopReason::Empty,
         }
     }
 

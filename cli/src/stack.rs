@@ -924,7 +924,7 @@ fn record_lifetime(s: &Settings) -> Verdict {
 
 /// Stall: the breaker must be able to trip. The replays-failing alarm trips when more than
 /// `ReplaysFailingThreshold` replays fail within one 60 s period, and a probe after it clears
-/// is 2 × (threshold + 1) replays ([`redriver::breaker::probe_budget`]): a run's replays spread
+/// is 2 × (threshold + 1) replays ([`resq_redriver::breaker::probe_budget`]): a run's replays spread
 /// over two periods leave at least half in one of them, and a run that covers a whole period
 /// fills it at the rate. So a numeric budget must hold a probe, a period at the rate must hold
 /// more than the threshold, and a run's replay time (`RedriverTimeout` less the deadline
@@ -932,7 +932,7 @@ fn record_lifetime(s: &Settings) -> Verdict {
 /// 50, rate ≥ 1, a numeric budget ≥ 102, timeout ≥ 180 s, margin ≤ 60 s.)
 fn breaker(s: &Settings) -> Vec<Verdict> {
     let threshold = s.replays_failing_threshold;
-    let probe = f64::from(redriver::breaker::probe_budget(Some(threshold)));
+    let probe = f64::from(resq_redriver::breaker::probe_budget(Some(threshold)));
     let probe_text = format!(
         "the breaker's probe 2 × (ReplaysFailingThreshold {} + 1) = {}",
         figure(threshold),

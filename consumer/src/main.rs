@@ -8,9 +8,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::process::ExitCode;
 
-use consumer::handler::RecordOrder;
+use resq_consumer::handler::RecordOrder;
 
 fn main() -> ExitCode {
-    consumer::lambda::return_freed_memory_at_once();
-    resq::lambda::main("consumer", || consumer::lambda::serve(RecordOrder::new))
+    resq_consumer::lambda::return_freed_memory_at_once();
+    resq::lambda::main("consumer", || {
+        resq_consumer::lambda::serve(RecordOrder::new)
+    })
 }

@@ -9,15 +9,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use consumer::Consumer;
-use consumer::account::Outcome;
-use consumer::event::SqsInvocation;
-use consumer::handler::{HandlerError, OrderHandler, RecordMeta, RecordOrder, order_key};
-use consumer::order::{Order, parse_order};
 use proptest::prelude::*;
 use resq::attributes::{MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, X_FAILURE_REASON, message_size};
 use resq::config::{CommonConfig, ConsumerConfig};
 use resq::testing::{Call, MemorySqs, MemoryStore};
+use resq_consumer::Consumer;
+use resq_consumer::account::Outcome;
+use resq_consumer::event::SqsInvocation;
+use resq_consumer::handler::{HandlerError, OrderHandler, RecordMeta, RecordOrder, order_key};
+use resq_consumer::order::{Order, parse_order};
 use serde_json::{Value, json};
 
 /// The reference handler behind scripted misbehaviour, by order id prefix.

@@ -5,14 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use consumer::Consumer;
-use consumer::event::SqsInvocation;
-use consumer::handler::RecordOrder;
-use consumer::order::parse_order;
 use libfuzzer_sys::fuzz_target;
 use resq::attributes::{MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, message_size};
 use resq::config::{CommonConfig, ConsumerConfig};
 use resq::testing::{MemorySqs, MemoryStore};
+use resq_consumer::Consumer;
+use resq_consumer::event::SqsInvocation;
+use resq_consumer::handler::RecordOrder;
+use resq_consumer::order::parse_order;
 
 fn config() -> ConsumerConfig {
     ConsumerConfig {
@@ -26,7 +26,7 @@ fn config() -> ConsumerConfig {
         concurrency: 4,
         backoff: resq::backoff::Backoff::default(),
         // the fixtures were sent in 2023: a window that holds them
-            idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),
+        idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),
     }
 }
 
@@ -74,9 +74,7 @@ fuzz_target!(|data: &[u8]| {
         .enable_time()
         .build()
         .expect("runtime");
-    let report = rt.block_on(
-        consumer.handle(invocation, Instant::now() + Duration::from_secs(60)),
-    );
+    let report = rt.block_on(consumer.handle(invocation, Instant::now() + Duration::from_secs(60)));
     assert_eq!(report.outcomes.len(), ids.len());
     for f in &report.response.batch_item_failures {
         assert!(!f.item_identifier.is_empty(), "an empty itemIdentifier");

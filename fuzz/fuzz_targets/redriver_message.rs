@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use redriver::classify::{Decision, ReceivedMessage, Rules, classify, replay};
 use resq::attributes::{
     AttributeValue, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, RedriveCount, message_size,
 };
 use resq::config::PermanentAction;
 use resq::sqs::{MAX_BATCH, pack};
+use resq_redriver::classify::{Decision, ReceivedMessage, Rules, classify, replay};
 
 #[derive(Arbitrary, Debug)]
 struct Attr {

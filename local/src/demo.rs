@@ -8,14 +8,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::MessageAttributeValue;
-use consumer::handler::{HandlerError, OrderHandler, RecordMeta, RecordOrder};
-use consumer::order::Order;
 use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON, X_REDRIVE_COUNT};
 use resq::config::{CommonConfig, ConsumerConfig, PermanentAction, RedriverConfig};
 use resq::store::S3Store;
+use resq_consumer::handler::{HandlerError, OrderHandler, RecordMeta, RecordOrder};
+use resq_consumer::order::Order;
 use tokio::sync::watch;
 
 use crate::CliError;

@@ -826,7 +826,7 @@ mod tests {
 
     #[test]
     fn run_lines_sum_the_archive_reasons_and_say_paused() {
-        let summary = redriver::Summary {
+        let summary = resq_redriver::Summary {
             dry_run: false,
             paused: true,
             pause_reason: Some("resq-local-replays-failing is in ALARM".into()),
@@ -850,7 +850,7 @@ mod tests {
             elapsed_ms: 10,
             rate_per_second: 10.0,
             achieved_rate_per_second: None,
-            stopped_by: redriver::StopReason::Empty,
+            stopped_by: resq_redriver::StopReason::Empty,
         };
         let line = run_line(&serde_json::to_string(&summary).unwrap());
         assert_eq!(

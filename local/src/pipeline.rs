@@ -10,15 +10,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use consumer::Consumer;
-use consumer::event::SqsInvocation;
-use consumer::handler::OrderHandler;
-use redriver::Redriver;
-use redriver::ports::CloudWatchAlarms;
-use redriver::request::RunRequest;
 use resq::config::{ConsumerConfig, RedriverConfig};
 use resq::metrics::{self, Metrics};
 use resq::store::S3Store;
+use resq_consumer::Consumer;
+use resq_consumer::event::SqsInvocation;
+use resq_consumer::handler::OrderHandler;
+use resq_redriver::Redriver;
+use resq_redriver::ports::CloudWatchAlarms;
+use resq_redriver::request::RunRequest;
 use tokio::sync::watch;
 
 use crate::CliError;
@@ -68,7 +68,7 @@ impl Counters {
     }
 
     /// Adds one redriver run.
-    fn add_run(&self, s: &redriver::Summary) {
+    fn add_run(&self, s: &resq_redriver::Summary) {
         let archived: u64 = s.archived.values().sum();
         Self::add(&self.redrive_runs, 1);
         Self::add(&self.redriven, s.redriven);
@@ -200,7 +200,7 @@ fn respond(value: &impl serde::Serialize) -> Outcome {
 }
 
 /// The redriver's response read back: its run's summary.
-pub fn read_summary(body: &str) -> Result<redriver::Summary, serde_json::Error> {
+pub fn read_summary(body: &str) -> Result<resq_redriver::Summary, serde_json::Error> {
     serde_json::from_str(body)
 }
 

@@ -268,7 +268,7 @@ struct RunRecord {
     redriven: u64,
     paused: bool,
     probe: bool,
-    stopped_by: redriver::StopReason,
+    stopped_by: resq_redriver::StopReason,
 }
 
 /// What the loops share.
@@ -679,7 +679,7 @@ impl<F> ScheduleHooks<F> for SoakRuns<'_> {
 
 impl State {
     /// Counts a run that answered with its summary.
-    fn count_run(&self, s: &redriver::Summary) {
+    fn count_run(&self, s: &resq_redriver::Summary) {
         let archived: u64 = s.archived.values().sum();
         self.runs.fetch_add(1, Ordering::Relaxed);
         self.replayed.fetch_add(s.redriven, Ordering::Relaxed);
@@ -1136,7 +1136,10 @@ async fn crash(
 /// included; with the number of runs. `None` without a full run.
 fn drain_rate(runs: &[RunRecord], after: Instant) -> Option<(f64, usize)> {
     let full = |r: &RunRecord| {
-        !r.paused && !r.probe && r.redriven > 0 && r.stopped_by == redriver::StopReason::Deadline
+        !r.paused
+            && !r.probe
+            && r.redriven > 0
+            && r.stopped_by == resq_redriver::StopReason::Deadline
     };
     let mut best: Option<&[RunRecord]> = None;
     let after: Vec<RunRecord> = runs
@@ -1162,7 +1165,7 @@ fn drain_rate(runs: &[RunRecord], after: Instant) -> Option<(f64, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redriver::StopReason;
+    use resq_redriver::StopReason;
 
     fn run(
         at: Instant,

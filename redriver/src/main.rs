@@ -9,12 +9,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
-use redriver::Redriver;
-use redriver::ports::CloudWatchAlarms;
-use redriver::request::RunRequest;
 use resq::config::RedriverConfig;
 use resq::lambda::InvocationError;
 use resq::store::S3Store;
+use resq_redriver::Redriver;
+use resq_redriver::ports::CloudWatchAlarms;
+use resq_redriver::request::RunRequest;
 use serde_json::Value;
 
 fn main() -> ExitCode {
@@ -50,8 +50,8 @@ fn read_request(payload: Value, config: &RedriverConfig) -> Result<RunRequest, I
 mod tests {
     use super::*;
     use lambda_runtime::Diagnostic;
-    use redriver::request::RequestError;
     use resq::config::Vars;
+    use resq_redriver::request::RequestError;
     use serde_json::json;
 
     fn config() -> RedriverConfig {

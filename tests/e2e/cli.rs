@@ -269,7 +269,7 @@ async fn dlq_redrive_dry_run_first_then_selectively() {
         None,
     )
     .await;
-    let request = |dry_run| redriver::request::RunRequest {
+    let request = |dry_run| resq_redriver::request::RunRequest {
         dry_run,
         max_messages: Some(100),
         rate_per_second: 100.0,

@@ -2,8 +2,8 @@
 //! documents, against the real functions and a moto stack.
 
 use aws_sdk_sqs::types::MessageSystemAttributeName as Sys;
-use redriver::request::RunRequest;
 use resq_e2e::{Stack, StackOptions, workspace_root};
+use resq_redriver::request::RunRequest;
 use serde_json::Value;
 
 use crate::helpers::*;

@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use aws_sdk_sqs::types::{Message, MessageAttributeValue};
-use consumer::Consumer;
-use consumer::event::SqsInvocation;
-use consumer::handler::{HandlerError, MessageHandler, OrderHandler, RecordMeta, RecordOrder};
-use consumer::order::Order;
 use resq::config::{ConsumerConfig, Vars};
 use resq::store::S3Store;
+use resq_consumer::Consumer;
+use resq_consumer::event::SqsInvocation;
+use resq_consumer::handler::{HandlerError, MessageHandler, OrderHandler, RecordMeta, RecordOrder};
+use resq_consumer::order::Order;
 use resq_e2e::{Queue, REGION, Stack};
 
 /// The reference handler, except that orders whose id starts with `transient-` fail
@@ -171,7 +171,7 @@ pub fn sys_attr(m: &Message, name: aws_sdk_sqs::types::MessageSystemAttributeNam
 
 /// The redriver as `main.rs` wires it, configured from the stack's environment plus `extra`.
 pub type StackRedriver =
-    redriver::Redriver<aws_sdk_sqs::Client, S3Store, redriver::ports::CloudWatchAlarms>;
+    resq_redriver::Redriver<aws_sdk_sqs::Client, S3Store, resq_redriver::ports::CloudWatchAlarms>;
 
 pub fn redriver_config(stack: &Stack, extra: &[(&str, &str)]) -> resq::config::RedriverConfig {
     let mut env = stack.env();
@@ -183,8 +183,8 @@ pub fn redriver_config(stack: &Stack, extra: &[(&str, &str)]) -> resq::config::R
 pub fn redriver(stack: &Stack, extra: &[(&str, &str)]) -> StackRedriver {
     let config = redriver_config(stack, extra);
     let store = S3Store::new(stack.s3.clone(), &config.common.archive_bucket);
-    let alarms = redriver::ports::CloudWatchAlarms::new(stack.cloudwatch.clone());
-    redriver::Redriver::new(stack.sqs.clone(), store, alarms, config).with_receive_wait(0)
+    let alarms = resq_redriver::ports::CloudWatchAlarms::new(stack.cloudwatch.clone());
+    resq_redriver::Redriver::new(stack.sqs.clone(), store, alarms, config).with_receive_wait(0)
 }
 
 /// One redriver invocation with `payload` (a manual payload, or `{}` for the schedule).
@@ -193,9 +193,9 @@ pub async fn redrive(
     r: &StackRedriver,
     payload: serde_json::Value,
     extra: &[(&str, &str)],
-) -> redriver::Summary {
+) -> resq_redriver::Summary {
     let request =
-        redriver::request::RunRequest::from_event(payload, &redriver_config(stack, extra))
+        resq_redriver::request::RunRequest::from_event(payload, &redriver_config(stack, extra))
             .expect("request");
     r.run(&request, Instant::now() + Duration::from_secs(60))
         .await

@@ -519,7 +519,7 @@ async fn max_messages_bounds_a_run() {
     .await;
     assert_eq!(summary.redriven, 12);
     // past its budget the run reads on to the end of the DLQ (to archive what is due)
-    assert_eq!(summary.stopped_by, redriver::StopReason::Empty);
+    assert_eq!(summary.stopped_by, resq_redriver::StopReason::Empty);
     assert_eq!(
         stack.depth(&stack.dlq).await,
         (3, 0),

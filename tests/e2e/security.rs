@@ -140,8 +140,16 @@ fn each_role_grants_exactly_what_its_functions_code_calls_under_every_encryption
         "one role per function, no SAM-generated ones"
     );
     for (function, role, permissions) in [
-        ("ConsumerFunction", "ConsumerRole", consumer::permissions()),
-        ("RedriverFunction", "RedriverRole", redriver::permissions()),
+        (
+            "ConsumerFunction",
+            "ConsumerRole",
+            resq_consumer::permissions(),
+        ),
+        (
+            "RedriverFunction",
+            "RedriverRole",
+            resq_redriver::permissions(),
+        ),
     ] {
         assert_eq!(
             t["Resources"][function]["Properties"]["Role"],
@@ -218,7 +226,7 @@ fn a_role_statement_the_code_does_not_need_is_caught() {
         .unwrap()
         .retain(|a| a != "sqs:DeleteMessage");
     let (granted, _) = granted(&r, &role);
-    let called = called(&redriver::permissions());
+    let called = called(&resq_redriver::permissions());
     let extra: Vec<_> = granted.difference(&called).collect();
     let missing: Vec<_> = called.difference(&granted).collect();
     let pair = |a: &str| (a.to_owned(), "DeadLetterQueue".to_owned());

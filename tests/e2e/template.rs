@@ -1348,8 +1348,8 @@ pub(crate) async fn consume_as_the_stack(
     }))
     .unwrap();
     let store = resq::store::S3Store::new(s3, &cfg.common.archive_bucket);
-    let consumer = consumer::Consumer::new(
-        consumer::handler::RecordOrder::new(store.clone()),
+    let consumer = resq_consumer::Consumer::new(
+        resq_consumer::handler::RecordOrder::new(store.clone()),
         sqs,
         store,
         cfg,

@@ -8,8 +8,8 @@
 //! the effect records the payment once, keyed by its business id.
 #![warn(missing_docs)]
 
-use consumer::handler::{HandlerError, MessageHandler, RecordMeta, Rejection};
 use resq::store::{ObjectStore, PutOutcome};
+use resq_consumer::handler::{HandlerError, MessageHandler, RecordMeta, Rejection};
 use serde::Deserialize;
 
 /// Currencies this team settles.

@@ -10,5 +10,7 @@ use std::process::ExitCode;
 use payments::RecordPayment;
 
 fn main() -> ExitCode {
-    resq::lambda::main("payments", || consumer::lambda::serve(RecordPayment::new))
+    resq::lambda::main("payments", || {
+        resq_consumer::lambda::serve(RecordPayment::new)
+    })
 }

@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use consumer::Consumer;
-use consumer::event::SqsInvocation;
 use payments::RecordPayment;
 use resq::config::{ConsumerConfig, Vars};
 use resq::store::S3Store;
+use resq_consumer::Consumer;
+use resq_consumer::event::SqsInvocation;
 use resq_e2e::{Stack, StackOptions};
 
 fn payment(id: &str, currency: &str) -> String {

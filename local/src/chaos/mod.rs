@@ -216,7 +216,7 @@ impl ChaosReport {
         }
         for (function, call) in self.ungranted() {
             out.push(format!(
-                "{function} called {} on {}, which its role does not grant (consumer::permissions, redriver::permissions)",
+                "{function} called {} on {}, which its role does not grant (resq_consumer::permissions, resq_redriver::permissions)",
                 call.0, call.1
             ));
         }
@@ -408,8 +408,14 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
 /// Lambda itself uses (nothing for anyone else).
 fn role_of(function: &str) -> (Vec<resq::iam::Permission>, &'static [resq::iam::Permission]) {
     match function {
-        "consumer" => (consumer::permissions(), consumer::lambda::PERMISSIONS),
-        "redriver" => (redriver::permissions(), redriver::LAMBDA_PERMISSIONS),
+        "consumer" => (
+            resq_consumer::permissions(),
+            resq_consumer::lambda::PERMISSIONS,
+        ),
+        "redriver" => (
+            resq_redriver::permissions(),
+            resq_redriver::LAMBDA_PERMISSIONS,
+        ),
         _ => (Vec::new(), &[]),
     }
 }
@@ -693,7 +699,7 @@ impl State {
 
     /// Counts a run that answered with its summary; what it moved, as far as it shows the
     /// DLQ settled (`u64::MAX`: it does not).
-    fn count_run(&self, summary: &redriver::Summary) -> u64 {
+    fn count_run(&self, summary: &resq_redriver::Summary) -> u64 {
         let (redriven, archived) = (summary.redriven, summary.archived.values().sum());
         self.redrive_runs.fetch_add(1, Ordering::Relaxed);
         self.redriven.fetch_add(redriven, Ordering::Relaxed);
@@ -702,7 +708,7 @@ impl State {
         self.archived_by_redriver
             .fetch_add(archived, Ordering::Relaxed);
         // a run that could not even receive has not shown the DLQ to be settled
-        if summary.stopped_by == redriver::StopReason::ReceiveError || summary.failed != 0 {
+        if summary.stopped_by == resq_redriver::StopReason::ReceiveError || summary.failed != 0 {
             u64::MAX
         } else {
             redriven + archived
