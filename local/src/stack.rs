@@ -49,6 +49,11 @@ impl StackOutputs {
     }
 }
 
+/// Whether CloudFormation refused a create because the stack exists.
+fn already_exists(e: &CliError) -> bool {
+    matches!(e, CliError::Aws { source, .. } if source.code.as_deref() == Some("AlreadyExistsException"))
+}
+
 /// Deploys the translated template (`infra/translate.py` output) into the emulator's
 /// CloudFormation with `parameters`, and returns its outputs.
 pub async fn deploy_stack(
@@ -80,15 +85,37 @@ pub async fn deploy_stack(
                 .build()
         })
         .collect();
-    cfn.create_stack()
+    // The token makes a retried create the same request: on a loaded machine the first attempt
+    // can outlast its timeout and still take effect, and the retry would then be refused as a
+    // stack that already exists. An emulator that ignores the token answers AlreadyExists:
+    // the stack is then the one this create started (each run has an emulator of its own), and
+    // is waited for below like any other.
+    let token = format!(
+        "resq-local-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_millis()
+    );
+    let created = cfn
+        .create_stack()
         .stack_name(stack_name)
         .template_body(template_body)
         .capabilities(Capability::CapabilityIam)
         .capabilities(Capability::CapabilityNamedIam)
         .set_parameters(Some(params))
+        .client_request_token(token)
         .send()
         .await
-        .map_err(|e| CliError::aws(format!("creating stack {stack_name}"), e))?;
+        .map_err(|e| CliError::aws(format!("creating stack {stack_name}"), e));
+    match created {
+        Ok(_) => {}
+        Err(e) if already_exists(&e) => {
+            tracing::warn!(
+                stack = stack_name,
+                "the create was answered AlreadyExists (a retried attempt); waiting for the stack it started"
+            );
+        }
+        Err(e) => return Err(e),
+    }
     // moto creates a stack before it answers; LocalStack in the background, as AWS does
     let started = Instant::now();
     let stack = loop {
@@ -712,6 +739,22 @@ pub fn rate(expression: &str) -> Result<Duration, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_existing_stack_lets_a_create_go_on_to_wait() {
+        let refused = |code: Option<&str>| CliError::Aws {
+            what: "creating stack resq-live".into(),
+            source: resq::sqs::AwsError {
+                code: code.map(str::to_owned),
+                message: "service error".into(),
+                kind: resq::sqs::AwsErrorKind::default(),
+            },
+        };
+        assert!(already_exists(&refused(Some("AlreadyExistsException"))));
+        assert!(!already_exists(&refused(Some("ValidationError"))));
+        assert!(!already_exists(&refused(None)));
+        assert!(!already_exists(&CliError::Usage("x".into())));
+    }
 
     fn template() -> Value {
         json!({
