@@ -342,13 +342,22 @@ fn is_url(dest: &str) -> bool {
 
 /// Every broken relative link or anchor of the pages at `paths` (from `root`), each named with
 /// its page and line; also every chapter `docs/SUMMARY.md` does not list, and every include
-/// that does not resolve.
+/// that does not resolve. An anchor is looked for in the page as the reader of the link sees
+/// it: in the book, its includes expanded; from the README (read on GitHub), as written.
 fn broken_links(root: &Path, paths: &[PathBuf]) -> Vec<String> {
     let mut broken = Vec::new();
-    let mut ids: HashMap<PathBuf, Result<BTreeSet<String>, String>> = HashMap::new();
-    let mut ids_of = |path: &Path| -> Result<BTreeSet<String>, String> {
-        ids.entry(path.to_path_buf())
-            .or_insert_with(|| read_page(root, path).map(|p| parse(&p.text).ids))
+    let mut ids: HashMap<(PathBuf, bool), Result<BTreeSet<String>, String>> = HashMap::new();
+    let mut ids_of = |path: &Path, expanded: bool| -> Result<BTreeSet<String>, String> {
+        ids.entry((path.to_path_buf(), expanded))
+            .or_insert_with(|| {
+                if expanded {
+                    read_page(root, path).map(|p| parse(&p.text).ids)
+                } else {
+                    std::fs::read_to_string(root.join(path))
+                        .map(|text| parse(&text).ids)
+                        .map_err(|e| format!("{}: {e}", path.display()))
+                }
+            })
             .clone()
     };
     let mut summarized = BTreeSet::new();
@@ -404,11 +413,16 @@ fn broken_links(root: &Path, paths: &[PathBuf]) -> Vec<String> {
                 ));
                 continue;
             }
-            match ids_of(&target) {
+            match ids_of(&target, in_book) {
                 Ok(found) if found.contains(anchor) => {}
                 Ok(found) => broken.push(format!(
-                    "{at} no heading with the id `{anchor}` in {} (its ids: {})",
+                    "{at} no heading with the id `{anchor}` in {}{} (its ids: {})",
                     target.display(),
+                    if in_book {
+                        ""
+                    } else {
+                        " as written (GitHub does not expand includes)"
+                    },
                     found.into_iter().collect::<Vec<_>>().join(", ")
                 )),
                 Err(e) => broken.push(format!("{at} {e}")),
@@ -600,9 +614,11 @@ fn a_broken_link_anchor_include_or_chapter_is_named() {
     write("src/lib.rs", "");
     write(
         "README.md",
-        "# R\n<!-- ANCHOR: part -->\nshared [ok](docs/b.md#b-heading)\n<!-- ANCHOR_END: part -->\n\
+        "# R\n<!-- ANCHOR: part -->\n## Shared\nshared [ok](docs/b.md#b-heading)\n\
+         <!-- ANCHOR_END: part -->\n\
          [ok](docs/b.md) [ok](#r) [ok](src/lib.rs) [web](https://example.com/x#y)\n\
-         [gone](docs/missing.md) [no heading](docs/b.md#nowhere)\n`[in code](docs/nothing.md)`\n",
+         [gone](docs/missing.md) [no heading](docs/b.md#nowhere) [github](docs/a.md#shared)\n\
+         `[in code](docs/nothing.md)`\n",
     );
     write(
         "docs/SUMMARY.md",
@@ -610,7 +626,7 @@ fn a_broken_link_anchor_include_or_chapter_is_named() {
     );
     write(
         "docs/a.md",
-        "# A\n\n{{#include ../README.md:part}}\n\n[ok](b.md#b-heading) [ok](#a)\n\
+        "# A\n\n{{#include ../README.md:part}}\n\n[ok](b.md#b-heading) [ok](#a) [ok](#shared)\n\
          [outside](../src/lib.rs) [dup](b.md#b-heading-1)\n\\{{#include nothing.md}}\n",
     );
     write("docs/b.md", "# B heading\n\n## B heading\n");
@@ -623,23 +639,23 @@ fn a_broken_link_anchor_include_or_chapter_is_named() {
     // THEN exactly the breaks are named, each with its page
     let named = |needle: &str| broken.iter().filter(|b| b.contains(needle)).count();
     assert_eq!(
-        named("README.md:6: (docs/missing.md) no file"),
+        named("README.md:7: (docs/missing.md) no file"),
         1,
         "{broken:#?}"
     );
     assert_eq!(
-        named("README.md:6: (docs/b.md#nowhere) no heading"),
+        named("README.md:7: (docs/b.md#nowhere) no heading"),
         1,
         "{broken:#?}"
     );
     // (a README link included into a chapter is read from the chapter's folder)
     assert_eq!(
-        named("docs/a.md:3: (docs/b.md#b-heading) no file docs/docs/b.md"),
+        named("docs/a.md:4: (docs/b.md#b-heading) no file docs/docs/b.md"),
         1,
         "{broken:#?}"
     );
     assert_eq!(
-        named("docs/a.md:6: (../src/lib.rs) leaves the book"),
+        named("docs/a.md:7: (../src/lib.rs) leaves the book"),
         1,
         "{broken:#?}"
     );
@@ -653,7 +669,15 @@ fn a_broken_link_anchor_include_or_chapter_is_named() {
         1,
         "{broken:#?}"
     );
-    assert_eq!(broken.len(), 6, "only the six breaks: {broken:#?}");
+    // (the README is read on GitHub, where a chapter's includes are not expanded)
+    assert_eq!(
+        named(
+            "README.md:7: (docs/a.md#shared) no heading with the id `shared` in docs/a.md as written"
+        ),
+        1,
+        "{broken:#?}"
+    );
+    assert_eq!(broken.len(), 7, "only the seven breaks: {broken:#?}");
 }
 
 #[test]
