@@ -10,8 +10,9 @@ use std::process::Command;
 use pulldown_cmark::{CodeBlockKind, Event, Options, Parser, Tag, TagEnd};
 use resq_e2e::{function_binary, workspace_root};
 
-/// Fence languages that are shell: a snippet in one of them is run, unless marked.
-const SHELLS: [&str; 4] = ["sh", "bash", "shell", "console"];
+/// Fence languages that are shell: a snippet in one of them is run, unless marked. (A
+/// `console` fence is a transcript, prompts and output, so it is never run.)
+const SHELLS: [&str; 3] = ["sh", "bash", "shell"];
 /// The fence word that marks a shell snippet as not run (it needs AWS, a stack, minutes).
 const ILLUSTRATIVE: &str = "illustrative";
 /// How deep mdBook follows an include inside an include.
