@@ -5,10 +5,12 @@ VENV := .venv
 VENV_CHECKOV := .venv-checkov
 VENV_BENCH := .venv-bench
 VENV_LOCALSTACK := .venv-localstack
+VENV_DOCS := .venv-docs
 TOOLS := $(VENV)/.installed
 CHECKOV := $(VENV_CHECKOV)/.installed
 BENCH_TOOLS := $(VENV_BENCH)/.installed
 LOCALSTACK := $(VENV_LOCALSTACK)/.installed
+MDBOOK := $(VENV_DOCS)/.installed
 # LocalStack needs Python >= 3.12: pyenv's 3.13.0 (the machines' image has it), else a
 # python3.13 or python3.12 on PATH that really runs (pyenv's shims may not)
 PYTHON_LOCALSTACK ?= $(shell for p in "$$(pyenv root 2>/dev/null)/versions/3.13.0/bin/python3.13" python3.13 python3.12; do "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { command -v "$$p"; break; }; done)
@@ -42,7 +44,7 @@ CHAOS_ORDERS ?= 10000
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := consumer_event redriver_message
 
-.PHONY: setup test lint fmt build deploy arm-target clean translate demo chaos soak fuzz local watch invoke-consumer invoke-redriver bench install
+.PHONY: setup test lint docs fmt build deploy arm-target clean translate demo chaos soak fuzz local watch invoke-consumer invoke-redriver bench install
 
 ## setup: create the tool venvs (moto server, cargo-lambda, aws-sam-cli, cfn-lint; checkov and
 ## LocalStack apart)
@@ -68,6 +70,13 @@ $(LOCALSTACK): requirements-localstack.txt
 	@start=$$(date +%s); "$(PYTHON_LOCALSTACK)" -m venv $(VENV_LOCALSTACK) && \
 	  $(VENV_LOCALSTACK)/bin/pip install --quiet --disable-pip-version-check -r requirements-localstack.txt && \
 	  echo "  $(VENV_LOCALSTACK) ready in $$(( $$(date +%s) - start )) s"
+	touch $@
+
+$(MDBOOK): requirements-docs.txt
+	@echo "installing mdBook into $(VENV_DOCS) (a pinned wheel, a few seconds)"
+	@start=$$(date +%s); $(PYTHON) -m venv $(VENV_DOCS) && \
+	  $(VENV_DOCS)/bin/pip install --quiet --disable-pip-version-check --require-hashes -r requirements-docs.txt && \
+	  echo "  $(VENV_DOCS) ready in $$(( $$(date +%s) - start )) s"
 	touch $@
 
 $(BENCH_TOOLS): bench/requirements.txt
@@ -103,6 +112,12 @@ lint: $(TOOLS) $(CHECKOV)
 	  $(VENV)/bin/python infra/resolve.py $(TRANSLATED) target/infra/template-$$q-$$e.json $$p $$x || exit 1; \
 	done; done
 	$(VENV_CHECKOV)/bin/checkov $(foreach q,$(QUEUE_TYPES),$(foreach e,$(ENCRYPTIONS),-f target/infra/template-$(q)-$(e).json)) --framework cloudformation --skip-download --compact --quiet
+
+## docs: the book (docs/, mdBook) into target/book/; its links and shell snippets are checked
+## by tests/e2e/docs.rs (make test)
+docs: $(MDBOOK)
+	$(VENV_DOCS)/bin/mdbook build docs
+	@echo "the book: target/book/index.html"
 
 arm-target:
 	@rustup target list --installed | grep -qx $(ARM_TARGET) || rustup target add $(ARM_TARGET)
@@ -208,4 +223,4 @@ fmt:
 
 clean:
 	cargo clean
-	rm -rf $(VENV) $(VENV_CHECKOV) $(VENV_BENCH) $(VENV_LOCALSTACK)
+	rm -rf $(VENV) $(VENV_CHECKOV) $(VENV_BENCH) $(VENV_LOCALSTACK) $(VENV_DOCS)

@@ -6,6 +6,7 @@
 mod chaos;
 mod cli;
 mod consumer;
+mod docs;
 mod fixtures;
 mod helpers;
 mod hostile;

@@ -685,7 +685,7 @@ async fn each_encryption_deploys_and_every_queue_reports_it() {
 }
 
 /// A producer named in `OrdersProducerArns`, on LocalStack: an EventBridge rule that targets
-/// the orders queue with `InputPath: $.detail` (as README says) puts the order itself on the
+/// the orders queue with `InputPath: $.detail` (as docs/producers.md says) puts the order itself on the
 /// queue, and the stack's consumer records it.
 #[tokio::test]
 async fn an_order_put_on_an_eventbridge_rule_named_as_a_producer_is_processed() {

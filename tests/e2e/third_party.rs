@@ -1,7 +1,7 @@
 //! Events other projects wrote (`tests/fixtures/third-party/`: the Rust, Go, Java and .NET
 //! runtimes' fixtures, Powertools', SAM CLI's), sent to the real function binaries behind the
 //! local Lambda runtime API, against the emulator. Each file has its documented outcome below
-//! (README, "What the consumer does" and "What the redriver does"); a file without one fails
+//! (docs/consumer.md and docs/redriver.md); a file without one fails
 //! `every_third_party_fixture_has_a_documented_outcome`. Each run prints one line per fixture.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,7 +33,7 @@ const UNREADABLE: Home = Home::Dlq("UNREADABLE_RECORD");
 /// A record whose body is empty or absent (SQS never delivers one; test tools do): not JSON,
 /// and no DLQ copy can carry it, since SQS refuses an empty message body ("the minimum size is
 /// one character"). Such a record can never succeed (SPEC §3), so it is archived at once as a
-/// permanent failure no copy can carry (`PERMANENT_FAILURE`, README's table of reasons), never
+/// permanent failure no copy can carry (`PERMANENT_FAILURE`, docs/reasons.md), never
 /// reported failed on every receive until SQS moves it without a reason (SPEC §1, invariant 8).
 const NO_BODY: Home = Home::Archived("PERMANENT_FAILURE");
 
@@ -337,7 +337,7 @@ impl Window {
 }
 
 /// The expected home of `record` (its expectation once its body is read: `read`), under
-/// `window`: the README's order of checks puts "cannot be read" first, then the redrive cap
+/// `window`: the order of checks (docs/consumer.md) puts "cannot be read" first, then the redrive cap
 /// (no fixture carries `x-redrive-count`), then the idempotency window, then the body.
 fn home_under(window: Window, record: &Value, read: Home) -> Home {
     let unreadable = read == UNREADABLE;
