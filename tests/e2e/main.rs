@@ -11,6 +11,7 @@ mod helpers;
 mod hostile;
 mod levels;
 mod live;
+mod ops;
 mod redriver;
 mod security;
 mod soak;
