@@ -21,6 +21,9 @@ pub struct FindOptions {
     pub dlq_limit: usize,
     /// A message attribute that names the order, tried before the body's `orderId`.
     pub order_id_attribute: Option<String>,
+    /// Read only the archive entries written since then (the archive is keyed by message, not
+    /// by order: without it every entry is read).
+    pub archive_since: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl FindOptions {
@@ -36,7 +39,7 @@ impl FindOptions {
                 visibility: DLQ_VISIBILITY,
             },
             kept: true,
-            archive_since: None,
+            archive_since: self.archive_since,
             identity: Identity {
                 attribute: self.order_id_attribute.clone(),
             },
@@ -179,6 +182,7 @@ mod tests {
             main_queue_limit: 0,
             dlq_limit: 50,
             order_id_attribute: Some("demo-order-id".into()),
+            archive_since: None,
         }
         .look();
         assert_eq!(look.main_queue.limit, 0);

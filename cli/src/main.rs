@@ -99,6 +99,10 @@ struct FindArgs {
     /// (e.g. demo-order-id, which the demo puts on every message, malformed ones too).
     #[arg(long, value_name = "NAME")]
     order_id_attribute: Option<String>,
+    /// Read only the archive entries written since this day (YYYY-MM-DD, UTC): the archive is
+    /// keyed by message, not by order, so without it every entry is read.
+    #[arg(long, value_name = "YYYY-MM-DD", value_parser = day)]
+    archive_since: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -485,6 +489,12 @@ async fn run(cli: Cli, typed: &dyn Fn(&str) -> bool) -> Result<(), CliError> {
                 },
                 dlq_limit: args.dlq_limit,
                 order_id_attribute: args.order_id_attribute,
+                archive_since: args
+                    .archive_since
+                    .as_deref()
+                    .and_then(|d| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").ok())
+                    .and_then(|d| d.and_hms_opt(0, 0, 0))
+                    .map(|t| t.and_utc()),
             };
             let finding = find::find(&ctx, &args.order_id, &options).await?;
             let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;

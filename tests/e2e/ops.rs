@@ -54,6 +54,7 @@ const FIND: FindOptions = FindOptions {
     main_queue_limit: find::DEFAULT_MAIN_QUEUE_LIMIT,
     dlq_limit: find::DEFAULT_DLQ_LIMIT,
     order_id_attribute: None,
+    archive_since: None,
 };
 
 async fn versions(stack: &Stack, key: &str) -> usize {
@@ -191,7 +192,15 @@ async fn find_says_where_an_order_is_in_each_place_and_several_at_once() {
         "{:?}",
         d.places
     );
-    // AND B is in the main queue, and released at once; each of the four looks so far received
+    // AND a look at the archive since tomorrow reads no entry, and so does not see D
+    let since = FindOptions {
+        archive_since: Some(chrono::Utc::now() + chrono::Duration::days(1)),
+        main_queue_limit: 0,
+        ..FIND
+    };
+    let later = find::find(&ctx, "D", &since).await.unwrap();
+    assert!(later.places.is_empty() && later.look.coverage.archive_read == 0);
+    // AND B is in the main queue, and released at once; each of the four looks so far that looked into it received
     // it once, and its receive count says so (the cost of looking into the main queue)
     let b = find::find(&ctx, "B", &FIND).await.unwrap();
     assert!(
