@@ -212,6 +212,8 @@ fn redriver(
         config,
     )
     .with_receive_wait(0)
+    // an operator's run prints its summary; EMF lines on a terminal reach no CloudWatch
+    .with_metrics(false)
 }
 
 /// The canary replay. `progress` is told what happens as it happens (a line each, for

@@ -371,7 +371,9 @@ pub async fn redrive(
         CloudWatchAlarms::new(ctx.cloudwatch.clone()),
         config,
     )
-    .with_receive_wait(0);
+    .with_receive_wait(0)
+    // an operator's run prints its summary; EMF lines on a terminal reach no CloudWatch
+    .with_metrics(false);
     // an operator's run has no Lambda deadline; an hour bounds it
     redriver
         .run(&request, Instant::now() + Duration::from_secs(3600))

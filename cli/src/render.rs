@@ -395,30 +395,40 @@ pub fn find_notes(f: &Finding, as_json: bool) -> String {
     );
     let main = &c.main_queue;
     if main.looked {
-        out.push_str(&format!(
-            "; the main queue: {} messages received, each once",
-            main.received
-        ));
-        if main.received > 0 {
+        if main.received == 0 {
+            out.push_str("; the main queue: nothing received (nothing waiting)");
+        } else {
             out.push_str(&format!(
-                " (its ApproximateReceiveCount +1{}, hidden from the consumer for at most {} s, released at once)",
+                "; the main queue: {} messages received, once each (ApproximateReceiveCount +1{}; hidden from the consumer for at most {} s, released at once)",
+                main.received,
                 main.max_receive_count
-                    .map_or_else(String::new, |m| format!(", toward maxReceiveCount {m}")),
+                    .map_or_else(String::new, |m| format!(" toward maxReceiveCount {m}")),
                 main.hidden_for_seconds
             ));
         }
     }
     if c.dlq.looked {
-        out.push_str(&format!(
-            "; the DLQ: {} messages received (hidden for at most {} s, released at once)",
-            c.dlq.received, c.dlq.hidden_for_seconds
-        ));
+        if c.dlq.received == 0 {
+            out.push_str("; the DLQ: nothing received (nothing visible)");
+        } else {
+            out.push_str(&format!(
+                "; the DLQ: {} messages received (hidden for at most {} s, released at once)",
+                c.dlq.received, c.dlq.hidden_for_seconds
+            ));
+        }
     }
     if c.kept_read {
         out.push_str(&format!(
-            "; the keep lists: {} kept messages hidden (left hidden as they were)",
+            "; the keep lists: {} kept messages listed (those of this order checked, their hide left as it was",
             c.kept_listed
         ));
+        if c.kept_not_hidden > 0 {
+            out.push_str(&format!(
+                "; {} of them no longer hidden: made visible, replayed or archived since",
+                c.kept_not_hidden
+            ));
+        }
+        out.push(')');
     }
     out.push('\n');
     if main.last_receive_used > 0 {
@@ -822,5 +832,94 @@ mod tests {
             error(&missing, None),
             "resq: --dlq-url (or DLQ_URL) is required: the stack output DeadLetterQueueUrl has it\n"
         );
+    }
+
+    fn finding() -> crate::find::Finding {
+        use crate::locate::{Kept, Look, Queued, Recorded, Sighting};
+        let places = vec![
+            Place::Recorded(Recorded {
+                key: "orders/ORD-1.json".into(),
+                writes: 2,
+                written_at: vec![1_795_000_000_000, 1_795_000_060_000],
+                current: true,
+            }),
+            Place::Dlq(Queued {
+                message_id: "m-2".into(),
+                receive_count: Some(1),
+                redrive_count: Some("1".into()),
+                failure_class: Some("transient".into()),
+                failure_reason: Some("DOWNSTREAM_UNAVAILABLE".into()),
+                sent_at: Some(1_795_000_000_000),
+                first_sent_at: Some(1_795_000_000_000),
+            }),
+            Place::Kept(Kept {
+                message_id: "m-3".into(),
+                failure_reason: Some("VALIDATION_FAILED".into()),
+                hidden_until: 1_795_086_400_000,
+            }),
+        ];
+        let mut look = Look {
+            sightings: places
+                .iter()
+                .map(|p| Sighting {
+                    order_id: Some("ORD-1".into()),
+                    place: p.clone(),
+                })
+                .collect(),
+            ..Look::default()
+        };
+        look.coverage.main_queue.looked = true;
+        look.coverage.main_queue.received = 12;
+        look.coverage.main_queue.max_receive_count = Some(5);
+        look.coverage.main_queue.hidden_for_seconds = 30;
+        look.coverage.main_queue.last_receive_used = 1;
+        look.coverage.main_queue.in_flight = 2;
+        look.coverage.dlq.looked = true;
+        look.coverage.kept_read = true;
+        look.coverage.kept_listed = 1;
+        look.coverage.archive_read = 7;
+        crate::find::Finding {
+            order_id: "ORD-1".into(),
+            places,
+            look,
+        }
+    }
+
+    #[test]
+    fn find_lists_every_place_and_says_what_the_look_cost() {
+        let f = finding();
+        let now = 1_795_000_042_000;
+        assert_eq!(
+            find(&f, now, false),
+            "ORD-1: seen in 3 places\n\
+             \x20 recorded    orders/ORD-1.json written 2 times: the order's effect was written more than once, last at 2026-11-18T11:07:40Z\n\
+             \x20 DLQ         message m-2 class=transient reason=DOWNSTREAM_UNAVAILABLE redrives=1 age=42s\n\
+             \x20 kept        message m-3 reason=VALIDATION_FAILED: a permanent failure kept in the DLQ for a human, hidden by the redriver until 2026-11-19T11:06:40Z (`resq dlq peek --kept` shows it)\n"
+        );
+        let notes = find_notes(&f, false);
+        let lines: Vec<&str> = notes.lines().collect();
+        assert_eq!(
+            lines[0],
+            "looked at: the order records; 7 archive entries; the main queue: 12 messages received, once each (ApproximateReceiveCount +1 toward maxReceiveCount 5; hidden from the consumer for at most 30 s, released at once); the DLQ: nothing received (nothing visible); the keep lists: 1 kept messages listed (those of this order checked, their hide left as it was)"
+        );
+        assert!(lines[1].starts_with(
+            "warning: this look used the last allowed receive of 1 main-queue message(s)"
+        ));
+        assert_eq!(
+            lines[2],
+            "not seen: 2 messages in flight in the main queue (being processed or backed off) cannot be received"
+        );
+        assert_eq!(find_notes(&f, true), "");
+        let v = parse(&find(&f, now, true));
+        assert_eq!(v["verdict"], "found");
+        assert_eq!(v["places"][0]["place"], "recorded");
+        assert_eq!(v["places"][0]["writes"], 2);
+        assert_eq!(v["places"][1]["failureReason"], "DOWNSTREAM_UNAVAILABLE");
+        assert_eq!(v["coverage"]["mainQueue"]["lastReceiveUsed"], 1);
+        let nowhere = crate::find::Finding {
+            places: vec![],
+            ..f
+        };
+        assert_eq!(find(&nowhere, now, false), "ORD-1: seen nowhere\n");
     }
 }
