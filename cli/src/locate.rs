@@ -11,8 +11,8 @@
 //! - each message received has its `ApproximateReceiveCount` raised by one. In the main queue
 //!   that counts toward `maxReceiveCount`: a message the look receives on its last allowed
 //!   receive is moved to the DLQ by SQS, without a reason, on its next receive (the look counts
-//!   those, [`QueueCoverage::last_receive_used`]). The DLQ has no redrive policy: there it
-//!   costs nothing;
+//!   those, [`QueueCoverage::last_receive_used`]). The DLQ has no redrive policy: there the
+//!   count decides nothing (an archive entry's `receiveCount` includes it);
 //! - a message received is hidden from its consumer until the look releases it: every message
 //!   is released at once when the look of its queue ends (visibility 0), and the receive's own
 //!   visibility timeout ([`MAIN_QUEUE_VISIBILITY`], [`DLQ_VISIBILITY`]) bounds the hide should
