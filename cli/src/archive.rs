@@ -2,8 +2,11 @@
 
 use std::time::Duration;
 
-use resq::archive::{ARCHIVE_PREFIX, ArchiveEnvelope};
+use std::future::Future;
+
+use resq::archive::{ARCHIVE_PREFIX, ArchiveEnvelope, RestoreRecord, RestoreStatus};
 use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT, X_REDRIVE_COUNT};
+use serde_json::Value;
 
 use crate::CliError;
 use crate::context::Context;
@@ -34,6 +37,19 @@ pub async fn list(
 
 /// Every key under `prefix` in the context's bucket, following continuation tokens.
 pub async fn list_keys(ctx: &Context, prefix: &str) -> Result<Vec<String>, CliError> {
+    Ok(list_objects(ctx, prefix)
+        .await?
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect())
+}
+
+/// Every key under `prefix` in the context's bucket, with when it was last written (epoch
+/// millis, S3's `LastModified`), following continuation tokens.
+pub async fn list_objects(
+    ctx: &Context,
+    prefix: &str,
+) -> Result<Vec<(String, Option<u64>)>, CliError> {
     let bucket = ctx.archive_bucket()?;
     let mut keys = Vec::new();
     let mut token = None;
@@ -47,46 +63,17 @@ pub async fn list_keys(ctx: &Context, prefix: &str) -> Result<Vec<String>, CliEr
             .send()
             .await
             .map_err(|e| CliError::aws(format!("listing s3://{bucket}/{prefix}"), e))?;
-        keys.extend(
-            out.contents()
-                .iter()
-                .filter_map(|o| o.key().map(str::to_owned)),
-        );
+        keys.extend(out.contents().iter().filter_map(|o| {
+            let modified = o
+                .last_modified()
+                .and_then(|t| t.to_millis().ok())
+                .and_then(|ms| u64::try_from(ms).ok());
+            o.key().map(|k| (k.to_owned(), modified))
+        }));
         match out.next_continuation_token() {
             Some(t) => token = Some(t.to_owned()),
             None => break,
         }
-    }
-    Ok(keys)
-}
-
-/// Every stored version under `prefix` (one key per version: a key written twice is listed
-/// twice). The bucket is versioned, so this counts writes, not only objects.
-pub async fn list_versions(ctx: &Context, prefix: &str) -> Result<Vec<String>, CliError> {
-    let bucket = ctx.archive_bucket()?;
-    let mut keys = Vec::new();
-    let (mut key_marker, mut version_marker) = (None, None);
-    loop {
-        let out = ctx
-            .s3
-            .list_object_versions()
-            .bucket(bucket)
-            .prefix(prefix)
-            .set_key_marker(key_marker)
-            .set_version_id_marker(version_marker)
-            .send()
-            .await
-            .map_err(|e| CliError::aws(format!("listing versions of s3://{bucket}/{prefix}"), e))?;
-        keys.extend(
-            out.versions()
-                .iter()
-                .filter_map(|v| v.key().map(str::to_owned)),
-        );
-        if out.is_truncated() != Some(true) {
-            break;
-        }
-        key_marker = out.next_key_marker().map(str::to_owned);
-        version_marker = out.next_version_id_marker().map(str::to_owned);
     }
     Ok(keys)
 }
@@ -168,11 +155,243 @@ pub fn within_idempotency_window(
     Ok(())
 }
 
-/// Sends an archived message back to the main queue for a fresh start: body and attributes
-/// as archived, without `x-redrive-count`, the failure marks and `x-first-sent-at` (a restore
-/// starts a fresh TTL: with the old send time, a restored message that failed again would be
-/// archived as `TTL_EXPIRED` at once). The entry stays in the archive as the record of what
-/// happened. Returns the new message id. Refused past `window` (see
+/// A JSON merge patch (RFC 7396) from a file: any JSON document. What cannot be read, or is
+/// not JSON, is refused before anything is read from AWS.
+pub fn read_patch(path: &std::path::Path) -> Result<Value, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::UnreadableFile {
+        path: path.to_owned(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| {
+        CliError::Usage(format!(
+            "{} is not JSON ({e}): a JSON merge patch (RFC 7396) is a JSON document, e.g. {{\"items\": [{{\"productId\": \"p-1\", \"quantity\": 1}}]}}",
+            path.display()
+        ))
+    })
+}
+
+/// Applies a JSON merge patch to `target` (RFC 7396): an object patch merges member by member,
+/// `null` removing a member; anything else replaces the target whole.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(members) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(t) = target {
+        for (name, value) in members {
+            if value.is_null() {
+                t.remove(name);
+            } else {
+                merge_patch(t.entry(name.clone()).or_insert(Value::Null), value);
+            }
+        }
+    }
+}
+
+/// `body` with `patch` applied, as compact JSON (members in name order); `Err` says why a body
+/// cannot be patched (it is not JSON).
+pub fn patch_body(body: &str, patch: &Value) -> Result<String, String> {
+    let mut doc: Value = serde_json::from_str(body).map_err(|e| {
+        format!("its body is not JSON ({e}), and a JSON merge patch applies to a JSON body")
+    })?;
+    merge_patch(&mut doc, patch);
+    Ok(doc.to_string())
+}
+
+/// What a restore sends to the main queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreMessage {
+    /// The body: as archived, or patched.
+    pub body: String,
+    /// The attributes as archived, without `x-redrive-count`, the failure marks and
+    /// `x-first-sent-at` (a restore starts afresh: with the old send time, a restored message
+    /// that failed again would be archived as `TTL_EXPIRED` at once).
+    pub attributes: resq::attributes::MessageAttributes,
+    /// `MessageGroupId` for a FIFO queue.
+    pub group_id: Option<String>,
+    /// `MessageDeduplicationId` for a FIFO queue.
+    pub deduplication_id: Option<String>,
+}
+
+/// The message restoring `envelope` to `queue_url`, its body patched by `patch` when given;
+/// `Err` says why it cannot be (a body that is not JSON cannot be patched; the patched
+/// message must fit in SQS).
+pub fn restore_message(
+    envelope: &ArchiveEnvelope,
+    queue_url: &str,
+    patch: Option<&Value>,
+) -> Result<RestoreMessage, String> {
+    let original = &envelope.original_message;
+    let body = match patch {
+        Some(p) => patch_body(&original.body, p)?,
+        None => original.body.clone(),
+    };
+    let mut attributes = original.message_attributes.clone();
+    for name in [
+        X_REDRIVE_COUNT,
+        X_FAILURE_CLASS,
+        X_FAILURE_REASON,
+        X_FIRST_SENT_AT,
+    ] {
+        attributes.remove(name);
+    }
+    let size = resq::attributes::message_size(&body, &attributes);
+    if size > resq::attributes::MAX_MESSAGE_BYTES {
+        return Err(format!(
+            "the restored message would be {size} bytes, over SQS's limit of {}",
+            resq::attributes::MAX_MESSAGE_BYTES
+        ));
+    }
+    let (group_id, deduplication_id) = resq::fifo::copy_ids(
+        resq::fifo::is_fifo(queue_url),
+        original
+            .attributes
+            .get("MessageGroupId")
+            .map(String::as_str),
+        resq::fifo::Copy::Restore,
+        &original.message_id,
+    );
+    Ok(RestoreMessage {
+        body,
+        attributes,
+        group_id,
+        deduplication_id,
+    })
+}
+
+/// What a restore does with AWS: read and write the archive entry, send to the main queue,
+/// read the queue's retention (for the idempotency-window check). A port, so that what
+/// happens when one of them fails is shown without AWS.
+pub trait RestorePort {
+    /// The entry's bytes.
+    fn read(&self, key: &str) -> impl Future<Output = Result<Vec<u8>, CliError>>;
+    /// Writes the entry (a new version: the bucket is versioned).
+    fn write(&self, key: &str, body: Vec<u8>) -> impl Future<Output = Result<(), CliError>>;
+    /// Sends the restored message; its new id.
+    fn send(
+        &self,
+        queue_url: &str,
+        message: &RestoreMessage,
+    ) -> impl Future<Output = Result<String, CliError>>;
+    /// The queue's retention.
+    fn retention(&self, queue_url: &str) -> impl Future<Output = Result<Duration, CliError>>;
+}
+
+/// [`RestorePort`] on the context's S3 and SQS clients.
+pub struct AwsRestore<'a>(pub &'a Context);
+
+impl RestorePort for AwsRestore<'_> {
+    async fn read(&self, key: &str) -> Result<Vec<u8>, CliError> {
+        let bucket = self.0.archive_bucket()?;
+        let out = self
+            .0
+            .s3
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| CliError::aws(format!("reading s3://{bucket}/{key}"), e))?;
+        let bytes = out.body.collect().await.map_err(|e| CliError::Download {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            message: e.to_string(),
+        })?;
+        Ok(bytes.into_bytes().to_vec())
+    }
+
+    async fn write(&self, key: &str, body: Vec<u8>) -> Result<(), CliError> {
+        let bucket = self.0.archive_bucket()?;
+        self.0
+            .s3
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .content_type("application/json")
+            .body(body.into())
+            .send()
+            .await
+            .map_err(|e| CliError::aws(format!("writing s3://{bucket}/{key}"), e))?;
+        Ok(())
+    }
+
+    async fn send(&self, queue_url: &str, message: &RestoreMessage) -> Result<String, CliError> {
+        let sdk_attrs =
+            resq::sqs::sdk_attributes(&message.attributes).map_err(|source| CliError::Aws {
+                what: format!("restoring to {queue_url}"),
+                source,
+            })?;
+        let out = self
+            .0
+            .sqs
+            .send_message()
+            .queue_url(queue_url)
+            .message_body(&message.body)
+            .set_message_attributes(Some(sdk_attrs).filter(|a| !a.is_empty()))
+            .set_message_group_id(message.group_id.clone())
+            .set_message_deduplication_id(message.deduplication_id.clone())
+            .send()
+            .await
+            .map_err(|e| CliError::aws(format!("sending to {queue_url}"), e))?;
+        Ok(out.message_id.unwrap_or_default())
+    }
+
+    async fn retention(&self, queue_url: &str) -> Result<Duration, CliError> {
+        Ok(resq::source::read_limits(&self.0.sqs, queue_url)
+            .await
+            .map_err(|source| CliError::Aws {
+                what: format!("reading the retention of {queue_url}"),
+                source,
+            })?
+            .retention)
+    }
+}
+
+/// The entry at `key`: its JSON (kept whole, so that a rewrite loses nothing) and the envelope
+/// in it.
+async fn entry(
+    port: &impl RestorePort,
+    bucket: &str,
+    key: &str,
+) -> Result<(Value, ArchiveEnvelope), CliError> {
+    let bytes = port.read(key).await?;
+    let not_entry = |e: serde_json::Error| CliError::NotAnArchiveEntry {
+        bucket: bucket.to_owned(),
+        key: key.to_owned(),
+        reason: e.to_string(),
+    };
+    let doc: Value = serde_json::from_slice(&bytes).map_err(not_entry)?;
+    let envelope = serde_json::from_value(doc.clone()).map_err(not_entry)?;
+    Ok((doc, envelope))
+}
+
+/// Refuses a restore past the idempotency window (`window`; `None`: `--force`).
+async fn check_window(
+    port: &impl RestorePort,
+    key: &str,
+    queue_url: &str,
+    envelope: &ArchiveEnvelope,
+    window: Option<RestoreWindow>,
+    now_ms: u64,
+) -> Result<(), CliError> {
+    let Some(w) = window else {
+        return Ok(());
+    };
+    let retention = port.retention(queue_url).await?;
+    within_idempotency_window(envelope, now_ms, w.window, w.ttl + retention).map_err(|why| {
+        CliError::PastIdempotencyWindow {
+            key: key.to_owned(),
+            why,
+        }
+    })
+}
+
+/// Sends an archived message back to the main queue for a fresh start (see
+/// [`restore_message`]). The entry stays in the archive as the record of what happened.
+/// Returns the new message id (`None`: a dry run). Refused past `window` (see
 /// [`within_idempotency_window`]); `None` restores whatever the age (`--force`).
 pub async fn restore(
     ctx: &Context,
@@ -181,62 +400,242 @@ pub async fn restore(
     window: Option<RestoreWindow>,
 ) -> Result<Option<String>, CliError> {
     let queue_url = ctx.main_queue()?;
-    let envelope = show(ctx, key).await?;
-    if let Some(w) = window {
-        let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
-        let retention = resq::source::read_limits(&ctx.sqs, queue_url)
-            .await
-            .map_err(|source| CliError::Aws {
-                what: format!("reading the retention of {queue_url}"),
-                source,
-            })?
-            .retention;
-        within_idempotency_window(&envelope, now_ms, w.window, w.ttl + retention).map_err(
-            |why| CliError::PastIdempotencyWindow {
-                key: key.to_owned(),
-                why,
-            },
-        )?;
-    }
-    let mut attrs = envelope.original_message.message_attributes.clone();
-    for name in [
-        X_REDRIVE_COUNT,
-        X_FAILURE_CLASS,
-        X_FAILURE_REASON,
-        X_FIRST_SENT_AT,
-    ] {
-        attrs.remove(name);
-    }
+    let bucket = ctx.archive_bucket()?;
+    let port = AwsRestore(ctx);
+    let (_, envelope) = entry(&port, bucket, key).await?;
+    let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    check_window(&port, key, queue_url, &envelope, window, now_ms).await?;
+    let message =
+        restore_message(&envelope, queue_url, None).map_err(|why| CliError::NotPatchable {
+            key: key.to_owned(),
+            why,
+        })?;
     if dry_run {
         return Ok(None);
     }
-    let sdk_attrs = resq::sqs::sdk_attributes(&attrs).map_err(|source| CliError::Aws {
-        what: format!("restoring {key}"),
-        source,
-    })?;
-    let send = ctx
-        .sqs
-        .send_message()
-        .queue_url(queue_url)
-        .message_body(&envelope.original_message.body)
-        .set_message_attributes(Some(sdk_attrs).filter(|a| !a.is_empty()));
-    let (group_id, deduplication_id) = resq::fifo::copy_ids(
-        resq::fifo::is_fifo(queue_url),
-        envelope
-            .original_message
-            .attributes
-            .get("MessageGroupId")
-            .map(String::as_str),
-        resq::fifo::Copy::Restore,
-        &envelope.original_message.message_id,
-    );
-    let out = send
-        .set_message_group_id(group_id)
-        .set_message_deduplication_id(deduplication_id)
-        .send()
+    port.send(queue_url, &message)
         .await
-        .map_err(|e| CliError::aws(format!("restoring {key} to {queue_url}"), e))?;
-    Ok(out.message_id)
+        .map(Some)
+        .map_err(|e| match e {
+            CliError::Aws { source, .. } => CliError::Aws {
+                what: format!("restoring {key} to {queue_url}"),
+                source,
+            },
+            other => other,
+        })
+}
+
+/// Whether the audit record of a patched restore is complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Audit {
+    /// A dry run: nothing written.
+    NotWritten,
+    /// The entry records the restore: who, when, the patch, and the new message id.
+    Complete,
+    /// The entry records who, when and the patch (written before the send), but the update
+    /// with the new message id could not be written: why.
+    Incomplete(String),
+}
+
+/// What a patched restore did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PatchedRestore {
+    /// The archive key.
+    pub key: String,
+    /// The restored message's id (`None`: a dry run).
+    pub message_id: Option<String>,
+    /// The body sent (or that would be).
+    pub body: String,
+    /// The record in the entry.
+    pub record: RestoreRecord,
+    /// How far the record got.
+    pub audit: Audit,
+}
+
+/// `record` in the entry's `metadata.restores`: in place of the record with its id, else
+/// added at the end.
+pub fn with_record(mut doc: Value, record: &RestoreRecord) -> Result<Value, String> {
+    let value = serde_json::to_value(record).map_err(|e| e.to_string())?;
+    let metadata = doc
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .ok_or("the entry has no metadata object")?;
+    let restores = metadata
+        .entry("restores")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if !restores.is_array() {
+        *restores = Value::Array(Vec::new());
+    }
+    if let Value::Array(list) = restores {
+        match list.iter_mut().find(|r| r["id"] == value["id"]) {
+            Some(r) => *r = value,
+            None => list.push(value),
+        }
+    }
+    Ok(doc)
+}
+
+/// Writes `record` into the entry at `key` as it is now (read again, so that a restore
+/// recorded meanwhile is kept), up to [`AUDIT_ATTEMPTS`] times.
+async fn record_restore(
+    port: &impl RestorePort,
+    bucket: &str,
+    key: &str,
+    record: &RestoreRecord,
+) -> Result<(), String> {
+    let mut last = String::new();
+    for attempt in 0..AUDIT_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+        }
+        let written = async {
+            let (doc, _) = entry(port, bucket, key).await?;
+            let doc = with_record(doc, record).map_err(|why| CliError::NotAnArchiveEntry {
+                bucket: bucket.to_owned(),
+                key: key.to_owned(),
+                reason: why,
+            })?;
+            port.write(key, doc.to_string().into_bytes()).await
+        };
+        match written.await {
+            Ok(()) => return Ok(()),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(last)
+}
+
+/// Writes of a restore's audit record tried at most.
+pub const AUDIT_ATTEMPTS: u32 = 3;
+
+/// The restore's inputs besides the port.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PatchRequest<'a> {
+    /// The archive key.
+    pub key: &'a str,
+    /// The bucket (for messages).
+    pub bucket: &'a str,
+    /// The main queue.
+    pub queue_url: &'a str,
+    /// The JSON merge patch.
+    pub patch: &'a Value,
+    /// Who restores it (STS ARN, else the OS user).
+    pub by: &'a str,
+    /// Check and show; write and send nothing.
+    pub dry_run: bool,
+    /// The idempotency-window check (`None`: `--force`).
+    pub window: Option<RestoreWindow>,
+    /// Now.
+    pub now: chrono::DateTime<chrono::Utc>,
+    /// This restore's id.
+    pub id: String,
+}
+
+/// `resq archive restore KEY --patch FILE`: repairs the archived message with a JSON merge
+/// patch and sends it to the main queue, recording the patch, who and when in the entry.
+///
+/// Nothing is sent before the entry is read, the patch applies (the body is JSON), the patched
+/// message fits and the idempotency window allows it, nor before the record of the restore
+/// (status `sending`) is written into the entry: an operator who may not write the entry
+/// restores nothing. After the send the record is completed (status `sent`, the new message
+/// id), tried [`AUDIT_ATTEMPTS`] times; if that still fails, the order is restored and the
+/// entry already says who restored it, when and with which patch: the restore is reported
+/// done with its audit incomplete ([`Audit::Incomplete`]), not as a failure, since running it
+/// again would restore the order twice. A send that fails is recorded as `failed` (best
+/// effort) and reported as the error.
+pub async fn restore_patched(
+    port: &impl RestorePort,
+    request: &PatchRequest<'_>,
+) -> Result<PatchedRestore, CliError> {
+    let PatchRequest {
+        key,
+        bucket,
+        queue_url,
+        ..
+    } = *request;
+    let (doc, envelope) = entry(port, bucket, key).await?;
+    let message = restore_message(&envelope, queue_url, Some(request.patch)).map_err(|why| {
+        CliError::NotPatchable {
+            key: key.to_owned(),
+            why,
+        }
+    })?;
+    let now_ms = request.now.timestamp_millis().max(0) as u64;
+    check_window(port, key, queue_url, &envelope, request.window, now_ms).await?;
+    let mut record = RestoreRecord {
+        id: request.id.clone(),
+        at: resq::archive::timestamp(request.now),
+        by: request.by.to_owned(),
+        patch: Some(request.patch.clone()),
+        queue: queue_url.to_owned(),
+        status: RestoreStatus::Sending,
+        message_id: None,
+        error: None,
+    };
+    let mut done = PatchedRestore {
+        key: key.to_owned(),
+        message_id: None,
+        body: message.body.clone(),
+        record: record.clone(),
+        audit: Audit::NotWritten,
+    };
+    if request.dry_run {
+        return Ok(done);
+    }
+    // the record first: no send that the entry could not say who made
+    let ahead = with_record(doc, &record).map_err(|why| CliError::NotAnArchiveEntry {
+        bucket: bucket.to_owned(),
+        key: key.to_owned(),
+        reason: why,
+    })?;
+    port.write(key, ahead.to_string().into_bytes()).await?;
+    match port.send(queue_url, &message).await {
+        Ok(id) => {
+            record.status = RestoreStatus::Sent;
+            record.message_id = Some(id.clone());
+            done.message_id = Some(id);
+            done.audit = match record_restore(port, bucket, key, &record).await {
+                Ok(()) => Audit::Complete,
+                Err(why) => Audit::Incomplete(why),
+            };
+            done.record = record;
+            Ok(done)
+        }
+        Err(e) => {
+            record.status = RestoreStatus::Failed;
+            record.error = Some(e.to_string());
+            if let Err(why) = record_restore(port, bucket, key, &record).await {
+                tracing::warn!(key, error = %why, "the failed restore could not be recorded; the entry says it was being sent");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Who is restoring: the caller's AWS identity (STS `GetCallerIdentity`'s ARN), else the OS
+/// user (`os-user:NAME`).
+pub async fn caller(config: &aws_config::SdkConfig) -> String {
+    let sts = aws_sdk_sts::Client::new(config);
+    match sts.get_caller_identity().send().await {
+        Ok(out) if out.arn().is_some_and(|a| !a.is_empty()) => {
+            out.arn().unwrap_or_default().to_owned()
+        }
+        _ => os_user(|name| std::env::var(name).ok()),
+    }
+}
+
+/// The OS user, from the environment (`USER`, `LOGNAME`, `USERNAME`), as `os-user:NAME`.
+pub fn os_user(var: impl Fn(&str) -> Option<String>) -> String {
+    let name = ["USER", "LOGNAME", "USERNAME"]
+        .iter()
+        .find_map(|n| var(n).filter(|v| !v.trim().is_empty()))
+        .unwrap_or_else(|| "unknown".to_owned());
+    format!("os-user:{name}")
+}
+
+/// A new restore id.
+pub fn restore_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
 }
 
 #[cfg(test)]
@@ -264,6 +663,7 @@ mod tests {
                 receive_count: Some(1),
                 first_sent_at,
                 last_error: None,
+                restores: Vec::new(),
             },
         }
     }
@@ -289,5 +689,307 @@ mod tests {
         // unknown: refused, saying so
         let unknown = check(&entry(None, None)).unwrap_err();
         assert!(unknown.contains("no first send time"), "{unknown}");
+    }
+
+    #[test]
+    fn merge_patch_follows_rfc_7396() {
+        // the examples of RFC 7396, appendix A
+        let cases = [
+            (r#"{"a":"b"}"#, r#"{"a":"c"}"#, r#"{"a":"c"}"#),
+            (r#"{"a":"b"}"#, r#"{"b":"c"}"#, r#"{"a":"b","b":"c"}"#),
+            (r#"{"a":"b"}"#, r#"{"a":null}"#, r#"{}"#),
+            (r#"{"a":"b","b":"c"}"#, r#"{"a":null}"#, r#"{"b":"c"}"#),
+            (r#"{"a":["b"]}"#, r#"{"a":"c"}"#, r#"{"a":"c"}"#),
+            (r#"{"a":"c"}"#, r#"{"a":["b"]}"#, r#"{"a":["b"]}"#),
+            (
+                r#"{"a":{"b":"c"}}"#,
+                r#"{"a":{"b":"d","c":null}}"#,
+                r#"{"a":{"b":"d"}}"#,
+            ),
+            (r#"{"a":[{"b":"c"}]}"#, r#"{"a":[1]}"#, r#"{"a":[1]}"#),
+            (r#"["a","b"]"#, r#"["c","d"]"#, r#"["c","d"]"#),
+            (r#"{"a":"b"}"#, r#"["c"]"#, r#"["c"]"#),
+            (r#"{"a":"foo"}"#, "null", "null"),
+            (r#"{"a":"foo"}"#, r#""bar""#, r#""bar""#),
+            (r#"{"e":null}"#, r#"{"a":1}"#, r#"{"e":null,"a":1}"#),
+            (r#"[1,2]"#, r#"{"a":"b","c":null}"#, r#"{"a":"b"}"#),
+            (
+                r#"{}"#,
+                r#"{"a":{"bb":{"ccc":null}}}"#,
+                r#"{"a":{"bb":{}}}"#,
+            ),
+        ];
+        for (target, patch, result) in cases {
+            let mut t: Value = serde_json::from_str(target).unwrap();
+            merge_patch(&mut t, &serde_json::from_str(patch).unwrap());
+            assert_eq!(
+                t,
+                serde_json::from_str::<Value>(result).unwrap(),
+                "{target} + {patch}"
+            );
+        }
+        let body = patch_body(
+            r#"{"orderId":"o-1","items":[]}"#,
+            &serde_json::json!({"items": [{"productId": "p", "quantity": 1}]}),
+        )
+        .unwrap();
+        // compact JSON, members in name order (serde_json's map)
+        assert_eq!(
+            body,
+            r#"{"items":[{"productId":"p","quantity":1}],"orderId":"o-1"}"#
+        );
+        let not_json = patch_body("{not json", &serde_json::json!({})).unwrap_err();
+        assert!(not_json.starts_with("its body is not JSON"), "{not_json}");
+    }
+
+    #[test]
+    fn a_restored_message_starts_afresh_and_must_fit() {
+        let mut e = entry(Some(1), None);
+        e.original_message.message_attributes = resq::attributes::MessageAttributes::from([
+            (
+                X_REDRIVE_COUNT.to_owned(),
+                resq::attributes::AttributeValue::number(3),
+            ),
+            (
+                X_FAILURE_REASON.to_owned(),
+                resq::attributes::AttributeValue::string("X"),
+            ),
+            (
+                "trace-id".to_owned(),
+                resq::attributes::AttributeValue::string("t"),
+            ),
+        ]);
+        let m = restore_message(&e, "http://q/1/orders", None).unwrap();
+        assert_eq!(m.body, "{}");
+        assert_eq!(m.attributes.keys().collect::<Vec<_>>(), ["trace-id"]);
+        assert_eq!((m.group_id, m.deduplication_id), (None, None));
+        let fifo = restore_message(&e, "http://q/1/orders.fifo", None).unwrap();
+        assert!(fifo.group_id.is_some() && fifo.deduplication_id.is_some());
+        let huge = serde_json::json!({"pad": "x".repeat(resq::attributes::MAX_MESSAGE_BYTES)});
+        let too_big = restore_message(&e, "http://q/1/orders", Some(&huge)).unwrap_err();
+        assert!(too_big.contains("over SQS's limit"), "{too_big}");
+    }
+
+    /// An archive entry and a queue in memory, whose writes and sends can be made to fail.
+    #[derive(Default)]
+    struct Memory {
+        entry: std::sync::Mutex<Vec<u8>>,
+        versions: std::sync::Mutex<Vec<Vec<u8>>>,
+        sent: std::sync::Mutex<Vec<RestoreMessage>>,
+        /// Writes that succeed before the rest fail (`None`: all succeed).
+        writes_ok: Option<usize>,
+        send_fails: bool,
+    }
+
+    impl Memory {
+        fn with(envelope: &ArchiveEnvelope) -> Self {
+            Self {
+                entry: std::sync::Mutex::new(serde_json::to_vec(envelope).unwrap()),
+                ..Self::default()
+            }
+        }
+
+        fn stored(&self) -> ArchiveEnvelope {
+            serde_json::from_slice(&self.entry.lock().unwrap()).unwrap()
+        }
+    }
+
+    impl RestorePort for Memory {
+        async fn read(&self, _key: &str) -> Result<Vec<u8>, CliError> {
+            Ok(self.entry.lock().unwrap().clone())
+        }
+        async fn write(&self, _key: &str, body: Vec<u8>) -> Result<(), CliError> {
+            let mut versions = self.versions.lock().unwrap();
+            if self.writes_ok.is_some_and(|n| versions.len() >= n) {
+                return Err(CliError::Aws {
+                    what: "writing s3://b/k".into(),
+                    source: resq::sqs::AwsError::service(
+                        "SlowDown",
+                        "please reduce your request rate",
+                    ),
+                });
+            }
+            versions.push(body.clone());
+            *self.entry.lock().unwrap() = body;
+            Ok(())
+        }
+        async fn send(&self, _queue: &str, message: &RestoreMessage) -> Result<String, CliError> {
+            if self.send_fails {
+                return Err(CliError::Aws {
+                    what: "sending to q".into(),
+                    source: resq::sqs::AwsError::service("AccessDenied", "no"),
+                });
+            }
+            self.sent.lock().unwrap().push(message.clone());
+            Ok("m-new".into())
+        }
+        async fn retention(&self, _queue: &str) -> Result<Duration, CliError> {
+            Ok(Duration::from_secs(345_600))
+        }
+    }
+
+    fn request<'a>(patch: &'a Value, dry_run: bool) -> PatchRequest<'a> {
+        PatchRequest {
+            key: "archive/PERMANENT_FAILURE/2026/11/26/m.json",
+            bucket: "b",
+            queue_url: "http://q/1/orders",
+            patch,
+            by: "arn:aws:iam::123456789012:user/ops",
+            dry_run,
+            window: None,
+            now: chrono::Utc::now(),
+            id: "r-1".into(),
+        }
+    }
+
+    fn invalid_order() -> ArchiveEnvelope {
+        let mut e = entry(Some(1), None);
+        e.original_message.body = r#"{"orderId":"o-1","userId":"u","items":[]}"#.into();
+        e
+    }
+
+    #[tokio::test]
+    async fn a_patched_restore_records_who_when_and_the_patch_before_it_sends() {
+        // GIVEN an archived order that failed validation, and a patch that fixes it
+        let port = Memory::with(&invalid_order());
+        let patch = serde_json::json!({"items": [{"productId": "p-1", "quantity": 2}]});
+        // WHEN it is restored with the patch
+        let done = restore_patched(&port, &request(&patch, false))
+            .await
+            .unwrap();
+        // THEN the patched body went to the queue, as the restore sends it
+        let sent = port.sent.lock().unwrap().clone();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(
+            serde_json::from_str::<Value>(&sent[0].body).unwrap(),
+            serde_json::json!({"orderId": "o-1", "userId": "u", "items": [{"productId": "p-1", "quantity": 2}]})
+        );
+        assert_eq!(
+            (done.message_id.as_deref(), &done.audit),
+            (Some("m-new"), &Audit::Complete)
+        );
+        // AND the entry was written twice: the record before the send, completed after it
+        let versions = port.versions.lock().unwrap().clone();
+        assert_eq!(versions.len(), 2);
+        let ahead: ArchiveEnvelope = serde_json::from_slice(&versions[0]).unwrap();
+        assert_eq!(ahead.metadata.restores[0].status, RestoreStatus::Sending);
+        let stored = port.stored();
+        let r = &stored.metadata.restores[0];
+        assert_eq!(stored.metadata.restores.len(), 1);
+        assert_eq!(
+            (r.status, r.message_id.as_deref()),
+            (RestoreStatus::Sent, Some("m-new"))
+        );
+        assert_eq!(r.by, "arn:aws:iam::123456789012:user/ops");
+        assert_eq!(r.patch.as_ref(), Some(&patch));
+        // AND the message as archived is kept: only the metadata grew
+        assert_eq!(stored.original_message, invalid_order().original_message);
+    }
+
+    #[tokio::test]
+    async fn nothing_is_sent_when_the_body_is_not_json_the_record_cannot_be_written_or_a_dry_run() {
+        let patch = serde_json::json!({"items": []});
+        let mut malformed = entry(Some(1), None);
+        malformed.original_message.body = "{not json".into();
+        let port = Memory::with(&malformed);
+        let e = restore_patched(&port, &request(&patch, false))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, CliError::NotPatchable { .. }), "{e}");
+        assert!(e.to_string().contains("its body is not JSON"), "{e}");
+        let unwritable = Memory {
+            writes_ok: Some(0),
+            ..Memory::with(&invalid_order())
+        };
+        let e = restore_patched(&unwritable, &request(&patch, false))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().starts_with("writing s3://b/k"), "{e}");
+        let dry = Memory::with(&invalid_order());
+        let done = restore_patched(&dry, &request(&patch, true)).await.unwrap();
+        assert_eq!((done.message_id, done.audit), (None, Audit::NotWritten));
+        for port in [&port, &unwritable, &dry] {
+            assert!(port.sent.lock().unwrap().is_empty());
+        }
+        assert!(dry.versions.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_restore_sent_whose_record_cannot_be_completed_is_done_with_its_audit_incomplete() {
+        // GIVEN a bucket that takes the record ahead of the send, then refuses every write
+        let port = Memory {
+            writes_ok: Some(1),
+            ..Memory::with(&invalid_order())
+        };
+        let patch = serde_json::json!({"items": [{"productId": "p-1", "quantity": 1}]});
+        // WHEN the restore runs
+        let done = restore_patched(&port, &request(&patch, false))
+            .await
+            .unwrap();
+        // THEN the order is restored, once, and the result says the audit is incomplete
+        assert_eq!(port.sent.lock().unwrap().len(), 1);
+        assert_eq!(done.message_id.as_deref(), Some("m-new"));
+        assert!(
+            matches!(&done.audit, Audit::Incomplete(why) if why.contains("please reduce")),
+            "{:?}",
+            done.audit
+        );
+        // AND the entry still names who, when and the patch (status sending)
+        let r = &port.stored().metadata.restores[0];
+        assert_eq!(
+            (r.status, r.by.as_str()),
+            (RestoreStatus::Sending, "arn:aws:iam::123456789012:user/ops")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_send_that_fails_is_recorded_as_failed_and_reported() {
+        let port = Memory {
+            send_fails: true,
+            ..Memory::with(&invalid_order())
+        };
+        let patch = serde_json::json!({"userId": "u-2"});
+        let e = restore_patched(&port, &request(&patch, false))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().starts_with("sending to q"), "{e}");
+        let r = &port.stored().metadata.restores[0];
+        assert_eq!(r.status, RestoreStatus::Failed);
+        assert!(r.error.as_deref().is_some_and(|e| e.contains("no")));
+    }
+
+    #[test]
+    fn a_record_replaces_its_own_and_keeps_the_others() {
+        let mut e = invalid_order();
+        let record = |id: &str, status| RestoreRecord {
+            id: id.into(),
+            at: "2026-11-26T00:00:00.000Z".into(),
+            by: "os-user:ops".into(),
+            patch: None,
+            queue: "q".into(),
+            status,
+            message_id: None,
+            error: None,
+        };
+        e.metadata.restores.push(record("r-0", RestoreStatus::Sent));
+        let doc = serde_json::to_value(&e).unwrap();
+        let doc = with_record(doc, &record("r-1", RestoreStatus::Sending)).unwrap();
+        let doc = with_record(doc, &record("r-1", RestoreStatus::Sent)).unwrap();
+        let back: ArchiveEnvelope = serde_json::from_value(doc).unwrap();
+        let ids: Vec<_> = back
+            .metadata
+            .restores
+            .iter()
+            .map(|r| (r.id.as_str(), r.status))
+            .collect();
+        assert_eq!(
+            ids,
+            [("r-0", RestoreStatus::Sent), ("r-1", RestoreStatus::Sent)]
+        );
+        assert_eq!(
+            os_user(|n| (n == "LOGNAME").then(|| "alice".to_owned())),
+            "os-user:alice"
+        );
+        assert_eq!(os_user(|_| None), "os-user:unknown");
     }
 }

@@ -19,6 +19,9 @@ pub struct Context {
     pub dlq_url: String,
     /// The archive bucket; empty when not given.
     pub bucket: String,
+    /// The stack the names were read from (`--stack`), when one was named: a name it lacks is
+    /// said to be missing from it.
+    pub stack: Option<String>,
 }
 
 /// Connection settings from the command line.
@@ -112,51 +115,63 @@ impl Context {
             main_queue_url,
             dlq_url,
             bucket,
+            stack: None,
         }
+    }
+
+    /// The context with the stack its names came from.
+    pub fn from_stack(mut self, stack: Option<String>) -> Self {
+        self.stack = stack;
+        self
     }
 
     /// The main queue's URL, or which flag gives it.
     pub fn main_queue(&self) -> Result<&str, CliError> {
-        need(
+        self.need(
             &self.main_queue_url,
-            "--main-queue-url",
-            "MAIN_QUEUE_URL",
+            ("--main-queue-url", "MAIN_QUEUE_URL"),
+            "OrdersQueueUrl",
             from_output!("OrdersQueueUrl"),
         )
     }
 
     /// The DLQ's URL, or which flag gives it.
     pub fn dlq(&self) -> Result<&str, CliError> {
-        need(
+        self.need(
             &self.dlq_url,
-            "--dlq-url",
-            "DLQ_URL",
+            ("--dlq-url", "DLQ_URL"),
+            "DeadLetterQueueUrl",
             from_output!("DeadLetterQueueUrl"),
         )
     }
 
     /// The archive bucket, or which flag gives it.
     pub fn archive_bucket(&self) -> Result<&str, CliError> {
-        need(
+        self.need(
             &self.bucket,
-            "--archive-bucket",
-            "ARCHIVE_BUCKET",
+            ("--archive-bucket", "ARCHIVE_BUCKET"),
+            "ArchiveBucketName",
             from_output!("ArchiveBucketName"),
         )
     }
-}
 
-fn need<'a>(
-    value: &'a str,
-    flag: &'static str,
-    var: &'static str,
-    hint: &'static str,
-) -> Result<&'a str, CliError> {
-    let value = value.trim();
-    if value.is_empty() {
-        Err(CliError::Missing { flag, var, hint })
-    } else {
-        Ok(value)
+    fn need<'a>(
+        &self,
+        value: &'a str,
+        (flag, var): (&'static str, &'static str),
+        output: &'static str,
+        hint: &'static str,
+    ) -> Result<&'a str, CliError> {
+        let value = value.trim();
+        match (value.is_empty(), &self.stack) {
+            (false, _) => Ok(value),
+            (true, Some(stack)) => Err(CliError::MissingFromStack {
+                stack: stack.clone(),
+                output,
+                flag,
+            }),
+            (true, None) => Err(CliError::Missing { flag, var, hint }),
+        }
     }
 }
 
@@ -190,5 +205,13 @@ mod tests {
         assert!(ctx.archive_bucket().unwrap_err().to_string().starts_with(
             "--archive-bucket (or ARCHIVE_BUCKET) is required: the stack output ArchiveBucketName has it"
         ));
+        // read from a stack that lacks the output: said so
+        let ctx = context("", "", "").from_stack(Some("resq-old".into()));
+        let err = ctx.dlq().unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert_eq!(
+            err.to_string(),
+            "the stack resq-old has no output DeadLetterQueueUrl (deployed from an older template?): pass --dlq-url, or deploy the current template"
+        );
     }
 }

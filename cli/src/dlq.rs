@@ -248,6 +248,73 @@ impl RedriveOptions {
     }
 }
 
+/// What `resq dlq redrive` was asked to do, by its flags.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mode {
+    /// Replay into the main queue through the redriver's rules.
+    Replay,
+    /// Shadow replay: copy to a staging queue, the DLQ unchanged (`--to QUEUE --keep-source`).
+    Shadow {
+        /// The staging queue.
+        to: String,
+    },
+    /// Canary replay (`--canary N --min-success P`).
+    Canary(crate::canary::CanaryOptions),
+}
+
+/// The flags that choose the [`Mode`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModeFlags {
+    /// `--to`.
+    pub to: Option<String>,
+    /// `--keep-source`.
+    pub keep_source: bool,
+    /// `--canary`.
+    pub canary: Option<u32>,
+    /// `--min-success`.
+    pub min_success: Option<f64>,
+    /// `--canary-timeout-seconds`.
+    pub canary_timeout: Duration,
+    /// `--dry-run`.
+    pub dry_run: bool,
+}
+
+/// The mode the flags ask for, or why they do not go together. `--to` without
+/// `--keep-source` is refused, not read as a move: a move into a queue other than the main
+/// queue would take the messages out of resq's care (no redrive cap, no archive, the staging
+/// queue's own retention). `--keep-source` without `--to` is refused too: a replay into the
+/// main queue that keeps its source would run every order twice.
+pub fn mode(flags: &ModeFlags) -> Result<Mode, CliError> {
+    let usage = |m: &str| Err(CliError::Usage(m.to_owned()));
+    if flags.min_success.is_some() && flags.canary.is_none() {
+        return usage("--min-success goes with --canary N");
+    }
+    match (&flags.to, flags.keep_source, flags.canary) {
+        (Some(_), _, Some(_)) => usage(
+            "--canary replays into the main queue and --to copies to a staging queue: choose one",
+        ),
+        (Some(_), false, None) => usage(
+            "--to copies to a staging queue and needs --keep-source (the DLQ stays as it is); a real move replays into the main queue: `resq dlq redrive` without --to (moving messages to another queue would take them out of resq's redrive cap and archive)",
+        ),
+        (None, true, _) => usage(
+            "--keep-source leaves the DLQ as it is and so needs a staging queue: --to QUEUE_URL (a replay into the main queue that kept its source would run every order twice)",
+        ),
+        (Some(_), true, None) if flags.dry_run => usage(
+            "--dry-run shows what a replay would send without --to; a shadow replay (--to … --keep-source) leaves the DLQ as it is already",
+        ),
+        (Some(to), true, None) => Ok(Mode::Shadow { to: to.clone() }),
+        (None, false, Some(_)) if flags.dry_run => {
+            usage("--canary replays for real: run --dry-run alone first, then --canary")
+        }
+        (None, false, Some(count)) => Ok(Mode::Canary(crate::canary::CanaryOptions {
+            count,
+            min_success: flags.min_success.unwrap_or(100.0),
+            timeout: flags.canary_timeout,
+        })),
+        (None, false, None) => Ok(Mode::Replay),
+    }
+}
+
 /// The permanent action an operator asked for: `--permanent-action`, or `archive` when the
 /// old `--archive-permanent` switch is given.
 pub fn permanent_action(chosen: PermanentAction, archive_permanent: bool) -> PermanentAction {
@@ -304,7 +371,9 @@ pub async fn redrive(
         CloudWatchAlarms::new(ctx.cloudwatch.clone()),
         config,
     )
-    .with_receive_wait(0);
+    .with_receive_wait(0)
+    // an operator's run prints its summary; EMF lines on a terminal reach no CloudWatch
+    .with_metrics(false);
     // an operator's run has no Lambda deadline; an hour bounds it
     redriver
         .run(&request, Instant::now() + Duration::from_secs(3600))
@@ -360,6 +429,110 @@ mod tests {
             redrive_failure(&summary(0, "receiveError")),
             Some(CliError::ReceiveStopped)
         ));
+    }
+
+    fn flags() -> ModeFlags {
+        ModeFlags {
+            to: None,
+            keep_source: false,
+            canary: None,
+            min_success: None,
+            canary_timeout: Duration::from_secs(300),
+            dry_run: false,
+        }
+    }
+
+    #[test]
+    fn the_flags_choose_a_replay_a_shadow_or_a_canary() {
+        assert_eq!(mode(&flags()).unwrap(), Mode::Replay);
+        let staging = "https://sqs.us-east-1.amazonaws.com/1/staging".to_owned();
+        let shadow = ModeFlags {
+            to: Some(staging.clone()),
+            keep_source: true,
+            ..flags()
+        };
+        assert_eq!(
+            mode(&shadow).unwrap(),
+            Mode::Shadow {
+                to: staging.clone()
+            }
+        );
+        let canary = ModeFlags {
+            canary: Some(5),
+            min_success: Some(80.0),
+            ..flags()
+        };
+        assert_eq!(
+            mode(&canary).unwrap(),
+            Mode::Canary(crate::canary::CanaryOptions {
+                count: 5,
+                min_success: 80.0,
+                timeout: Duration::from_secs(300)
+            })
+        );
+        // every canary must succeed unless told otherwise
+        let all = ModeFlags {
+            canary: Some(2),
+            ..flags()
+        };
+        assert!(matches!(mode(&all).unwrap(), Mode::Canary(c) if c.min_success == 100.0));
+    }
+
+    #[test]
+    fn flags_that_do_not_go_together_are_refused_saying_why() {
+        let refused = |f: ModeFlags| {
+            let e = mode(&f).unwrap_err();
+            assert_eq!(e.exit_code(), 2);
+            e.to_string()
+        };
+        let to = Some("https://q/staging".to_owned());
+        assert!(
+            refused(ModeFlags {
+                to: to.clone(),
+                ..flags()
+            })
+            .contains("needs --keep-source")
+        );
+        assert!(
+            refused(ModeFlags {
+                keep_source: true,
+                ..flags()
+            })
+            .contains("needs a staging queue")
+        );
+        assert!(
+            refused(ModeFlags {
+                to: to.clone(),
+                keep_source: true,
+                canary: Some(1),
+                ..flags()
+            })
+            .contains("choose one")
+        );
+        assert!(
+            refused(ModeFlags {
+                min_success: Some(50.0),
+                ..flags()
+            })
+            .contains("goes with --canary")
+        );
+        assert!(
+            refused(ModeFlags {
+                canary: Some(1),
+                dry_run: true,
+                ..flags()
+            })
+            .contains("replays for real")
+        );
+        assert!(
+            refused(ModeFlags {
+                to,
+                keep_source: true,
+                dry_run: true,
+                ..flags()
+            })
+            .contains("--dry-run")
+        );
     }
 
     #[test]

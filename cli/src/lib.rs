@@ -4,11 +4,16 @@
 #![warn(missing_docs)]
 
 pub mod archive;
+pub mod canary;
 pub mod context;
+pub mod deployed;
 pub mod dlq;
 pub mod errors;
+pub mod find;
+pub mod locate;
 pub mod orders;
 pub mod render;
+pub mod shadow;
 pub mod stack;
 pub mod status;
 
@@ -131,6 +136,73 @@ pub enum CliError {
         "receiving from the DLQ failed part-way (the error is logged above); what was not moved stays in the DLQ"
     )]
     ReceiveStopped,
+    /// `resq find`: the order was seen nowhere, and the look covered everything. Exit status 3.
+    #[error("{order_id} was found nowhere")]
+    Nowhere {
+        /// The order.
+        order_id: String,
+    },
+    /// `resq find`: the order was not seen, but part of the pipeline could not be looked at
+    /// (messages in flight, a queue past its limit or skipped). Exit status 4.
+    #[error("{}", not_seen(order_id, *unseen))]
+    NotSeen {
+        /// The order.
+        order_id: String,
+        /// How many parts could not be looked at.
+        unseen: usize,
+    },
+    /// A canary replay's canaries did not succeed often enough: the rest of the selection was
+    /// not replayed. Exit status 5.
+    #[error(
+        "the canary stopped the replay: {succeeded} of {total} canaries succeeded, below --min-success {min_success} %; the rest of the selection stays in the DLQ, untouched (fix, then replay again)"
+    )]
+    CanaryStopped {
+        /// Canaries that succeeded.
+        succeeded: usize,
+        /// Canaries replayed.
+        total: usize,
+        /// The percentage asked for.
+        min_success: f64,
+    },
+    /// A shadow replay could not copy some messages to the staging queue. Exit status 1.
+    #[error(
+        "{count} messages were not copied to the staging queue (listed above); the DLQ is unchanged: run the shadow replay again"
+    )]
+    NotCopied {
+        /// Messages not copied.
+        count: u64,
+    },
+    /// An archive entry cannot be patched (its body is not JSON, or the patched message
+    /// would not fit in SQS). Exit status 1.
+    #[error("{key} cannot be patched: {why}; nothing was sent")]
+    NotPatchable {
+        /// The archive key.
+        key: String,
+        /// Why not.
+        why: String,
+    },
+    /// `--stack` names no stack CloudFormation knows (in this region and account). Exit
+    /// status 2.
+    #[error(
+        "no stack named {name}: check --stack (or RESQ_STACK) and the region (--region or AWS_REGION); `aws cloudformation list-stacks` lists the stacks"
+    )]
+    NoSuchStack {
+        /// The name given.
+        name: String,
+    },
+    /// The stack named by `--stack` has no output (or parameter) for a value a command needs:
+    /// it was deployed from an older template. Exit status 2.
+    #[error(
+        "the stack {stack} has no output {output} (deployed from an older template?): pass {flag}, or deploy the current template"
+    )]
+    MissingFromStack {
+        /// The stack.
+        stack: String,
+        /// The output it lacks.
+        output: &'static str,
+        /// The flag that gives the value instead.
+        flag: &'static str,
+    },
     /// `resq stack check` refused the parameter set: the conflicts, or the values
     /// CloudFormation itself would refuse, are listed above. Exit status 1.
     #[error("{}", refused(parameters, *by_cloudformation))]
@@ -140,6 +212,13 @@ pub enum CliError {
         /// CloudFormation would refuse some value itself (the rules were not evaluated).
         by_cloudformation: bool,
     },
+}
+
+fn not_seen(order_id: &str, unseen: usize) -> String {
+    format!(
+        "{order_id} was not seen, but {unseen} part{} of the pipeline could not be looked at (listed above)",
+        if unseen == 1 { "" } else { "s" }
+    )
 }
 
 fn refused(parameters: &[String], by_cloudformation: bool) -> String {
@@ -173,7 +252,12 @@ impl CliError {
             Self::Missing { .. }
             | Self::UnreadableFile { .. }
             | Self::NoOrders { .. }
-            | Self::Usage(_) => 2,
+            | Self::Usage(_)
+            | Self::NoSuchStack { .. }
+            | Self::MissingFromStack { .. } => 2,
+            Self::Nowhere { .. } => 3,
+            Self::NotSeen { .. } => 4,
+            Self::CanaryStopped { .. } => 5,
             Self::Aws { .. }
             | Self::Download { .. }
             | Self::NotAnArchiveEntry { .. }
@@ -182,6 +266,8 @@ impl CliError {
             | Self::NotMoved { .. }
             | Self::PastIdempotencyWindow { .. }
             | Self::ReceiveStopped
+            | Self::NotCopied { .. }
+            | Self::NotPatchable { .. }
             | Self::Refused { .. } => 1,
         }
     }

@@ -5,10 +5,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{ArgGroup, Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgGroup, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use resq::config::PermanentAction;
 use resq_cli::context::{Context, Endpoint};
-use resq_cli::{CliError, archive, dlq, orders, render, stack, status};
+use resq_cli::deployed::{self, Deployed, pick};
+use resq_cli::{CliError, archive, canary, dlq, find, orders, render, shadow, stack, status};
 
 /// Keep SQS order pipelines flowing: inspect and operate a resq stack (AWS or a local emulator).
 #[derive(Parser, Debug)]
@@ -39,6 +41,12 @@ struct Cli {
         env = "ARCHIVE_BUCKET"
     )]
     archive_bucket: Option<String>,
+    /// The deployed stack to operate (CloudFormation): its outputs and parameters give the
+    /// queue URLs, the bucket, the alarm prefix, the redrive cap, the TTL, the permanent
+    /// action and the idempotency window. A flag typed on the command line overrides the
+    /// stack's value, which overrides an environment variable.
+    #[arg(long, global = true, env = "RESQ_STACK", value_name = "NAME")]
+    stack: Option<String>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -52,10 +60,16 @@ enum Command {
     Send(SendArgs),
     /// Queue depths, oldest message ages and alarm states.
     Status {
-        /// Alarms whose names start with this (the stack name).
+        /// Alarms whose names start with this (with --stack: the stack's AlarmPrefix output).
         #[arg(long, default_value = "resq-")]
         alarm_prefix: String,
     },
+    /// Where one order is: recorded (and how many writes), in the main queue, in the DLQ,
+    /// kept, archived, or nowhere. Exit status 0 found, 3 found nowhere, 4 not seen but part
+    /// of the pipeline could not be looked at. Looking into the main queue receives its
+    /// messages: each gets its receive count raised by one and is hidden from the consumer
+    /// for a moment (released at once); --main-queue-limit bounds it, 0 skips it.
+    Find(FindArgs),
     /// Inspect and redrive the dead-letter queue.
     #[command(subcommand)]
     Dlq(DlqCommand),
@@ -65,6 +79,30 @@ enum Command {
     /// Check a parameter set against the template before deploy (`make deploy` runs it).
     #[command(subcommand)]
     Stack(StackCommand),
+}
+
+#[derive(Args, Debug)]
+struct FindArgs {
+    /// The order's id (its body's orderId).
+    order_id: String,
+    /// Receive at most this many main-queue messages (each receive raises a message's
+    /// ApproximateReceiveCount, toward maxReceiveCount); 0 skips the main queue.
+    #[arg(long, value_name = "N", default_value_t = find::DEFAULT_MAIN_QUEUE_LIMIT)]
+    main_queue_limit: usize,
+    /// Do not look into the main queue at all (the same as --main-queue-limit 0).
+    #[arg(long, conflicts_with = "main_queue_limit")]
+    no_main_queue: bool,
+    /// Receive at most this many DLQ messages.
+    #[arg(long, value_name = "N", default_value_t = find::DEFAULT_DLQ_LIMIT, value_parser = clap::value_parser!(usize))]
+    dlq_limit: usize,
+    /// A string message attribute that names the order, tried before the body's orderId
+    /// (e.g. demo-order-id, which the demo puts on every message, malformed ones too).
+    #[arg(long, value_name = "NAME")]
+    order_id_attribute: Option<String>,
+    /// Read only the archive entries written since this day (YYYY-MM-DD, UTC): the archive is
+    /// keyed by message, not by order, so without it every entry is read.
+    #[arg(long, value_name = "YYYY-MM-DD", value_parser = day)]
+    archive_since: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -189,6 +227,25 @@ struct RedriveArgs {
         conflicts_with = "permanent_action"
     )]
     archive_permanent: bool,
+    /// Shadow replay: copy the selected messages to this staging queue, as a replay would send
+    /// them, instead of the main queue. Needs --keep-source.
+    #[arg(long, value_name = "QUEUE_URL")]
+    to: Option<String>,
+    /// With --to: leave the DLQ as it is (nothing deleted, every message released, kept ones
+    /// hidden again).
+    #[arg(long)]
+    keep_source: bool,
+    /// Canary replay: replay this many first, wait for their outcome, and go on with the rest
+    /// only at --min-success.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    canary: Option<u32>,
+    /// With --canary: the percentage of canaries that must succeed (default 100).
+    #[arg(long, value_name = "P", value_parser = resq_cli::orders::percent)]
+    min_success: Option<f64>,
+    /// With --canary: wait at most this long for the canaries' outcome; one still undecided
+    /// then did not succeed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    canary_timeout_seconds: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -227,6 +284,10 @@ enum ArchiveCommand {
         /// Restore even past the idempotency window.
         #[arg(long)]
         force: bool,
+        /// Repair the message first: a JSON merge patch (RFC 7396) applied to its body; the
+        /// patch, who and when are recorded in the entry (one key only).
+        #[arg(long, value_name = "FILE")]
+        patch: Option<PathBuf>,
     },
 }
 
@@ -266,11 +327,13 @@ async fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // the functions' own warnings (failed records, retries) on stderr; RUST_LOG to see more
     resq_cli::init_stderr_tracing();
     let endpoint_url = cli.endpoint_url.clone();
-    match run(cli).await {
+    let typed = |id: &str| typed(&matches, id);
+    match run(cli, &typed).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprint!("{}", render::error(&e, endpoint_url.as_deref()));
@@ -279,14 +342,28 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Whether the argument `id` was typed on the command line (not taken from its environment
+/// variable or its default), at any level of subcommands.
+fn typed(matches: &ArgMatches, id: &str) -> bool {
+    let here = matches.ids().any(|i| i.as_str() == id)
+        && matches.value_source(id) == Some(ValueSource::CommandLine);
+    here || matches.subcommand().is_some_and(|(_, sub)| typed(sub, id))
+}
+
 /// `resq stack check`: no AWS, only the files.
-async fn stack_check(args: StackCheckArgs, endpoint: &Endpoint) -> Result<(), CliError> {
+async fn stack_check(
+    args: StackCheckArgs,
+    endpoint: &Endpoint,
+    typed_stack: Option<String>,
+) -> Result<(), CliError> {
     let default_samconfig = PathBuf::from("infra/samconfig.toml");
     let samconfig = args
         .samconfig
         .or_else(|| default_samconfig.is_file().then_some(default_samconfig));
     let deployed = if args.deployed {
-        let stack_name = match args.stack_name {
+        // a --stack typed on the command line names it too (not RESQ_STACK: a variable left in
+        // the shell must not make `make deploy` check another stack than the one it deploys)
+        let stack_name = match args.stack_name.or(typed_stack) {
             Some(name) => name,
             None => samconfig
                 .as_deref()
@@ -329,23 +406,50 @@ async fn stack_check(args: StackCheckArgs, endpoint: &Endpoint) -> Result<(), Cl
     Ok(())
 }
 
-async fn run(cli: Cli) -> Result<(), CliError> {
+async fn run(cli: Cli, typed: &dyn Fn(&str) -> bool) -> Result<(), CliError> {
     let endpoint = Endpoint {
         endpoint_url: cli.endpoint_url.clone(),
         region: cli.region.clone(),
     };
     // the one command that needs no AWS configuration (nor a region) unless --deployed
     let command = match cli.command {
-        Command::Stack(StackCommand::Check(args)) => return stack_check(args, &endpoint).await,
+        Command::Stack(StackCommand::Check(args)) => {
+            let typed_stack = cli.stack.filter(|_| typed("stack"));
+            return stack_check(args, &endpoint, typed_stack).await;
+        }
         other => other,
     };
-    let ctx = Context::new(
-        &endpoint,
+    let config = endpoint.sdk_config().await;
+    let deployed = match &cli.stack {
+        Some(name) => {
+            if config.region().is_none() {
+                return Err(missing_region());
+            }
+            let cloudformation = aws_sdk_cloudformation::Client::new(&config);
+            Some(deployed::read(&cloudformation, name).await?)
+        }
+        None => None,
+    };
+    let from_stack =
+        |f: fn(&Deployed) -> Option<&str>| deployed.as_ref().and_then(f).map(str::to_owned);
+    let main_queue_url = pick(
+        typed("main_queue_url"),
         cli.main_queue_url,
+        from_stack(Deployed::main_queue_url).map(Some),
+    );
+    let dlq_url = pick(
+        typed("dlq_url"),
         cli.dlq_url,
+        from_stack(Deployed::dlq_url).map(Some),
+    );
+    let archive_bucket = pick(
+        typed("archive_bucket"),
         cli.archive_bucket,
-    )
-    .await?;
+        from_stack(Deployed::bucket).map(Some),
+    );
+    let ctx = Context::new(&endpoint, main_queue_url, dlq_url, archive_bucket)
+        .await?
+        .from_stack(deployed.as_ref().map(|d| d.name.clone()));
     let json = cli.json;
     match command {
         Command::Send(args) => {
@@ -368,8 +472,37 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             }
         }
         Command::Status { alarm_prefix } => {
+            let alarm_prefix = pick(
+                typed("alarm_prefix"),
+                alarm_prefix,
+                deployed.as_ref().map(Deployed::alarm_prefix),
+            );
             let s = status::status(&ctx, &alarm_prefix).await?;
             print!("{}", render::status(&s, json));
+        }
+        Command::Find(args) => {
+            let options = find::FindOptions {
+                main_queue_limit: if args.no_main_queue {
+                    0
+                } else {
+                    args.main_queue_limit
+                },
+                dlq_limit: args.dlq_limit,
+                order_id_attribute: args.order_id_attribute,
+                archive_since: args
+                    .archive_since
+                    .as_deref()
+                    .and_then(|d| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").ok())
+                    .and_then(|d| d.and_hms_opt(0, 0, 0))
+                    .map(|t| t.and_utc()),
+            };
+            let finding = find::find(&ctx, &args.order_id, &options).await?;
+            let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
+            print!("{}", render::find(&finding, now_ms, json));
+            eprint!("{}", render::find_notes(&finding, json));
+            if let Some(e) = finding.failure() {
+                return Err(e);
+            }
         }
         Command::Dlq(DlqCommand::Peek {
             failure_reason,
@@ -387,25 +520,70 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             print!("{}", render::peek(&report.shown, json));
         }
         Command::Dlq(DlqCommand::Redrive(args)) => {
+            let mode = dlq::mode(&dlq::ModeFlags {
+                to: args.to,
+                keep_source: args.keep_source,
+                canary: args.canary,
+                min_success: args.min_success,
+                canary_timeout: Duration::from_secs(args.canary_timeout_seconds),
+                dry_run: args.dry_run,
+            })?;
+            let d = deployed.as_ref();
             let options = dlq::RedriveOptions {
                 dry_run: args.dry_run,
                 failure_reason: args.failure_reason,
                 older_than: args.older_than_seconds.map(Duration::from_secs),
                 max_messages: args.max_messages,
                 rate_per_second: args.rate_per_second,
-                max_redrive_attempts: args.max_redrive_attempts,
-                archive_after: Duration::from_secs(args.archive_after_seconds),
+                max_redrive_attempts: pick(
+                    typed("max_redrive_attempts"),
+                    args.max_redrive_attempts,
+                    d.and_then(Deployed::max_redrive_attempts),
+                ),
+                archive_after: Duration::from_secs(pick(
+                    typed("archive_after_seconds"),
+                    args.archive_after_seconds,
+                    d.and_then(Deployed::archive_after_seconds),
+                )),
                 permanent_action: dlq::permanent_action(
-                    args.permanent_action,
+                    pick(
+                        typed("permanent_action"),
+                        args.permanent_action,
+                        d.and_then(Deployed::permanent_action),
+                    ),
                     args.archive_permanent,
                 ),
             };
-            let summary = dlq::run_redrive(&ctx, &options).await?;
-            print!("{}", render::redrive(&summary));
-            if let Some(e) = dlq::redrive_failure(&summary) {
-                return Err(e);
+            match mode {
+                dlq::Mode::Replay => {
+                    let summary = dlq::run_redrive(&ctx, &options).await?;
+                    print!("{}", render::redrive(&summary));
+                    if let Some(e) = dlq::redrive_failure(&summary) {
+                        return Err(e);
+                    }
+                    eprint!("{}", render::redrive_notes(&summary, json));
+                }
+                dlq::Mode::Shadow { to } => {
+                    let report = shadow::shadow(&ctx, &options, &to).await?;
+                    print!("{}", render::shadow(&report));
+                    eprint!("{}", render::shadow_notes(&report, json));
+                    if let Some(e) = report.failure() {
+                        return Err(e);
+                    }
+                }
+                dlq::Mode::Canary(how) => {
+                    let report = canary::run(&ctx, &options, &how, |line| {
+                        if !json {
+                            eprintln!("{line}");
+                        }
+                    })
+                    .await?;
+                    print!("{}", render::canary(&report));
+                    if let Some(e) = report.failure() {
+                        return Err(e);
+                    }
+                }
             }
-            eprint!("{}", render::redrive_notes(&summary, json));
         }
         Command::Archive(ArchiveCommand::Ls {
             archive_reason,
@@ -425,17 +603,62 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             idempotency_window_seconds,
             archive_after_seconds,
             force,
+            patch,
         }) => {
+            let d = deployed.as_ref();
             let window = (!force).then(|| archive::RestoreWindow {
-                window: Duration::from_secs(idempotency_window_seconds),
-                ttl: Duration::from_secs(archive_after_seconds),
+                window: Duration::from_secs(pick(
+                    typed("idempotency_window_seconds"),
+                    idempotency_window_seconds,
+                    d.and_then(Deployed::idempotency_window_seconds),
+                )),
+                ttl: Duration::from_secs(pick(
+                    typed("archive_after_seconds"),
+                    archive_after_seconds,
+                    d.and_then(Deployed::archive_after_seconds),
+                )),
             });
-            for key in keys {
-                let id = archive::restore(&ctx, &key, dry_run, window).await?;
-                print!("{}", render::restored(&key, id.as_deref(), json));
+            if let Some(path) = patch {
+                let [key] = keys.as_slice() else {
+                    return Err(CliError::Usage(format!(
+                        "--patch repairs one archived message: give one key, not {}",
+                        keys.len()
+                    )));
+                };
+                // the patch is read (and must be JSON) before anything is read from AWS
+                let patch = archive::read_patch(&path)?;
+                let (queue_url, bucket) = (ctx.main_queue()?, ctx.archive_bucket()?);
+                let by = archive::caller(&config).await;
+                let request = archive::PatchRequest {
+                    key,
+                    bucket,
+                    queue_url,
+                    patch: &patch,
+                    by: &by,
+                    dry_run,
+                    window,
+                    now: chrono::Utc::now(),
+                    id: archive::restore_id(),
+                };
+                let done = archive::restore_patched(&archive::AwsRestore(&ctx), &request).await?;
+                print!("{}", render::patched(&done, json));
+                eprint!("{}", render::patched_notes(&done, json));
+            } else {
+                for key in keys {
+                    let id = archive::restore(&ctx, &key, dry_run, window).await?;
+                    print!("{}", render::restored(&key, id.as_deref(), json));
+                }
             }
         }
         Command::Stack(_) => unreachable!("handled before the context is built"),
     }
     Ok(())
+}
+
+fn missing_region() -> CliError {
+    CliError::Missing {
+        flag: "--region",
+        var: "AWS_REGION",
+        hint: "the region the stack is deployed in (or a region in your AWS profile)",
+    }
 }

@@ -6,7 +6,12 @@ use resq_redriver::Summary;
 use serde_json::json;
 
 use crate::CliError;
+use crate::archive::{Audit, PatchedRestore};
+use crate::canary::CanaryReport;
 use crate::dlq::{PeekReport, Peeked};
+use crate::find::{self, Finding};
+use crate::locate::Place;
+use crate::shadow::ShadowReport;
 use crate::stack::{Report, Source, Verdict};
 use crate::status::{SendReport, Status};
 
@@ -129,6 +134,103 @@ pub fn redrive_notes(summary: &Summary, as_json: bool) -> String {
     }
 }
 
+/// `resq dlq redrive --to … --keep-source`: what the shadow replay did (JSON either way, like
+/// a redrive's summary).
+pub fn shadow(report: &ShadowReport) -> String {
+    format!(
+        "{}\n",
+        serde_json::to_string_pretty(report).unwrap_or_default()
+    )
+}
+
+/// The shadow replay's note on stderr (none with `--json`): where the copies went, and that
+/// the DLQ is as it was.
+pub fn shadow_notes(report: &ShadowReport, as_json: bool) -> String {
+    if as_json {
+        return String::new();
+    }
+    let mut out = format!(
+        "shadow replay: {} copies sent to {}; the DLQ is unchanged: nothing deleted, {} messages released",
+        report.copied, report.to, report.released
+    );
+    if report.hidden_again > 0 {
+        out.push_str(&format!(
+            ", {} kept messages hidden again until their TTL",
+            report.hidden_again
+        ));
+    }
+    out.push('\n');
+    if report.budget_reached {
+        out.push_str(
+            "the copy budget (--max-messages) was reached: more messages may be waiting\n",
+        );
+    }
+    if report.not_released > 0 {
+        out.push_str(&format!(
+            "warning: {} messages could not be released (or hidden again); they come back by themselves after their visibility timeout\n",
+            report.not_released
+        ));
+    }
+    for f in &report.failed {
+        out.push_str(&format!(
+            "  not copied: {}: {}\n",
+            f.dlq_message_id, f.error
+        ));
+    }
+    out
+}
+
+/// `resq dlq redrive --canary`: the canaries, their outcomes, the decision and the runs (JSON
+/// either way).
+pub fn canary(report: &CanaryReport) -> String {
+    format!(
+        "{}\n",
+        serde_json::to_string_pretty(report).unwrap_or_default()
+    )
+}
+
+/// `resq archive restore --patch`: the restore, the body sent, the record written.
+pub fn patched(done: &PatchedRestore, as_json: bool) -> String {
+    let audit = match &done.audit {
+        Audit::NotWritten => "notWritten",
+        Audit::Complete => "complete",
+        Audit::Incomplete(_) => "incomplete",
+    };
+    if as_json {
+        return line(json!({
+            "key": done.key,
+            "restored": done.message_id.is_some(),
+            "dryRun": done.message_id.is_none(),
+            "messageId": done.message_id,
+            "body": done.body,
+            "record": done.record,
+            "audit": audit,
+        }));
+    }
+    match &done.message_id {
+        Some(id) => format!(
+            "restored {} as message {id}, its body patched:\n  {}\nrecorded in the entry: restored by {} at {}\n",
+            done.key, done.body, done.record.by, done.record.at
+        ),
+        None => format!(
+            "would restore {} with its body patched:\n  {}\nand record in the entry: restored by {}\n",
+            done.key, done.body, done.record.by
+        ),
+    }
+}
+
+/// A patched restore's warning on stderr when its record could not be completed (also with
+/// `--json`: it asks for an action).
+pub fn patched_notes(done: &PatchedRestore, _as_json: bool) -> String {
+    match (&done.audit, &done.message_id) {
+        (Audit::Incomplete(why), Some(id)) => format!(
+            "warning: {} was restored as message {id}, and its entry records who restored it, when and the patch (written before the send), but not the new message id: {why}. Do not restore it again (the order would run twice); `resq archive show {}` shows the record\n",
+            done.key, done.key
+        ),
+        _ => String::new(),
+    }
+}
+
 /// `resq archive ls`: one key a line, or a JSON array.
 pub fn archive_keys(keys: &[String], as_json: bool) -> String {
     if as_json {
@@ -163,6 +265,190 @@ pub fn restored(key: &str, message_id: Option<&str>, as_json: bool) -> String {
         (Some(id), true) => line(json!({"key": key, "restored": true, "messageId": id})),
         (None, true) => line(json!({"key": key, "restored": false, "dryRun": true})),
     }
+}
+
+/// An epoch-millis time as RFC 3339 (UTC, seconds).
+fn at(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map_or_else(
+            || ms.to_string(),
+            |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        )
+}
+
+/// One place an order was seen, in a line (without the order).
+pub fn place(p: &Place, now_ms: u64) -> String {
+    let age = |sent: Option<u64>| {
+        sent.map_or_else(String::new, |t| {
+            format!(" age={}s", now_ms.saturating_sub(t) / 1000)
+        })
+    };
+    match p {
+        Place::Recorded(r) => {
+            let times = match r.writes {
+                1 => "written once".to_owned(),
+                n => format!("written {n} times: the order's effect was written more than once"),
+            };
+            let last = r
+                .written_at
+                .last()
+                .map_or_else(String::new, |t| format!(", last at {}", at(*t)));
+            let gone = if r.current {
+                ""
+            } else {
+                " (expired since: only earlier versions remain)"
+            };
+            format!("{:<11} {} {times}{last}{gone}", "recorded", r.key)
+        }
+        Place::MainQueue(q) => format!(
+            "{:<11} message {} receives={} redrives={}{}",
+            "main queue",
+            q.message_id,
+            q.receive_count.map_or("?".into(), |n| n.to_string()),
+            q.redrive_count.as_deref().unwrap_or("0"),
+            age(q.first_sent_at)
+        ),
+        Place::Dlq(q) => format!(
+            "{:<11} message {} class={} reason={} redrives={}{}",
+            "DLQ",
+            q.message_id,
+            q.failure_class.as_deref().unwrap_or("-"),
+            q.failure_reason.as_deref().unwrap_or("-"),
+            q.redrive_count.as_deref().unwrap_or("0"),
+            age(q.first_sent_at)
+        ),
+        Place::Kept(k) => format!(
+            "{:<11} message {} reason={}: a permanent failure kept in the DLQ for a human, hidden by the redriver until {} (`resq dlq peek --kept` shows it)",
+            "kept",
+            k.message_id,
+            k.failure_reason.as_deref().unwrap_or("-"),
+            at(k.hidden_until)
+        ),
+        Place::Archived(a) => {
+            let error = a
+                .last_error
+                .as_deref()
+                .map_or_else(String::new, |e| format!(", last error: {e}"));
+            let restores = match a.restores {
+                0 => String::new(),
+                n => format!(", restored {n} time(s) since"),
+            };
+            format!(
+                "{:<11} {} reason={} by {} at {} redrives={}{error}{restores}",
+                "archived",
+                a.key,
+                a.reason,
+                a.archived_by,
+                a.archived_at,
+                a.redrive_count.map_or("?".into(), |n| n.to_string()),
+            )
+        }
+    }
+}
+
+/// `resq find`: every place the order was seen (stdout), or that it was seen nowhere. With
+/// `--json`, one object: the order, the verdict, the places, what the look covered and what it
+/// could not see.
+pub fn find(f: &Finding, now_ms: u64, as_json: bool) -> String {
+    if as_json {
+        let verdict = match f.verdict() {
+            find::Verdict::Found => "found",
+            find::Verdict::Nowhere => "nowhere",
+            find::Verdict::NotSeen => "notSeen",
+        };
+        return line(json!({
+            "orderId": f.order_id,
+            "verdict": verdict,
+            "places": f.places,
+            "coverage": f.look.coverage,
+            "unseen": f.look.unseen(),
+        }));
+    }
+    if f.places.is_empty() {
+        return format!("{}: seen nowhere\n", f.order_id);
+    }
+    let mut out = format!(
+        "{}: seen in {} place{}\n",
+        f.order_id,
+        f.places.len(),
+        if f.places.len() == 1 { "" } else { "s" }
+    );
+    for p in &f.places {
+        out.push_str(&format!("  {}\n", place(p, now_ms)));
+    }
+    out
+}
+
+/// `resq find`'s notes on stderr (none with `--json`): what the look covered and what it cost
+/// (each main-queue message received raised its receive count and was hidden for a moment),
+/// and what it could not see.
+pub fn find_notes(f: &Finding, as_json: bool) -> String {
+    if as_json {
+        return String::new();
+    }
+    let c = &f.look.coverage;
+    let mut out = format!(
+        "looked at: the order records; {} archive entries",
+        c.archive_read
+    );
+    let main = &c.main_queue;
+    if main.looked {
+        if main.received == 0 {
+            out.push_str("; the main queue: nothing received (nothing waiting)");
+        } else {
+            out.push_str(&format!(
+                "; the main queue: {} messages received, once each (ApproximateReceiveCount +1{}; hidden from the consumer for at most {} s, released at once)",
+                main.received,
+                main.max_receive_count
+                    .map_or_else(String::new, |m| format!(" toward maxReceiveCount {m}")),
+                main.hidden_for_seconds
+            ));
+        }
+    }
+    if c.dlq.looked {
+        if c.dlq.received == 0 {
+            out.push_str("; the DLQ: nothing received (nothing visible)");
+        } else {
+            out.push_str(&format!(
+                "; the DLQ: {} messages received (hidden for at most {} s, released at once)",
+                c.dlq.received, c.dlq.hidden_for_seconds
+            ));
+        }
+    }
+    if c.kept_read {
+        out.push_str(&format!(
+            "; the keep lists: {} kept messages listed (those of this order checked, their hide left as it was",
+            c.kept_listed
+        ));
+        if c.kept_not_hidden > 0 {
+            out.push_str(&format!(
+                "; {} of them no longer hidden: made visible, replayed or archived since",
+                c.kept_not_hidden
+            ));
+        }
+        out.push(')');
+    }
+    out.push('\n');
+    if main.last_receive_used > 0 {
+        out.push_str(&format!(
+            "warning: this look used the last allowed receive of {} main-queue message(s): SQS moves them to the DLQ, without a reason, on their next receive (the redriver replays them)\n",
+            main.last_receive_used
+        ));
+    }
+    for q in [("main queue", main), ("DLQ", &c.dlq)] {
+        if q.1.not_released > 0 {
+            out.push_str(&format!(
+                "warning: {} {} messages could not be released; they come back by themselves within {} s\n",
+                q.1.not_released, q.0, q.1.hidden_for_seconds
+            ));
+        }
+    }
+    for u in f.look.unseen() {
+        out.push_str(&format!("not seen: {u}\n"));
+    }
+    out
 }
 
 /// `resq stack check`: the template and the values given, then one line per rule (`ok`,
@@ -546,5 +832,94 @@ mod tests {
             error(&missing, None),
             "resq: --dlq-url (or DLQ_URL) is required: the stack output DeadLetterQueueUrl has it\n"
         );
+    }
+
+    fn finding() -> crate::find::Finding {
+        use crate::locate::{Kept, Look, Queued, Recorded, Sighting};
+        let places = vec![
+            Place::Recorded(Recorded {
+                key: "orders/ORD-1.json".into(),
+                writes: 2,
+                written_at: vec![1_795_000_000_000, 1_795_000_060_000],
+                current: true,
+            }),
+            Place::Dlq(Queued {
+                message_id: "m-2".into(),
+                receive_count: Some(1),
+                redrive_count: Some("1".into()),
+                failure_class: Some("transient".into()),
+                failure_reason: Some("DOWNSTREAM_UNAVAILABLE".into()),
+                sent_at: Some(1_795_000_000_000),
+                first_sent_at: Some(1_795_000_000_000),
+            }),
+            Place::Kept(Kept {
+                message_id: "m-3".into(),
+                failure_reason: Some("VALIDATION_FAILED".into()),
+                hidden_until: 1_795_086_400_000,
+            }),
+        ];
+        let mut look = Look {
+            sightings: places
+                .iter()
+                .map(|p| Sighting {
+                    order_id: Some("ORD-1".into()),
+                    place: p.clone(),
+                })
+                .collect(),
+            ..Look::default()
+        };
+        look.coverage.main_queue.looked = true;
+        look.coverage.main_queue.received = 12;
+        look.coverage.main_queue.max_receive_count = Some(5);
+        look.coverage.main_queue.hidden_for_seconds = 30;
+        look.coverage.main_queue.last_receive_used = 1;
+        look.coverage.main_queue.in_flight = 2;
+        look.coverage.dlq.looked = true;
+        look.coverage.kept_read = true;
+        look.coverage.kept_listed = 1;
+        look.coverage.archive_read = 7;
+        crate::find::Finding {
+            order_id: "ORD-1".into(),
+            places,
+            look,
+        }
+    }
+
+    #[test]
+    fn find_lists_every_place_and_says_what_the_look_cost() {
+        let f = finding();
+        let now = 1_795_000_042_000;
+        assert_eq!(
+            find(&f, now, false),
+            "ORD-1: seen in 3 places\n\
+             \x20 recorded    orders/ORD-1.json written 2 times: the order's effect was written more than once, last at 2026-11-18T11:07:40Z\n\
+             \x20 DLQ         message m-2 class=transient reason=DOWNSTREAM_UNAVAILABLE redrives=1 age=42s\n\
+             \x20 kept        message m-3 reason=VALIDATION_FAILED: a permanent failure kept in the DLQ for a human, hidden by the redriver until 2026-11-19T11:06:40Z (`resq dlq peek --kept` shows it)\n"
+        );
+        let notes = find_notes(&f, false);
+        let lines: Vec<&str> = notes.lines().collect();
+        assert_eq!(
+            lines[0],
+            "looked at: the order records; 7 archive entries; the main queue: 12 messages received, once each (ApproximateReceiveCount +1 toward maxReceiveCount 5; hidden from the consumer for at most 30 s, released at once); the DLQ: nothing received (nothing visible); the keep lists: 1 kept messages listed (those of this order checked, their hide left as it was)"
+        );
+        assert!(lines[1].starts_with(
+            "warning: this look used the last allowed receive of 1 main-queue message(s)"
+        ));
+        assert_eq!(
+            lines[2],
+            "not seen: 2 messages in flight in the main queue (being processed or backed off) cannot be received"
+        );
+        assert_eq!(find_notes(&f, true), "");
+        let v = parse(&find(&f, now, true));
+        assert_eq!(v["verdict"], "found");
+        assert_eq!(v["places"][0]["place"], "recorded");
+        assert_eq!(v["places"][0]["writes"], 2);
+        assert_eq!(v["places"][1]["failureReason"], "DOWNSTREAM_UNAVAILABLE");
+        assert_eq!(v["coverage"]["mainQueue"]["lastReceiveUsed"], 1);
+        let nowhere = crate::find::Finding {
+            places: vec![],
+            ..f
+        };
+        assert_eq!(find(&nowhere, now, false), "ORD-1: seen nowhere\n");
     }
 }

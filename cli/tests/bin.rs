@@ -26,6 +26,8 @@ fn resq_with<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> (i3
         "AWS_CONTAINER_CREDENTIALS_FULL_URI",
         "MAX_REDRIVE_ATTEMPTS",
         "ARCHIVE_AFTER_SECONDS",
+        "IDEMPOTENCY_WINDOW_SECONDS",
+        "RESQ_STACK",
         "RUST_LOG",
     ] {
         command.env_remove(var);
@@ -321,6 +323,110 @@ fn send_needs_a_source() {
         err.contains("cannot read /nonexistent/orders.json"),
         "{err}"
     );
+}
+
+#[test]
+fn the_operators_answers_refuse_what_does_not_go_together_before_any_call() {
+    // a shadow replay needs both --to and --keep-source (exit 2, before the DLQ is read)
+    let (code, err) = resq(&local(&[
+        "dlq",
+        "redrive",
+        "--to",
+        "http://127.0.0.1:9/1/staging",
+    ]));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--to copies to a staging queue and needs --keep-source"),
+        "{err}"
+    );
+    let (code, err) = resq(&local(&["dlq", "redrive", "--keep-source"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("needs a staging queue: --to QUEUE_URL"),
+        "{err}"
+    );
+    let (code, err) = resq(&local(&["dlq", "redrive", "--canary", "2", "--dry-run"]));
+    assert_eq!(code, 2, "{err}");
+    let (code, err) = resq(&local(&["dlq", "redrive", "--min-success", "90"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--min-success goes with --canary N"), "{err}");
+    let (code, err) = resq(&local(&[
+        "dlq",
+        "redrive",
+        "--canary",
+        "2",
+        "--min-success",
+        "101",
+    ]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is not a percentage"), "{err}");
+    // a patch repairs one message, and must be JSON: refused before anything is read
+    let dir = scratch("patch");
+    let patch = dir.join("patch.json");
+    std::fs::write(&patch, "{\"items\": [").unwrap();
+    let patch = patch.to_string_lossy().into_owned();
+    let (code, err) = resq(&local(&[
+        "archive", "restore", "k1", "k2", "--patch", &patch,
+    ]));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--patch repairs one archived message: give one key, not 2"),
+        "{err}"
+    );
+    let (code, err) = resq(&local(&["archive", "restore", "k1", "--patch", &patch]));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("is not JSON") && err.contains("RFC 7396"),
+        "{err}"
+    );
+    assert!(!err.contains("did not answer"), "nothing was called: {err}");
+    let (code, err) = resq(&local(&[
+        "archive",
+        "restore",
+        "k1",
+        "--patch",
+        "/nonexistent/p.json",
+    ]));
+    assert_eq!(code, 2, "{err}");
+    // find needs an order id that is not empty
+    let (code, err) = resq(&local(&["find", " "]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the order id is empty"), "{err}");
+    let (code, _) = resq(&local(&["find"]));
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn a_stack_is_read_from_cloudformation_before_anything_else() {
+    // --stack (or RESQ_STACK) reads the stack first: against a closed endpoint, that is the
+    // call that fails, naming the stack
+    for (args, env) in [
+        (
+            vec!["--endpoint-url", CLOSED, "--stack", "resq-prod", "status"],
+            vec![],
+        ),
+        (
+            vec!["--endpoint-url", CLOSED, "status"],
+            vec![("RESQ_STACK", "resq-prod")],
+        ),
+    ] {
+        let (code, err) = resq_with(&args, &env);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains("reading the stack resq-prod") && err.contains("did not answer"),
+            "{err}"
+        );
+        assert_readable(&err);
+    }
+    let (code, err) = resq(&["--stack", "resq-prod", "status"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--region (or AWS_REGION) is required"),
+        "{err}"
+    );
+    let (code, err) = resq(&["--endpoint-url", CLOSED, "--stack", " ", "status"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--stack (or RESQ_STACK) is empty"), "{err}");
 }
 
 /// `resq` with `args`: exit status and stdout (for help texts).

@@ -11,7 +11,6 @@ use aws_sdk_sqs::types::MessageAttributeValue;
 use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON, X_REDRIVE_COUNT};
 use resq::config::{CommonConfig, ConsumerConfig, PermanentAction, RedriverConfig};
 use resq::store::S3Store;
 use resq_consumer::handler::{HandlerError, OrderHandler, RecordMeta, RecordOrder};
@@ -464,100 +463,104 @@ async fn drive(
     result
 }
 
-/// Looks for every sent order: order records, archive entries, both queues. The first `sent`
-/// order ids of `plans`, in sorted order (the order they were sent in), count as sent.
+/// How long the audit hides the messages it receives at most (it releases them at once).
+const AUDIT_VISIBILITY: i32 = 600;
+
+/// Looks for every sent order: order records, archive entries, both queues, each read once by
+/// the operator tool's locator (`resq find`'s, [`resq_cli::locate`]). The first `sent` order
+/// ids of `plans`, in sorted order (the order they were sent in), count as sent.
 pub async fn audit(
     ctx: &Context,
     plans: &HashMap<String, Plan>,
     sent: usize,
 ) -> Result<Audit, CliError> {
+    use resq_cli::locate::{Identity, LookOptions, QueueLook, Wanted, locate};
     // the permanent failures the redriver kept are hidden in the DLQ until their TTL: made
-    // visible first, as an operator would (`resq dlq peek --kept`)
+    // visible first, as an operator would (`resq dlq peek --kept`), so that the look receives
+    // them with their failure class and reason
     resq_cli::dlq::unhide_kept(ctx, None).await?;
-    let mut found: HashMap<String, &'static str> = HashMap::new();
-    // the order records: every stored version is one effect write
-    let mut writes: HashMap<String, usize> = HashMap::new();
-    for k in resq_cli::archive::list_versions(ctx, "orders/").await? {
-        if let Some(id) = k
-            .strip_prefix("orders/")
-            .and_then(|k| k.strip_suffix(".json"))
-        {
-            found.insert(id.to_owned(), "processed");
-            *writes.entry(id.to_owned()).or_default() += 1;
-        }
-    }
-    let mut audit = Audit {
-        sent,
-        duplicate_effects: writes.values().map(|n| n.saturating_sub(1)).sum(),
-        ..Default::default()
+    let everything = QueueLook {
+        limit: usize::MAX,
+        visibility: AUDIT_VISIBILITY,
     };
-    for key in resq_cli::archive::list(ctx, None, None).await? {
-        let envelope = resq_cli::archive::show(ctx, &key).await?;
-        audit.max_redrives = audit
-            .max_redrives
-            .max(envelope.metadata.redrive_count.unwrap_or(0));
-        if let Some(id) = envelope
-            .original_message
-            .message_attributes
-            .get(DEMO_ORDER_ATTRIBUTE)
-            .and_then(|v| v.string_value.clone())
-        {
-            found.entry(id).or_insert("archived");
-        }
-    }
-    for (url, place) in [(&ctx.main_queue_url, "main queue"), (&ctx.dlq_url, "DLQ")] {
-        loop {
-            let msgs = resq::sqs::receive(&ctx.sqs, url, 10, Some(600), 0)
-                .await
-                .map_err(|source| CliError::Aws {
-                    what: "reading the queues".into(),
-                    source,
-                })?;
-            if msgs.is_empty() {
-                break;
-            }
-            for m in msgs {
-                let attrs = m.message_attributes();
-                let count = attrs
-                    .and_then(|a| a.get(X_REDRIVE_COUNT))
-                    .and_then(|v| v.string_value())
-                    .and_then(|v| v.trim().parse::<u32>().ok());
-                audit.max_redrives = audit.max_redrives.max(count.unwrap_or(0));
-                if place == "DLQ" {
-                    let string = |name| {
-                        attrs
-                            .and_then(|a| a.get(name))
-                            .and_then(|v| v.string_value())
-                    };
-                    audit.dead_letter(string(X_FAILURE_CLASS), string(X_FAILURE_REASON));
+    let options = LookOptions {
+        main_queue: everything,
+        dlq: everything,
+        kept: false,
+        archive_since: None,
+        identity: Identity {
+            attribute: Some(DEMO_ORDER_ATTRIBUTE.to_owned()),
+        },
+        receive_wait: 0,
+    };
+    let look = locate(ctx, &Wanted::All, &options).await?;
+    Ok(Audit::of(&look, plans, sent))
+}
+
+impl Audit {
+    /// Where each of the first `sent` orders of `plans` (sorted) ended, from a look at
+    /// everything: its order record if it has one (each stored version one effect write), else
+    /// its archive entry, else its copy in the main queue, else in the DLQ; lost when none.
+    pub fn of(look: &resq_cli::locate::Look, plans: &HashMap<String, Plan>, sent: usize) -> Self {
+        use resq_cli::locate::Place;
+        let mut audit = Audit {
+            sent,
+            ..Default::default()
+        };
+        let mut found: HashMap<&str, (u8, &'static str)> = HashMap::new();
+        for s in &look.sightings {
+            let (rank, place) = match &s.place {
+                Place::Recorded(r) => {
+                    audit.duplicate_effects += r.writes.saturating_sub(1);
+                    (0, "processed")
                 }
-                if let Some(id) = attrs
-                    .and_then(|a| a.get(DEMO_ORDER_ATTRIBUTE))
-                    .and_then(|v| v.string_value())
-                {
-                    found.entry(id.to_owned()).or_insert(place);
+                Place::Archived(a) => {
+                    audit.max_redrives = audit.max_redrives.max(a.redrive_count.unwrap_or(0));
+                    (1, "archived")
+                }
+                Place::MainQueue(q) => {
+                    audit.max_redrives = audit.max_redrives.max(q.redrives().unwrap_or(0));
+                    (2, "main queue")
+                }
+                Place::Dlq(q) => {
+                    audit.max_redrives = audit.max_redrives.max(q.redrives().unwrap_or(0));
+                    audit.dead_letter(q.failure_class.as_deref(), q.failure_reason.as_deref());
+                    (3, "DLQ")
+                }
+                Place::Kept(k) => {
+                    audit.dead_letter(
+                        Some(resq::attributes::FAILURE_CLASS_PERMANENT),
+                        k.failure_reason.as_deref(),
+                    );
+                    (3, "DLQ")
+                }
+            };
+            if let Some(id) = s.order_id.as_deref() {
+                let best = found.entry(id).or_insert((rank, place));
+                if rank < best.0 {
+                    *best = (rank, place);
                 }
             }
         }
-    }
-    let mut sent_ids: Vec<(&String, &Plan)> = plans.iter().collect();
-    sent_ids.sort();
-    for (id, plan) in sent_ids.into_iter().take(sent) {
-        let place = found.get(id).copied().unwrap_or("LOST");
-        *audit.table.entry((*plan, place)).or_default() += 1;
-        audit.places.insert(id.clone(), place);
-        match place {
-            "processed" => audit.processed += 1,
-            "archived" => audit.archived += 1,
-            "DLQ" => {
-                audit.dead_lettered += 1;
-                audit.in_queues += 1;
+        let mut sent_ids: Vec<(&String, &Plan)> = plans.iter().collect();
+        sent_ids.sort();
+        for (id, plan) in sent_ids.into_iter().take(sent) {
+            let place = found.get(id.as_str()).map_or("LOST", |(_, p)| *p);
+            *audit.table.entry((*plan, place)).or_default() += 1;
+            audit.places.insert(id.clone(), place);
+            match place {
+                "processed" => audit.processed += 1,
+                "archived" => audit.archived += 1,
+                "DLQ" => {
+                    audit.dead_lettered += 1;
+                    audit.in_queues += 1;
+                }
+                "main queue" => audit.in_queues += 1,
+                _ => audit.lost.push(id.clone()),
             }
-            "main queue" => audit.in_queues += 1,
-            _ => audit.lost.push(id.clone()),
         }
+        audit
     }
-    Ok(audit)
 }
 
 /// The final table: where each kind of order ended.

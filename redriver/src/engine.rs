@@ -139,15 +139,31 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
     /// bounded by the deadline, so the summary and the metrics are written even when the run
     /// is cut short.
     pub async fn run(&self, request: &RunRequest, deadline: Instant) -> Summary {
-        let summary = self.execute(request, deadline).await;
+        self.run_listed(request, deadline, false).await.0
+    }
+
+    /// [`Redriver::run`], and, with `list`, every replay it confirmed (DLQ message, copy,
+    /// order): an operator's canary follows each to its outcome.
+    pub async fn run_listed(
+        &self,
+        request: &RunRequest,
+        deadline: Instant,
+        list: bool,
+    ) -> (Summary, Vec<crate::summary::Replayed>) {
+        let (summary, listed) = self.execute(request, deadline, list).await;
         summary.log();
         if !summary.dry_run && self.emit_metrics {
             summary.metrics(&self.function_name).emit();
         }
-        summary
+        (summary, listed)
     }
 
-    async fn execute(&self, request: &RunRequest, deadline: Instant) -> Summary {
+    async fn execute(
+        &self,
+        request: &RunRequest,
+        deadline: Instant,
+        list: bool,
+    ) -> (Summary, Vec<crate::summary::Replayed>) {
         let started = Instant::now();
         let margin = self.config.common.deadline_margin;
         let at = |d: Duration| deadline.checked_sub(d).unwrap_or(started);
@@ -157,6 +173,9 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             settle_by: at(margin / 4),
         };
         let mut run = Run::new(request, &self.config, by.start_by - started);
+        if list {
+            run.list_replays();
+        }
         run.apply(self.breaker(by.start_by).await);
         let hidden = self
             .kept_hidden(by.start_by.min(Instant::now() + KEEP_LIST_WAIT))
@@ -175,7 +194,8 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         run.stop(stopped_by);
         self.keep_and_hide(&mut run, by.settle_by).await;
         self.release(run.take_held(), by.settle_by).await;
-        run.finish(started.elapsed())
+        let listed = run.take_listed();
+        (run.finish(started.elapsed()), listed)
     }
 
     /// Receives, plans and settles, several cycles in flight under one token bucket
@@ -604,6 +624,12 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(listed.len(), 2000);
+        // each listed with its order, so that `resq find` locates it without receiving it
+        assert!(
+            listed
+                .iter()
+                .all(|k| k.order_id.as_deref() == Some(k.message_id.as_str()))
+        );
         // nor does any run before SQS's 12 h limit ends their hide; then one run reads them
         // again and hides them for the rest of their TTL
         dlq.advance(Duration::from_secs(12 * 3600 - 60));
@@ -612,6 +638,42 @@ mod tests {
         dlq.advance(Duration::from_secs(60));
         let fourth = scheduled(&dlq, &store, &alarms, &cfg).await;
         assert_eq!((fourth.received, fourth.kept), (2000, 2000));
+    }
+
+    #[tokio::test]
+    async fn a_listed_run_names_each_replay_it_confirmed() {
+        // GIVEN three replayable dead letters and a budget of two
+        let (dlq, store, alarms) = doubles();
+        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "2")]);
+        for i in 0..3 {
+            dlq.push(DLQ, dlq_message(&format!("m{i}"), now_ms(), &[]));
+        }
+        let r = Redriver::new(&dlq, &store, &alarms, cfg.clone()).with_receive_wait(0);
+        let request = RunRequest::defaults(&cfg);
+        // WHEN a run is asked to list its replays (an operator's canary)
+        let (summary, listed) = r
+            .run_listed(&request, Instant::now() + Duration::from_secs(60), true)
+            .await;
+        // THEN each replay it confirmed is named: its DLQ message, its copy, its order
+        assert_eq!(summary.redriven, 2);
+        assert_eq!(listed.len(), 2);
+        for replay in &listed {
+            assert_eq!(
+                replay.order_id.as_deref(),
+                Some(replay.dlq_message_id.as_str())
+            );
+            assert_eq!(replay.redrive_count, Some(1));
+            assert!(replay.message_id.is_some(), "{replay:?}");
+            assert_eq!(
+                replay.failure_reason.as_deref(),
+                Some("DOWNSTREAM_UNAVAILABLE")
+            );
+        }
+        // AND a run not asked lists nothing
+        let (summary, none) = r
+            .run_listed(&request, Instant::now() + Duration::from_secs(60), false)
+            .await;
+        assert_eq!((summary.redriven, none.len()), (1, 0));
     }
 
     #[tokio::test]

@@ -187,6 +187,23 @@ impl Summary {
 /// A received message's (message id, receipt handle).
 pub type Receipt = (String, String);
 
+/// One replay a run confirmed, as an operator's canary follows it
+/// ([`crate::Redriver::run_listed`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replayed {
+    /// The DLQ message replayed.
+    pub dlq_message_id: String,
+    /// The copy's id in the main queue, when SQS gave it.
+    pub message_id: Option<String>,
+    /// The body's `orderId`, when it has one.
+    pub order_id: Option<String>,
+    /// The copy's `x-redrive-count`.
+    pub redrive_count: Option<u64>,
+    /// The failure reason the DLQ message had.
+    pub failure_reason: Option<String>,
+}
+
 /// A run as it goes: its summary so far, its rules and budget, and what it holds.
 #[derive(Debug)]
 pub struct Run {
@@ -217,6 +234,9 @@ pub struct Run {
     pending: Vec<PendingKeep>,
     /// The first send call and how many it confirmed, and the last send call.
     sends: Option<((Instant, u64), Instant)>,
+    /// The replays confirmed, when the run lists them (`None`: it does not; a scheduled run
+    /// at 3,000/s would hold millions).
+    listed: Option<Vec<Replayed>>,
 }
 
 impl Run {
@@ -268,6 +288,7 @@ impl Run {
             held: Vec::new(),
             pending: Vec::new(),
             sends: None,
+            listed: None,
         }
     }
 
@@ -297,6 +318,16 @@ impl Run {
             }
             Breaker::HalfOpen { .. } => {}
         }
+    }
+
+    /// Lists every replay this run confirms ([`Run::take_listed`] hands them over).
+    pub fn list_replays(&mut self) {
+        self.listed.get_or_insert_with(Vec::new);
+    }
+
+    /// The replays listed so far (none when the run does not list them).
+    pub fn take_listed(&mut self) -> Vec<Replayed> {
+        self.listed.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Replays left in the budget (less those planned by cycles in flight).
@@ -450,6 +481,7 @@ impl Run {
         match until {
             Some(until_ms) if !self.summary.dry_run => self.pending.push(PendingKeep {
                 kept: KeptMessage {
+                    order_id: order_id(&m),
                     failure_reason: m.failure_reason().map(str::to_owned),
                     first_sent_at: m.first_sent_at(),
                     message_id: m.message_id,
@@ -484,6 +516,15 @@ impl Run {
                 self.summary.redriven += 1;
                 self.summary.returned += u64::from(classify::is_returned_replay(m));
                 self.summary.unexplained += u64::from(classify::is_unexplained(m));
+                if let Some(listed) = &mut self.listed {
+                    listed.push(Replayed {
+                        dlq_message_id: m.message_id.clone(),
+                        message_id: new_id.clone(),
+                        order_id: order_id(m),
+                        redrive_count: classify::next_redrive_count(m).ok(),
+                        failure_reason: m.failure_reason().map(str::to_owned),
+                    });
+                }
                 if !r.is_confirmed(delete) {
                     self.replayed.insert(m.message_id.clone());
                 }

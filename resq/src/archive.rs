@@ -57,6 +57,49 @@ pub struct ArchiveMetadata {
     pub first_sent_at: Option<u64>,
     /// The last error seen for this message, if any.
     pub last_error: Option<String>,
+    /// The operator's restores of this entry (`resq archive restore --patch`), oldest first:
+    /// who, when, with which patch, and what became of the send. The bucket is versioned, so
+    /// the entry as archived stays as an earlier version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restores: Vec<RestoreRecord>,
+}
+
+/// One operator's restore of an archived message, as the entry records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreRecord {
+    /// This restore's id: its record is written before the send and completed after it.
+    pub id: String,
+    /// RFC 3339 UTC time the restore started.
+    pub at: String,
+    /// Who restored it: the caller's AWS identity (STS `GetCallerIdentity`'s ARN), else the
+    /// OS user.
+    pub by: String,
+    /// The JSON merge patch (RFC 7396) applied to the body; none: restored as archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<serde_json::Value>,
+    /// The queue the restored message was sent to.
+    pub queue: String,
+    /// What became of the send.
+    pub status: RestoreStatus,
+    /// The restored message's id, once sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    /// Why the send failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Where a restore stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RestoreStatus {
+    /// Recorded before the send; not (yet) known to be sent.
+    Sending,
+    /// SQS accepted the restored message.
+    Sent,
+    /// The send failed: nothing was restored.
+    Failed,
 }
 
 /// What the caller knows about an archived message; [`Archiver::archive`] adds the reason,
@@ -174,6 +217,7 @@ impl<S: ObjectStore> Archiver<S> {
             receive_count: facts.receive_count,
             first_sent_at: facts.first_sent_at,
             last_error: facts.last_error.clone(),
+            restores: Vec::new(),
         };
         let day = facts
             .first_sent_at

@@ -42,6 +42,10 @@ pub struct KeptMessage {
     pub first_sent_at: Option<u64>,
     /// Epoch millis when it becomes visible again by itself.
     pub hidden_until: u64,
+    /// Its body's `orderId`, when it has one (`resq find` locates a kept order without
+    /// touching the DLQ); absent from lists written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<String>,
 }
 
 /// One run's list.
@@ -164,6 +168,7 @@ mod tests {
             failure_reason: Some("MALFORMED_JSON".into()),
             first_sent_at: Some(1),
             hidden_until: until.timestamp_millis() as u64,
+            order_id: None,
         }
     }
 

@@ -741,6 +741,7 @@ mod tests {
             failure_reason: Some("MALFORMED_JSON".into()),
             first_sent_at: None,
             hidden_until: 1,
+            order_id: None,
         };
         let mut plan = Plan::new();
         let archive = plan.push(Action::Archive(Box::new(entry)));
@@ -774,6 +775,7 @@ mod tests {
                 failure_reason: None,
                 first_sent_at: None,
                 hidden_until,
+                order_id: None,
             };
             plan.push(Action::Keep {
                 queue: QueueUrl::from(DLQ),

@@ -12,6 +12,7 @@ mod helpers;
 mod hostile;
 mod levels;
 mod live;
+mod ops;
 mod redriver;
 mod security;
 mod soak;

@@ -1,0 +1,523 @@
+//! `resq dlq redrive --canary N --min-success P`: replay N of the selection through the normal
+//! path (the redriver's engine, as `resq dlq redrive` does), follow each copy to its outcome
+//! with the look `resq find` makes ([`crate::locate`]), and go on with the rest of the
+//! selection only when at least P % succeeded. Otherwise stop: the rest stays in the DLQ as
+//! it was, and the report names each canary that failed and why.
+//!
+//! A canary succeeded when its order's record (`orders/{orderId}.json`) was written after the
+//! replay; it failed when a copy of its order came back to the DLQ after the replay (its
+//! failure class and reason say why) or was archived after it. One that did neither before the
+//! timeout (still retried by the consumer, backed off in the main queue, or with no `orderId`
+//! to follow) did not succeed: it counts against P. The main queue is not looked into while
+//! waiting: receiving a canary would raise its receive count and hide it from the consumer,
+//! the very outcome being watched.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use resq::config::{CommonConfig, RedriverConfig};
+use resq::store::S3Store;
+use resq_redriver::ports::CloudWatchAlarms;
+use resq_redriver::summary::Replayed;
+use resq_redriver::{Redriver, Summary};
+use serde::Serialize;
+
+use crate::CliError;
+use crate::context::Context;
+use crate::dlq::RedriveOptions;
+use crate::locate::{DLQ_VISIBILITY, Identity, Look, LookOptions, Place, QueueLook, Wanted};
+
+/// How often a canary's outcome is looked for.
+pub const POLL: Duration = Duration::from_secs(2);
+/// Times written by S3 and SQS are compared with this machine's clock, less this much.
+pub const CLOCK_SKEW: Duration = Duration::from_secs(2);
+
+/// `--canary N --min-success P --canary-timeout-seconds T`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CanaryOptions {
+    /// Canaries to replay first.
+    pub count: u32,
+    /// Go on only when at least this percentage of them succeeded.
+    pub min_success: f64,
+    /// Wait at most this long for their outcomes.
+    pub timeout: Duration,
+}
+
+/// What became of one canary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+pub enum Outcome {
+    /// It succeeded: its order record was written after the replay.
+    #[serde(rename_all = "camelCase")]
+    Succeeded {
+        /// The record.
+        key: String,
+    },
+    /// It failed again.
+    #[serde(rename_all = "camelCase")]
+    Failed {
+        /// Where it went: `DLQ` or `archive`.
+        place: String,
+        /// Its DLQ copy's id, or its archive key.
+        at: String,
+        /// The failure class (`permanent`, `transient`), when it says.
+        failure_class: Option<String>,
+        /// The failure reason (`VALIDATION_FAILED`, …) or archive reason.
+        reason: Option<String>,
+    },
+    /// Neither yet (when the wait ended: it did not succeed).
+    #[serde(rename_all = "camelCase")]
+    Pending {
+        /// Why it is not known.
+        why: String,
+    },
+}
+
+impl Outcome {
+    /// It succeeded.
+    pub fn succeeded(&self) -> bool {
+        matches!(self, Outcome::Succeeded { .. })
+    }
+
+    fn decided(&self) -> bool {
+        !matches!(self, Outcome::Pending { .. })
+    }
+}
+
+/// The outcome of canary `c` from what a look saw, counting only what happened since `since_ms`
+/// (epoch millis, the replay's start less [`CLOCK_SKEW`]): back in the DLQ or archived wins
+/// over a record (a record written and a copy failed again is not a success).
+pub fn outcome(c: &Replayed, look: &Look, since_ms: u64) -> Outcome {
+    let Some(order_id) = c.order_id.as_deref() else {
+        return Outcome::Pending {
+            why: "its body has no orderId: its outcome cannot be followed".into(),
+        };
+    };
+    let mut record = None;
+    for place in look.of(order_id) {
+        match place {
+            Place::Dlq(q)
+                if q.message_id != c.dlq_message_id && q.sent_at.is_some_and(|t| t >= since_ms) =>
+            {
+                return Outcome::Failed {
+                    place: "DLQ".into(),
+                    at: q.message_id.clone(),
+                    failure_class: q.failure_class.clone(),
+                    reason: q.failure_reason.clone(),
+                };
+            }
+            Place::Archived(a) if a.written_at.is_some_and(|t| t >= since_ms) => {
+                return Outcome::Failed {
+                    place: "archive".into(),
+                    at: a.key.clone(),
+                    failure_class: None,
+                    reason: Some(a.reason.clone()),
+                };
+            }
+            Place::Recorded(r) if r.written_at.iter().any(|&t| t >= since_ms) => {
+                record = Some(r.key.clone());
+            }
+            _ => {}
+        }
+    }
+    match record {
+        Some(key) => Outcome::Succeeded { key },
+        None => Outcome::Pending {
+            why: "neither recorded nor back in the DLQ (still in the main queue: being processed, or backed off after a failure)".into(),
+        },
+    }
+}
+
+/// Whether `succeeded` of `total` canaries meet `min_success` %.
+pub fn go_on(succeeded: usize, total: usize, min_success: f64) -> bool {
+    total > 0 && succeeded as f64 * 100.0 >= min_success * total as f64
+}
+
+/// One canary and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryResult {
+    /// The replay.
+    #[serde(flatten)]
+    pub replayed: Replayed,
+    /// Its outcome.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// What a canary replay did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryReport {
+    /// The run that replayed the canaries.
+    pub canary_run: Summary,
+    /// Each canary.
+    pub canaries: Vec<CanaryResult>,
+    /// How many succeeded.
+    pub succeeded: usize,
+    /// The percentage asked for.
+    pub min_success: f64,
+    /// How long the outcomes were waited for, in milliseconds.
+    pub waited_ms: u64,
+    /// `go`: the rest was replayed; `stop`: it was not.
+    pub decision: &'static str,
+    /// The run that replayed the rest of the selection (`None`: stopped, or nothing left).
+    pub rest: Option<Summary>,
+}
+
+impl CanaryReport {
+    /// The error the command ends with: the canaries' verdict, or the runs' own failure.
+    pub fn failure(&self) -> Option<CliError> {
+        if self.decision == "stop" {
+            return Some(CliError::CanaryStopped {
+                succeeded: self.succeeded,
+                total: self.canaries.len(),
+                min_success: self.min_success,
+            });
+        }
+        crate::dlq::redrive_failure(&self.canary_run)
+            .or_else(|| self.rest.as_ref().and_then(crate::dlq::redrive_failure))
+    }
+}
+
+fn now_ms() -> u64 {
+    chrono::Utc::now().timestamp_millis().max(0) as u64
+}
+
+/// The redriver for an operator's run (as `resq dlq redrive` runs it).
+fn redriver(
+    ctx: &Context,
+    options: &RedriveOptions,
+) -> Redriver<aws_sdk_sqs::Client, S3Store, CloudWatchAlarms> {
+    let config = RedriverConfig {
+        common: CommonConfig {
+            main_queue_url: ctx.main_queue_url.clone(),
+            dlq_url: ctx.dlq_url.clone(),
+            archive_bucket: ctx.bucket.clone(),
+            max_redrive_attempts: options.max_redrive_attempts,
+            deadline_margin: Duration::from_secs(1),
+        },
+        rate_per_second: options.rate_per_second,
+        max_messages_per_run: Some(options.max_messages),
+        kept_in_flight_max: resq::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
+        archive_after: options.archive_after,
+        permanent_action: options.permanent_action,
+        pause_on_alarms: Vec::new(),
+    };
+    let store = S3Store::new(ctx.s3.clone(), &ctx.bucket);
+    Redriver::new(
+        ctx.sqs.clone(),
+        store,
+        CloudWatchAlarms::new(ctx.cloudwatch.clone()),
+        config,
+    )
+    .with_receive_wait(0)
+    // an operator's run prints its summary; EMF lines on a terminal reach no CloudWatch
+    .with_metrics(false)
+}
+
+/// The canary replay. `progress` is told what happens as it happens (a line each, for
+/// stderr).
+pub async fn run(
+    ctx: &Context,
+    options: &RedriveOptions,
+    canary: &CanaryOptions,
+    mut progress: impl FnMut(String),
+) -> Result<CanaryReport, CliError> {
+    crate::dlq::ready_to_redrive(ctx).await?;
+    let count = canary.count.min(options.max_messages);
+    let since = now_ms().saturating_sub(CLOCK_SKEW.as_millis() as u64);
+    let first = RedriveOptions {
+        max_messages: count,
+        ..options.clone()
+    };
+    let (canary_run, replayed) = redriver(ctx, &first)
+        .run_listed(
+            &first.run_request(),
+            Instant::now() + Duration::from_secs(3600),
+            true,
+        )
+        .await;
+    let mut canaries: Vec<CanaryResult> = replayed
+        .into_iter()
+        .map(|replayed| CanaryResult {
+            replayed,
+            outcome: Outcome::Pending {
+                why: "not looked for yet".into(),
+            },
+        })
+        .collect();
+    let mut report = CanaryReport {
+        canary_run,
+        canaries: Vec::new(),
+        succeeded: 0,
+        min_success: canary.min_success,
+        waited_ms: 0,
+        decision: "go",
+        rest: None,
+    };
+    if canaries.is_empty() {
+        progress(
+            "canary: nothing was replayed (nothing selected in the DLQ, or the sends failed)"
+                .into(),
+        );
+        report.decision = if crate::dlq::redrive_failure(&report.canary_run).is_some() {
+            "stop"
+        } else {
+            "go"
+        };
+        return Ok(report);
+    }
+    progress(format!(
+        "canary: replayed {} ({}); waiting up to {} s for their outcome …",
+        canaries.len(),
+        canaries
+            .iter()
+            .map(|c| c.replayed.order_id.as_deref().unwrap_or("?"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        canary.timeout.as_secs()
+    ));
+    let started = Instant::now();
+    let look_options = LookOptions {
+        main_queue: QueueLook::SKIP,
+        dlq: QueueLook {
+            limit: crate::find::DEFAULT_DLQ_LIMIT,
+            visibility: DLQ_VISIBILITY,
+        },
+        kept: false,
+        archive_since: chrono::DateTime::from_timestamp_millis(since as i64),
+        identity: Identity::default(),
+        receive_wait: 1,
+    };
+    loop {
+        let pending: BTreeSet<String> = canaries
+            .iter()
+            .filter(|c| !c.outcome.decided())
+            .filter_map(|c| c.replayed.order_id.clone())
+            .collect();
+        if pending.is_empty() || started.elapsed() >= canary.timeout {
+            break;
+        }
+        tokio::time::sleep(POLL.min(canary.timeout.saturating_sub(started.elapsed()))).await;
+        let look = crate::locate::locate(ctx, &Wanted::Orders(pending), &look_options).await?;
+        for c in canaries.iter_mut().filter(|c| !c.outcome.decided()) {
+            c.outcome = outcome(&c.replayed, &look, since);
+            if c.outcome.decided() {
+                progress(line(c));
+            }
+        }
+    }
+    report.waited_ms = started.elapsed().as_millis() as u64;
+    for c in canaries.iter_mut().filter(|c| !c.outcome.decided()) {
+        if c.replayed.order_id.is_none() {
+            c.outcome = outcome(&c.replayed, &Look::default(), since);
+        }
+        progress(line(c));
+    }
+    report.succeeded = canaries.iter().filter(|c| c.outcome.succeeded()).count();
+    let total = canaries.len();
+    report.canaries = canaries;
+    if !go_on(report.succeeded, total, canary.min_success) {
+        report.decision = "stop";
+        return Ok(report);
+    }
+    progress(format!(
+        "canary: {} of {total} succeeded (at least {} %): replaying the rest of the selection",
+        report.succeeded, canary.min_success
+    ));
+    let left = options.max_messages.saturating_sub(total as u32);
+    if left > 0 {
+        let rest = RedriveOptions {
+            max_messages: left,
+            ..options.clone()
+        };
+        report.rest = Some(
+            crate::dlq::redrive(
+                ctx,
+                rest.run_request(),
+                rest.max_redrive_attempts,
+                rest.archive_after,
+                rest.permanent_action,
+            )
+            .await,
+        );
+    }
+    Ok(report)
+}
+
+/// A canary's outcome in a line.
+pub fn line(c: &CanaryResult) -> String {
+    let who = format!(
+        "canary {} (DLQ message {} → {})",
+        c.replayed.order_id.as_deref().unwrap_or("?"),
+        c.replayed.dlq_message_id,
+        c.replayed.message_id.as_deref().unwrap_or("?")
+    );
+    match &c.outcome {
+        Outcome::Succeeded { key } => format!("{who}: succeeded: {key} written"),
+        Outcome::Failed {
+            place,
+            at,
+            failure_class,
+            reason,
+        } => format!(
+            "{who}: failed again: {} {at} ({}{})",
+            if place == "DLQ" {
+                "back in the DLQ as"
+            } else {
+                "archived as"
+            },
+            failure_class
+                .as_deref()
+                .map_or_else(String::new, |c| format!("{c}, ")),
+            reason.as_deref().unwrap_or("no reason given")
+        ),
+        Outcome::Pending { why } => format!("{who}: did not succeed in time: {why}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::locate::{Archived, Queued, Recorded, Sighting};
+
+    fn canary(order: Option<&str>) -> Replayed {
+        Replayed {
+            dlq_message_id: "d-1".into(),
+            message_id: Some("m-1".into()),
+            order_id: order.map(str::to_owned),
+            redrive_count: Some(1),
+            failure_reason: Some("VALIDATION_FAILED".into()),
+        }
+    }
+
+    fn dlq(id: &str, sent: u64) -> Place {
+        Place::Dlq(Queued {
+            message_id: id.into(),
+            receive_count: Some(1),
+            redrive_count: Some("1".into()),
+            failure_class: Some("permanent".into()),
+            failure_reason: Some("VALIDATION_FAILED".into()),
+            sent_at: Some(sent),
+            first_sent_at: Some(1),
+        })
+    }
+
+    fn recorded(at: u64) -> Place {
+        Place::Recorded(Recorded {
+            key: "orders/A.json".into(),
+            writes: 1,
+            written_at: vec![at],
+            current: true,
+        })
+    }
+
+    fn look(places: Vec<Place>) -> Look {
+        Look {
+            sightings: places
+                .into_iter()
+                .map(|place| Sighting {
+                    order_id: Some("A".into()),
+                    place,
+                })
+                .collect(),
+            ..Look::default()
+        }
+    }
+
+    #[test]
+    fn a_canary_succeeds_when_its_record_is_written_after_the_replay() {
+        let since = 1_000;
+        assert_eq!(
+            outcome(&canary(Some("A")), &look(vec![recorded(1_500)]), since),
+            Outcome::Succeeded {
+                key: "orders/A.json".into()
+            }
+        );
+        // a record from before the replay says nothing about the replay
+        assert!(matches!(
+            outcome(&canary(Some("A")), &look(vec![recorded(900)]), since),
+            Outcome::Pending { .. }
+        ));
+    }
+
+    #[test]
+    fn a_canary_fails_when_a_copy_comes_back_to_the_dlq_or_is_archived() {
+        let since = 1_000;
+        // back in the DLQ after the replay: failed, with its reason; it wins over a record
+        let back = outcome(
+            &canary(Some("A")),
+            &look(vec![recorded(1_200), dlq("d-2", 1_100)]),
+            since,
+        );
+        assert_eq!(
+            back,
+            Outcome::Failed {
+                place: "DLQ".into(),
+                at: "d-2".into(),
+                failure_class: Some("permanent".into()),
+                reason: Some("VALIDATION_FAILED".into()),
+            }
+        );
+        // an older copy of the order, or the replayed message itself, is not its return
+        assert!(matches!(
+            outcome(
+                &canary(Some("A")),
+                &look(vec![dlq("d-0", 900), dlq("d-1", 1_100)]),
+                since
+            ),
+            Outcome::Pending { .. }
+        ));
+        let archived = Place::Archived(Archived {
+            key: "archive/REDRIVE_CAP/2026/11/26/m.json".into(),
+            reason: "REDRIVE_CAP".into(),
+            archived_by: "consumer".into(),
+            archived_at: "2026-11-26T00:00:00.000Z".into(),
+            redrive_count: Some(4),
+            last_error: None,
+            restores: 0,
+            written_at: Some(1_300),
+        });
+        assert!(matches!(
+            outcome(&canary(Some("A")), &look(vec![archived]), since),
+            Outcome::Failed { place, .. } if place == "archive"
+        ));
+        // without an orderId there is nothing to follow: it cannot count as a success
+        assert!(matches!(
+            outcome(&canary(None), &look(vec![recorded(1_500)]), since),
+            Outcome::Pending { .. }
+        ));
+    }
+
+    #[test]
+    fn the_rest_goes_only_at_the_success_rate_asked_for() {
+        assert!(go_on(2, 2, 100.0));
+        assert!(!go_on(1, 2, 100.0));
+        assert!(go_on(1, 2, 50.0));
+        assert!(!go_on(1, 3, 50.0));
+        assert!(go_on(0, 3, 0.0));
+        assert!(!go_on(0, 0, 0.0), "no canary, no evidence");
+    }
+
+    #[test]
+    fn a_failed_canary_says_where_it_went_and_why() {
+        let c = CanaryResult {
+            replayed: canary(Some("A")),
+            outcome: Outcome::Failed {
+                place: "DLQ".into(),
+                at: "d-2".into(),
+                failure_class: Some("permanent".into()),
+                reason: Some("VALIDATION_FAILED".into()),
+            },
+        };
+        assert_eq!(
+            line(&c),
+            "canary A (DLQ message d-1 → m-1): failed again: back in the DLQ as d-2 (permanent, VALIDATION_FAILED)"
+        );
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(v["outcome"], "failed");
+        assert_eq!(v["orderId"], "A");
+        assert_eq!(v["reason"], "VALIDATION_FAILED");
+    }
+}

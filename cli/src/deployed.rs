@@ -1,0 +1,243 @@
+//! `--stack NAME` (or `RESQ_STACK`): what a command needs, read from the deployed stack
+//! (CloudFormation `DescribeStacks`): the queue URLs, the bucket and the alarm prefix from its
+//! outputs; the redrive cap, the TTL, the permanent action and the idempotency window from its
+//! outputs or parameters. An operator with a stack name needs nothing else.
+//!
+//! Which value wins ([`pick`]): a flag on the command line, then the stack's, then an
+//! environment variable, then the built-in default. (A stack named on purpose is not
+//! overridden by a variable left in the shell; a flag typed is.)
+
+use std::collections::BTreeMap;
+
+use resq::config::PermanentAction;
+
+use crate::CliError;
+
+/// The stack outputs and parameters `resq` reads.
+pub mod keys {
+    /// Output: the main queue's URL.
+    pub const ORDERS_QUEUE_URL: &str = "OrdersQueueUrl";
+    /// Output: the DLQ's URL.
+    pub const DEAD_LETTER_QUEUE_URL: &str = "DeadLetterQueueUrl";
+    /// Output: the archive bucket.
+    pub const ARCHIVE_BUCKET_NAME: &str = "ArchiveBucketName";
+    /// Output: the prefix of the stack's alarm names.
+    pub const ALARM_PREFIX: &str = "AlarmPrefix";
+    /// Output: the consumer's `IDEMPOTENCY_WINDOW_SECONDS`.
+    pub const IDEMPOTENCY_WINDOW_SECONDS: &str = "IdempotencyWindowSeconds";
+    /// Parameter: the order records' lifetime in days (the window, for stacks without the
+    /// output).
+    pub const ORDER_RECORD_RETENTION_DAYS: &str = "OrderRecordRetentionDays";
+    /// Parameter: `ARCHIVE_AFTER_SECONDS`.
+    pub const ARCHIVE_AFTER_SECONDS: &str = "ArchiveAfterSeconds";
+    /// Parameter: `MAX_REDRIVE_ATTEMPTS`.
+    pub const MAX_REDRIVE_ATTEMPTS: &str = "MaxRedriveAttempts";
+    /// Parameter: `PERMANENT_ACTION`.
+    pub const PERMANENT_ACTION: &str = "PermanentAction";
+}
+
+/// A deployed stack's outputs and parameters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Deployed {
+    /// The stack's name.
+    pub name: String,
+    /// Output key → value.
+    pub outputs: BTreeMap<String, String>,
+    /// Parameter key → value.
+    pub parameters: BTreeMap<String, String>,
+}
+
+impl Deployed {
+    fn output(&self, key: &str) -> Option<&str> {
+        self.outputs
+            .get(key)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+    }
+
+    fn parameter<T: std::str::FromStr>(&self, key: &str) -> Option<T> {
+        self.parameters.get(key)?.trim().parse().ok()
+    }
+
+    /// `OrdersQueueUrl`.
+    pub fn main_queue_url(&self) -> Option<&str> {
+        self.output(keys::ORDERS_QUEUE_URL)
+    }
+
+    /// `DeadLetterQueueUrl`.
+    pub fn dlq_url(&self) -> Option<&str> {
+        self.output(keys::DEAD_LETTER_QUEUE_URL)
+    }
+
+    /// `ArchiveBucketName`.
+    pub fn bucket(&self) -> Option<&str> {
+        self.output(keys::ARCHIVE_BUCKET_NAME)
+    }
+
+    /// `AlarmPrefix`; for a stack deployed before that output, `{name}-` (every alarm of the
+    /// template is named `${AWS::StackName}-…`).
+    pub fn alarm_prefix(&self) -> String {
+        self.output(keys::ALARM_PREFIX)
+            .map_or_else(|| format!("{}-", self.name), str::to_owned)
+    }
+
+    /// The consumer's idempotency window: the `IdempotencyWindowSeconds` output, else the
+    /// `OrderRecordRetentionDays` parameter in seconds.
+    pub fn idempotency_window_seconds(&self) -> Option<u64> {
+        self.output(keys::IDEMPOTENCY_WINDOW_SECONDS)
+            .and_then(|v| v.parse().ok())
+            .or_else(|| {
+                self.parameter::<u64>(keys::ORDER_RECORD_RETENTION_DAYS)
+                    .map(|days| days * 86_400)
+            })
+    }
+
+    /// The `ArchiveAfterSeconds` parameter.
+    pub fn archive_after_seconds(&self) -> Option<u64> {
+        self.parameter(keys::ARCHIVE_AFTER_SECONDS)
+    }
+
+    /// The `MaxRedriveAttempts` parameter.
+    pub fn max_redrive_attempts(&self) -> Option<u32> {
+        self.parameter(keys::MAX_REDRIVE_ATTEMPTS)
+    }
+
+    /// The `PermanentAction` parameter.
+    pub fn permanent_action(&self) -> Option<PermanentAction> {
+        self.parameter(keys::PERMANENT_ACTION)
+    }
+
+    /// The stack as `DescribeStacks` describes it.
+    pub fn from_stack(name: &str, stack: &aws_sdk_cloudformation::types::Stack) -> Self {
+        Self {
+            name: name.to_owned(),
+            outputs: stack
+                .outputs()
+                .iter()
+                .filter_map(|o| Some((o.output_key()?.to_owned(), o.output_value()?.to_owned())))
+                .collect(),
+            parameters: stack
+                .parameters()
+                .iter()
+                .filter_map(|p| {
+                    Some((
+                        p.parameter_key()?.to_owned(),
+                        p.parameter_value()?.to_owned(),
+                    ))
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Reads the stack `name`; an unknown name is [`CliError::NoSuchStack`].
+pub async fn read(
+    cloudformation: &aws_sdk_cloudformation::Client,
+    name: &str,
+) -> Result<Deployed, CliError> {
+    use aws_sdk_cloudformation::error::ProvideErrorMetadata;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(CliError::Usage(
+            "--stack (or RESQ_STACK) is empty: name the deployed stack".into(),
+        ));
+    }
+    let out = match cloudformation
+        .describe_stacks()
+        .stack_name(name)
+        .send()
+        .await
+    {
+        Ok(out) => out,
+        Err(e) if e.message().is_some_and(|m| m.contains("does not exist")) => {
+            return Err(CliError::NoSuchStack {
+                name: name.to_owned(),
+            });
+        }
+        Err(e) => return Err(CliError::aws(format!("reading the stack {name}"), e)),
+    };
+    out.stacks()
+        .first()
+        .map(|s| Deployed::from_stack(name, s))
+        .ok_or_else(|| CliError::NoSuchStack {
+            name: name.to_owned(),
+        })
+}
+
+/// The value a command uses: the flag's when it was typed on the command line, else the
+/// stack's when it has one, else the flag's (from its environment variable or its default).
+pub fn pick<T>(typed: bool, flag: T, stack: Option<T>) -> T {
+    match (typed, stack) {
+        (false, Some(from_stack)) => from_stack,
+        _ => flag,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployed(outputs: &[(&str, &str)], parameters: &[(&str, &str)]) -> Deployed {
+        let map = |kv: &[(&str, &str)]| {
+            kv.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        Deployed {
+            name: "resq-prod".into(),
+            outputs: map(outputs),
+            parameters: map(parameters),
+        }
+    }
+
+    #[test]
+    fn the_stack_gives_the_names_and_settings() {
+        let d = deployed(
+            &[
+                ("OrdersQueueUrl", "https://sqs/1/q"),
+                ("DeadLetterQueueUrl", "https://sqs/1/dlq"),
+                ("ArchiveBucketName", "b"),
+                ("AlarmPrefix", "resq-prod-"),
+                ("IdempotencyWindowSeconds", "604800"),
+            ],
+            &[
+                ("ArchiveAfterSeconds", "3600"),
+                ("MaxRedriveAttempts", "5"),
+                ("PermanentAction", "archive"),
+                ("OrderRecordRetentionDays", "90"),
+            ],
+        );
+        assert_eq!(d.main_queue_url(), Some("https://sqs/1/q"));
+        assert_eq!(d.dlq_url(), Some("https://sqs/1/dlq"));
+        assert_eq!(d.bucket(), Some("b"));
+        assert_eq!(d.alarm_prefix(), "resq-prod-");
+        assert_eq!(
+            d.idempotency_window_seconds(),
+            Some(604_800),
+            "the output first"
+        );
+        assert_eq!(d.archive_after_seconds(), Some(3600));
+        assert_eq!(d.max_redrive_attempts(), Some(5));
+        assert_eq!(d.permanent_action(), Some(PermanentAction::Archive));
+    }
+
+    #[test]
+    fn an_older_stack_falls_back_to_what_it_has() {
+        let d = deployed(
+            &[("OrdersQueueUrl", " ")],
+            &[("OrderRecordRetentionDays", "7")],
+        );
+        assert_eq!(d.main_queue_url(), None, "an empty output is no output");
+        assert_eq!(d.alarm_prefix(), "resq-prod-");
+        assert_eq!(d.idempotency_window_seconds(), Some(7 * 86_400));
+        assert_eq!(d.max_redrive_attempts(), None);
+    }
+
+    #[test]
+    fn a_typed_flag_beats_the_stack_which_beats_the_environment_and_defaults() {
+        assert_eq!(pick(true, "typed", Some("stack")), "typed");
+        assert_eq!(pick(false, "env or default", Some("stack")), "stack");
+        assert_eq!(pick(false, "env or default", None), "env or default");
+        assert_eq!(pick(true, 3, None), 3);
+    }
+}

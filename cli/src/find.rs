@@ -1,0 +1,193 @@
+//! `resq find ORDER_ID`: where one order is, found by [`crate::locate`] (the look the demo's
+//! and the chaos run's audit make for every order), and an exit status a script can use.
+
+use crate::CliError;
+use crate::context::Context;
+use crate::locate::{
+    DLQ_VISIBILITY, Identity, Look, LookOptions, MAIN_QUEUE_VISIBILITY, Place, QueueLook, Wanted,
+};
+
+/// The main queue's messages `resq find` receives at most by default.
+pub const DEFAULT_MAIN_QUEUE_LIMIT: usize = 100;
+/// The DLQ's messages `resq find` receives at most by default.
+pub const DEFAULT_DLQ_LIMIT: usize = 10_000;
+
+/// `resq find`'s flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FindOptions {
+    /// Main-queue messages to receive at most (0: do not look into the main queue).
+    pub main_queue_limit: usize,
+    /// DLQ messages to receive at most.
+    pub dlq_limit: usize,
+    /// A message attribute that names the order, tried before the body's `orderId`.
+    pub order_id_attribute: Option<String>,
+    /// Read only the archive entries written since then (the archive is keyed by message, not
+    /// by order: without it every entry is read).
+    pub archive_since: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl FindOptions {
+    /// The look these flags ask for.
+    pub fn look(&self) -> LookOptions {
+        LookOptions {
+            main_queue: QueueLook {
+                limit: self.main_queue_limit,
+                visibility: MAIN_QUEUE_VISIBILITY,
+            },
+            dlq: QueueLook {
+                limit: self.dlq_limit,
+                visibility: DLQ_VISIBILITY,
+            },
+            kept: true,
+            archive_since: self.archive_since,
+            identity: Identity {
+                attribute: self.order_id_attribute.clone(),
+            },
+            receive_wait: 1,
+        }
+    }
+}
+
+/// Where one order is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The order.
+    pub order_id: String,
+    /// Every place it was seen (several at once is a real answer: recorded, and a duplicate
+    /// copy in the DLQ).
+    pub places: Vec<Place>,
+    /// The look it was found by (what it covered, what it cost).
+    pub look: Look,
+}
+
+/// What `resq find` answers, as its exit status says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Seen somewhere (exit 0).
+    Found,
+    /// Seen nowhere, and the look covered everything: no record, no message, no entry
+    /// (exit 3).
+    Nowhere,
+    /// Seen nowhere, but part of the queues could not be looked at (exit 4).
+    NotSeen,
+}
+
+impl Finding {
+    /// The answer.
+    pub fn verdict(&self) -> Verdict {
+        if !self.places.is_empty() {
+            Verdict::Found
+        } else if self.look.unseen().is_empty() {
+            Verdict::Nowhere
+        } else {
+            Verdict::NotSeen
+        }
+    }
+
+    /// The error the command ends with when the order was not found.
+    pub fn failure(&self) -> Option<CliError> {
+        match self.verdict() {
+            Verdict::Found => None,
+            Verdict::Nowhere => Some(CliError::Nowhere {
+                order_id: self.order_id.clone(),
+            }),
+            Verdict::NotSeen => Some(CliError::NotSeen {
+                order_id: self.order_id.clone(),
+                unseen: self.look.unseen().len(),
+            }),
+        }
+    }
+}
+
+/// Looks for `order_id` everywhere.
+pub async fn find(
+    ctx: &Context,
+    order_id: &str,
+    options: &FindOptions,
+) -> Result<Finding, CliError> {
+    let order_id = order_id.trim();
+    if order_id.is_empty() {
+        return Err(CliError::Usage(
+            "the order id is empty: `resq find ORDER_ID`".into(),
+        ));
+    }
+    let look = crate::locate::locate(ctx, &Wanted::one(order_id), &options.look()).await?;
+    let places = look.of(order_id).cloned().collect();
+    Ok(Finding {
+        order_id: order_id.to_owned(),
+        places,
+        look,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::locate::{Coverage, Recorded, Sighting};
+
+    fn finding(places: Vec<Place>, coverage: Coverage) -> Finding {
+        Finding {
+            order_id: "ORD-1".into(),
+            look: Look {
+                sightings: places
+                    .iter()
+                    .map(|p| Sighting {
+                        order_id: Some("ORD-1".into()),
+                        place: p.clone(),
+                    })
+                    .collect(),
+                coverage,
+            },
+            places,
+        }
+    }
+
+    fn everything_seen() -> Coverage {
+        let mut c = Coverage::default();
+        c.main_queue.looked = true;
+        c.dlq.looked = true;
+        c.kept_read = true;
+        c
+    }
+
+    #[test]
+    fn found_somewhere_nowhere_or_not_seen_each_has_its_exit_status() {
+        let recorded = Place::Recorded(Recorded {
+            key: "orders/ORD-1.json".into(),
+            writes: 1,
+            written_at: vec![1],
+            current: true,
+        });
+        let found = finding(vec![recorded], everything_seen());
+        assert_eq!(found.verdict(), Verdict::Found);
+        assert!(found.failure().is_none());
+        let nowhere = finding(vec![], everything_seen());
+        assert_eq!(nowhere.verdict(), Verdict::Nowhere);
+        let e = nowhere.failure().unwrap();
+        assert_eq!(e.exit_code(), 3);
+        assert_eq!(e.to_string(), "ORD-1 was found nowhere");
+        // the main queue skipped: not seen, which is not nowhere
+        let mut skipped = everything_seen();
+        skipped.main_queue.looked = false;
+        let not_seen = finding(vec![], skipped);
+        assert_eq!(not_seen.verdict(), Verdict::NotSeen);
+        let e = not_seen.failure().unwrap();
+        assert_eq!(e.exit_code(), 4);
+        assert!(e.to_string().starts_with("ORD-1 was not seen"), "{e}");
+    }
+
+    #[test]
+    fn the_flags_make_the_look() {
+        let look = FindOptions {
+            main_queue_limit: 0,
+            dlq_limit: 50,
+            order_id_attribute: Some("demo-order-id".into()),
+            archive_since: None,
+        }
+        .look();
+        assert_eq!(look.main_queue.limit, 0);
+        assert_eq!(look.dlq.limit, 50);
+        assert!(look.kept, "kept messages are found in the keep lists");
+        assert_eq!(look.identity.attribute.as_deref(), Some("demo-order-id"));
+    }
+}

@@ -1,0 +1,850 @@
+//! The operator's answers (SPEC §9) against the emulator: `resq find`, the shadow and canary
+//! replays, the patched restore, and `--stack`.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use resq::archive::{ArchiveEnvelope, ArchiveFacts, Archiver, OriginalMessage, RestoreStatus};
+use resq::attributes::{AttributeValue, MessageAttributes};
+use resq::reason::ArchiveReason;
+use resq::store::{ObjectStore, S3Store};
+use resq_cli::context::{Context, Endpoint};
+use resq_cli::find::{FindOptions, Verdict};
+use resq_cli::locate::Place;
+use resq_cli::{CliError, archive, canary, dlq, find, shadow};
+use resq_e2e::{Stack, StackOptions};
+
+use crate::helpers::*;
+
+async fn context(stack: &Stack) -> Context {
+    let endpoint = Endpoint {
+        endpoint_url: Some(stack.emulator.endpoint().to_owned()),
+        region: Some("us-east-1".into()),
+    };
+    Context::new(
+        &endpoint,
+        Some(stack.main.url.clone()),
+        Some(stack.dlq.url.clone()),
+        Some(stack.bucket.clone()),
+    )
+    .await
+    .expect("context")
+}
+
+fn permanent(reason: &str) -> Vec<(&'static str, aws_sdk_sqs::types::MessageAttributeValue)> {
+    vec![
+        ("x-failure-class", string_attr("permanent")),
+        ("x-failure-reason", string_attr(reason)),
+    ]
+}
+
+fn transient() -> Vec<(&'static str, aws_sdk_sqs::types::MessageAttributeValue)> {
+    vec![
+        ("x-failure-class", string_attr("transient")),
+        ("x-failure-reason", string_attr("DOWNSTREAM_UNAVAILABLE")),
+    ]
+}
+
+fn invalid_order(id: &str) -> String {
+    serde_json::json!({"orderId": id, "userId": "u-1", "items": []}).to_string()
+}
+
+const FIND: FindOptions = FindOptions {
+    main_queue_limit: find::DEFAULT_MAIN_QUEUE_LIMIT,
+    dlq_limit: find::DEFAULT_DLQ_LIMIT,
+    order_id_attribute: None,
+    archive_since: None,
+};
+
+async fn versions(stack: &Stack, key: &str) -> usize {
+    stack
+        .s3
+        .list_object_versions()
+        .bucket(&stack.bucket)
+        .prefix(key)
+        .send()
+        .await
+        .unwrap()
+        .versions()
+        .iter()
+        .filter(|v| v.key() == Some(key))
+        .count()
+}
+
+async fn archive_entry(
+    stack: &Stack,
+    reason: ArchiveReason,
+    message_id: &str,
+    body: &str,
+) -> String {
+    archive_entry_in(stack, &stack.bucket, reason, message_id, body).await
+}
+
+async fn archive_entry_in(
+    stack: &Stack,
+    bucket: &str,
+    reason: ArchiveReason,
+    message_id: &str,
+    body: &str,
+) -> String {
+    let archiver = Archiver::new(S3Store::new(stack.s3.clone(), bucket), "consumer");
+    let message = OriginalMessage {
+        message_id: message_id.into(),
+        body: body.into(),
+        message_attributes: MessageAttributes::from([(
+            "trace-id".to_owned(),
+            AttributeValue::string("t-1"),
+        )]),
+        attributes: Default::default(),
+        raw_record: None,
+    };
+    let facts = ArchiveFacts {
+        source_queue: stack.main.url.clone(),
+        redrive_count: Some(0),
+        receive_count: Some(1),
+        first_sent_at: Some(now_ms() - 3_600_000),
+        last_error: Some("VALIDATION_FAILED: items is empty".into()),
+    };
+    archiver
+        .archive(reason, chrono::Utc::now(), message, facts)
+        .await
+        .unwrap()
+        .0
+}
+
+#[tokio::test]
+async fn find_says_where_an_order_is_in_each_place_and_several_at_once() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    let store = S3Store::new(stack.s3.clone(), &stack.bucket);
+    // GIVEN A recorded (written twice: a doubled effect) with a duplicate copy in the DLQ …
+    store
+        .put_if_absent("orders/A.json", b"{}".to_vec())
+        .await
+        .unwrap();
+    stack
+        .s3
+        .put_object()
+        .bucket(&stack.bucket)
+        .key("orders/A.json")
+        .body(b"{}".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    // … C a permanent failure the redriver kept (hidden until its TTL), D archived, B waiting
+    // in the main queue, E nowhere
+    send(
+        &stack,
+        &stack.dlq,
+        &invalid_order("C"),
+        &permanent("VALIDATION_FAILED"),
+        None,
+    )
+    .await;
+    let run = redrive(&stack, &redriver(&stack, &[]), serde_json::json!({}), &[]).await;
+    assert_eq!(run.kept, 1, "{run:?}");
+    send(&stack, &stack.dlq, &order_body("A"), &transient(), None).await;
+    let d_key = archive_entry(&stack, ArchiveReason::RedriveCap, "m-d", &order_body("D")).await;
+    send(&stack, &stack.main, &order_body("B"), &[], None).await;
+    assert_eq!(stack.depth(&stack.dlq).await, (1, 1));
+
+    // WHEN each is looked for
+    let a = find::find(&ctx, "A", &FIND).await.unwrap();
+    // THEN A is in two places: recorded twice, and a copy in the DLQ with its reason
+    assert_eq!(a.verdict(), Verdict::Found);
+    assert_eq!(a.places.len(), 2, "{:?}", a.places);
+    assert!(
+        a.places
+            .iter()
+            .any(|p| matches!(p, Place::Recorded(r) if r.writes == 2 && r.current))
+    );
+    assert!(a.places.iter().any(|p| matches!(p, Place::Dlq(q)
+        if q.failure_class.as_deref() == Some("transient")
+            && q.failure_reason.as_deref() == Some("DOWNSTREAM_UNAVAILABLE")
+            && q.redrives() == Some(0))));
+    // AND C is kept, found in the keep list: its hide is left as it was
+    let c = find::find(&ctx, "C", &FIND).await.unwrap();
+    assert!(
+        matches!(&c.places[..], [Place::Kept(k)] if k.failure_reason.as_deref() == Some("VALIDATION_FAILED")),
+        "{:?}",
+        c.places
+    );
+    assert_eq!(stack.depth(&stack.dlq).await, (1, 1), "C is still hidden");
+    assert!(
+        dlq::peek(
+            &ctx,
+            &dlq::Filter {
+                limit: 10,
+                ..Default::default()
+            }
+        )
+        .await
+        .unwrap()
+        .iter()
+        .all(|p| !p.body.contains("\"C\"")),
+        "a peek does not reach it: it stays hidden"
+    );
+    // AND D is archived under its key, with its reason
+    let d = find::find(&ctx, "D", &FIND).await.unwrap();
+    assert!(
+        matches!(&d.places[..], [Place::Archived(e)] if e.key == d_key && e.reason == "REDRIVE_CAP"),
+        "{:?}",
+        d.places
+    );
+    // AND a look at the archive since tomorrow reads no entry, and so does not see D
+    let since = FindOptions {
+        archive_since: Some(chrono::Utc::now() + chrono::Duration::days(1)),
+        main_queue_limit: 0,
+        ..FIND
+    };
+    let later = find::find(&ctx, "D", &since).await.unwrap();
+    assert!(later.places.is_empty() && later.look.coverage.archive_read == 0);
+    // AND B is in the main queue, and released at once; each of the four looks so far that looked into it received
+    // it once, and its receive count says so (the cost of looking into the main queue)
+    let b = find::find(&ctx, "B", &FIND).await.unwrap();
+    assert!(
+        matches!(&b.places[..], [Place::MainQueue(q)] if q.receive_count == Some(4)),
+        "{:?}",
+        b.places
+    );
+    assert_eq!(b.look.coverage.main_queue.received, 1);
+    assert_eq!(
+        stack.depth(&stack.main).await,
+        (1, 0),
+        "visible again at once"
+    );
+    // AND E is nowhere, and the look saw everything: exit status 3
+    let e = find::find(&ctx, "E", &FIND).await.unwrap();
+    assert_eq!(e.verdict(), Verdict::Nowhere, "{:?}", e.look.unseen());
+    assert_eq!(e.failure().unwrap().exit_code(), 3);
+    // AND without the main queue, B is not seen, which is not "nowhere": exit status 4
+    let skip = FindOptions {
+        main_queue_limit: 0,
+        ..FIND
+    };
+    let b = find::find(&ctx, "B", &skip).await.unwrap();
+    assert_eq!(b.verdict(), Verdict::NotSeen);
+    assert_eq!(b.failure().unwrap().exit_code(), 4);
+    assert_eq!(stack.depth(&stack.main).await, (1, 0));
+    // AND the answer reads as JSON too
+    let json: serde_json::Value =
+        serde_json::from_str(&resq_cli::render::find(&a, now_ms(), true)).unwrap();
+    assert_eq!(json["verdict"], "found");
+    let places: BTreeSet<&str> = json["places"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["place"].as_str())
+        .collect();
+    assert_eq!(places, BTreeSet::from(["dlq", "recorded"]));
+}
+
+#[tokio::test]
+async fn find_says_which_receives_it_used_up_in_the_main_queue() {
+    // GIVEN a main queue that dead-letters after one receive, and an order waiting in it
+    let stack = Stack::start(StackOptions {
+        max_receive_count: 1,
+        ..StackOptions::default()
+    })
+    .await;
+    let ctx = context(&stack).await;
+    send(&stack, &stack.main, &order_body("O-1"), &[], None).await;
+    // WHEN it is looked for
+    let found = find::find(&ctx, "O-1", &FIND).await.unwrap();
+    // THEN it is found, and the look says it used the message's last allowed receive
+    assert_eq!(found.verdict(), Verdict::Found);
+    let main = &found.look.coverage.main_queue;
+    assert_eq!(
+        (main.max_receive_count, main.last_receive_used),
+        (Some(1), 1)
+    );
+    let notes = resq_cli::render::find_notes(&found, false);
+    assert!(
+        notes.contains("used the last allowed receive of 1 main-queue message"),
+        "{notes}"
+    );
+    // AND that is what happens: the consumer's next receive finds nothing, SQS moved it to
+    // the DLQ without a reason
+    assert!(stack.receive(&stack.main, 10).await.is_empty());
+    let moved = receive_until(&stack.sqs, &stack.dlq.url, 1).await;
+    assert_eq!(moved.len(), 1);
+    assert_eq!(attr(&moved[0], "x-failure-class"), None);
+}
+
+#[tokio::test]
+async fn a_shadow_replay_copies_to_staging_and_leaves_the_dlq_as_it_was() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    let staging = stack
+        .sqs
+        .create_queue()
+        .queue_name("orders-staging")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    // GIVEN a permanent failure the redriver kept and hid, two transient dead letters (one
+    // replayed once already) and one past the cap
+    send(
+        &stack,
+        &stack.dlq,
+        &invalid_order("S-4"),
+        &permanent("VALIDATION_FAILED"),
+        None,
+    )
+    .await;
+    let run = redrive(&stack, &redriver(&stack, &[]), serde_json::json!({}), &[]).await;
+    assert_eq!(run.kept, 1);
+    send(&stack, &stack.dlq, &order_body("S-1"), &transient(), None).await;
+    let mut again = transient();
+    again.push(("x-redrive-count", number_attr("1")));
+    send(&stack, &stack.dlq, &order_body("S-2"), &again, None).await;
+    let mut capped = transient();
+    capped.push(("x-redrive-count", number_attr("3")));
+    send(&stack, &stack.dlq, &order_body("S-3"), &capped, None).await;
+    let before = drain_view(&stack, &stack.dlq).await;
+    assert_eq!(before.len(), 3);
+    let options = dlq::RedriveOptions {
+        dry_run: false,
+        failure_reason: None,
+        older_than: None,
+        max_messages: 100,
+        rate_per_second: 100.0,
+        max_redrive_attempts: 3,
+        archive_after: Duration::from_secs(86_400),
+        permanent_action: resq::config::PermanentAction::Keep,
+    };
+
+    // WHEN the DLQ is shadow-replayed to the staging queue
+    let report = shadow::shadow(&ctx, &options, &staging).await.unwrap();
+
+    // THEN the two a replay would send were copied, as the replay would send them
+    assert_eq!(report.copied, 2, "{report:?}");
+    assert_eq!(report.skipped.get("REDRIVE_CAP"), Some(&1));
+    assert!(report.failure().is_none());
+    let copies = receive_until(&stack.sqs, &staging, 2).await;
+    assert_eq!(copies.len(), 2);
+    let mut counts: Vec<(String, Option<String>)> = copies
+        .iter()
+        .map(|m| {
+            (
+                resq::correlation::order_id(m.body().unwrap_or_default()).unwrap_or_default(),
+                attr(m, "x-redrive-count").map(str::to_owned),
+            )
+        })
+        .collect();
+    counts.sort();
+    assert_eq!(
+        counts,
+        vec![
+            ("S-1".to_owned(), Some("1".to_owned())),
+            ("S-2".to_owned(), Some("2".to_owned()))
+        ]
+    );
+    assert!(copies.iter().all(|m| attr(m, "x-failure-reason").is_none()));
+    // AND the DLQ is as it was: the same messages, released, their counts untouched, the kept
+    // one still hidden
+    assert_eq!(stack.depth(&stack.dlq).await, (3, 1));
+    let after = drain_view(&stack, &stack.dlq).await;
+    let view = |ms: &[aws_sdk_sqs::types::Message]| {
+        let mut v: Vec<(String, Option<String>)> = ms
+            .iter()
+            .map(|m| {
+                (
+                    m.message_id().unwrap_or_default().to_owned(),
+                    attr(m, "x-redrive-count").map(str::to_owned),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(view(&after), view(&before));
+    assert!(
+        stack.depth(&stack.main).await == (0, 0),
+        "nothing reached production"
+    );
+
+    // WHEN the permanent failures of a reason are shadow-replayed (as after a fix)
+    let by_reason = dlq::RedriveOptions {
+        failure_reason: Some("VALIDATION_FAILED".into()),
+        ..options.clone()
+    };
+    let report = shadow::shadow(&ctx, &by_reason, &staging).await.unwrap();
+    // THEN the kept one was brought back for the copy, copied, and hidden again
+    assert_eq!(
+        (report.unhidden, report.copied, report.hidden_again),
+        (1, 1, 1),
+        "{report:?}"
+    );
+    assert_eq!(stack.depth(&stack.dlq).await, (3, 1));
+    let found = find::find(&ctx, "S-4", &FIND).await.unwrap();
+    assert!(
+        matches!(&found.places[..], [Place::Kept(_)]),
+        "still kept, listed with its new receipt: {:?}",
+        found.places
+    );
+
+    // AND a staging queue that is production is refused, before anything is received
+    for to in [&stack.main.url, &stack.dlq.url] {
+        let refused = shadow::shadow(&ctx, &options, to).await.unwrap_err();
+        assert_eq!(refused.exit_code(), 2, "{refused}");
+    }
+    let no_main = Context {
+        main_queue_url: String::new(),
+        ..ctx.clone()
+    };
+    let refused = shadow::shadow(&no_main, &options, &stack.main.url)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("production source queue"),
+        "{refused}"
+    );
+    assert_eq!(stack.depth(&stack.dlq).await, (3, 1));
+}
+
+/// Runs `work` while a poller plays Lambda's event source mapping for the consumer.
+async fn with_consumer<F: std::future::Future>(stack: &Stack, work: F) -> F::Output {
+    let consumer = consumer(stack, &NO_BACKOFF);
+    let done = AtomicBool::new(false);
+    let (out, ()) = tokio::join!(
+        async {
+            let out = work.await;
+            done.store(true, Ordering::SeqCst);
+            out
+        },
+        async {
+            while !done.load(Ordering::SeqCst) {
+                let batch = stack.receive(&stack.main, 10).await;
+                if batch.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                } else {
+                    invoke(stack, &consumer, &stack.main, &batch).await;
+                }
+            }
+        }
+    );
+    out
+}
+
+fn canary_options(reason: &str) -> dlq::RedriveOptions {
+    dlq::RedriveOptions {
+        dry_run: false,
+        failure_reason: Some(reason.into()),
+        older_than: None,
+        max_messages: 100,
+        rate_per_second: 100.0,
+        max_redrive_attempts: 3,
+        archive_after: Duration::from_secs(86_400),
+        permanent_action: resq::config::PermanentAction::Keep,
+    }
+}
+
+const TWO_CANARIES: canary::CanaryOptions = canary::CanaryOptions {
+    count: 2,
+    min_success: 100.0,
+    timeout: Duration::from_secs(60),
+};
+
+#[tokio::test]
+async fn a_canary_replay_stops_when_the_fix_is_not_in() {
+    // GIVEN four orders that failed validation, and a consumer that still rejects them
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    for i in 0..4 {
+        send(
+            &stack,
+            &stack.dlq,
+            &invalid_order(&format!("V-{i}")),
+            &permanent("VALIDATION_FAILED"),
+            None,
+        )
+        .await;
+    }
+    let before: BTreeSet<String> = drain_view(&stack, &stack.dlq)
+        .await
+        .iter()
+        .filter_map(|m| m.message_id().map(str::to_owned))
+        .collect();
+    // WHEN two canaries are replayed, all of which must succeed
+    let mut lines = Vec::new();
+    let report = with_consumer(
+        &stack,
+        canary::run(
+            &ctx,
+            &canary_options("VALIDATION_FAILED"),
+            &TWO_CANARIES,
+            |l| lines.push(l),
+        ),
+    )
+    .await
+    .unwrap();
+    // THEN both failed again, back in the DLQ with their reason, and the replay stopped
+    assert_eq!(report.decision, "stop", "{report:#?}");
+    assert_eq!((report.canaries.len(), report.succeeded), (2, 0));
+    for c in &report.canaries {
+        assert!(
+            matches!(&c.outcome, canary::Outcome::Failed { place, failure_class, reason, .. }
+                if place == "DLQ" && failure_class.as_deref() == Some("permanent")
+                    && reason.as_deref() == Some("VALIDATION_FAILED")),
+            "{c:?}"
+        );
+    }
+    assert!(report.rest.is_none());
+    let e = report.failure().unwrap();
+    assert!(matches!(
+        e,
+        CliError::CanaryStopped {
+            succeeded: 0,
+            total: 2,
+            ..
+        }
+    ));
+    assert_eq!(e.exit_code(), 5);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("failed again: back in the DLQ")),
+        "{lines:?}"
+    );
+    // AND the rest stays in the DLQ untouched: the two never replayed are the same messages,
+    // and the two canaries are back as copies that count their replay
+    let after = drain_view(&stack, &stack.dlq).await;
+    assert_eq!(after.len(), 4);
+    let untouched: Vec<_> = after
+        .iter()
+        .filter(|m| before.contains(m.message_id().unwrap_or_default()))
+        .collect();
+    assert_eq!(untouched.len(), 2);
+    assert!(
+        untouched
+            .iter()
+            .all(|m| attr(m, "x-redrive-count").is_none())
+    );
+    let returned: Vec<_> = after
+        .iter()
+        .filter(|m| !before.contains(m.message_id().unwrap_or_default()))
+        .collect();
+    assert!(
+        returned
+            .iter()
+            .all(|m| attr(m, "x-redrive-count") == Some("1"))
+    );
+    assert!(stack.keys("orders/").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_canary_replay_goes_on_when_its_canaries_succeed() {
+    // GIVEN four orders dead-lettered while the downstream was down, now back
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    for i in 0..4 {
+        send(
+            &stack,
+            &stack.dlq,
+            &order_body(&format!("T-{i}")),
+            &transient(),
+            None,
+        )
+        .await;
+    }
+    // WHEN two canaries are replayed first
+    let report = with_consumer(&stack, async {
+        let report = canary::run(
+            &ctx,
+            &canary_options("DOWNSTREAM_UNAVAILABLE"),
+            &TWO_CANARIES,
+            |_| {},
+        )
+        .await
+        .unwrap();
+        // (the rest's records are written once the consumer has had them)
+        for _ in 0..300 {
+            if stack.keys("orders/").await.len() == 4 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        report
+    })
+    .await;
+    // THEN both succeeded, their records written, and the rest was replayed
+    assert_eq!(report.decision, "go", "{report:#?}");
+    assert_eq!(report.succeeded, 2);
+    assert!(report.failure().is_none());
+    assert_eq!(report.rest.as_ref().map(|r| r.redriven), Some(2));
+    assert_eq!(stack.keys("orders/").await.len(), 4);
+    assert_eq!(stack.depth(&stack.dlq).await, (0, 0));
+}
+
+#[tokio::test]
+async fn a_patched_restore_repairs_the_message_and_records_who_when_and_the_patch() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    let config = stack.emulator.sdk_config().await;
+    // GIVEN an order archived because it failed validation (no items), and a patch
+    let key = archive_entry(
+        &stack,
+        ArchiveReason::PermanentFailure,
+        "m-p",
+        &invalid_order("P-1"),
+    )
+    .await;
+    let patch = serde_json::json!({"items": [{"productId": "p-7", "quantity": 2}]});
+    let by = archive::caller(&config).await;
+    assert!(
+        by.starts_with("arn:aws:"),
+        "the emulator's STS answers: {by}"
+    );
+    let request = |dry_run| archive::PatchRequest {
+        key: &key,
+        bucket: &stack.bucket,
+        queue_url: &stack.main.url,
+        patch: &patch,
+        by: &by,
+        dry_run,
+        window: Some(archive::RestoreWindow {
+            window: Duration::from_secs(resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
+            ttl: Duration::from_secs(resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
+        }),
+        now: chrono::Utc::now(),
+        id: archive::restore_id(),
+    };
+    let port = archive::AwsRestore(&ctx);
+    // WHEN it is restored with the patch, after a dry run
+    let dry = archive::restore_patched(&port, &request(true))
+        .await
+        .unwrap();
+    assert_eq!(dry.message_id, None);
+    assert_eq!(
+        (stack.depth(&stack.main).await, versions(&stack, &key).await),
+        ((0, 0), 1)
+    );
+    let done = archive::restore_patched(&port, &request(false))
+        .await
+        .unwrap();
+    // THEN the repaired order is in the main queue, and the consumer records it
+    assert_eq!(done.audit, archive::Audit::Complete);
+    let restored = stack.receive_n(&stack.main, 1).await;
+    assert_eq!(restored[0].message_id(), done.message_id.as_deref());
+    let body: serde_json::Value = serde_json::from_str(restored[0].body().unwrap()).unwrap();
+    assert_eq!(body["items"][0]["productId"], "p-7");
+    assert_eq!(attr(&restored[0], "trace-id"), Some("t-1"));
+    let consumer = consumer(&stack, &[]);
+    let response = invoke(&stack, &consumer, &stack.main, &restored).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(stack.keys("orders/P-1.json").await.len(), 1);
+    // AND the entry records who, when and the patch; the versions keep the entry as it was
+    let entry: ArchiveEnvelope = serde_json::from_value(stack.json_object(&key).await).unwrap();
+    let r = &entry.metadata.restores[..];
+    assert_eq!(r.len(), 1);
+    assert_eq!(
+        (r[0].status, r[0].by.as_str()),
+        (RestoreStatus::Sent, by.as_str())
+    );
+    assert_eq!(r[0].message_id, done.message_id);
+    assert_eq!(r[0].patch.as_ref(), Some(&patch));
+    assert_eq!(entry.original_message.body, invalid_order("P-1"));
+    assert_eq!(
+        versions(&stack, &key).await,
+        3,
+        "as archived, before the send, after it"
+    );
+    assert!(
+        archive::show(&ctx, &key)
+            .await
+            .unwrap()
+            .metadata
+            .restores
+            .len()
+            == 1,
+        "`resq archive show` shows the record"
+    );
+
+    // AND a body that is not JSON cannot be patched: nothing is sent, nothing written
+    let bad = archive_entry(
+        &stack,
+        ArchiveReason::PermanentFailure,
+        "m-bad",
+        "{not json",
+    )
+    .await;
+    let refused = archive::restore_patched(
+        &port,
+        &archive::PatchRequest {
+            key: &bad,
+            ..request(false)
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(refused, CliError::NotPatchable { .. }),
+        "{refused}"
+    );
+    assert_eq!(stack.depth(&stack.main).await, (0, 0));
+    assert_eq!(versions(&stack, &bad).await, 1);
+}
+
+/// Runs the `resq` binary against the emulator; (exit status, stdout, stderr).
+fn resq(stack: &Stack, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut command = std::process::Command::new(resq_e2e::function_binary("resq"));
+    command
+        .arg("--endpoint-url")
+        .arg(stack.emulator.endpoint())
+        .args(args);
+    for var in [
+        "MAIN_QUEUE_URL",
+        "DLQ_URL",
+        "ARCHIVE_BUCKET",
+        "RESQ_STACK",
+        "AWS_PROFILE",
+        "IDEMPOTENCY_WINDOW_SECONDS",
+        "ARCHIVE_AFTER_SECONDS",
+        "MAX_REDRIVE_ATTEMPTS",
+    ] {
+        command.env_remove(var);
+    }
+    command
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_CONFIG_FILE", "/nonexistent/resq-test/config")
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "/nonexistent/resq-test/credentials",
+        );
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command.output().expect("run resq");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_stack_name_is_all_an_operator_needs() {
+    // GIVEN the template deployed as stack resq-ops, with a two-day order-record lifetime
+    let stack = Stack::start(StackOptions::default()).await;
+    let config = stack.emulator.sdk_config().await;
+    let template = resq_e2e::translated_template(resq_local::stack::ARTIFACT_BUCKET).to_string();
+    let outputs = resq_local::stack::deploy_stack(
+        stack.emulator.kind(),
+        &config,
+        &template,
+        "resq-ops",
+        &[("OrderRecordRetentionDays", "2")],
+    )
+    .await
+    .unwrap();
+    // moto's CloudFormation skips alarms: one the stack would have, and one of another stack
+    for name in ["resq-ops-dlq-depth", "other-dlq-depth"] {
+        stack
+            .cloudwatch
+            .put_metric_alarm()
+            .alarm_name(name)
+            .namespace("AWS/SQS")
+            .metric_name("ApproximateNumberOfMessagesVisible")
+            .statistic(aws_sdk_cloudwatch::types::Statistic::Maximum)
+            .period(60)
+            .evaluation_periods(1)
+            .threshold(50.0)
+            .comparison_operator(
+                aws_sdk_cloudwatch::types::ComparisonOperator::GreaterThanThreshold,
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+    send_to(&stack, &outputs.main_queue_url, &order_body("K-1")).await;
+
+    // WHEN status is asked with the stack's name only
+    let (code, out, err) = resq(&stack, &["--stack", "resq-ops", "--json", "status"], &[]);
+    // THEN the queues and the alarms are the stack's
+    assert_eq!(code, 0, "{err}");
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["queues"][0]["url"], outputs.main_queue_url.as_str());
+    assert_eq!(status["queues"][0]["waiting"], 1);
+    assert_eq!(status["queues"][1]["url"], outputs.dlq_url.as_str());
+    let alarms: Vec<&str> = status["alarms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["name"].as_str())
+        .collect();
+    assert!(alarms.contains(&"resq-ops-dlq-depth"), "{alarms:?}");
+    assert!(
+        alarms.iter().all(|a| a.starts_with("resq-ops-")),
+        "{alarms:?}"
+    );
+    // AND RESQ_STACK does the same; the stack wins over a variable left in the shell
+    let (code, out, err) = resq(
+        &stack,
+        &["find", "K-1", "--json"],
+        &[
+            ("RESQ_STACK", "resq-ops"),
+            ("MAIN_QUEUE_URL", "http://127.0.0.1:9/1/stale"),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["verdict"],
+        "found"
+    );
+    // AND a flag typed on the command line wins over the stack
+    let (code, _, err) = resq(
+        &stack,
+        &[
+            "--stack",
+            "resq-ops",
+            "--dlq-url",
+            &stack.dlq.url,
+            "find",
+            "K-1",
+            "--no-main-queue",
+        ],
+        &[],
+    );
+    assert_eq!(
+        code, 4,
+        "not seen: the DLQ looked into is the flag's, the main queue skipped: {err}"
+    );
+    // AND a restore is checked against the stack's idempotency window (two days: shorter than
+    // a restored copy's life of the TTL and the main queue's retention)
+    let key = archive_entry_in(
+        &stack,
+        &outputs.bucket,
+        ArchiveReason::RedriveCap,
+        "m-k",
+        &order_body("K-2"),
+    )
+    .await;
+    let (code, _, err) = resq(
+        &stack,
+        &["--stack", "resq-ops", "archive", "restore", &key],
+        &[],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("IDEMPOTENCY_WINDOW_SECONDS=172800"), "{err}");
+    // AND an unknown stack is a clear error
+    let (code, _, err) = resq(&stack, &["--stack", "no-such-stack", "status"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no stack named no-such-stack"), "{err}");
+}
+
+async fn send_to(stack: &Stack, url: &str, body: &str) {
+    stack
+        .sqs
+        .send_message()
+        .queue_url(url)
+        .message_body(body)
+        .send()
+        .await
+        .unwrap();
+}
