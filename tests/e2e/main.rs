@@ -11,6 +11,7 @@ mod helpers;
 mod hostile;
 mod levels;
 mod live;
+mod own_function;
 mod redriver;
 mod security;
 mod soak;
