@@ -111,7 +111,7 @@ fn resq_features(packages: &[&str]) -> String {
 #[test]
 fn the_shipped_functions_carry_no_test_doubles() {
     let doubles = "resq feature \"test-util\"";
-    let shipped = resq_features(&["consumer", "redriver"]);
+    let shipped = resq_features(&["resq-consumer", "resq-redriver"]);
     assert!(shipped.contains("resq feature \"default\""), "{shipped}");
     assert!(!shipped.contains(doubles), "{shipped}");
     assert!(resq_features(&["resq-bench"]).contains(doubles));
