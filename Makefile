@@ -27,6 +27,17 @@ ENCRYPTIONS := sqs-managed aws-managed-key customer-managed-key
 # cfn-lint takes no list parameter on its command line)
 LINT_PRODUCER := arn:aws:events:us-east-1:123456789012:rule/orders
 export AWS_DEFAULT_REGION ?= us-east-1
+TRANSLATED_FUNCTION := target/infra/function.json
+# The crates published to crates.io (the others say publish = false).
+LIBRARIES := -p resq -p resq-consumer -p resq-redriver -p resq-cli
+# `resq::testing` (feature test-util) is documented and its examples run, as on docs.rs.
+LIBRARY_FEATURES := --features resq/test-util
+# The workspace's dev profile as `cargo package` verifies with it (the packaged manifests carry
+# no profile): what the verification can reuse of the test build is reused.
+WORKSPACE_DEV_PROFILE := --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false'
+# infra/function.yaml with every option on, for checkov: the resq stack's key, a managed policy
+# of the handler's, no batching window (a FIFO queue's)
+LINT_FUNCTION_PARAMS := EncryptionKeyArn=arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555 HandlerPolicyArns=arn:aws:iam::123456789012:policy/settle-payments BatchingWindowSeconds=0
 
 LOCAL_ENV := target/local.env
 WATCH_PORT ?= 9010
@@ -44,7 +55,7 @@ CHAOS_ORDERS ?= 10000
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := consumer_event redriver_message
 
-.PHONY: setup test lint docs fmt build deploy arm-target clean translate demo chaos soak fuzz local watch invoke-consumer invoke-redriver bench install
+.PHONY: setup test lint docs fmt build deploy arm-target clean translate demo chaos soak fuzz local watch invoke-consumer invoke-redriver bench install doc package
 
 ## setup: create the tool venvs (moto server, cargo-lambda, aws-sam-cli, cfn-lint; checkov and
 ## LocalStack apart)
@@ -86,20 +97,26 @@ $(BENCH_TOOLS): bench/requirements.txt
 	touch $@
 
 ## test: unit tests and the end-to-end tests against a moto server the tests start themselves,
-## then the end-to-end tests again against LocalStack (the soak runs on LocalStack only)
+## then the end-to-end tests again against LocalStack (the soak runs on LocalStack only), the
+## library crates' doc examples, and `make package`
 test: $(TOOLS) $(LOCALSTACK)
 	@echo "compiling the workspace and its tests (first time about 6 min on 2 cores), then running them"
 	MOTO_SERVER=$(CURDIR)/$(VENV)/bin/moto_server LOCALSTACK_PYTHON=$(CURDIR)/$(VENV_LOCALSTACK)/bin/python cargo test --workspace --all-targets
 	@echo "the end-to-end tests again, on LocalStack"
 	E2E_EMULATOR=localstack MOTO_SERVER=$(CURDIR)/$(VENV)/bin/moto_server LOCALSTACK_PYTHON=$(CURDIR)/$(VENV_LOCALSTACK)/bin/python cargo test --workspace --test e2e
+	@echo "the library crates' documentation examples"
+	cargo test --doc $(LIBRARIES) $(LIBRARY_FEATURES)
+	$(MAKE) package
 
-## lint: rustfmt, clippy (warnings are errors), and the template: sam validate (+ --lint),
-## cfn-lint on the template and on its SAM translation for each QueueType and Encryption,
-## checkov on the translation as each QueueType and Encryption resolve it (0 failed; skips carry
-## reasons)
+## lint: rustfmt, clippy (warnings are errors), `make doc`, and the templates: sam validate (+ --lint),
+## cfn-lint on the template and on its SAM translation for each QueueType and Encryption (and
+## without the reference consumer), the same for infra/function.yaml,
+## checkov on the translation as each QueueType and Encryption resolve it and on the raw template
+## as a team's own pipeline scans it (0 failed; skips carry reasons)
 lint: $(TOOLS) $(CHECKOV)
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	$(MAKE) doc
 	sam validate -t infra/template.yaml
 	sam validate --lint -t infra/template.yaml
 	$(VENV)/bin/python infra/translate.py infra/template.yaml $(TRANSLATED)
@@ -112,6 +129,22 @@ lint: $(TOOLS) $(CHECKOV)
 	  $(VENV)/bin/python infra/resolve.py $(TRANSLATED) target/infra/template-$$q-$$e.json $$p $$x || exit 1; \
 	done; done
 	$(VENV_CHECKOV)/bin/checkov $(foreach q,$(QUEUE_TYPES),$(foreach e,$(ENCRYPTIONS),-f target/infra/template-$(q)-$(e).json)) --framework cloudformation --skip-download --compact --quiet
+	@echo "cfn-lint: ReferenceConsumer=false (a team's function in the consumer's place)"
+	cfn-lint --parameters ReferenceConsumer=false -- infra/template.yaml
+	cfn-lint --ignore-checks W3037 --parameters ReferenceConsumer=false -- $(TRANSLATED)
+	$(VENV)/bin/python infra/resolve.py $(TRANSLATED) target/infra/template-no-consumer.json ReferenceConsumer=false
+	@echo "infra/function.yaml (a team's function on a resq stack): sam validate, cfn-lint on it and its translation"
+	sam validate -t infra/function.yaml
+	sam validate --lint -t infra/function.yaml
+	$(VENV)/bin/python infra/translate.py infra/function.yaml $(TRANSLATED_FUNCTION)
+	cfn-lint -- infra/function.yaml
+	cfn-lint --ignore-checks W3037 -- $(TRANSLATED_FUNCTION)
+	$(VENV)/bin/python infra/resolve.py $(TRANSLATED_FUNCTION) target/infra/function-default.json
+	$(VENV)/bin/python infra/resolve.py $(TRANSLATED_FUNCTION) target/infra/function-all.json $(LINT_FUNCTION_PARAMS)
+	$(VENV_CHECKOV)/bin/checkov -f target/infra/template-no-consumer.json -f target/infra/function-default.json -f target/infra/function-all.json --framework cloudformation --skip-download --compact --quiet
+	@echo "checkov on infra/template.yaml and infra/function.yaml as shipped (a team's pipeline runs it so)"
+	$(VENV_CHECKOV)/bin/checkov -f infra/template.yaml --framework cloudformation --skip-download --compact --quiet
+	$(VENV_CHECKOV)/bin/checkov -f infra/function.yaml --framework cloudformation --skip-download --compact --quiet
 
 ## docs: the book (docs/, mdBook) into target/book/; its links and shell snippets are checked
 ## by tests/e2e/docs.rs (make test)
@@ -217,6 +250,18 @@ target/debug/resq-local:
 ## install: the operator's tool `resq` on your PATH (~/.cargo/bin)
 install:
 	cargo install --locked --path cli
+
+## doc: the library crates' documentation as docs.rs builds it, warnings (broken or private
+## links, …) as errors
+doc:
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps $(LIBRARIES) $(LIBRARY_FEATURES)
+
+## package: `cargo package` of the four library crates together, as `cargo publish --workspace`
+## would upload them: their files (no tests, no fixtures), their manifests, and each one built
+## alone from its package, the others through cargo's local registry overlay (offline). About
+## 5 min of CPU after `make test` (each crate's own feature set recompiles the AWS SDK crates).
+package:
+	cargo package --offline --allow-dirty $(LIBRARIES) $(WORKSPACE_DEV_PROFILE)
 
 fmt:
 	cargo fmt --all

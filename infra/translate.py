@@ -3,8 +3,9 @@
 
 cfn-lint no longer expands the SAM transform, so mistakes inside a function's `Events` would go
 unnoticed; linting the translation catches them. The template tests also deploy this output
-into a local emulator. `CodeUri` becomes `s3://<bucket>/<LogicalId>.zip` (the tests upload
-placeholders there); managed policies are never looked up (the template names none).
+into a local emulator. A local `CodeUri` becomes `s3://<bucket>/<LogicalId>.zip` (the tests upload
+placeholders there); one already in S3 (infra/function.yaml's `Bucket`/`Key` parameters) stays;
+managed policies are never looked up (the templates name none).
 
 usage: translate.py TEMPLATE OUTPUT [ARTIFACT_BUCKET]
 """
@@ -38,7 +39,9 @@ def main(argv):
         template = yaml_parse(f.read())
     for name, resource in template.get("Resources", {}).items():
         if resource.get("Type") == "AWS::Serverless::Function":
-            resource.setdefault("Properties", {})["CodeUri"] = f"s3://{bucket}/{name}.zip"
+            properties = resource.setdefault("Properties", {})
+            if not isinstance(properties.get("CodeUri"), dict):
+                properties["CodeUri"] = f"s3://{bucket}/{name}.zip"
     translated = transform(template, {}, OfflinePolicies())
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w", encoding="utf-8") as f:

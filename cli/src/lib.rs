@@ -1,7 +1,22 @@
-//! resq's operator tool: send orders, show queue and alarm state, peek and redrive the DLQ,
-//! list, show and restore the archive, check a parameter set before deploy. Works against AWS,
-//! or a local emulator through `--endpoint-url`; the local pipeline itself lives in the `local` crate (`resq-local`).
+//! resq's operator tool, the `resq` binary (`cargo install resq-cli`): send orders, show queue
+//! and alarm state, peek and redrive the DLQ, list, show and restore the archive, check a
+//! parameter set before deploy. Works against AWS, or a local emulator through
+//! `--endpoint-url`; the local pipeline itself lives in the `local` crate (`resq-local`).
+//!
+//! The library is what the binary runs, one module per command, for tools and tests that drive
+//! a resq stack. What `resq send --generate` sends, for instance, is an order resq's consumer
+//! accepts:
+//!
+//! ```
+//! use rand::SeedableRng;
+//!
+//! let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+//! let body = resq_cli::orders::valid("o-1", &mut rng);
+//! let order = resq_consumer::order::parse_order(Some(&body)).expect("a valid order");
+//! assert_eq!(order.order_id.as_str(), "o-1");
+//! ```
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod archive;
 pub mod canary;

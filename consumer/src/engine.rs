@@ -1,7 +1,7 @@
 //! The batch engine (docs/design.md, "Consumer phases"): read → decide → settle → answer.
 //! This file runs the handler, each record isolated (a panic or overrunning the margin is that
 //! record's failure), up to `CONSUMER_CONCURRENCY` at once, FIFO groups in order; what becomes
-//! of a record is decided in [`crate::decide`], carried out in [`crate::settle`] (through
+//! of a record is decided in [`crate::decide`], carried out in `settle` (through
 //! resq's executor), and answered in [`crate::account`].
 //!
 //! With deadline `D` and margin `m` ([`Phases`]): records start until `D - m`, are abandoned at

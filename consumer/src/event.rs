@@ -372,7 +372,7 @@ impl<'de> Deserialize<'de> for SystemHead {
 pub struct SystemAttributes(Option<Box<RawValue>>);
 
 impl SystemAttributes {
-    /// All of them, by name. (Only [`RecordReader`], which checked them to be a map of
+    /// All of them, by name. (Only `RecordReader`, which checked them to be a map of
     /// strings, and [`SystemAttributes::from_map`] make one, so the text always decodes.)
     pub fn to_map(&self) -> BTreeMap<String, String> {
         let map = self.0.as_ref().map(|raw| serde_json::from_str(raw.get()));

@@ -4,7 +4,7 @@
 //! type (a [`Rejection`] is a permanent failure), then apply its effect (a [`HandlerError`]
 //! says transient or permanent). For orders, [`OrderHandler`] is the effect alone: every
 //! `OrderHandler` is a `MessageHandler` of [`Order`] that parses with
-//! [`parse_order`](crate::order::parse_order). See docs/design.md, "Consumer".
+//! [`parse_order`]. See docs/design.md, "Consumer".
 
 use std::future::Future;
 

@@ -1,6 +1,7 @@
 //! The consumer function as Lambda runs it, for any [`MessageHandler`]: configuration from the
 //! environment, the AWS clients built once, and the runtime loop. resq's consumer and a team's
-//! own function (`examples/payments`) are each a one-line `main` over [`serve`].
+//! own function (`examples/payments`, docs/own-function.md) are each a one-line `main` over
+//! [`serve`].
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use resq::config::ConsumerConfig;
@@ -22,12 +23,33 @@ pub const PERMISSIONS: &[resq::iam::Permission] = &[
     resq::iam::Permission::new("sqs:GetQueueAttributes", "OrdersQueue"),
 ];
 
-/// Serves invocations with the handler `make_handler` builds over the archive bucket's store
-/// (`ARCHIVE_BUCKET`). Missing or invalid configuration ends it before the first invocation,
+/// What [`serve`] hands the handler factory: what the function's own clients are built from.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Resources {
+    /// The AWS configuration every client of the function shares: resq's HTTPS client, whose
+    /// gate holds at most `CONSUMER_CONCURRENCY`'s connections per host and counts throttled
+    /// answers (so the records in flight follow a throttling downstream, the handler's own
+    /// included), and resq's timeouts on every call. Build the handler's own clients from it,
+    /// e.g. `aws_sdk_dynamodb::Client::new(&resources.aws)`.
+    pub aws: aws_config::SdkConfig,
+    /// The archive bucket (`ARCHIVE_BUCKET`) as an [`ObjectStore`](resq::store::ObjectStore):
+    /// where the reference handler records orders.
+    pub store: S3Store,
+}
+
+/// Serves invocations with the handler `make_handler` builds from the function's
+/// [`Resources`]. Missing or invalid configuration ends it before the first invocation,
 /// naming the variable.
+///
+/// A binary that calls it does not build under `panic = "abort"` (cargo lambda's release
+/// default when the profile does not set `panic`): a handler's panic must unwind to be caught
+/// and fail its record alone, where aborting would kill the function with its whole batch. The
+/// error says to set `[profile.release] panic = "unwind"`.
 pub async fn serve<H: MessageHandler>(
-    make_handler: impl FnOnce(S3Store) -> H,
+    make_handler: impl FnOnce(Resources) -> H,
 ) -> Result<(), Error> {
+    let () = Unwinding::<H>::REQUIRED;
     resq::telemetry::init_tracing();
     let config = ConsumerConfig::from_env()?;
     resq::config::lambda_environment(&resq::config::process_env())?;
@@ -37,8 +59,12 @@ pub async fn serve<H: MessageHandler>(
     let aws = resq::aws::config_loader_for(&downstream).load().await;
     let sqs = aws_sdk_sqs::Client::new(&aws);
     let store = S3Store::new(resq::aws::s3_client(&aws), &config.common.archive_bucket);
-    let consumer = Consumer::new(make_handler(store.clone()), sqs, store, config)
-        .with_throttling(downstream.throttling);
+    let handler = make_handler(Resources {
+        aws,
+        store: store.clone(),
+    });
+    let consumer =
+        Consumer::new(handler, sqs, store, config).with_throttling(downstream.throttling);
     consumer.read_main_queue_limits().await;
     let consumer = &consumer;
     // The runtime reads the payload's `Records` one record at a time into resq's own compact
@@ -58,6 +84,20 @@ pub async fn serve<H: MessageHandler>(
         },
     ))
     .await
+}
+
+/// The build-time check of [`serve`]: evaluated when a binary instantiates `serve::<H>` (a
+/// post-monomorphization error), so the library itself still builds under `panic = "abort"`
+/// (fuzzing, tools that never run a handler) and only a function that would run one is refused.
+/// `cfg!(panic)` is the strategy this crate, and with it the whole build, is compiled with.
+struct Unwinding<H>(std::marker::PhantomData<H>);
+
+impl<H> Unwinding<H> {
+    const REQUIRED: () = if cfg!(panic = "abort") {
+        panic!(
+            "resq-consumer: this build aborts on panic (panic = \"abort\", cargo lambda's release default when the profile does not set `panic`): a panicking handler would kill the function and its whole batch instead of failing its record alone. Set `[profile.release] panic = \"unwind\"` in your Cargo.toml (the workspace root's, in a workspace)."
+        )
+    };
 }
 
 /// mimalloc's `mi_option_purge_delay`: the 16th option of `mi_option_e` in both of the

@@ -13,6 +13,6 @@ use resq_consumer::handler::RecordOrder;
 fn main() -> ExitCode {
     resq_consumer::lambda::return_freed_memory_at_once();
     resq::lambda::main("consumer", || {
-        resq_consumer::lambda::serve(RecordOrder::new)
+        resq_consumer::lambda::serve(|r| RecordOrder::new(r.store))
     })
 }

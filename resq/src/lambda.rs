@@ -117,7 +117,7 @@ fn missing_ca_bundle(
 
 /// A function's `main`: drops the sequential concurrency setting (see
 /// [`drop_sequential_concurrency_setting`]) and a CA bundle that is not there (see
-/// [`drop_missing_ca_bundle`]) while one thread runs, then runs `serve` on a
+/// `drop_missing_ca_bundle`) while one thread runs, then runs `serve` on a
 /// multi-threaded tokio runtime. An error ends the process with exit code 1 and
 /// `{function}: {the messages of the error and its causes}` on stderr, never Rust's debug form
 /// (which returning the error from `main` would print).

@@ -1,9 +1,58 @@
-//! resq: the shared pieces of the consumer and the redriver.
+//! resq keeps an SQS pipeline on AWS Lambda flowing when messages fail, and loses none of
+//! them. Its consumer (crate `resq-consumer`) runs a handler on each record, reports only the
+//! failed ones, backs them off, and sends permanent failures to the dead-letter queue with
+//! their reason; its redriver (crate `resq-redriver`) replays the DLQ at a bounded rate and
+//! archives to S3 what can never succeed. This crate holds what both share:
 //!
-//! The message attribute contract, the archive envelope and its S3 writer, full-jitter
-//! backoff, typed configuration, telemetry and CloudWatch EMF metrics. Decisions here are
-//! plain functions over values; AWS calls sit behind the small [`store::ObjectStore`] port.
+//! - the message attribute contract ([`attributes`]: `x-redrive-count`, `x-failure-class`,
+//!   `x-failure-reason`, `x-first-sent-at`) and the failure and archive reasons ([`reason`]);
+//! - the S3 archive envelope and its write-once writer ([`archive`], [`store`]);
+//! - full-jitter backoff ([`backoff`]), typed configuration from the environment
+//!   ([`config`]), JSON logs ([`telemetry`]) and CloudWatch EMF metrics ([`metrics`]);
+//! - the SQS and S3 adapters behind small ports ([`sqs::Queues`], [`store::ObjectStore`]), the
+//!   AWS clients every function builds ([`aws`]) and the one settle executor both functions
+//!   use ([`settle`]);
+//! - with the `test-util` feature, in-memory doubles of those ports (`testing`) for your
+//!   tests.
+//!
+//! A team writing its own function depends on `resq-consumer` and implements its
+//! `MessageHandler`; the repository's `docs/own-function.md` goes from `cargo new` to deploy.
+//!
+//! Decisions are plain functions over values, so every rule can be checked without AWS. The
+//! redrive cap, for instance: a copy carrying exactly `MAX_REDRIVE_ATTEMPTS` is the last real
+//! replay (the consumer runs it, the redriver replays it no more), and an unreadable count
+//! counts as past the cap; each capped message is archived under its reason and day.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use resq::archive::archive_key;
+//! use resq::attributes::{cap_on_delivery, cap_on_replay, parse_count_value};
+//! use resq::backoff::Backoff;
+//! use resq::reason::ArchiveReason;
+//!
+//! let max_redrive_attempts = 3;
+//! let last = parse_count_value("3");
+//! assert_eq!(cap_on_delivery(last, max_redrive_attempts), None);
+//! assert_eq!(cap_on_replay(last, max_redrive_attempts), Some(ArchiveReason::RedriveCap));
+//! assert_eq!(
+//!     cap_on_delivery(parse_count_value("-1"), max_redrive_attempts),
+//!     Some(ArchiveReason::InvalidRedriveCount)
+//! );
+//!
+//! let day = chrono::DateTime::parse_from_rfc3339("2026-11-26T10:00:00Z")?.to_utc();
+//! assert_eq!(
+//!     archive_key(ArchiveReason::RedriveCap, day, "m-1"),
+//!     "archive/REDRIVE_CAP/2026/11/26/m-1.json"
+//! );
+//!
+//! // full jitter: a retry waits a random time up to min(300 s, 2 s x 2^(receives - 1))
+//! assert_eq!(Backoff::default().ceiling(3), Duration::from_secs(8));
+//! assert_eq!(Backoff::default().ceiling(20), Duration::from_secs(300));
+//! # Ok::<(), chrono::ParseError>(())
+//! ```
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod archive;
 pub mod attributes;
@@ -26,4 +75,5 @@ pub mod sqs_event;
 pub mod store;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod testing;

@@ -1,6 +1,26 @@
 //! In-memory doubles of resq's ports, for tests and benchmarks: an SQS that keeps its
 //! visibility rules ([`MemorySqs`]) and an object store ([`MemoryStore`]). Both can be told to
 //! fail or to be slow. Behind the `test-util` feature: the shipped functions carry none of it.
+//! In a team's crate: `resq = { version = "…", features = ["test-util"] }` under
+//! `[dev-dependencies]`.
+//!
+//! ```
+//! use resq::store::{ObjectStore, PutOutcome};
+//! use resq::testing::MemoryStore;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let store = MemoryStore::default();
+//! let first = store.put_if_absent("payments/p-1.json", b"{}".to_vec()).await;
+//! let again = store.put_if_absent("payments/p-1.json", b"{}".to_vec()).await;
+//! assert_eq!(first.ok(), Some(PutOutcome::Created));
+//! assert_eq!(again.ok(), Some(PutOutcome::AlreadyExists), "written once, never overwritten");
+//!
+//! // a store that fails, as S3 may: the caller must retry, never drop
+//! store.set_failing(true);
+//! assert!(store.get("payments/p-1.json").await.is_err());
+//! # }
+//! ```
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;

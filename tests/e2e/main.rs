@@ -13,6 +13,7 @@ mod hostile;
 mod levels;
 mod live;
 mod ops;
+mod own_function;
 mod redriver;
 mod security;
 mod soak;

@@ -347,9 +347,10 @@ fn the_redriver_pauses_on_failing_replays_and_on_a_consumer_that_fails_whole_inv
         (errors["Namespace"].as_str(), errors["MetricName"].as_str()),
         (Some("AWS/Lambda"), Some("Errors"))
     );
+    // by name: resq's consumer, or a team's function in its place (ReferenceConsumer false)
     assert_eq!(
         errors["Dimensions"][0]["Value"],
-        json!({"Ref": "ConsumerFunction"})
+        t["Resources"]["ConsumerFunction"]["Properties"]["FunctionName"]
     );
     assert_eq!(number(&errors["Threshold"]), 0.0);
     // the redriver may read each of them (its state and its history), and no other alarm
@@ -807,7 +808,10 @@ fn the_dashboard_shows_depths_ages_outcomes_and_errors() {
         assert_eq!(m[4]["stat"].as_str(), stat, "{metric}");
     }
     let vars = sub[1].as_object().unwrap();
-    assert_eq!(vars["Consumer"], json!({"Ref": "ConsumerFunction"}));
+    assert_eq!(
+        vars["Consumer"],
+        t["Resources"]["ConsumerFunction"]["Properties"]["FunctionName"]
+    );
     assert_eq!(
         vars["Dlq"],
         json!({"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]})

@@ -296,18 +296,24 @@ pub fn tools_python() -> PathBuf {
 /// `infra/template.yaml` translated to CloudFormation JSON by `infra/translate.py`, with
 /// function code at `s3://{artifact_bucket}/{LogicalId}.zip`.
 pub fn translated_template(artifact_bucket: &str) -> serde_json::Value {
+    translated("infra/template.yaml", artifact_bucket)
+}
+
+/// A SAM template of the workspace (`infra/function.yaml`, …) translated as
+/// [`translated_template`] translates resq's.
+pub fn translated(template: &str, artifact_bucket: &str) -> serde_json::Value {
     let root = workspace_root();
     static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let out = std::env::temp_dir().join(format!("resq-template-{}-{n}.json", std::process::id()));
     let status = Command::new(tools_python())
         .arg(root.join("infra/translate.py"))
-        .arg(root.join("infra/template.yaml"))
+        .arg(root.join(template))
         .arg(&out)
         .arg(artifact_bucket)
         .status()
         .expect("run infra/translate.py with the tool venv's python (make setup)");
-    assert!(status.success(), "infra/translate.py failed");
+    assert!(status.success(), "infra/translate.py failed on {template}");
     let text = std::fs::read_to_string(&out).expect("translated template");
     let _ = std::fs::remove_file(&out);
     serde_json::from_str(&text).expect("translated template is JSON")

@@ -11,6 +11,6 @@ use payments::RecordPayment;
 
 fn main() -> ExitCode {
     resq::lambda::main("payments", || {
-        resq_consumer::lambda::serve(RecordPayment::new)
+        resq_consumer::lambda::serve(|r| RecordPayment::new(r.store))
     })
 }
