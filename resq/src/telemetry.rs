@@ -432,7 +432,7 @@ pub fn init(names: Names) -> Result<&'static Telemetry, ConfigError> {
             .try_init(),
     };
     if let Some(e) = refused {
-        tracing::warn!(rust_log = %settings.filter, error = %e, "RUST_LOG is not a list of target=level directives; AWS_LAMBDA_LOG_LEVEL applies");
+        tracing::warn!(rust_log = %settings.filter, error = %e, "RUST_LOG is not a list of target=level directives; AWS_LAMBDA_LOG_LEVEL (or POWERTOOLS_LOG_LEVEL) applies");
     }
     Ok(telemetry)
 }
