@@ -171,9 +171,10 @@ impl LogSettings {
     }
 }
 
-/// Keys resq writes on every JSON line itself (Powertools Logger's standard keys, and
-/// `correlation_id`): a field of the same name on an event or a span is not written, as
-/// Powertools ignores such keys.
+/// Powertools Logger's standard keys, which resq writes on every JSON line itself (a field of
+/// the same name on an event or a span is not written, as Powertools ignores such keys; the
+/// event's `message` is the line's), and `correlation_id`, which resq's own spans and events
+/// carry. A message type's correlation key cannot be one of them.
 pub const RESERVED_KEYS: [&str; 11] = [
     "timestamp",
     "level",
