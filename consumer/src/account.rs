@@ -110,8 +110,8 @@ pub struct BatchReport {
 }
 
 /// The answer for `records` with these outcomes: every failed record's id in the response, in
-/// event order, once; and the invocation's metrics for `function_name`.
-pub fn answer(records: &[Record], outcomes: Vec<Outcome>, function_name: &str) -> BatchReport {
+/// event order, once; and the invocation's metrics.
+pub fn answer(records: &[Record], outcomes: Vec<Outcome>) -> BatchReport {
     let mut response = SqsBatchResponse::default();
     let mut seen = HashSet::new();
     let names = [
@@ -121,7 +121,7 @@ pub fn answer(records: &[Record], outcomes: Vec<Outcome>, function_name: &str) -
         metrics::ARCHIVED,
         metrics::REDRIVE_RETURNED,
     ];
-    let mut m = Metrics::new(function_name, &names);
+    let mut m = Metrics::new(&names);
     for (r, o) in records.iter().zip(&outcomes) {
         match o {
             Outcome::Processed => m.add(metrics::PROCESSED, 1),
@@ -161,7 +161,7 @@ mod tests {
             Outcome::Processed,
             Outcome::DeadLettered("MALFORMED_JSON".into()),
         ];
-        let ids: Vec<String> = answer(&records, outcomes.clone(), "consumer")
+        let ids: Vec<String> = answer(&records, outcomes.clone())
             .response
             .batch_item_failures
             .into_iter()
@@ -170,7 +170,7 @@ mod tests {
         assert_eq!(ids, vec!["m0", "m1"]);
         let mut dup = records.clone();
         dup[1].message_id = "m0".into();
-        let report = answer(&dup, outcomes, "consumer");
+        let report = answer(&dup, outcomes);
         assert_eq!(report.response.batch_item_failures.len(), 1);
     }
     #[test]

@@ -18,11 +18,13 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use resq::concurrency::{Limit, Throttling};
 use resq::config::ConsumerConfig;
-use resq::metrics::{self, Metrics};
+use resq::correlation::CorrelationKey;
+use resq::metrics;
 use resq::settle::{Action, Confirmation, QueueUrl, Settler};
 use resq::source::{QueueArn, QueueLimits};
 use resq::sqs::Queues;
 use resq::store::ObjectStore;
+use resq::telemetry::Telemetry;
 use tracing::{Instrument, Span, field};
 
 use crate::account::{self, BatchReport};
@@ -72,7 +74,8 @@ pub struct Consumer<H, Q, S> {
     handler: H,
     pub(crate) settler: Settler<Q, S>,
     pub(crate) config: ConsumerConfig,
-    function_name: String,
+    /// Where a body's business id is read from when the handler did not parse it.
+    pub(crate) correlation: CorrelationKey,
     /// The source queues' limits, by URL: the only state kept between invocations.
     limits: Mutex<HashMap<QueueUrl, Known>>,
     /// The downstream's answers, as the HTTPS client counts them (nothing counts into it
@@ -97,7 +100,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             handler,
             settler: Settler::new(queues, store, ARCHIVED_BY).with_calls_in_flight(in_flight),
             config,
-            function_name: Metrics::function_name_from_env(ARCHIVED_BY),
+            correlation: Telemetry::from_env_or_declared(H::NAMES).correlation,
             limits: Mutex::new(HashMap::new()),
             throttling: Throttling::default(),
         }
@@ -151,7 +154,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             phases.settle_by,
         )
         .await;
-        let report = account::answer(&records, outcomes, &self.function_name);
+        let report = account::answer(&records, outcomes);
         let m = &report.metrics;
         tracing::info!(
             records = records.len(),
@@ -339,13 +342,13 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         let decision = decide::decide(record, &self.config, horizon, ran);
         let span = match &decision.fate {
             Fate::Retry(f) => {
-                let order_id = record.body.as_deref().and_then(resq::correlation::order_id);
-                tracing::warn!(messageId = %record.message_id, orderId = order_id, error_code = f.code(), "record reported failed without running");
+                let id = self.correlation_id(record);
+                tracing::warn!(message_id = %record.message_id, correlation_id = id, error_code = f.code(), "record reported failed without running");
                 Span::none()
             }
             fate => {
-                let order_id = record.body.as_deref().and_then(resq::correlation::order_id);
-                log_decision(record_span(record, order_id.as_deref()), fate)
+                let id = self.correlation_id(record);
+                log_decision(record_span(record, id.as_deref()), fate)
             }
         };
         Settling {
@@ -374,10 +377,10 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             Some(Err(HandlerOutcome::Rejected(rejection))) => rejection.business_id.as_deref(),
             _ => None,
         };
-        // a record held back unrun (archived, unreadable) is still followed by its orderId
+        // a record held back unrun (archived, unreadable) is still followed by its business id
         let read = business_id
             .is_none()
-            .then(|| record.body.as_deref().and_then(resq::correlation::order_id))
+            .then(|| self.correlation_id(record))
             .flatten();
         let span = record_span(record, business_id.or(read.as_deref()));
         if let Some(why) = &record.unreadable {
@@ -398,6 +401,15 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             action: decision.action,
             settled: None,
         }
+    }
+
+    /// The business id in a record's body, read without the handler (its correlation key's
+    /// body field): for a record the handler did not parse.
+    pub(crate) fn correlation_id(&self, record: &Record) -> Option<String> {
+        record
+            .body
+            .as_deref()
+            .and_then(|b| self.correlation.read(b))
     }
 
     /// The handler's parsing: the team's code, so a panic there is the record's failure.
@@ -437,14 +449,15 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     }
 }
 
-/// A record's span: every line about it carries its `messageId` and, once read, its `orderId`
-/// (its correlation id). At ERROR level so that it is on whatever AWS_LAMBDA_LOG_LEVEL allows:
-/// at WARN an INFO span would be off, and the warnings would lose their messageId and orderId.
+/// A record's span: every line about it carries its `message_id` and, once read, its business
+/// id as `correlation_id` (which the log format writes again under the message type's own key,
+/// `order_id`). At ERROR level so that it is on whatever AWS_LAMBDA_LOG_LEVEL allows: at WARN
+/// an INFO span would be off, and the warnings would lose their message_id and correlation_id.
 fn record_span(record: &Record, business_id: Option<&str>) -> Span {
     tracing::error_span!(
         "record",
-        messageId = %record.message_id,
-        orderId = business_id,
+        message_id = %record.message_id,
+        correlation_id = business_id,
         error_code = field::Empty,
         error_details = field::Empty,
     )
@@ -1417,7 +1430,8 @@ mod tests {
         let event = json!({"Records": [first, permanent, again, original, fine]});
         let report = consumer.process(event, later()).await.unwrap();
         assert_eq!(report.metrics.get(metrics::REDRIVE_RETURNED), 2);
-        let line = &report.metrics.to_emf(0)[0];
+        let t = resq::telemetry::Telemetry::of(resq::telemetry::Names::ORDERS, "c", None).unwrap();
+        let line = &report.metrics.to_emf(&t, 0)[0];
         assert_eq!(
             line["RedriveReturned"], 2,
             "emitted even by the consumer: {line}"
@@ -1485,7 +1499,7 @@ mod tests {
         let read = |id: &str| {
             lines
                 .iter()
-                .find(|l| l["messageId"] == id && l["message"] == "the record cannot be read")
+                .find(|l| l["message_id"] == id && l["message"] == "the record cannot be read")
                 .unwrap_or_else(|| panic!("{id}: {lines:?}"))["error_details"]
                 .as_str()
                 .unwrap()
@@ -1620,12 +1634,63 @@ mod tests {
         let event = json!({"Records": [record("m-7", &order("transient-7"), None, None)]});
         // WHEN a record fails
         consumer.process(event, later()).await.unwrap();
-        // THEN its log line names the message, the order and the error
+        // THEN its log line names the message, the order (under Powertools' key and the
+        // order's own) and the error
         let line = logs.line("failed; will be retried");
-        assert_eq!(line["messageId"], "m-7");
-        assert_eq!(line["orderId"], "transient-7");
+        assert_eq!(line["message_id"], "m-7");
+        assert_eq!(line["correlation_id"], "transient-7");
+        assert_eq!(line["order_id"], "transient-7");
         assert_eq!(line["error_code"], "DOWNSTREAM_UNAVAILABLE");
         assert_eq!(line["error_details"], "503");
+        assert_eq!(line["service"], "orders");
+    }
+
+    #[tokio::test]
+    async fn an_unparsed_body_is_followed_by_the_types_own_field() {
+        // GIVEN a message type whose business id is `ticketId`, logged as `ticket_id`
+        struct Tickets;
+        impl MessageHandler for Tickets {
+            type Message = String;
+            const NAMES: resq::telemetry::Names = resq::telemetry::Names {
+                service: "tickets",
+                correlation_key: "ticket_id",
+                correlation_field: "ticketId",
+                ..resq::telemetry::Names::ORDERS
+            };
+            fn parse(&self, _: Option<&str>) -> Result<String, Rejection> {
+                Err(Rejection::invalid("never valid"))
+            }
+            fn business_id<'m>(&self, m: &'m String) -> &'m str {
+                m
+            }
+            async fn handle(&self, _: &String, _: &RecordMeta<'_>) -> Result<(), HandlerError> {
+                Ok(())
+            }
+        }
+        let t = resq::telemetry::Telemetry::of(Tickets::NAMES, "tickets-consumer", None).unwrap();
+        let (logs, _guard) = resq::testing::CapturedLogs::start_for(&t);
+        let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+        let consumer = Consumer::new(Tickets, &queues, &store, config("http://127.0.0.1/1/dlq"));
+        // WHEN a body it rejects names its ticket
+        let event = json!({"Records": [record("m-1", r#"{"ticketId":"t-9","orderId":"o-1"}"#, None, None)]});
+        consumer.process(event, later()).await.unwrap();
+        // THEN the line of its trip to the DLQ follows the ticket, not an order
+        let line = logs.line("sent to the DLQ as a permanent failure");
+        assert_eq!(
+            (
+                &line["message_id"],
+                &line["correlation_id"],
+                &line["ticket_id"],
+                &line["service"]
+            ),
+            (
+                &json!("m-1"),
+                &json!("t-9"),
+                &json!("t-9"),
+                &json!("tickets")
+            )
+        );
+        assert!(line.get("order_id").is_none(), "{line}");
     }
 
     #[tokio::test]

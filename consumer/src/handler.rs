@@ -10,6 +10,7 @@ use std::future::Future;
 
 use resq::reason::FailureReason;
 use resq::store::{ObjectStore, PutOutcome};
+use resq::telemetry::Names;
 
 use crate::order::{Order, parse_order};
 
@@ -114,8 +115,19 @@ pub trait MessageHandler: Send + Sync {
     /// record goes to the DLQ with the rejection's code.
     fn parse(&self, body: Option<&str>) -> Result<Self::Message, Rejection>;
 
+    /// How the message type names itself in logs and metrics: the `service`, the metrics'
+    /// namespace, and its business id's log key (written beside `correlation_id`) and body
+    /// field (read from a body that did not parse). resq's orders by default
+    /// ([`Names::ORDERS`]: `orders`, `resq`, `order_id`, `orderId`); the environment overrides
+    /// each (`POWERTOOLS_SERVICE_NAME`, `POWERTOOLS_METRICS_NAMESPACE`, `RESQ_CORRELATION_KEY`,
+    /// `RESQ_CORRELATION_FIELD`: [`resq::telemetry::Telemetry::from_vars`]). Declare your own:
+    /// `const NAMES: Names = Names { service: "payments", correlation_key: "payment_id",
+    /// correlation_field: "paymentId", ..Names::ORDERS };`
+    const NAMES: Names = Names::ORDERS;
+
     /// The message's business id: what its effect is keyed by (never the SQS message id,
-    /// which changes on every redrive), logged as the record's correlation id (`orderId`).
+    /// which changes on every redrive), logged as the record's `correlation_id` and under
+    /// [`Self::NAMES`]' correlation key (`order_id`).
     fn business_id<'m>(&self, message: &'m Self::Message) -> &'m str;
 
     /// Applies the message's effect. Must be idempotent by business id: at-least-once
@@ -130,6 +142,8 @@ pub trait MessageHandler: Send + Sync {
 /// Every order handler is a message handler of [`Order`], parsed by [`parse_order`].
 impl<H: OrderHandler> MessageHandler for H {
     type Message = Order;
+
+    const NAMES: Names = Names::ORDERS;
 
     fn parse(&self, body: Option<&str>) -> Result<Order, Rejection> {
         parse_order(body)

@@ -7,6 +7,7 @@ use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use resq::config::ConsumerConfig;
 use resq::lambda::InvocationError;
 use resq::store::S3Store;
+use tracing::Instrument;
 
 use crate::Consumer;
 use crate::event::{EventError, Invocation};
@@ -50,7 +51,7 @@ pub async fn serve<H: MessageHandler>(
     make_handler: impl FnOnce(Resources) -> H,
 ) -> Result<(), Error> {
     let () = Unwinding::<H>::REQUIRED;
-    resq::telemetry::init_tracing();
+    resq::telemetry::init(H::NAMES)?;
     let config = ConsumerConfig::from_env()?;
     resq::config::lambda_environment(&resq::config::process_env())?;
     // every call the clients make goes through one gate per host (at most the limit's cap of
@@ -71,8 +72,9 @@ pub async fn serve<H: MessageHandler>(
     // records (no JSON tree, no copy of the payload kept), so one that does not decode fails
     // alone. A payload that is not an SQS event fails the invocation with "not an SQS event:
     // …", naming the offending field.
-    run(service_fn(
-        move |event: LambdaEvent<Invocation>| async move {
+    run(service_fn(move |event: LambdaEvent<Invocation>| {
+        let span = resq::telemetry::invocation(&event.context);
+        async move {
             let deadline = resq::lambda::deadline_instant(event.context.deadline);
             let invocation = event.payload.0.map_err(invocation_error)?;
             let report = consumer
@@ -81,8 +83,9 @@ pub async fn serve<H: MessageHandler>(
                 .map_err(invocation_error)?;
             report.metrics.emit();
             Ok::<_, InvocationError>(report.response)
-        },
-    ))
+        }
+        .instrument(span)
+    }))
     .await
 }
 

@@ -96,7 +96,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
                 Confirmation::Confirmed(_) => {}
                 // still reported failed: it comes back after the queue's visibility timeout
                 Confirmation::Failed(SettleError::Refused(why)) => {
-                    tracing::warn!(messageId = %records[*i].message_id, error_code = ErrorCode::VisibilityChangeFailed.code(), error_details = %why, "could not back the message off")
+                    tracing::warn!(message_id = %records[*i].message_id, correlation_id = self.correlation_id(&records[*i]), error_code = ErrorCode::VisibilityChangeFailed.code(), error_details = %why, "could not back the message off")
                 }
                 _ => unanswered += 1,
             }
@@ -130,10 +130,10 @@ fn log_outcome(s: &Settling, outcome: &Outcome) {
             };
             match &s.fate {
                 Fate::DeadLetter { class, details, .. } if *class == FAILURE_CLASS_TRANSIENT => {
-                    tracing::warn!(reason = %reason, newMessageId = new_id, failure_class = *class, error_details = %details, "sent to the DLQ on its last allowed receive")
+                    tracing::warn!(reason = %reason, new_message_id = new_id, failure_class = *class, error_details = %details, "sent to the DLQ on its last allowed receive")
                 }
                 _ => {
-                    tracing::warn!(reason = %reason, newMessageId = new_id, failure_class = FAILURE_CLASS_PERMANENT, "sent to the DLQ as a permanent failure")
+                    tracing::warn!(reason = %reason, new_message_id = new_id, failure_class = FAILURE_CLASS_PERMANENT, "sent to the DLQ as a permanent failure")
                 }
             }
         }

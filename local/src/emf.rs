@@ -153,44 +153,62 @@ mod tests {
     use super::*;
     use resq::metrics::{self, Metrics};
     use resq::reason::ArchiveReason;
-    use resq::telemetry::LogLevel;
+    use resq::telemetry::{LogLevel, Names, Telemetry};
 
     #[test]
     fn a_functions_metric_lines_become_the_metric_data_cloudwatch_would_extract() {
-        // GIVEN the lines the consumer prints for one invocation
-        let mut m = Metrics::new(
-            "resq-soak-consumer",
-            &[metrics::PROCESSED, metrics::REDRIVE_RETURNED],
-        );
+        // GIVEN the lines the consumer prints for one invocation, a cold one
+        let t = Telemetry::of(Names::ORDERS, "resq-soak-consumer", Some(256)).unwrap();
+        let mut m = Metrics::new(&[metrics::PROCESSED, metrics::REDRIVE_RETURNED]);
         m.add(metrics::REDRIVE_RETURNED, 3);
         m.add_archived(ArchiveReason::RedriveCap);
         let at = chrono::Utc::now();
-        let docs: Vec<Value> = m
-            .to_lines(at, LogLevel::Warn)
-            .iter()
-            .filter_map(|l| emf_document(l))
-            .collect();
-        assert_eq!(docs.len(), 2);
+        let mut lines = m.to_lines(&t, at, LogLevel::Warn);
+        lines.push(metrics::cold_start_line(&t, at, LogLevel::Warn));
+        let docs: Vec<Value> = lines.iter().filter_map(|l| emf_document(l)).collect();
+        assert_eq!(docs.len(), 3);
         // WHEN they are read as CloudWatch Logs reads EMF
         let data: Vec<(String, MetricDatum)> = docs.iter().flat_map(datums).collect();
-        // THEN each metric is a datum in resq's namespace with the function's dimension
-        let find = |name: &str, dims: usize| {
-            data.iter()
-                .find(|(_, d)| d.metric_name() == Some(name) && d.dimensions().len() == dims)
-                .map(|(ns, d)| {
-                    (
-                        ns.clone(),
-                        d.value(),
-                        d.dimensions()[0].value().map(str::to_owned),
-                    )
+        // THEN each metric is a datum in resq's namespace by service and function (what the
+        // template's alarms watch), Archived also by reason
+        let dims = |d: &MetricDatum| -> Vec<(String, String)> {
+            d.dimensions()
+                .iter()
+                .map(|x| {
+                    let (n, v) = (x.name().unwrap_or_default(), x.value().unwrap_or_default());
+                    (n.to_owned(), v.to_owned())
                 })
+                .collect()
         };
+        let find = |name: &str, n: usize| {
+            data.iter()
+                .find(|(_, d)| d.metric_name() == Some(name) && d.dimensions().len() == n)
+                .map(|(ns, d)| (ns.clone(), d.value(), dims(d)))
+        };
+        let by_function = vec![
+            ("service".to_owned(), "orders".to_owned()),
+            ("function_name".to_owned(), "resq-soak-consumer".to_owned()),
+        ];
         assert_eq!(
-            find("RedriveReturned", 1),
-            Some(("resq".into(), Some(3.0), Some("resq-soak-consumer".into())))
+            find("RedriveReturned", 2),
+            Some(("resq".into(), Some(3.0), by_function.clone()))
         );
-        assert_eq!(find("Processed", 1).map(|f| f.1), Some(Some(0.0)));
-        assert_eq!(find("Archived", 2).map(|f| f.1), Some(Some(1.0)));
+        assert_eq!(find("Processed", 2).map(|f| f.1), Some(Some(0.0)));
+        let archived = find("Archived", 3).unwrap();
+        assert_eq!(archived.1, Some(1.0));
+        assert_eq!(
+            archived.2[2],
+            ("reason".to_owned(), "REDRIVE_CAP".to_owned())
+        );
+        let cold = find("ColdStart", 2).unwrap();
+        assert_eq!(cold.1, Some(1.0));
+        assert_eq!(
+            cold.2,
+            vec![
+                ("function_name".to_owned(), "resq-soak-consumer".to_owned()),
+                ("service".to_owned(), "orders".to_owned()),
+            ]
+        );
         assert!(data.iter().all(|(_, d)| d.timestamp().is_some()));
         assert!(emf_document(r#"{"level":"WARN","message":"x"}"#).is_none());
     }

@@ -782,12 +782,14 @@ pub async fn forward_watch_logs(
     }
 }
 
-/// Renames an EMF document's `FunctionName` from a watched binary's name to the stack's.
+/// Renames an EMF document's `function_name` dimension from a watched binary's name to the
+/// stack's.
 pub fn rename_function(doc: &mut Value, renames: &[(&str, &str)]) {
-    if let Some(name) = doc.get("FunctionName").and_then(Value::as_str)
+    let key = resq::metrics::DIMENSION_FUNCTION;
+    if let Some(name) = doc.get(key).and_then(Value::as_str)
         && let Some((_, to)) = renames.iter().find(|(from, _)| *from == name)
     {
-        doc["FunctionName"] = json!(to);
+        doc[key] = json!(to);
     }
 }
 
@@ -882,11 +884,11 @@ mod tests {
     #[test]
     fn watched_binaries_metrics_take_the_stacks_function_names() {
         let renames = [("consumer", "stk-consumer"), ("redriver", "stk-redriver")];
-        let mut doc = json!({"FunctionName": "consumer", "Processed": 1});
+        let mut doc = json!({"function_name": "consumer", "service": "orders", "Processed": 1});
         rename_function(&mut doc, &renames);
-        assert_eq!(doc["FunctionName"], "stk-consumer");
-        let mut other = json!({"FunctionName": "stk-redriver"});
+        assert_eq!(doc["function_name"], "stk-consumer");
+        let mut other = json!({"function_name": "stk-redriver"});
         rename_function(&mut other, &renames);
-        assert_eq!(other["FunctionName"], "stk-redriver");
+        assert_eq!(other["function_name"], "stk-redriver");
     }
 }

@@ -346,7 +346,12 @@ pub async fn run(opts: &SoakOptions) -> Result<SoakReport, CliError> {
     let proxy = FaultProxy::start(upstream, 0.0, Downstream::default(), opts.seed)?;
     let forwarder = MetricForwarder::start(ctx.cloudwatch.clone());
     let pause_on = [alarm_name.as_str(), &consumer_errors, &unexplained].join(",");
-    let env = function_env(opts, &ctx, &proxy.endpoint, &pause_on);
+    let mut env = function_env(opts, &ctx, &proxy.endpoint, &pause_on);
+    // named as the template names them: its alarms read the metrics by service and function
+    env.extend(crate::stack::telemetry_env(
+        &template,
+        &Resolver::new(&template, STACK, &[]),
+    )?);
     let consumer = Function::new(
         "consumer",
         &opts.consumer_bin,

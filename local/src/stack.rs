@@ -302,6 +302,34 @@ pub fn alarm(
     Ok(alarm)
 }
 
+/// The variables the template gives the consumer for its telemetry (`POWERTOOLS_SERVICE_NAME`,
+/// `POWERTOOLS_METRICS_NAMESPACE`: Globals, so the redriver's too), resolved by `r`: a function
+/// run locally with them names its lines and metrics as the stack's would, so the template's
+/// alarms read its metrics.
+pub fn telemetry_env(
+    template: &Value,
+    r: &Resolver<'_>,
+) -> Result<Vec<(String, String)>, CliError> {
+    let vars = &template["Resources"]["ConsumerFunction"]["Properties"]["Environment"]["Variables"];
+    let out: Vec<(String, String)> = vars
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with("POWERTOOLS_"))
+        .map(|(k, v)| {
+            r.value(v).map(|v| (k.clone(), v)).ok_or_else(|| {
+                CliError::Usage(format!("the functions' variable {k} is unresolved"))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    if out.is_empty() {
+        return Err(CliError::Usage(
+            "the template gives the functions no POWERTOOLS_SERVICE_NAME or POWERTOOLS_METRICS_NAMESPACE".into(),
+        ));
+    }
+    Ok(out)
+}
+
 /// moto's CloudFormation skips `AWS::CloudWatch::Alarm`: this puts the template's simple
 /// metric alarms through the API instead (the two metric-math alarms are left out), so the
 /// redriver finds the alarm it pauses on and `resq status` lists them. moto never evaluates an

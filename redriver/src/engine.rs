@@ -26,7 +26,6 @@ use futures::future::LocalBoxFuture;
 use futures::stream::FuturesUnordered;
 use resq::config::RedriverConfig;
 use resq::keep;
-use resq::metrics::Metrics;
 use resq::reason::ErrorCode;
 use resq::settle::{ActionId, Deadlines, Plan, Report, Settler, Unpaced};
 use resq::sqs::{Queues, ReceivedMessage};
@@ -75,7 +74,6 @@ pub struct Redriver<Q, S, A> {
     config: RedriverConfig,
     queues: plan::QueueUrls,
     receive_wait_seconds: i32,
-    function_name: String,
     emit_metrics: bool,
     breaker_recheck: Duration,
     in_flight_max: u64,
@@ -95,7 +93,6 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             queues: plan::QueueUrls::new(&config.common.main_queue_url, &config.common.dlq_url),
             config,
             receive_wait_seconds: 1,
-            function_name: Metrics::function_name_from_env(ARCHIVED_BY),
             emit_metrics: true,
             breaker_recheck: BREAKER_RECHECK,
             in_flight_max: IN_FLIGHT_MAX,
@@ -153,7 +150,7 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         let (summary, listed) = self.execute(request, deadline, list).await;
         summary.log();
         if !summary.dry_run && self.emit_metrics {
-            summary.metrics(&self.function_name).emit();
+            summary.metrics().emit();
         }
         (summary, listed)
     }
@@ -738,7 +735,7 @@ mod tests {
             1,
             "the held message is visible again for the next run"
         );
-        let m = summary.metrics("redriver");
+        let m = summary.metrics();
         assert_eq!(m.get(metrics::REDRIVE_PAUSED), 1);
     }
 
@@ -1383,7 +1380,7 @@ mod tests {
         );
         assert_eq!(first.redriven, 50);
         assert_eq!(dlq.in_flight(DLQ), 100);
-        assert_eq!(first.metrics("redriver").get(metrics::KEPT), 100);
+        assert_eq!(first.metrics().get(metrics::KEPT), 100);
         // AND later kept ones are archived while 100 are hidden; replay goes on
         kept(&dlq, 400, 20);
         fill(&dlq, 5, 0);
@@ -1404,12 +1401,7 @@ mod tests {
         let first = scheduled(&dlq, &store, &alarms, &paused).await;
         // THEN the run counts them, and leaves in their place copies that say why
         assert_eq!(first.unexplained, 5, "{first:?}");
-        assert_eq!(
-            first
-                .metrics("redriver")
-                .get(metrics::DEAD_LETTERED_UNEXPLAINED),
-            5
-        );
+        assert_eq!(first.metrics().get(metrics::DEAD_LETTERED_UNEXPLAINED), 5);
         assert_eq!((dlq.len(DLQ), dlq.visible(DLQ)), (5, 5));
         // AND a later run counts them no more; once replay resumes, they are replayed
         let second = scheduled(&dlq, &store, &alarms, &paused).await;
@@ -1496,22 +1488,12 @@ mod tests {
         alarms.set("replays-failing", true, Duration::from_secs(600), 10.0);
         let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
         assert!(summary.paused && !summary.paused_too_long, "{summary:?}");
-        assert_eq!(
-            summary
-                .metrics("redriver")
-                .get(metrics::REDRIVE_PAUSED_TOO_LONG),
-            0
-        );
+        assert_eq!(summary.metrics().get(metrics::REDRIVE_PAUSED_TOO_LONG), 0);
         // in ALARM for an hour: too long
         alarms.set("replays-failing", true, Duration::from_secs(3600), 10.0);
         let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
         assert!(summary.paused_too_long, "{summary:?}");
-        assert_eq!(
-            summary
-                .metrics("redriver")
-                .get(metrics::REDRIVE_PAUSED_TOO_LONG),
-            1
-        );
+        assert_eq!(summary.metrics().get(metrics::REDRIVE_PAUSED_TOO_LONG), 1);
         // an alarm that cannot be read: paused, and loudly
         alarms.fail(PortError::service("AccessDenied", "not allowed"));
         let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
@@ -1525,10 +1507,14 @@ mod tests {
     }
 
     /// No line uses the old keys: one name for one thing in both functions' logs.
+    /// One key style, snake_case: no camelCase key is left on any line.
     fn assert_no_old_keys(lines: &[serde_json::Value]) {
         for line in lines {
-            for old in ["message_id", "new_message_id", "order_id"] {
-                assert!(line.get(old).is_none(), "{line}");
+            for key in line.as_object().into_iter().flat_map(|o| o.keys()) {
+                assert!(
+                    !key.chars().any(|c| c.is_ascii_uppercase()),
+                    "{key} in {line}"
+                );
             }
         }
     }
@@ -1555,10 +1541,11 @@ mod tests {
         assert_eq!(lines.len(), 1, "{lines:?}");
         let line = &lines[0];
         assert_eq!(line["level"], "INFO");
-        assert_eq!(line["messageId"], "dlq-7");
-        assert_eq!(line["newMessageId"], copy_id.as_str());
-        assert_eq!(line["orderId"], "ORD-7");
-        assert_eq!(line["redriveCount"], 2);
+        assert_eq!(line["message_id"], "dlq-7");
+        assert_eq!(line["new_message_id"], copy_id.as_str());
+        assert_eq!(line["correlation_id"], "ORD-7");
+        assert_eq!(line["order_id"], "ORD-7");
+        assert_eq!(line["redrive_count"], 2);
         assert_no_old_keys(&logs.lines());
     }
 
@@ -1580,12 +1567,13 @@ mod tests {
         let line = |id: &str| {
             lines
                 .iter()
-                .find(|l| l["messageId"] == id)
+                .find(|l| l["message_id"] == id)
                 .unwrap_or_else(|| panic!("no archive line of {id} in {lines:?}"))
         };
-        assert_eq!(line("dlq-9")["orderId"], "ORD-9");
+        assert_eq!(line("dlq-9")["correlation_id"], "ORD-9");
+        assert_eq!(line("dlq-9")["order_id"], "ORD-9");
         assert_eq!(line("dlq-9")["reason"], "TTL_EXPIRED");
-        assert!(line("dlq-10").get("orderId").is_none(), "{lines:?}");
+        assert!(line("dlq-10").get("correlation_id").is_none(), "{lines:?}");
         assert_no_old_keys(&logs.lines());
     }
 
@@ -1601,9 +1589,10 @@ mod tests {
         let explained =
             logs.with_message("dead letter without a reason: its copy in the DLQ now says why");
         assert_eq!(explained.len(), 1, "{:?}", logs.lines());
-        assert_eq!(explained[0]["messageId"], "crashed-0");
-        assert_eq!(explained[0]["newMessageId"], copy_id.as_str());
-        assert_eq!(explained[0]["orderId"], "crashed-0");
+        assert_eq!(explained[0]["message_id"], "crashed-0");
+        assert_eq!(explained[0]["new_message_id"], copy_id.as_str());
+        assert_eq!(explained[0]["correlation_id"], "crashed-0");
+        assert_eq!(explained[0]["order_id"], "crashed-0");
         // AND a replay SQS refuses is logged under the same keys
         let (dlq, store, alarms) = doubles();
         dlq.push(
@@ -1614,8 +1603,9 @@ mod tests {
         scheduled(&dlq, &store, &alarms, &config(&[])).await;
         let refused = logs.with_message("not redriven; left in the DLQ");
         assert_eq!(refused.len(), 1, "{:?}", logs.lines());
-        assert_eq!(refused[0]["messageId"], "dlq-11");
-        assert_eq!(refused[0]["orderId"], "ORD-11");
+        assert_eq!(refused[0]["message_id"], "dlq-11");
+        assert_eq!(refused[0]["correlation_id"], "ORD-11");
+        assert_eq!(refused[0]["order_id"], "ORD-11");
         assert_no_old_keys(&logs.lines());
     }
 
@@ -1637,15 +1627,16 @@ mod tests {
             (
                 &line["received"],
                 &line["redriven"],
-                &line["archived_TTL_EXPIRED"]
+                &line["archived_ttl_expired"]
             ),
             (&2.into(), &1.into(), &1.into()),
             "{line}"
         );
-        assert_eq!(line["dryRun"], false);
-        assert_eq!(line["stoppedBy"], "empty");
-        assert_eq!(line["elapsedMs"], summary.elapsed_ms);
+        assert_eq!(line["dry_run"], false);
+        assert_eq!(line["stopped_by"], "empty");
+        assert_eq!(line["elapsed_ms"], summary.elapsed_ms);
         assert!(line.get("summary").is_none(), "{line}");
+        assert_no_old_keys(&lines);
     }
 
     #[tokio::test]

@@ -16,13 +16,14 @@ use resq_redriver::Redriver;
 use resq_redriver::ports::CloudWatchAlarms;
 use resq_redriver::request::RunRequest;
 use serde_json::Value;
+use tracing::Instrument;
 
 fn main() -> ExitCode {
     resq::lambda::main("redriver", serve)
 }
 
 async fn serve() -> Result<(), Error> {
-    resq::telemetry::init_tracing();
+    resq::telemetry::init(resq::telemetry::Names::ORDERS)?;
     let config = RedriverConfig::from_env()?;
     resq::config::lambda_environment(&resq::config::process_env())?;
     let aws = resq::aws::load_config().await;
@@ -31,11 +32,15 @@ async fn serve() -> Result<(), Error> {
     let alarms = CloudWatchAlarms::new(aws_sdk_cloudwatch::Client::new(&aws));
     let redriver = Redriver::new(queues, store, alarms, config.clone());
     let (redriver, config) = (&redriver, &config);
-    run(service_fn(move |event: LambdaEvent<Value>| async move {
-        let request = read_request(event.payload, config)?;
-        let deadline = resq::lambda::deadline_instant(event.context.deadline);
-        let summary = redriver.run(&request, deadline).await;
-        serde_json::to_value(summary).map_err(|e| InvocationError::new("SummaryNotWritten", e))
+    run(service_fn(move |event: LambdaEvent<Value>| {
+        let span = resq::telemetry::invocation(&event.context);
+        async move {
+            let request = read_request(event.payload, config)?;
+            let deadline = resq::lambda::deadline_instant(event.context.deadline);
+            let summary = redriver.run(&request, deadline).await;
+            serde_json::to_value(summary).map_err(|e| InvocationError::new("SummaryNotWritten", e))
+        }
+        .instrument(span)
     }))
     .await
 }

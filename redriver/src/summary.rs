@@ -115,46 +115,47 @@ pub struct Summary {
 
 impl Summary {
     /// Logs the summary: one INFO line `redrive run done` whose fields are the summary's, each
-    /// a top-level key named as in the returned summary (`received`, `deleteFailed`, …), the
-    /// archive entries by reason as `archived_{REASON}` (the reasons with entries only), so
-    /// Logs Insights filters and sums on them. (tracing's JSON lines write no nested object
+    /// a top-level key in the logs' one key style, snake_case (`received`, `delete_failed`, …;
+    /// the returned summary, an API, keeps its camelCase), the archive entries by reason as
+    /// `archived_{reason}` in lowercase (`archived_ttl_expired`; the reasons with entries only),
+    /// so Logs Insights filters and sums on them. (tracing's JSON lines write no nested object
     /// without its unstable `valuable` support, and a JSON string cannot be filtered on.)
     pub fn log(&self) {
         let archived = |reason: ArchiveReason| self.archived.get(&reason).copied();
         tracing::info!(
-            dryRun = self.dry_run,
+            dry_run = self.dry_run,
             paused = self.paused,
-            pauseReason = self.pause_reason.as_deref(),
+            pause_reason = self.pause_reason.as_deref(),
             probe = self.probe,
             received = self.received,
             redriven = self.redriven,
-            archived_REDRIVE_CAP = archived(ArchiveReason::RedriveCap),
-            archived_INVALID_REDRIVE_COUNT = archived(ArchiveReason::InvalidRedriveCount),
-            archived_TTL_EXPIRED = archived(ArchiveReason::TtlExpired),
-            archived_ATTRIBUTE_LIMIT = archived(ArchiveReason::AttributeLimit),
-            archived_PERMANENT_FAILURE = archived(ArchiveReason::PermanentFailure),
-            archived_SIZE_LIMIT = archived(ArchiveReason::SizeLimit),
-            archived_IDEMPOTENCY_WINDOW = archived(ArchiveReason::IdempotencyWindow),
-            archived_UNREADABLE_RECORD = archived(ArchiveReason::UnreadableRecord),
+            archived_redrive_cap = archived(ArchiveReason::RedriveCap),
+            archived_invalid_redrive_count = archived(ArchiveReason::InvalidRedriveCount),
+            archived_ttl_expired = archived(ArchiveReason::TtlExpired),
+            archived_attribute_limit = archived(ArchiveReason::AttributeLimit),
+            archived_permanent_failure = archived(ArchiveReason::PermanentFailure),
+            archived_size_limit = archived(ArchiveReason::SizeLimit),
+            archived_idempotency_window = archived(ArchiveReason::IdempotencyWindow),
+            archived_unreadable_record = archived(ArchiveReason::UnreadableRecord),
             skipped = self.skipped,
             kept = self.kept,
             unhidden = self.unhidden,
             failed = self.failed,
             returned = self.returned,
-            deleteFailed = self.delete_failed,
+            delete_failed = self.delete_failed,
             unexplained = self.unexplained,
-            keptInFlight = self.kept_in_flight,
-            pausedTooLong = self.paused_too_long,
-            elapsedMs = self.elapsed_ms,
-            ratePerSecond = self.rate_per_second,
-            achievedRatePerSecond = self.achieved_rate_per_second,
-            stoppedBy = self.stopped_by.as_str(),
+            kept_in_flight = self.kept_in_flight,
+            paused_too_long = self.paused_too_long,
+            elapsed_ms = self.elapsed_ms,
+            rate_per_second = self.rate_per_second,
+            achieved_rate_per_second = self.achieved_rate_per_second,
+            stopped_by = self.stopped_by.as_str(),
             "redrive run done"
         );
     }
 
-    /// The run's metrics, for `function_name`.
-    pub fn metrics(&self, function_name: &str) -> Metrics {
+    /// The run's metrics.
+    pub fn metrics(&self) -> Metrics {
         let names = [
             metrics::REDRIVEN,
             metrics::REDRIVE_SKIPPED,
@@ -164,7 +165,7 @@ impl Summary {
             metrics::DEAD_LETTERED_UNEXPLAINED,
             metrics::REDRIVE_PAUSED_TOO_LONG,
         ];
-        let mut m = Metrics::new(function_name, &names);
+        let mut m = Metrics::new(&names);
         m.add(metrics::REDRIVEN, self.redriven);
         m.add(metrics::REDRIVE_SKIPPED, self.skipped);
         m.add(metrics::REDRIVE_FAILED, self.failed);
@@ -429,7 +430,7 @@ impl Run {
         let mut out_of_time = false;
         for (m, fate) in cycle.items {
             if !m.dropped_attributes.is_empty() {
-                tracing::warn!(messageId = %m.message_id, orderId = order_id(&m), dropped = %m.dropped_attributes.join(", "), "list-valued attributes are not supported by SQS and are not copied");
+                tracing::warn!(message_id = %m.message_id, correlation_id = correlation_id(&m), dropped = %m.dropped_attributes.join(", "), "list-valued attributes are not supported by SQS and are not copied");
             }
             match (fate, report) {
                 (Fate::Held(held), _) => self.held(m, held),
@@ -459,12 +460,12 @@ impl Run {
     fn held(&mut self, m: ReceivedMessage, held: Held) {
         match held {
             Held::NotSelected | Held::Paused => {
-                tracing::debug!(messageId = %m.message_id, orderId = order_id(&m), held = ?held, "left in the DLQ");
+                tracing::debug!(message_id = %m.message_id, correlation_id = correlation_id(&m), held = ?held, "left in the DLQ");
                 self.summary.skipped += 1;
             }
             Held::OverBudget => {}
             Held::InFlight => {
-                tracing::debug!(messageId = %m.message_id, orderId = order_id(&m), "received again while this run settles it; released");
+                tracing::debug!(message_id = %m.message_id, correlation_id = correlation_id(&m), "received again while this run settles it; released");
             }
             Held::WouldRedrive => {
                 self.replays += 1;
@@ -481,7 +482,7 @@ impl Run {
         match until {
             Some(until_ms) if !self.summary.dry_run => self.pending.push(PendingKeep {
                 kept: KeptMessage {
-                    order_id: order_id(&m),
+                    order_id: correlation_id(&m),
                     failure_reason: m.failure_reason().map(str::to_owned),
                     first_sent_at: m.first_sent_at(),
                     message_id: m.message_id,
@@ -512,7 +513,7 @@ impl Run {
         }
         match r.get(copy) {
             Confirmation::Confirmed(new_id) => {
-                tracing::info!(messageId = %m.message_id, newMessageId = new_id.as_deref(), orderId = order_id(m), redriveCount = classify::next_redrive_count(m).ok(), "redriven");
+                tracing::info!(message_id = %m.message_id, new_message_id = new_id.as_deref(), correlation_id = correlation_id(m), redrive_count = classify::next_redrive_count(m).ok(), "redriven");
                 self.summary.redriven += 1;
                 self.summary.returned += u64::from(classify::is_returned_replay(m));
                 self.summary.unexplained += u64::from(classify::is_unexplained(m));
@@ -520,7 +521,7 @@ impl Run {
                     listed.push(Replayed {
                         dlq_message_id: m.message_id.clone(),
                         message_id: new_id.clone(),
-                        order_id: order_id(m),
+                        order_id: correlation_id(m),
                         redrive_count: classify::next_redrive_count(m).ok(),
                         failure_reason: m.failure_reason().map(str::to_owned),
                     });
@@ -533,7 +534,7 @@ impl Run {
             }
             Confirmation::Failed(SettleError::Refused(why)) => {
                 self.summary.failed += 1;
-                tracing::warn!(messageId = %m.message_id, orderId = order_id(m), error_code = ErrorCode::RedriveSendFailed.code(), error_details = %why, "not redriven; left in the DLQ");
+                tracing::warn!(message_id = %m.message_id, correlation_id = correlation_id(m), error_code = ErrorCode::RedriveSendFailed.code(), error_details = %why, "not redriven; left in the DLQ");
                 self.hold(m);
                 false
             }
@@ -572,14 +573,14 @@ impl Run {
     ) {
         match r.get(write) {
             Confirmation::Confirmed(key) => {
-                tracing::info!(messageId = %m.message_id, orderId = order_id(m), reason = reason.code(), key = key.as_deref(), "archived");
+                tracing::info!(message_id = %m.message_id, correlation_id = correlation_id(m), reason = reason.code(), key = key.as_deref(), "archived");
                 *self.summary.archived.entry(reason).or_default() += 1;
                 self.summary.returned += u64::from(classify::is_returned_replay(m));
                 self.summary.unexplained += u64::from(classify::is_unexplained(m));
                 self.deleted(m, r.get(delete), false);
             }
             Confirmation::Failed(SettleError::Refused(why)) => {
-                tracing::warn!(messageId = %m.message_id, orderId = order_id(m), error_code = ErrorCode::ArchiveFailed.code(), error_details = %why, "not archived; left in the DLQ");
+                tracing::warn!(message_id = %m.message_id, correlation_id = correlation_id(m), error_code = ErrorCode::ArchiveFailed.code(), error_details = %why, "not archived; left in the DLQ");
                 self.summary.failed += 1;
                 self.hold(m);
             }
@@ -593,7 +594,7 @@ impl Run {
         self.summary.skipped += 1;
         match r.get(copy) {
             Confirmation::Confirmed(id) => {
-                tracing::info!(messageId = %m.message_id, newMessageId = id.as_deref(), orderId = order_id(m), reason = resq::reason::FailureReason::InvocationFailed.code(), "dead letter without a reason: its copy in the DLQ now says why");
+                tracing::info!(message_id = %m.message_id, new_message_id = id.as_deref(), correlation_id = correlation_id(m), reason = resq::reason::FailureReason::InvocationFailed.code(), "dead letter without a reason: its copy in the DLQ now says why");
                 self.summary.unexplained += 1;
                 // like a replay: one whose delete failed is made visible again at once, and
                 // when this run receives it again it is only deleted (not explained twice)
@@ -619,11 +620,11 @@ impl Run {
             Confirmation::Confirmed(_) => {}
             Confirmation::Failed(SettleError::Refused(why)) => {
                 self.summary.delete_failed += 1;
-                tracing::warn!(messageId = %m.message_id, orderId = order_id(m), error_code = ErrorCode::DlqDeleteFailed.code(), error_details = %why, "moved but not deleted from the DLQ; it will be seen again (an archive finds its entry; a replay is sent again)");
+                tracing::warn!(message_id = %m.message_id, correlation_id = correlation_id(m), error_code = ErrorCode::DlqDeleteFailed.code(), error_details = %why, "moved but not deleted from the DLQ; it will be seen again (an archive finds its entry; a replay is sent again)");
             }
             _ => {
                 self.summary.delete_failed += 1;
-                tracing::warn!(messageId = %m.message_id, orderId = order_id(m), error_code = ErrorCode::DlqDeleteDeadline.code(), "delete not confirmed before the deadline margin; it will be seen again (an archive finds its entry; a replay is sent again)");
+                tracing::warn!(message_id = %m.message_id, correlation_id = correlation_id(m), error_code = ErrorCode::DlqDeleteDeadline.code(), "delete not confirmed before the deadline margin; it will be seen again (an archive finds its entry; a replay is sent again)");
             }
         }
     }
@@ -715,10 +716,11 @@ impl Run {
     }
 }
 
-/// The correlation id of `m`'s lines: its body's `orderId`, when it has one (read only for a
-/// line that is written).
-fn order_id(m: &ReceivedMessage) -> Option<String> {
-    resq::correlation::order_id(&m.body)
+/// A DLQ message's business id (`correlation_id`): the body field of this process's
+/// correlation key (`orderId`, or `RESQ_CORRELATION_KEY` / `RESQ_CORRELATION_FIELD`'s), when
+/// it has one (read only for a line that is written).
+fn correlation_id(m: &ReceivedMessage) -> Option<String> {
+    resq::telemetry::current().correlation.read(&m.body)
 }
 
 /// The replays and the kept messages to hide a cycle planned.
@@ -796,9 +798,21 @@ mod tests {
         }
     }
 
-    /// Every field of the returned summary is a field of the line, under the same name with
-    /// the same value (`archived` by reason as `archived_{REASON}`), and the line has nothing
-    /// else but its level, time and message.
+    /// `dryRun` → `dry_run`.
+    fn snake_case(camel: &str) -> String {
+        let mut out = String::new();
+        for c in camel.chars() {
+            if c.is_ascii_uppercase() {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        }
+        out
+    }
+
+    /// Every field of the returned summary is a field of the line, under the same name in
+    /// snake_case with the same value (`archived` by reason as `archived_{reason}`), and the
+    /// line has nothing else but its level, time, message and the process's keys.
     fn assert_logged_as_returned(summary: &Summary) {
         let line = logged(summary);
         let Value::Object(returned) = serde_json::to_value(summary).unwrap() else {
@@ -809,14 +823,21 @@ mod tests {
             match (key.as_str(), value) {
                 ("archived", Value::Object(by_reason)) => {
                     for (reason, n) in by_reason {
-                        expected.insert(format!("archived_{reason}"), n);
+                        expected.insert(format!("archived_{}", reason.to_lowercase()), n);
                     }
                 }
-                (_, value) => _ = expected.insert(key, value),
+                (_, value) => _ = expected.insert(snake_case(&key), value),
             }
         }
         let mut fields = line.clone();
-        for meta in ["timestamp", "level", "message"] {
+        for meta in [
+            "timestamp",
+            "level",
+            "message",
+            "service",
+            "function_name",
+            "function_memory_size",
+        ] {
             assert!(fields.remove(meta).is_some(), "{meta} in {line:?}");
         }
         assert_eq!(fields, expected);
@@ -829,9 +850,9 @@ mod tests {
         let line = logged(&summary);
         // numbers are numbers (Logs Insights filters and sums them), not a JSON string
         assert_eq!(line["received"], 120);
-        assert_eq!(line["archived_TTL_EXPIRED"], 3);
-        assert_eq!(line["achievedRatePerSecond"], 9.75);
-        assert_eq!(line["stoppedBy"], "inFlightLimit");
+        assert_eq!(line["archived_ttl_expired"], 3);
+        assert_eq!(line["achieved_rate_per_second"], 9.75);
+        assert_eq!(line["stopped_by"], "inFlightLimit");
         assert!(!line.contains_key("summary"), "{line:?}");
         // a quiet run: no reason archived, nothing unknown
         let quiet = Summary {

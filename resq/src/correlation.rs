@@ -1,68 +1,211 @@
-//! The correlation id of a message's log lines (docs/design.md, "Logs"): the order's
-//! `orderId`, read from the body without parsing the order, so that a line about any message
-//! (a replay, an archive) can name it whether or not the body is a valid order.
+//! The correlation id of a message's log lines (docs/design.md, "Logs"): the business id,
+//! logged as `correlation_id` (Powertools Logger's key) and under the message type's own key
+//! (`order_id` for orders), read from the body's top-level field (`orderId`) without parsing
+//! the message, so that a line about any message (a replay, an archive) can name it whether or
+//! not the body is valid.
 
+use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-/// The body's top-level string field `orderId`, when the body is a JSON object that has one;
-/// `None` for anything else (not JSON, not an object, no `orderId`, one that is not a string,
-/// or given twice). Nothing but that field is kept: the rest of the body is skipped, not built.
-pub fn order_id(body: &str) -> Option<String> {
-    serde_json::from_str::<OrderIdOf>(body).ok()?.0
+use crate::config::{ConfigError, Vars};
+
+/// The key every line about a message carries its business id under, as Powertools Logger
+/// does (`set_correlation_id`): a Powertools query `filter correlation_id = "…"` finds it.
+pub const CORRELATION_ID: &str = "correlation_id";
+
+/// Where a message type's business id is found and logged: its own log key (`order_id`) and
+/// the body's top-level field that holds it (`orderId`). One rule for both functions: the
+/// consumer reads it from a body it could not parse, the redriver from every DLQ message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorrelationKey {
+    log_key: Cow<'static, str>,
+    body_field: Cow<'static, str>,
 }
 
-/// What [`order_id`] reads a body as.
-struct OrderIdOf(Option<String>);
+impl CorrelationKey {
+    /// Orders: logged as `order_id`, read from `orderId`.
+    pub const ORDERS: CorrelationKey = CorrelationKey::new("order_id", "orderId");
 
-impl<'de> serde::Deserialize<'de> for OrderIdOf {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // a map only: a struct would also read `["o-1"]` as its first field
-        d.deserialize_map(Fields)
+    /// A key logged as `log_key` (snake_case), read from the body's field `body_field`.
+    pub const fn new(log_key: &'static str, body_field: &'static str) -> Self {
+        Self {
+            log_key: Cow::Borrowed(log_key),
+            body_field: Cow::Borrowed(body_field),
+        }
+    }
+
+    /// The message type's own log key (`order_id`), written beside `correlation_id`.
+    pub fn log_key(&self) -> &str {
+        &self.log_key
+    }
+
+    /// The body's top-level field holding the business id (`orderId`).
+    pub fn body_field(&self) -> &str {
+        &self.body_field
+    }
+
+    /// The business id in `body`: its top-level string field [`Self::body_field`] (see
+    /// [`field`]).
+    pub fn read(&self, body: &str) -> Option<String> {
+        field(body, &self.body_field)
+    }
+
+    /// `default` as `RESQ_CORRELATION_KEY` (the log key) and `RESQ_CORRELATION_FIELD` (the
+    /// body's field) override it. The key alone also sets the field, to its camelCase
+    /// (`payment_id` reads `paymentId`). A log key must be snake_case (`[a-z][a-z0-9_]*`, at
+    /// most 64 characters) and none of the keys resq writes itself.
+    pub fn from_vars(
+        default: Self,
+        vars: &Vars<impl Fn(&str) -> Option<String>>,
+    ) -> Result<Self, ConfigError> {
+        let key = vars
+            .get("RESQ_CORRELATION_KEY")
+            .map(|k| k.trim().to_owned());
+        let field = vars
+            .get("RESQ_CORRELATION_FIELD")
+            .map(|f| f.trim().to_owned());
+        let out = match (key, field) {
+            (None, None) => default,
+            (Some(key), field) => Self {
+                body_field: Cow::Owned(field.unwrap_or_else(|| camel_case(&key))),
+                log_key: Cow::Owned(key),
+            },
+            (None, Some(field)) => Self {
+                body_field: Cow::Owned(field),
+                ..default
+            },
+        };
+        if let Some(expected) = out.refusal() {
+            return Err(ConfigError::Invalid {
+                var: "RESQ_CORRELATION_KEY",
+                value: out.log_key.into_owned(),
+                expected,
+            });
+        }
+        if out.body_field.is_empty() || out.body_field.chars().count() > 128 {
+            return Err(ConfigError::Invalid {
+                var: "RESQ_CORRELATION_FIELD",
+                value: out.body_field.into_owned(),
+                expected: "the name of the body's top-level field holding the business id (1 to 128 characters)".into(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Why the log key cannot be used, if it cannot.
+    pub fn refusal(&self) -> Option<String> {
+        let k = self.log_key.as_ref();
+        let snake = k.len() <= 64
+            && k.starts_with(|c: char| c.is_ascii_lowercase())
+            && k.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !snake {
+            return Some("a snake_case log key: a lowercase letter, then lowercase letters, digits or _ (at most 64), e.g. payment_id".into());
+        }
+        let own = crate::telemetry::RESERVED_KEYS
+            .iter()
+            .chain(&crate::telemetry::MESSAGE_KEYS);
+        own.clone().any(|o| *o == k).then(|| {
+            format!(
+                "a log key of the message type's own: {k} is one resq writes itself ({})",
+                own.copied().collect::<Vec<_>>().join(", ")
+            )
+        })
     }
 }
 
-struct Fields;
+/// `snake_case` as `camelCase`: `payment_id` → `paymentId`.
+pub fn camel_case(snake: &str) -> String {
+    let mut out = String::with_capacity(snake.len());
+    let mut upper = false;
+    for c in snake.chars() {
+        if c == '_' {
+            upper = !out.is_empty();
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
-impl<'de> Visitor<'de> for Fields {
-    type Value = OrderIdOf;
+/// The body's top-level string field `orderId` (see [`field`]).
+pub fn order_id(body: &str) -> Option<String> {
+    CorrelationKey::ORDERS.read(body)
+}
+
+/// The body's top-level string field `name`, when the body is a JSON object that has one;
+/// `None` for anything else (not JSON, not an object, no such field, one that is not a
+/// string, or given twice). Nothing but that field is kept: the rest of the body is skipped,
+/// not built.
+pub fn field(body: &str, name: &str) -> Option<String> {
+    let mut de = serde_json::Deserializer::from_str(body);
+    let found = FieldOf(name).deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    found
+}
+
+/// What [`field`] reads a body as: the field `.0`'s string value.
+struct FieldOf<'n>(&'n str);
+
+impl<'de> DeserializeSeed<'de> for FieldOf<'_> {
+    type Value = Option<String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        // a map only: a struct would also read `["o-1"]` as its first field
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FieldOf<'_> {
+    type Value = Option<String>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<OrderIdOf, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut found: Option<Option<String>> = None;
-        while let Some(IsOrderId(is)) = map.next_key()? {
+        while let Some(is) = map.next_key_seed(IsField(self.0))? {
             if !is {
                 map.next_value::<IgnoredAny>()?;
             } else if found.is_some() {
-                return Err(de::Error::duplicate_field("orderId"));
+                return Err(de::Error::custom(format_args!(
+                    "duplicate field `{}`",
+                    self.0
+                )));
             } else {
                 found = Some(map.next_value::<StringOrNot>()?.0);
             }
         }
-        Ok(OrderIdOf(found.flatten()))
+        Ok(found.flatten())
     }
 }
 
-/// A key, compared with `orderId` without keeping it.
-struct IsOrderId(bool);
+/// A key, compared with the field's name without keeping it.
+struct IsField<'n>(&'n str);
 
-impl<'de> serde::Deserialize<'de> for IsOrderId {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Key;
-        impl Visitor<'_> for Key {
-            type Value = IsOrderId;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_str<E: de::Error>(self, key: &str) -> Result<IsOrderId, E> {
-                Ok(IsOrderId(key == "orderId"))
-            }
-        }
-        d.deserialize_str(Key)
+impl<'de> DeserializeSeed<'de> for IsField<'_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for IsField<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<bool, E> {
+        Ok(key == self.0)
     }
 }
 
@@ -126,6 +269,62 @@ mod tests {
             Some("o\"2".into())
         );
         assert_eq!(order_id(r#"{"orderId":""}"#), Some(String::new()));
+    }
+
+    #[test]
+    fn any_field_by_name() {
+        let body = r#"{"paymentId":"p-7","orderId":"o-1"}"#;
+        assert_eq!(field(body, "paymentId"), Some("p-7".into()));
+        assert_eq!(
+            CorrelationKey::new("payment_id", "paymentId").read(body),
+            Some("p-7".into())
+        );
+        assert_eq!(field(body, "payment_id"), None);
+        assert_eq!(
+            field(r#"{"paymentId":"a","paymentId":"b"}"#, "paymentId"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_key_alone_names_its_camel_case_field() {
+        assert_eq!(camel_case("payment_id"), "paymentId");
+        assert_eq!(camel_case("order_line_id"), "orderLineId");
+        assert_eq!(camel_case("id"), "id");
+        assert_eq!(camel_case("_x"), "x");
+        let vars = |k: &'static str, v: &'static str| {
+            crate::config::Vars(move |name: &str| (name == k).then(|| v.to_owned()))
+        };
+        let key = CorrelationKey::from_vars(
+            CorrelationKey::ORDERS,
+            &vars("RESQ_CORRELATION_KEY", "payment_id"),
+        )
+        .unwrap();
+        assert_eq!(
+            (key.log_key(), key.body_field()),
+            ("payment_id", "paymentId")
+        );
+        let key = CorrelationKey::from_vars(
+            CorrelationKey::ORDERS,
+            &vars("RESQ_CORRELATION_FIELD", "order_ref"),
+        )
+        .unwrap();
+        assert_eq!((key.log_key(), key.body_field()), ("order_id", "order_ref"));
+        let none = crate::config::Vars(|_: &str| None);
+        assert_eq!(
+            CorrelationKey::from_vars(CorrelationKey::ORDERS, &none).unwrap(),
+            CorrelationKey::ORDERS
+        );
+        for bad in ["Payment_id", "payment-id", "9id", "message_id", "level"] {
+            assert!(
+                CorrelationKey::from_vars(
+                    CorrelationKey::ORDERS,
+                    &vars("RESQ_CORRELATION_KEY", bad)
+                )
+                .is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

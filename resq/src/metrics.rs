@@ -1,18 +1,27 @@
-//! CloudWatch Embedded Metric Format: metrics as log lines, no API calls.
+//! CloudWatch Embedded Metric Format: metrics as log lines, no API calls. Named as
+//! Powertools Metrics names them: the namespace is the message type's (resq's `resq` by
+//! default, `POWERTOOLS_METRICS_NAMESPACE` overrides), every metric has the dimensions
+//! `service` and `function_name`, and a cold start writes `ColdStart`.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
 use crate::reason::ArchiveReason;
-use crate::telemetry::LogLevel;
+use crate::telemetry::{LogLevel, Telemetry};
 
-/// Namespace of every resq metric.
-pub const NAMESPACE: &str = "resq";
-/// Dimension naming the function that emitted the metric.
-pub const DIMENSION_FUNCTION: &str = "FunctionName";
+/// The metrics' namespace unless the message type or `POWERTOOLS_METRICS_NAMESPACE` says
+/// otherwise.
+pub const DEFAULT_NAMESPACE: &str = "resq";
+/// Dimension naming the service (`POWERTOOLS_SERVICE_NAME`), on every metric.
+pub const DIMENSION_SERVICE: &str = "service";
+/// Dimension naming the function that emitted the metric, on every metric.
+pub const DIMENSION_FUNCTION: &str = "function_name";
 /// Dimension of `Archived` by reason.
-pub const DIMENSION_REASON: &str = "Reason";
+pub const DIMENSION_REASON: &str = "reason";
+/// 1 for an invocation that started a new process (a cold start), in a document of its own
+/// with the dimensions `function_name` and `service`, as Powertools Metrics writes it.
+pub const COLD_START: &str = "ColdStart";
 
 /// Records handled successfully.
 pub const PROCESSED: &str = "Processed";
@@ -48,25 +57,17 @@ pub const REDRIVE_PAUSED_TOO_LONG: &str = "RedrivePausedTooLong";
 /// Counts for one invocation, written out as EMF lines.
 #[derive(Debug, Clone)]
 pub struct Metrics {
-    function_name: String,
     counts: BTreeMap<&'static str, u64>,
     archived: BTreeMap<ArchiveReason, u64>,
 }
 
 impl Metrics {
-    /// Metrics for `function_name`, with `names` reported even when zero (alarms then see 0,
-    /// not missing data).
-    pub fn new(function_name: impl Into<String>, names: &[&'static str]) -> Self {
+    /// Metrics with `names` reported even when zero (alarms then see 0, not missing data).
+    pub fn new(names: &[&'static str]) -> Self {
         Self {
-            function_name: function_name.into(),
             counts: names.iter().map(|n| (*n, 0)).collect(),
             archived: BTreeMap::new(),
         }
-    }
-
-    /// The function name Lambda gives, or `fallback` outside Lambda.
-    pub fn function_name_from_env(fallback: &str) -> String {
-        std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| fallback.to_owned())
     }
 
     /// Adds `n` to a count.
@@ -90,11 +91,13 @@ impl Metrics {
         self.counts.get(name).copied().unwrap_or(0)
     }
 
-    /// The EMF documents: one with every count by function, one per archive reason.
-    pub fn to_emf(&self, timestamp_ms: i64) -> Vec<Value> {
+    /// The EMF documents in `t`'s namespace: one with every count by `service` and
+    /// `function_name`, one per archive reason (by `service`, `function_name` and `reason`).
+    pub fn to_emf(&self, t: &Telemetry, timestamp_ms: i64) -> Vec<Value> {
         let mut docs = Vec::new();
         let mut root = Map::new();
-        root.insert(DIMENSION_FUNCTION.into(), json!(self.function_name));
+        root.insert(DIMENSION_SERVICE.into(), json!(t.service));
+        root.insert(DIMENSION_FUNCTION.into(), json!(t.function_name));
         for (name, value) in &self.counts {
             root.insert((*name).into(), json!(value));
         }
@@ -105,13 +108,19 @@ impl Metrics {
             .collect();
         root.insert(
             "_aws".into(),
-            aws_block(timestamp_ms, &[DIMENSION_FUNCTION], defs),
+            aws_block(
+                &t.namespace,
+                timestamp_ms,
+                &[DIMENSION_SERVICE, DIMENSION_FUNCTION],
+                defs,
+            ),
         );
         docs.push(Value::Object(root));
         for (reason, value) in &self.archived {
             docs.push(json!({
-                "_aws": aws_block(timestamp_ms, &[DIMENSION_FUNCTION, DIMENSION_REASON], vec![json!({"Name": ARCHIVED, "Unit": "Count"})]),
-                DIMENSION_FUNCTION: self.function_name,
+                "_aws": aws_block(&t.namespace, timestamp_ms, &[DIMENSION_SERVICE, DIMENSION_FUNCTION, DIMENSION_REASON], vec![json!({"Name": ARCHIVED, "Unit": "Count"})]),
+                DIMENSION_SERVICE: t.service,
+                DIMENSION_FUNCTION: t.function_name,
                 DIMENSION_REASON: reason.code(),
                 ARCHIVED: value,
             }));
@@ -121,58 +130,106 @@ impl Metrics {
 
     /// The EMF documents as log lines, each with a `level` and an RFC 3339 `timestamp` so that
     /// Lambda's log-level filter files it under `level` (see [`LogLevel::for_metrics`]).
-    pub fn to_lines(&self, at: chrono::DateTime<chrono::Utc>, level: LogLevel) -> Vec<String> {
-        let stamp = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        self.to_emf(at.timestamp_millis())
+    pub fn to_lines(
+        &self,
+        t: &Telemetry,
+        at: chrono::DateTime<chrono::Utc>,
+        level: LogLevel,
+    ) -> Vec<String> {
+        self.to_emf(t, at.timestamp_millis())
             .into_iter()
-            .map(|mut doc| {
-                if let Some(obj) = doc.as_object_mut() {
-                    obj.insert("level".into(), json!(level.as_str()));
-                    obj.insert("timestamp".into(), json!(stamp));
-                }
-                doc.to_string()
-            })
+            .map(|doc| line(doc, at, level))
             .collect()
     }
 
-    /// Prints the EMF lines on stdout, where Lambda's log agent picks them up, at the level
-    /// that survives the configured `AWS_LAMBDA_LOG_LEVEL`.
+    /// Prints the EMF lines on stdout, where Lambda's log agent picks them up, named by this
+    /// process's telemetry ([`crate::telemetry::current`]), at the level that survives the
+    /// configured `AWS_LAMBDA_LOG_LEVEL`.
     pub fn emit(&self) {
         let level = LogLevel::for_metrics(LogLevel::configured());
-        for line in self.to_lines(chrono::Utc::now(), level) {
+        let t = crate::telemetry::current();
+        for line in self.to_lines(t, chrono::Utc::now(), level) {
             println!("{line}");
         }
     }
 }
 
-fn aws_block(timestamp_ms: i64, dimensions: &[&str], metrics: Vec<Value>) -> Value {
+/// The `ColdStart` document: `ColdStart` 1 by `function_name` and `service`, as Powertools
+/// Metrics writes it on a cold start.
+pub fn cold_start_emf(t: &Telemetry, timestamp_ms: i64) -> Value {
+    json!({
+        "_aws": aws_block(&t.namespace, timestamp_ms, &[DIMENSION_FUNCTION, DIMENSION_SERVICE], vec![json!({"Name": COLD_START, "Unit": "Count"})]),
+        DIMENSION_FUNCTION: t.function_name,
+        DIMENSION_SERVICE: t.service,
+        COLD_START: 1,
+    })
+}
+
+/// The `ColdStart` line, as [`Metrics::to_lines`] writes its lines.
+pub fn cold_start_line(
+    t: &Telemetry,
+    at: chrono::DateTime<chrono::Utc>,
+    level: LogLevel,
+) -> String {
+    line(cold_start_emf(t, at.timestamp_millis()), at, level)
+}
+
+/// Prints the `ColdStart` line on stdout, as [`Metrics::emit`] prints its lines.
+pub fn emit_cold_start(t: &Telemetry) {
+    let level = LogLevel::for_metrics(LogLevel::configured());
+    println!("{}", cold_start_line(t, chrono::Utc::now(), level));
+}
+
+/// An EMF document as a line Lambda's filter files under `level`.
+fn line(mut doc: Value, at: chrono::DateTime<chrono::Utc>, level: LogLevel) -> String {
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert("level".into(), json!(level.as_str()));
+        obj.insert(
+            "timestamp".into(),
+            json!(at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        );
+    }
+    doc.to_string()
+}
+
+fn aws_block(
+    namespace: &str,
+    timestamp_ms: i64,
+    dimensions: &[&str],
+    metrics: Vec<Value>,
+) -> Value {
     json!({
         "Timestamp": timestamp_ms,
-        "CloudWatchMetrics": [{"Namespace": NAMESPACE, "Dimensions": [dimensions], "Metrics": metrics}]
+        "CloudWatchMetrics": [{"Namespace": namespace, "Dimensions": [dimensions], "Metrics": metrics}]
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::Names;
 
     #[test]
     fn emf_documents_declare_what_they_carry() {
-        let mut m = Metrics::new("orders-consumer", &[PROCESSED, RETRIED]);
+        let t = Telemetry::of(Names::ORDERS, "orders-consumer", Some(256)).unwrap();
+        let mut m = Metrics::new(&[PROCESSED, RETRIED]);
         m.add(PROCESSED, 3);
         m.add_archived(ArchiveReason::RedriveCap);
         m.add_archived(ArchiveReason::RedriveCap);
         m.add_archived(ArchiveReason::InvalidRedriveCount);
-        let docs = m.to_emf(1_700_000_000_000);
+        let docs = m.to_emf(&t, 1_700_000_000_000);
         assert_eq!(docs.len(), 3);
         let main = &docs[0];
         assert_eq!(main["Processed"], 3);
         assert_eq!(main["Retried"], 0);
         assert_eq!(main["Archived"], 3);
-        assert_eq!(main["FunctionName"], "orders-consumer");
+        assert_eq!(
+            (&main["function_name"], &main["service"]),
+            (&json!("orders-consumer"), &json!("orders"))
+        );
         let cw = &main["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(cw["Namespace"], "resq");
-        assert_eq!(cw["Dimensions"], json!([["FunctionName"]]));
+        assert_eq!(cw["Dimensions"], json!([["service", "function_name"]]));
         // every declared metric is present as a number at the root
         for def in cw["Metrics"].as_array().unwrap() {
             assert!(main[def["Name"].as_str().unwrap()].is_u64());
@@ -181,7 +238,7 @@ mod tests {
             .iter()
             .map(|d| {
                 (
-                    d["Reason"].as_str().unwrap().to_owned(),
+                    d["reason"].as_str().unwrap().to_owned(),
                     d["Archived"].as_u64().unwrap(),
                 )
             })
@@ -195,19 +252,54 @@ mod tests {
         );
         assert_eq!(
             docs[1]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
-            json!([["FunctionName", "Reason"]])
+            json!([["service", "function_name", "reason"]])
+        );
+        assert!(docs[1..].iter().all(|d| d["service"] == "orders"));
+    }
+
+    #[test]
+    fn the_namespace_and_service_are_the_telemetrys() {
+        // GIVEN a payments service whose namespace is its own
+        let names = Names {
+            service: "payments",
+            namespace: "acme/payments",
+            ..Names::ORDERS
+        };
+        let t = Telemetry::of(names, "payments-consumer", None).unwrap();
+        let mut m = Metrics::new(&[PROCESSED]);
+        m.add_archived(ArchiveReason::TtlExpired);
+        // THEN every document is in its namespace, by its service
+        for doc in m.to_emf(&t, 1) {
+            assert_eq!(
+                doc["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+                "acme/payments"
+            );
+            assert_eq!(doc["service"], "payments");
+        }
+        // and a cold start is Powertools' ColdStart document
+        let cold = cold_start_emf(&t, 7);
+        assert_eq!(cold["ColdStart"], 1);
+        assert_eq!(
+            cold["_aws"]["CloudWatchMetrics"][0],
+            json!({"Namespace": "acme/payments", "Dimensions": [["function_name", "service"]], "Metrics": [{"Name": "ColdStart", "Unit": "Count"}]})
+        );
+        assert_eq!(
+            (&cold["function_name"], &cold["service"]),
+            (&json!("payments-consumer"), &json!("payments"))
         );
     }
 
     #[test]
     fn metric_lines_survive_every_lambda_log_level() {
         // GIVEN the metric lines a function prints under each application log level
-        let mut m = Metrics::new("orders-consumer", &[PROCESSED]);
+        let t = Telemetry::of(Names::ORDERS, "orders-consumer", None).unwrap();
+        let mut m = Metrics::new(&[PROCESSED]);
         m.add_archived(ArchiveReason::TtlExpired);
         let at = chrono::Utc::now();
         for configured in LogLevel::ALL {
-            let lines = m.to_lines(at, LogLevel::for_metrics(configured));
-            assert_eq!(lines.len(), 2);
+            let mut lines = m.to_lines(&t, at, LogLevel::for_metrics(configured));
+            lines.push(cold_start_line(&t, at, LogLevel::for_metrics(configured)));
+            assert_eq!(lines.len(), 3);
             for line in &lines {
                 // THEN Lambda's filter keeps every one, and each is still an EMF document
                 assert!(
@@ -219,7 +311,7 @@ mod tests {
             }
         }
         // and without the level field Lambda would drop them above INFO
-        let bare = m.to_emf(at.timestamp_millis())[0].to_string();
+        let bare = m.to_emf(&t, at.timestamp_millis())[0].to_string();
         assert!(!crate::lambda::application_log_kept(&bare, LogLevel::Warn));
     }
 }

@@ -1,7 +1,14 @@
-//! Logging set up the way Lambda asks for it: `AWS_LAMBDA_LOG_FORMAT` (`JSON` or `Text`) and
-//! `AWS_LAMBDA_LOG_LEVEL`; `RUST_LOG`, when set, refines the filter for local work.
+//! Logging set up the way Lambda asks for it (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`),
+//! with Powertools Logger's keys and switches where they overlap (docs/design.md,
+//! "Observability"): every JSON line carries `service`, `function_name`,
+//! `function_memory_size` and, inside an invocation, `cold_start`, `function_arn`,
+//! `function_request_id` and `xray_trace_id`; `POWERTOOLS_SERVICE_NAME`,
+//! `POWERTOOLS_METRICS_NAMESPACE` and `POWERTOOLS_LOG_LEVEL` are honoured. `RUST_LOG`, when
+//! set, refines the filter for local work.
 
 use std::fmt;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
@@ -10,6 +17,9 @@ use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, JsonFields, Wri
 use tracing_subscriber::fmt::{FmtContext, FormattedFields, MakeWriter};
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::registry::LookupSpan;
+
+use crate::config::{ConfigError, Vars};
+use crate::correlation::CorrelationKey;
 
 /// Output format of log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,8 +77,31 @@ impl LogLevel {
         }
     }
 
+    /// A level as Powertools' `POWERTOOLS_LOG_LEVEL` names it: Lambda's names, and Python's
+    /// `WARNING` and `CRITICAL` (`SILENT` is [`LogSettings`]'s to read: no level at all).
+    pub fn parse_powertools(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_uppercase().as_str() {
+            "WARNING" => Some(LogLevel::Warn),
+            "CRITICAL" => Some(LogLevel::Fatal),
+            other => Self::parse(other),
+        }
+    }
+
+    /// The [`Targets`] directive that keeps this level and above (`FATAL` is tracing's
+    /// `error`: it has no higher level).
+    pub fn directive(self) -> &'static str {
+        match self {
+            LogLevel::Trace => "trace",
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error | LogLevel::Fatal => "error",
+        }
+    }
+
     /// The configured application level: `AWS_LAMBDA_LOG_LEVEL`, INFO when unset or unknown
-    /// (Lambda's default).
+    /// (Lambda's default). Lambda's filter reads this one only: `POWERTOOLS_LOG_LEVEL` sets
+    /// what resq writes, not what Lambda keeps.
     pub fn configured() -> Self {
         std::env::var("AWS_LAMBDA_LOG_LEVEL")
             .ok()
@@ -96,18 +129,28 @@ pub struct LogSettings {
 }
 
 impl LogSettings {
-    /// Resolves the settings from the three variables' values.
-    pub fn from_values(format: Option<&str>, level: Option<&str>, rust_log: Option<&str>) -> Self {
+    /// Resolves the settings from the variables' values: `AWS_LAMBDA_LOG_FORMAT`,
+    /// `AWS_LAMBDA_LOG_LEVEL`, then `POWERTOOLS_LOG_LEVEL` (used only without Lambda's, as
+    /// Powertools ranks them; `SILENT` writes no log line, metric lines still go), then
+    /// `RUST_LOG` over both.
+    pub fn from_values(
+        format: Option<&str>,
+        level: Option<&str>,
+        powertools_level: Option<&str>,
+        rust_log: Option<&str>,
+    ) -> Self {
         let format = match format.map(str::trim) {
             Some(f) if f.eq_ignore_ascii_case("text") => LogFormat::Text,
             _ => LogFormat::Json,
         };
-        let level = match level.map(|l| l.trim().to_ascii_uppercase()).as_deref() {
-            Some("TRACE") => "trace",
-            Some("DEBUG") => "debug",
-            Some("WARN") => "warn",
-            Some("ERROR") | Some("FATAL") => "error",
-            _ => "info",
+        let silent = powertools_level.is_some_and(|l| l.trim().eq_ignore_ascii_case("silent"));
+        let level = match (level.and_then(LogLevel::parse), powertools_level) {
+            (Some(lambda), _) => lambda.directive(),
+            (None, _) if silent => "off",
+            (None, p) => p
+                .and_then(LogLevel::parse_powertools)
+                .unwrap_or(LogLevel::Info)
+                .directive(),
         };
         let filter = match rust_log.map(str::trim).filter(|s| !s.is_empty()) {
             Some(directives) => directives.to_owned(),
@@ -122,21 +165,251 @@ impl LogSettings {
         Self::from_values(
             get("AWS_LAMBDA_LOG_FORMAT").as_deref(),
             get("AWS_LAMBDA_LOG_LEVEL").as_deref(),
+            get("POWERTOOLS_LOG_LEVEL").as_deref(),
             get("RUST_LOG").as_deref(),
         )
     }
 }
 
-/// Installs the global subscriber (once; later calls do nothing). A `RUST_LOG` that does not
-/// parse as [`Targets`] directives is set aside, with a warning, for `AWS_LAMBDA_LOG_LEVEL`.
-pub fn init_tracing() {
+/// Powertools Logger's standard keys, which resq writes on every JSON line itself (a field of
+/// the same name on an event or a span is not written, as Powertools ignores such keys; the
+/// event's `message` is the line's), and `correlation_id`, which resq's own spans and events
+/// carry. A message type's correlation key cannot be one of them.
+pub const RESERVED_KEYS: [&str; 11] = [
+    "timestamp",
+    "level",
+    "service",
+    "cold_start",
+    "function_name",
+    "function_memory_size",
+    "function_arn",
+    "function_request_id",
+    "xray_trace_id",
+    "message",
+    crate::correlation::CORRELATION_ID,
+];
+
+/// Keys resq writes on its lines about a message, beside [`RESERVED_KEYS`]: a message type's
+/// own correlation key cannot be one of them.
+pub const MESSAGE_KEYS: [&str; 8] = [
+    "message_id",
+    "new_message_id",
+    "error_code",
+    "error_details",
+    "failure_class",
+    "redrive_count",
+    "reason",
+    "key",
+];
+
+/// How a message type names itself in logs and metrics, as declared
+/// (`MessageHandler::NAMES` in resq-consumer); the environment overrides each
+/// ([`Telemetry::from_vars`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Names {
+    /// `service` on every line and the `service` dimension (`POWERTOOLS_SERVICE_NAME`).
+    pub service: &'static str,
+    /// The metrics' namespace (`POWERTOOLS_METRICS_NAMESPACE`).
+    pub namespace: &'static str,
+    /// The type's own log key for its business id, beside `correlation_id`
+    /// (`RESQ_CORRELATION_KEY`).
+    pub correlation_key: &'static str,
+    /// The body's top-level field holding the business id (`RESQ_CORRELATION_FIELD`).
+    pub correlation_field: &'static str,
+}
+
+impl Names {
+    /// Orders, resq's own message type, and the defaults of both functions: service
+    /// `orders`, namespace `resq`, the business id `orderId` logged as `order_id`.
+    pub const ORDERS: Names = Names {
+        service: "orders",
+        namespace: crate::metrics::DEFAULT_NAMESPACE,
+        correlation_key: "order_id",
+        correlation_field: "orderId",
+    };
+
+    /// The correlation key as declared.
+    pub fn correlation(&self) -> CorrelationKey {
+        CorrelationKey::new(self.correlation_key, self.correlation_field)
+    }
+}
+
+/// How this process names its lines and metrics, resolved once: the declared [`Names`] as
+/// the environment overrides them, and the function Lambda runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Telemetry {
+    /// `service`.
+    pub service: String,
+    /// The metrics' namespace.
+    pub namespace: String,
+    /// The business id's log key and body field.
+    pub correlation: CorrelationKey,
+    /// `AWS_LAMBDA_FUNCTION_NAME` (outside Lambda, the executable's name).
+    pub function_name: String,
+    /// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`, MB, when set.
+    pub function_memory_size: Option<u32>,
+    /// `"service":…,"function_name":…,"function_memory_size":…`: the keys every line carries,
+    /// formatted once.
+    process_keys: String,
+}
+
+impl Telemetry {
+    /// `names` for `function_name`, without the environment (tests, tools). `Err` names what
+    /// is invalid.
+    pub fn of(
+        names: Names,
+        function_name: &str,
+        function_memory_size: Option<u32>,
+    ) -> Result<Self, ConfigError> {
+        Self::from_vars(
+            names,
+            &Vars(|k: &str| match k {
+                "AWS_LAMBDA_FUNCTION_NAME" => Some(function_name.to_owned()),
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE" => function_memory_size.map(|m| m.to_string()),
+                _ => None,
+            }),
+        )
+    }
+
+    /// `names` as the variables override them: `POWERTOOLS_SERVICE_NAME` (1–255 printable
+    /// ASCII characters), `POWERTOOLS_METRICS_NAMESPACE` (CloudWatch's rules: 1–255 of
+    /// `0-9A-Za-z.-_/#:` and space, not `AWS/…`), `RESQ_CORRELATION_KEY` /
+    /// `RESQ_CORRELATION_FIELD` ([`CorrelationKey::from_vars`]); the function from
+    /// `AWS_LAMBDA_FUNCTION_NAME` and `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`.
+    pub fn from_vars(
+        names: Names,
+        vars: &Vars<impl Fn(&str) -> Option<String>>,
+    ) -> Result<Self, ConfigError> {
+        let service = vars
+            .get("POWERTOOLS_SERVICE_NAME")
+            .map_or_else(|| names.service.to_owned(), |s| s.trim().to_owned());
+        if !valid_service(&service) {
+            return Err(ConfigError::Invalid {
+                var: "POWERTOOLS_SERVICE_NAME",
+                value: service,
+                expected: "a service name of 1 to 255 printable ASCII characters (the `service` key and dimension)".into(),
+            });
+        }
+        let namespace = vars
+            .get("POWERTOOLS_METRICS_NAMESPACE")
+            .map_or_else(|| names.namespace.to_owned(), |s| s.trim().to_owned());
+        if !valid_namespace(&namespace) {
+            return Err(ConfigError::Invalid {
+                var: "POWERTOOLS_METRICS_NAMESPACE",
+                value: namespace,
+                expected: "a CloudWatch namespace: 1 to 255 of 0-9 A-Z a-z . - _ / # : and space, not starting with AWS/".into(),
+            });
+        }
+        let correlation = CorrelationKey::from_vars(names.correlation(), vars)?;
+        let function_name = vars
+            .get("AWS_LAMBDA_FUNCTION_NAME")
+            .map(|n| n.trim().to_owned())
+            .unwrap_or_else(executable_name);
+        let function_memory_size = vars
+            .get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+            .and_then(|m| m.trim().parse().ok());
+        let mut process_keys = format!(
+            "\"service\":{},\"function_name\":{}",
+            json_string(&service),
+            json_string(&function_name)
+        );
+        if let Some(mb) = function_memory_size {
+            process_keys.push_str(&format!(",\"function_memory_size\":{mb}"));
+        }
+        Ok(Self {
+            service,
+            namespace,
+            correlation,
+            function_name,
+            function_memory_size,
+            process_keys,
+        })
+    }
+
+    /// [`Telemetry::from_vars`] over the process environment.
+    pub fn from_env(names: Names) -> Result<Self, ConfigError> {
+        Self::from_vars(names, &crate::config::process_env())
+    }
+
+    /// [`Telemetry::from_env`], or `names` as declared when a variable is invalid (the
+    /// function refused it at start-up already: [`init`]).
+    pub fn from_env_or_declared(names: Names) -> Self {
+        Self::from_env(names).unwrap_or_else(|_| {
+            let function =
+                std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| executable_name());
+            Self::of(names, &function, None).unwrap_or_else(|_| Self::fallback(names, &function))
+        })
+    }
+
+    /// `names` taken as they are, unchecked: the last resort when even the declaration is
+    /// refused (the function stopped at start-up; tools go on).
+    fn fallback(names: Names, function_name: &str) -> Self {
+        Self {
+            service: names.service.to_owned(),
+            namespace: names.namespace.to_owned(),
+            correlation: names.correlation(),
+            function_name: function_name.to_owned(),
+            function_memory_size: None,
+            process_keys: format!(
+                "\"service\":{},\"function_name\":{}",
+                json_string(names.service),
+                json_string(function_name)
+            ),
+        }
+    }
+}
+
+fn valid_service(s: &str) -> bool {
+    (1..=255).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
+}
+
+fn valid_namespace(s: &str) -> bool {
+    (1..=255).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-_/#: ".contains(&b))
+        && !s.trim().is_empty()
+        && !s.starts_with("AWS/")
+}
+
+/// The executable's file name: the function's name outside Lambda (`consumer`, `redriver`).
+fn executable_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "resq".to_owned())
+}
+
+fn json_string(s: &str) -> String {
+    serde_json::Value::from(s).to_string()
+}
+
+static INSTALLED: OnceLock<Telemetry> = OnceLock::new();
+
+/// This process's telemetry: what [`init`] installed, or (tools, tests) resq's defaults as the
+/// environment overrides them.
+pub fn current() -> &'static Telemetry {
+    INSTALLED.get_or_init(|| Telemetry::from_env_or_declared(Names::ORDERS))
+}
+
+/// A function's logging, first thing at start-up: resolves `names` with the environment
+/// ([`Telemetry::from_vars`], an invalid variable is the error), makes it [`current`], and
+/// installs the global subscriber (later calls install nothing and keep the first). A
+/// `RUST_LOG` that does not parse as [`Targets`] directives is set aside, with a warning,
+/// for the level.
+pub fn init(names: Names) -> Result<&'static Telemetry, ConfigError> {
+    let resolved = Telemetry::from_env(names)?;
+    let telemetry = INSTALLED.get_or_init(|| resolved);
     let settings = LogSettings::from_env();
     let (filter, refused) = match settings.filter.parse::<Targets>() {
         Ok(filter) => (filter, None),
         Err(e) => {
             let get = |k: &str| std::env::var(k).ok();
-            let level =
-                LogSettings::from_values(None, get("AWS_LAMBDA_LOG_LEVEL").as_deref(), None);
+            let level = LogSettings::from_values(
+                None,
+                get("AWS_LAMBDA_LOG_LEVEL").as_deref(),
+                get("POWERTOOLS_LOG_LEVEL").as_deref(),
+                None,
+            );
             let filter = level
                 .filter
                 .parse::<Targets>()
@@ -144,9 +417,11 @@ pub fn init_tracing() {
             (filter, Some(e))
         }
     };
+    // the invocation's span carries the keys of every line in it: always on
+    let filter = filter.with_target(INVOCATION_TARGET, LevelFilter::ERROR);
     let _ = match settings.format {
         LogFormat::Json => tracing_subscriber::registry()
-            .with(json_layer(std::io::stdout).with_filter(filter))
+            .with(json_layer(telemetry, std::io::stdout).with_filter(filter))
             .try_init(),
         LogFormat::Text => tracing_subscriber::registry()
             .with(
@@ -158,31 +433,85 @@ pub fn init_tracing() {
             .try_init(),
     };
     if let Some(e) = refused {
-        tracing::warn!(rust_log = %settings.filter, error = %e, "RUST_LOG is not a list of target=level directives; AWS_LAMBDA_LOG_LEVEL applies");
+        tracing::warn!(rust_log = %settings.filter, error = %e, "RUST_LOG is not a list of target=level directives; AWS_LAMBDA_LOG_LEVEL (or POWERTOOLS_LOG_LEVEL) applies");
     }
+    Ok(telemetry)
 }
 
-/// The JSON log layer both functions use, writing to `writer`: one object per line with
-/// `timestamp` (RFC 3339: Lambda honours a line's `level` only next to a valid one, and files
-/// it as INFO otherwise, so a WARN setting would drop every warning), `level`, the event's
-/// fields, and the fields of the spans it is in, all at the top level. So `messageId` and
-/// `orderId`, which the consumer puts on a record's span and the redriver on each line, are
-/// the same keys in both functions' logs, and a Logs Insights query filters on them directly.
-pub fn json_layer<S, W>(writer: W) -> impl tracing_subscriber::Layer<S>
+/// The target of [`invocation`]'s span, which [`FlatJson`] writes as Powertools' keys.
+pub const INVOCATION_TARGET: &str = "resq::invocation";
+
+/// Whether no invocation of this process has started yet.
+static COLD: AtomicBool = AtomicBool::new(true);
+
+/// One invocation's span, for the handler's future to run in (`.instrument(span)`): every
+/// line inside it carries `cold_start` (true on the process's first invocation only),
+/// `function_arn`, `function_request_id` and `xray_trace_id` (the `Root` of Lambda's trace
+/// header, as Powertools writes it), formatted once, here. On a cold start it also writes the
+/// `ColdStart` metric, as Powertools Metrics does. At ERROR level, so whatever level is
+/// configured the keys are on every line.
+pub fn invocation(context: &lambda_runtime::Context) -> tracing::Span {
+    let cold = COLD.swap(false, Ordering::Relaxed);
+    if cold {
+        crate::metrics::emit_cold_start(current());
+    }
+    let trace = context.xray_trace_id.as_deref().and_then(trace_root);
+    tracing::error_span!(
+        target: INVOCATION_TARGET,
+        "invocation",
+        cold_start = cold,
+        function_arn = %context.invoked_function_arn,
+        function_request_id = %context.request_id,
+        xray_trace_id = trace,
+    )
+}
+
+/// The trace id of Lambda's trace header (`Root=1-5759e988-bd862e3fe1be46a994272793;
+/// Parent=…;Sampled=1`): `1-5759e988-bd862e3fe1be46a994272793`, as Powertools logs it; a
+/// header without `Root=` is the id itself.
+pub fn trace_root(header: &str) -> Option<&str> {
+    let root = header
+        .split(';')
+        .map(str::trim)
+        .find_map(|part| part.strip_prefix("Root="))
+        .unwrap_or_else(|| header.split(';').next().unwrap_or_default().trim());
+    (!root.is_empty() && !root.contains('=')).then_some(root)
+}
+
+/// The JSON log layer of a function with `telemetry`, writing to `writer`: one object per line
+/// with `timestamp` (RFC 3339: Lambda honours a line's `level` only next to a valid one, and
+/// files it as INFO otherwise, so a WARN setting would drop every warning), `level`, the
+/// process's keys (`service`, `function_name`, `function_memory_size`), inside an
+/// [`invocation`] its keys, then the event's fields and the fields of the spans it is in, all
+/// at the top level; a `correlation_id` is written again under the message type's own key
+/// (`order_id`). So `message_id`, `correlation_id` and `order_id`, which the consumer puts on
+/// a record's span and the redriver on each line, are the same keys in both functions' logs,
+/// and a Logs Insights query (a Powertools one too) filters on them directly.
+pub fn json_layer<S, W>(telemetry: &Telemetry, writer: W) -> impl tracing_subscriber::Layer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
     tracing_subscriber::fmt::layer()
         .fmt_fields(JsonFields::new())
-        .event_format(FlatJson)
+        .event_format(FlatJson {
+            process_keys: telemetry.process_keys.clone(),
+            correlation_key: telemetry.correlation.log_key().to_owned(),
+        })
         .with_writer(writer)
 }
 
-/// [`json_layer`]'s line format: span fields (outermost first) and event fields in one flat
-/// object; an event's own field wins over a span's of the same name.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct FlatJson;
+/// [`json_layer`]'s line format: the standard keys, then span fields (outermost first) and
+/// event fields in one flat object; an event's own field wins over a span's of the same name.
+/// The Lambda runtime's own span (`requestId`, `xrayTraceId`) is left out: its keys are
+/// written as Powertools names them.
+#[derive(Debug, Clone, Default)]
+pub struct FlatJson {
+    /// The process's keys, formatted once (no braces).
+    process_keys: String,
+    /// The message type's own key for `correlation_id`.
+    correlation_key: String,
+}
 
 impl<S, N> FormatEvent<S, N> for FlatJson
 where
@@ -195,20 +524,38 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let mut line = serde_json::Map::new();
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-        line.insert("timestamp".into(), now.into());
-        line.insert("level".into(), event.metadata().level().as_str().into());
+        write!(
+            writer,
+            "{{\"timestamp\":\"{now}\",\"level\":\"{}\"",
+            event.metadata().level().as_str()
+        )?;
+        if !self.process_keys.is_empty() {
+            write!(writer, ",{}", self.process_keys)?;
+        }
+        let mut line = serde_json::Map::new();
         let span = event
             .parent()
             .and_then(|id| ctx.span(id))
             .or_else(|| ctx.lookup_current());
         if let Some(span) = span {
             for s in span.scope().from_root() {
+                let target = s.metadata().target();
+                if target.starts_with("lambda_runtime") {
+                    continue;
+                }
                 let extensions = s.extensions();
                 let Some(fields) = extensions.get::<FormattedFields<N>>() else {
                     continue;
                 };
+                if target == INVOCATION_TARGET {
+                    // formatted once, when the invocation began: written as it is
+                    let inner = fields.trim().trim_start_matches('{').trim_end_matches('}');
+                    if !inner.is_empty() {
+                        write!(writer, ",{inner}")?;
+                    }
+                    continue;
+                }
                 if let Ok(serde_json::Value::Object(fields)) =
                     serde_json::from_str::<serde_json::Value>(fields)
                 {
@@ -217,8 +564,24 @@ where
             }
         }
         event.record(&mut FieldsInto(&mut line));
-        let text = serde_json::to_string(&line).map_err(|_| fmt::Error)?;
-        writeln!(writer, "{text}")
+        let message = line.remove("message");
+        for key in RESERVED_KEYS {
+            if key != crate::correlation::CORRELATION_ID {
+                line.remove(key);
+            }
+        }
+        if let Some(id) = line.get(crate::correlation::CORRELATION_ID).cloned() {
+            line.insert(self.correlation_key.clone(), id);
+        }
+        if let Some(message) = message {
+            let text = serde_json::to_string(&message).map_err(|_| fmt::Error)?;
+            write!(writer, ",\"message\":{text}")?;
+        }
+        if !line.is_empty() {
+            let text = serde_json::to_string(&line).map_err(|_| fmt::Error)?;
+            write!(writer, ",{}", &text[1..text.len() - 1])?;
+        }
+        writeln!(writer, "}}")
     }
 }
 
@@ -257,25 +620,34 @@ impl Visit for FieldsInto<'_> {
 mod tests {
     use super::*;
 
+    use serde_json::json;
+
     #[test]
     fn span_and_event_fields_are_top_level_keys_of_one_json_line() {
         let (logs, _guard) = crate::testing::CapturedLogs::start();
-        let span =
-            tracing::error_span!("record", messageId = "m-1", orderId = tracing::field::Empty);
-        span.record("orderId", "o-1");
-        span.in_scope(|| tracing::warn!(newMessageId = "m-2", count = 3_u64, ok = true, "copied"));
-        tracing::info!(messageId = "m-9", "outside any span");
+        let span = tracing::error_span!(
+            "record",
+            message_id = "m-1",
+            correlation_id = tracing::field::Empty
+        );
+        span.record("correlation_id", "o-1");
+        span.in_scope(|| {
+            tracing::warn!(new_message_id = "m-2", count = 3_u64, ok = true, "copied")
+        });
+        tracing::info!(message_id = "m-9", "outside any span");
         let lines = logs.lines();
         let copied = &lines[0];
         assert_eq!(copied["message"], "copied");
         assert_eq!(copied["level"], "WARN");
+        // the business id under Powertools' key and under the message type's own
         assert_eq!(
             (
-                &copied["messageId"],
-                &copied["orderId"],
-                &copied["newMessageId"]
+                &copied["message_id"],
+                &copied["correlation_id"],
+                &copied["order_id"],
+                &copied["new_message_id"]
             ),
-            (&"m-1".into(), &"o-1".into(), &"m-2".into())
+            (&"m-1".into(), &"o-1".into(), &"o-1".into(), &"m-2".into())
         );
         assert_eq!((&copied["count"], &copied["ok"]), (&3.into(), &true.into()));
         assert!(copied.get("span").is_none(), "{copied}");
@@ -284,8 +656,176 @@ mod tests {
             chrono::DateTime::parse_from_rfc3339(stamp).is_ok(),
             "{stamp}"
         );
-        assert_eq!(lines[1]["messageId"], "m-9");
-        assert!(lines[1].get("orderId").is_none());
+        assert_eq!(lines[1]["message_id"], "m-9");
+        assert!(lines[1].get("correlation_id").is_none());
+        assert!(lines[1].get("order_id").is_none());
+    }
+
+    fn context(request_id: &str, trace: Option<&str>) -> lambda_runtime::Context {
+        let mut c = lambda_runtime::Context::default();
+        c.request_id = request_id.into();
+        c.invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:pay".into();
+        c.xray_trace_id = trace.map(str::to_owned);
+        c
+    }
+
+    #[test]
+    fn every_line_carries_powertools_standard_keys() {
+        // GIVEN a payments function's logs: its own names, 512 MB
+        let names = Names {
+            service: "payments",
+            correlation_key: "payment_id",
+            correlation_field: "paymentId",
+            ..Names::ORDERS
+        };
+        let t = Telemetry::of(names, "pay", Some(512)).unwrap();
+        let (logs, _guard) = crate::testing::CapturedLogs::start_for(&t);
+        // WHEN it logs at start-up, then in two invocations
+        tracing::info!("init");
+        let trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+        for (id, trace) in [("r-1", Some(trace)), ("r-2", None)] {
+            let span = invocation(&context(id, trace));
+            span.in_scope(|| {
+                let record =
+                    tracing::error_span!("record", message_id = "m", correlation_id = "p-9");
+                record.in_scope(|| {
+                    tracing::warn!(service = "mine", level = "x", cold_start = "y", "failed")
+                });
+            });
+        }
+        let lines = logs.lines();
+        // THEN every line has the process's keys, as Powertools writes them
+        for l in &lines {
+            assert_eq!(l["service"], "payments", "{l}");
+            assert_eq!(l["function_name"], "pay", "{l}");
+            assert_eq!(l["function_memory_size"], 512, "{l}");
+        }
+        assert!(lines[0].get("function_request_id").is_none());
+        // the invocations' keys on theirs; an event's field cannot override them
+        let (first, second) = (&lines[1], &lines[2]);
+        assert_eq!(first["level"], "WARN");
+        assert_eq!(first["function_request_id"], "r-1");
+        assert_eq!(
+            first["function_arn"],
+            "arn:aws:lambda:us-east-1:123456789012:function:pay"
+        );
+        assert_eq!(
+            first["xray_trace_id"],
+            "1-5759e988-bd862e3fe1be46a994272793"
+        );
+        assert!(first["cold_start"].is_boolean());
+        assert_eq!(
+            second["cold_start"], false,
+            "only a process's first is cold"
+        );
+        assert_eq!(second["function_request_id"], "r-2");
+        assert!(second.get("xray_trace_id").is_none(), "{second}");
+        // the type's own key beside correlation_id
+        assert_eq!(
+            (&first["correlation_id"], &first["payment_id"]),
+            (&json!("p-9"), &json!("p-9"))
+        );
+        assert!(first.get("order_id").is_none());
+        // one key each, no duplicates: the line is the object it parses to
+        let text = logs.text();
+        let first_line = text.lines().nth(1).unwrap();
+        assert_eq!(first_line.matches("\"service\"").count(), 1, "{first_line}");
+        assert_eq!(first_line.matches("\"level\"").count(), 1, "{first_line}");
+    }
+
+    #[test]
+    fn the_trace_id_is_the_root_of_lambdas_header() {
+        assert_eq!(
+            trace_root(
+                "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=0"
+            ),
+            Some("1-5759e988-bd862e3fe1be46a994272793")
+        );
+        assert_eq!(
+            trace_root("Parent=5;Root=1-2-3"),
+            Some("1-2-3"),
+            "wherever it is"
+        );
+        assert_eq!(trace_root("1-2-3"), Some("1-2-3"));
+        assert_eq!(trace_root(""), None);
+        assert_eq!(trace_root("Parent=5;Sampled=1"), None);
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> Vars<impl Fn(&str) -> Option<String>> {
+        let map: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Vars(move |k: &str| map.get(k).cloned())
+    }
+
+    #[test]
+    fn the_environment_names_the_service_the_namespace_and_the_correlation_key() {
+        // declared
+        let t = Telemetry::from_vars(Names::ORDERS, &vars(&[("AWS_LAMBDA_FUNCTION_NAME", "f")]))
+            .unwrap();
+        assert_eq!(
+            (
+                t.service.as_str(),
+                t.namespace.as_str(),
+                t.correlation.log_key(),
+                t.correlation.body_field()
+            ),
+            ("orders", "resq", "order_id", "orderId")
+        );
+        assert_eq!(
+            (t.function_name.as_str(), t.function_memory_size),
+            ("f", None)
+        );
+        // overridden, as Powertools and resq name the variables
+        let t = Telemetry::from_vars(
+            Names::ORDERS,
+            &vars(&[
+                ("POWERTOOLS_SERVICE_NAME", "checkout"),
+                ("POWERTOOLS_METRICS_NAMESPACE", "Acme/Checkout"),
+                ("RESQ_CORRELATION_KEY", "cart_id"),
+                ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                t.service.as_str(),
+                t.namespace.as_str(),
+                t.correlation.log_key(),
+                t.correlation.body_field()
+            ),
+            ("checkout", "Acme/Checkout", "cart_id", "cartId")
+        );
+        assert_eq!(t.function_memory_size, Some(1024));
+        // refused, naming the variable
+        for (var, value) in [
+            ("POWERTOOLS_METRICS_NAMESPACE", "AWS/SQS"),
+            ("POWERTOOLS_METRICS_NAMESPACE", "a;b"),
+            ("POWERTOOLS_SERVICE_NAME", "caf\u{e9}"),
+            ("RESQ_CORRELATION_KEY", "orderId"),
+            ("RESQ_CORRELATION_KEY", "service"),
+            ("RESQ_CORRELATION_KEY", "correlation_id"),
+        ] {
+            match Telemetry::from_vars(Names::ORDERS, &vars(&[(var, value)])) {
+                Err(ConfigError::Invalid { var: named, .. }) => assert_eq!(named, var, "{value}"),
+                other => panic!("{var}={value}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn powertools_log_level_applies_without_lambdas() {
+        let level =
+            |lambda, powertools| LogSettings::from_values(None, lambda, powertools, None).filter;
+        assert_eq!(level(None, Some("WARNING")), "warn");
+        assert_eq!(level(None, Some("critical")), "error");
+        assert_eq!(level(None, Some("DEBUG")), "debug");
+        assert_eq!(level(None, Some("SILENT")), "off");
+        assert_eq!(level(None, Some("nonsense")), "info");
+        // Lambda's own setting ranks first, as Powertools ranks it
+        assert_eq!(level(Some("ERROR"), Some("DEBUG")), "error");
+        assert_eq!(level(Some("INFO"), Some("SILENT")), "info");
     }
 
     #[test]
@@ -306,14 +846,14 @@ mod tests {
     #[test]
     fn filters_read_as_targets_directives() {
         use tracing::Level;
-        let warn: Targets = LogSettings::from_values(None, Some("WARN"), None)
+        let warn: Targets = LogSettings::from_values(None, Some("WARN"), None, None)
             .filter
             .parse()
             .unwrap();
         assert!(warn.would_enable("consumer", &Level::WARN));
         assert!(!warn.would_enable("consumer", &Level::INFO));
         let refined: Targets =
-            LogSettings::from_values(None, None, Some("info,aws_smithy_runtime=warn"))
+            LogSettings::from_values(None, None, None, Some("info,aws_smithy_runtime=warn"))
                 .filter
                 .parse()
                 .unwrap();
@@ -322,7 +862,7 @@ mod tests {
         assert!(refined.would_enable("aws_smithy_runtime::client::orchestrator", &Level::WARN));
         // EnvFilter's span and field filters are not directives here: INFO, as documented
         assert!(
-            "consumer[record{messageId=m}]=debug"
+            "consumer[record{message_id=m}]=debug"
                 .parse::<Targets>()
                 .is_err()
         );
@@ -330,13 +870,13 @@ mod tests {
 
     #[test]
     fn lambda_switches_are_honoured() {
-        let s = LogSettings::from_values(None, None, None);
+        let s = LogSettings::from_values(None, None, None, None);
         assert_eq!((s.format, s.filter.as_str()), (LogFormat::Json, "info"));
-        let s = LogSettings::from_values(Some("Text"), Some("DEBUG"), None);
+        let s = LogSettings::from_values(Some("Text"), Some("DEBUG"), None, None);
         assert_eq!((s.format, s.filter.as_str()), (LogFormat::Text, "debug"));
-        let s = LogSettings::from_values(Some("JSON"), Some("fatal"), None);
+        let s = LogSettings::from_values(Some("JSON"), Some("fatal"), None, None);
         assert_eq!((s.format, s.filter.as_str()), (LogFormat::Json, "error"));
-        let s = LogSettings::from_values(Some("JSON"), Some("WARN"), Some("consumer=trace"));
+        let s = LogSettings::from_values(Some("JSON"), Some("WARN"), None, Some("consumer=trace"));
         assert_eq!(s.filter, "consumer=trace");
     }
 }

@@ -579,14 +579,38 @@ impl ObjectStore for MemoryStore {
 pub struct CapturedLogs(std::sync::Arc<Mutex<Vec<u8>>>);
 
 impl CapturedLogs {
-    /// Captures the lines of the current thread (at every level) until the guard drops.
+    /// Captures the lines of the current thread (at every level) until the guard drops, as a
+    /// function of resq's orders names logs them ([`crate::telemetry::Names::ORDERS`],
+    /// function `test-function`, 256 MB).
     pub fn start() -> (Self, tracing::subscriber::DefaultGuard) {
+        let orders = crate::telemetry::Telemetry::of(
+            crate::telemetry::Names::ORDERS,
+            "test-function",
+            Some(256),
+        );
+        match orders {
+            Ok(t) => Self::start_for(&t),
+            Err(e) => panic!("resq's own names are refused: {e}"),
+        }
+    }
+
+    /// Captures the lines of the current thread, as a function with `telemetry` logs them.
+    pub fn start_for(
+        telemetry: &crate::telemetry::Telemetry,
+    ) -> (Self, tracing::subscriber::DefaultGuard) {
         use tracing_subscriber::prelude::*;
         let logs = Self::default();
         let sink = logs.clone();
-        let subscriber =
-            tracing_subscriber::registry().with(crate::telemetry::json_layer(move || sink.clone()));
+        let subscriber = tracing_subscriber::registry()
+            .with(crate::telemetry::json_layer(telemetry, move || {
+                sink.clone()
+            }));
         (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// Every line so far, as written.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&lock(&self.0)).into_owned()
     }
 
     /// Every line so far, parsed.

@@ -129,28 +129,89 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The field and the value placeholder of the README's Logs Insights query (`| filter FIELD =
-/// "VALUE"`), read from the README itself.
-fn readme_query_filter() -> String {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
-    let from = readme
-        .find("Why did a given order fail")
-        .expect("the README's Logs Insights query");
-    let filter = readme[from..]
-        .lines()
-        .find_map(|l| l.trim_start().strip_prefix("| filter "))
-        .expect("a `| filter` line");
-    let (field, value) = filter.split_once(" = ").expect("FIELD = \"VALUE\"");
-    assert!(value.starts_with('"') && value.ends_with('"'), "{filter}");
-    field.trim().to_owned()
+/// The example order of the queries in the README and the docs (`ORD-1001`): the value a
+/// query's order clause names, replaced by each order followed.
+const EXAMPLE_ORDER: &str = "ORD-1001";
+
+/// A CloudWatch Logs Insights query as far as these tests read one: the fields it shows and
+/// its filter, a conjunction of `field = "value"` clauses (what the README's and the docs'
+/// queries use).
+struct Insights {
+    fields: Vec<String>,
+    filter: Vec<(String, String)>,
 }
 
-/// Runs the README's filter over the chaos run's real log lines: each order the run doomed
-/// (archived at the redrive cap) is followed from its failures in the consumer through its
-/// trips to the DLQ and its replays to its archive, and the ids link up.
-fn the_readmes_logs_query_follows_an_order_through_both_functions(dir: &std::path::Path) {
-    let field = readme_query_filter();
-    let mut lines: Vec<(&str, Value)> = Vec::new();
+impl Insights {
+    /// The query in the first fenced block after `marker` in `file` (from the workspace root).
+    fn in_file(file: &str, marker: &str) -> Self {
+        let text = std::fs::read_to_string(workspace_root().join(file)).unwrap();
+        let from = text
+            .find(marker)
+            .unwrap_or_else(|| panic!("{file}: no {marker:?}"));
+        let block = text[from..]
+            .split("```")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{file}: no query after {marker:?}"));
+        let mut q = Insights {
+            fields: Vec::new(),
+            filter: Vec::new(),
+        };
+        for command in block
+            .lines()
+            .map(|l| l.trim().trim_start_matches('|').trim())
+        {
+            if let Some(fields) = command.strip_prefix("fields ") {
+                q.fields = fields.split(',').map(|f| f.trim().to_owned()).collect();
+            } else if let Some(filter) = command.strip_prefix("filter ") {
+                for clause in filter.split(" and ") {
+                    let (field, value) = clause
+                        .split_once(" = ")
+                        .unwrap_or_else(|| panic!("{file}: not FIELD = \"VALUE\": {clause}"));
+                    let value = value.trim();
+                    assert!(
+                        value.len() >= 2 && value.starts_with('"') && value.ends_with('"'),
+                        "{file}: {clause}"
+                    );
+                    q.filter.push((
+                        field.trim().to_owned(),
+                        value[1..value.len() - 1].to_owned(),
+                    ));
+                }
+            }
+        }
+        assert!(!q.filter.is_empty(), "{file}: the query has no filter");
+        q
+    }
+
+    /// The field of the clause naming the example order (exactly one).
+    fn order_field(&self) -> &str {
+        let order: Vec<&str> = self
+            .filter
+            .iter()
+            .filter(|(_, v)| v == EXAMPLE_ORDER)
+            .map(|(f, _)| f.as_str())
+            .collect();
+        assert_eq!(
+            order.len(),
+            1,
+            "one clause names {EXAMPLE_ORDER}: {:?}",
+            self.filter
+        );
+        order[0]
+    }
+
+    /// Whether the query keeps `line` when it looks for `order` instead of the example.
+    fn keeps(&self, line: &Value, order: &str) -> bool {
+        self.filter.iter().all(|(field, value)| {
+            let wanted = if value == EXAMPLE_ORDER { order } else { value };
+            line[field].as_str() == Some(wanted)
+        })
+    }
+}
+
+/// The chaos run's log lines that are JSON objects, with the function that wrote each.
+fn run_lines(dir: &std::path::Path) -> Vec<(&'static str, Value)> {
+    let mut lines = Vec::new();
     for function in ["consumer", "redriver"] {
         let text = std::fs::read_to_string(dir.join(format!("{function}.log"))).unwrap();
         lines.extend(
@@ -160,11 +221,25 @@ fn the_readmes_logs_query_follows_an_order_through_both_functions(dir: &std::pat
                 .map(|v| (function, v)),
         );
     }
+    lines
+}
+
+/// Runs the README's query over the chaos run's real log lines: each order the run doomed
+/// (archived at the redrive cap) is followed from its failures in the consumer through its
+/// trips to the DLQ and its replays to its archive, and the ids link up. Then a Powertools
+/// query (the docs') over the same lines finds the same order with Powertools' keys.
+fn the_readmes_logs_query_follows_an_order_through_both_functions(dir: &std::path::Path) {
+    let query = Insights::in_file("README.md", "Why did a given order fail");
+    let field = query.order_field().to_owned();
+    let lines = run_lines(dir);
     // every line about a copy names the message it copies; every line naming an order names
-    // its message
+    // its message, and the order under the type's own key too
     for (function, l) in &lines {
-        if l.get("newMessageId").is_some() || l.get(&field).is_some() {
-            assert!(l["messageId"].is_string(), "{function}: {l}");
+        if l.get("new_message_id").is_some() || l.get(&field).is_some() {
+            assert!(l["message_id"].is_string(), "{function}: {l}");
+        }
+        if l.get("correlation_id").is_some() {
+            assert_eq!(l["correlation_id"], l["order_id"], "{function}: {l}");
         }
     }
     let doomed: BTreeSet<&str> = lines
@@ -178,8 +253,11 @@ fn the_readmes_logs_query_follows_an_order_through_both_functions(dir: &std::pat
         !doomed.is_empty(),
         "no order archived at the cap names its {field}"
     );
-    for order in doomed {
-        let found: Vec<&(&str, Value)> = lines.iter().filter(|(_, l)| l[&field] == order).collect();
+    for order in &doomed {
+        let found: Vec<&(&str, Value)> = lines
+            .iter()
+            .filter(|(_, l)| query.keeps(l, order))
+            .collect();
         let of = |function: &str, message: &str| -> Vec<&Value> {
             found
                 .iter()
@@ -205,14 +283,94 @@ fn the_readmes_logs_query_follows_an_order_through_both_functions(dir: &std::pat
         let consumer_ids: BTreeSet<&str> = found
             .iter()
             .filter(|(f, _)| *f == "consumer")
-            .filter_map(|(_, l)| l["messageId"].as_str())
+            .filter_map(|(_, l)| l["message_id"].as_str())
             .collect();
         assert!(
             replays
                 .iter()
-                .filter_map(|l| l["newMessageId"].as_str())
+                .filter_map(|l| l["new_message_id"].as_str())
                 .any(|id| consumer_ids.contains(id)),
-            "{order}: no replay's newMessageId is a messageId of the consumer's lines: {found:?}"
+            "{order}: no replay's new_message_id is a message_id of the consumer's lines: {found:?}"
+        );
+        // the fields the README shows are on the lines it finds (its own and Powertools')
+        for f in query.fields.iter().filter(|f| {
+            [
+                "message_id",
+                "correlation_id",
+                "function_request_id",
+                "level",
+                "message",
+            ]
+            .contains(&f.as_str())
+        }) {
+            assert!(
+                found.iter().all(|(_, l)| l.get(f).is_some()),
+                "{order}: a line without {f}: {found:?}"
+            );
+        }
+    }
+    a_powertools_query_reads_the_same_lines(&lines, &doomed);
+}
+
+/// A query written for Powertools functions (docs/logs-and-metrics.md) runs unchanged over
+/// resq's lines: it finds each order in both functions, and each line it finds carries every
+/// field it shows, Powertools Logger's standard keys among them.
+fn a_powertools_query_reads_the_same_lines(lines: &[(&str, Value)], orders: &BTreeSet<&str>) {
+    let query = Insights::in_file("docs/logs-and-metrics.md", "Powertools' own query");
+    assert_eq!(query.order_field(), "correlation_id");
+    for key in [
+        "service",
+        "cold_start",
+        "function_request_id",
+        "xray_trace_id",
+    ] {
+        assert!(
+            query.fields.iter().any(|f| f == key),
+            "the query shows {key}"
         );
     }
+    for order in orders {
+        let found: Vec<&(&str, Value)> = lines
+            .iter()
+            .filter(|(_, l)| query.keeps(l, order))
+            .collect();
+        for function in ["consumer", "redriver"] {
+            assert!(
+                found.iter().any(|(f, _)| *f == function),
+                "{order}: no {function} line: {found:?}"
+            );
+        }
+        for (function, l) in &found {
+            for field in query.fields.iter().filter(|f| !f.starts_with('@')) {
+                assert!(l.get(field).is_some(), "{function}: no {field} in {l}");
+            }
+            assert!(l["cold_start"].is_boolean(), "{l}");
+            assert!(l["function_memory_size"].is_u64(), "{l}");
+            let trace = l["xray_trace_id"].as_str().unwrap_or_default();
+            assert!(
+                trace.starts_with("1-") && trace.len() == 35,
+                "an X-Ray trace id as Powertools logs it: {l}"
+            );
+        }
+    }
+    // a process's first invocation is its cold start, and only that one: each trace has one
+    // value of cold_start, and the consumer (killed and restarted) had warm invocations too
+    let mut by_request: std::collections::BTreeMap<&str, BTreeSet<bool>> = Default::default();
+    for (_, l) in lines {
+        if let (Some(id), Some(cold)) =
+            (l["function_request_id"].as_str(), l["cold_start"].as_bool())
+        {
+            by_request.entry(id).or_default().insert(cold);
+        }
+    }
+    assert!(
+        by_request.values().all(|c| c.len() == 1),
+        "an invocation both cold and warm"
+    );
+    let cold = by_request.values().filter(|c| c.contains(&true)).count();
+    assert!(
+        cold >= 1 && cold < by_request.len(),
+        "{cold} cold of {}",
+        by_request.len()
+    );
 }

@@ -98,7 +98,9 @@ async fn every_metric_line_survives_every_log_level_the_template_allows() {
         // a warning names its record whatever the level (the Logs Insights query needs it)
         for line in text.lines().filter(|l| l.contains("sent to the DLQ")) {
             let v: Value = serde_json::from_str(line).unwrap();
-            assert!(v["messageId"].is_string(), "{level_name}: {line}");
+            assert!(v["message_id"].is_string(), "{level_name}: {line}");
+            // and the invocation it is in, whatever the level
+            assert!(v["function_request_id"].is_string(), "{level_name}: {line}");
         }
         assert_eq!(informed, level <= LogLevel::Info, "{level_name}: {text}");
         let _ = std::fs::remove_file(&log);

@@ -147,18 +147,25 @@ async fn processed(ctx: &Context, ids: &[String]) -> bool {
         .all(|id| keys.contains(&format!("orders/{id}.json")))
 }
 
+/// A metric's sum over the last minutes: Lambda's own by `FunctionName`, resq's by the
+/// dimensions the functions write (`service`, `function_name`; the template's defaults).
 async fn metric_sum(ctx: &Context, namespace: &str, metric: &str, function: &str) -> f64 {
     let now = chrono::Utc::now().timestamp();
+    let dimension = |name: &str, value: &str| Dimension::builder().name(name).value(value).build();
+    let dimensions = if namespace.starts_with("AWS/") {
+        vec![dimension("FunctionName", function)]
+    } else {
+        let names = resq::telemetry::Names::ORDERS;
+        vec![
+            dimension(resq::metrics::DIMENSION_SERVICE, names.service),
+            dimension(resq::metrics::DIMENSION_FUNCTION, function),
+        ]
+    };
     ctx.cloudwatch
         .get_metric_statistics()
         .namespace(namespace)
         .metric_name(metric)
-        .dimensions(
-            Dimension::builder()
-                .name("FunctionName")
-                .value(function)
-                .build(),
-        )
+        .set_dimensions(Some(dimensions))
         .start_time(aws_sdk_cloudwatch::primitives::DateTime::from_secs(
             now - 600,
         ))

@@ -24,6 +24,22 @@ fn resolve<'a>(t: &'a Value, v: &'a Value) -> &'a Value {
     }
 }
 
+/// A metric of resq's (an alarm's properties, or a metric-math query's `Metric`): in the
+/// `MetricsNamespace` parameter's namespace, by the dimensions the functions write (`service`
+/// from `ServiceName`, then `function_name`, as Powertools names them); the function it is of.
+fn resq_function(m: &Value) -> &Value {
+    assert_eq!(m["Namespace"], json!({"Ref": "MetricsNamespace"}), "{m}");
+    let dims = m["Dimensions"].as_array().unwrap_or_else(|| panic!("{m}"));
+    assert_eq!(dims.len(), 2, "{m}");
+    assert_eq!(
+        dims[0],
+        json!({"Name": resq::metrics::DIMENSION_SERVICE, "Value": {"Ref": "ServiceName"}}),
+        "{m}"
+    );
+    assert_eq!(dims[1]["Name"], resq::metrics::DIMENSION_FUNCTION, "{m}");
+    &dims[1]["Value"]
+}
+
 fn number(v: &Value) -> f64 {
     v.as_f64()
         .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
@@ -126,7 +142,7 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
         let a = alarms
             .get(name)
             .unwrap_or_else(|| panic!("alarm {name} missing"));
-        assert_eq!(a["Namespace"], namespace, "{name}");
+        assert_eq!(*resolve(&t, &a["Namespace"]), namespace, "{name}");
         assert_eq!(a["MetricName"], metric, "{name}");
         assert_eq!(number(resolve(&t, &a["Threshold"])), threshold, "{name}");
         assert_eq!(number(&a["Period"]), period, "{name}");
@@ -205,10 +221,10 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
         .collect();
     assert_eq!(archived.len(), 2);
     assert!(
-        archived
-            .iter()
-            .all(|m| m["MetricStat"]["Metric"]["Namespace"] == "resq"
-                && m["MetricStat"]["Stat"] == "Sum")
+        archived.iter().all(
+            |m| *resolve(&t, &m["MetricStat"]["Metric"]["Namespace"]) == "resq"
+                && m["MetricStat"]["Stat"] == "Sum"
+        )
     );
     assert!(metrics.iter().any(|m| {
         m["ReturnData"] == true
@@ -219,8 +235,8 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
     // the dimension values name the functions the template creates
     let consumer_name = &t["Resources"]["ConsumerFunction"]["Properties"]["FunctionName"];
     assert_eq!(
-        archived[0]["MetricStat"]["Metric"]["Dimensions"][0]["Value"],
-        *consumer_name
+        resq_function(&archived[0]["MetricStat"]["Metric"]),
+        consumer_name
     );
 }
 
@@ -256,17 +272,16 @@ fn watched(alarm: &Value) -> &Value {
     returned[0]
 }
 
-/// A metric-math query's metric as (namespace, name, the `FunctionName` it is of, stat,
-/// period).
-fn metric_of(q: &Value) -> (&str, &str, &Value, &str, f64) {
+/// A metric-math query's metric of resq's as (namespace as deployed by default, name, the
+/// `function_name` it is of, stat, period).
+fn metric_of<'a>(t: &'a Value, q: &'a Value) -> (&'a str, &'a str, &'a Value, &'a str, f64) {
     let stat = &q["MetricStat"];
     let m = &stat["Metric"];
-    assert_eq!(m["Dimensions"].as_array().map(Vec::len), Some(1), "{q}");
-    assert_eq!(m["Dimensions"][0]["Name"], "FunctionName", "{q}");
+    let function = resq_function(m);
     (
-        m["Namespace"].as_str().unwrap(),
+        resolve(t, &m["Namespace"]).as_str().unwrap(),
         m["MetricName"].as_str().unwrap(),
-        &m["Dimensions"][0]["Value"],
+        function,
         stat["Stat"].as_str().unwrap(),
         number(&stat["Period"]),
     )
@@ -293,7 +308,7 @@ fn failed_replays_count_the_consumers_returned_replays_and_the_redrivers_unexpla
     ] {
         assert_eq!(
             (
-                a["Namespace"].as_str(),
+                resolve(&t, &a["Namespace"]).as_str(),
                 a["MetricName"].as_str(),
                 a["Statistic"].as_str(),
                 number(&a["Period"]),
@@ -301,11 +316,7 @@ fn failed_replays_count_the_consumers_returned_replays_and_the_redrivers_unexpla
             (Some("resq"), Some(metric), Some("Sum"), 60.0),
             "{a}"
         );
-        assert_eq!(
-            &a["Dimensions"][0]["Value"],
-            function_name(&t, function),
-            "{a}"
-        );
+        assert_eq!(resq_function(a), function_name(&t, function), "{a}");
         for key in [
             "Threshold",
             "EvaluationPeriods",
@@ -392,12 +403,14 @@ fn kept_permanent_failures_and_a_long_pause_have_alarms_of_their_own() {
     ] {
         let a = alarm(&t, name);
         assert_eq!(
-            (a["Namespace"].as_str(), a["MetricName"].as_str()),
+            (
+                resolve(&t, &a["Namespace"]).as_str(),
+                a["MetricName"].as_str()
+            ),
             (Some("resq"), Some(metric)),
             "{name}"
         );
-        assert_eq!(a["Dimensions"][0]["Name"], "FunctionName", "{name}");
-        assert_eq!(a["Dimensions"][0]["Value"], *redriver, "{name}");
+        assert_eq!(resq_function(a), redriver, "{name}");
         // gauges, one data point per run: the run's value, not a sum of runs
         assert_eq!(a["Statistic"], "Maximum", "{name}");
         assert_eq!(number(&a["Period"]), 300.0, "{name}");
@@ -444,7 +457,7 @@ fn dlq_depth_counts_what_waits_for_replay_not_the_kept_permanent_failures() {
     }
     // the redriver's gauge of kept messages, per minute like the queue's metrics
     assert_eq!(
-        metric_of(query(a, "kept")),
+        metric_of(&t, query(a, "kept")),
         (
             "resq",
             "Kept",
@@ -585,6 +598,20 @@ print(ok[0] if ok else -1, ok[-1] if ok else -1, len(ok), int(p.fullmatch('auto'
         "{pattern}: the numbers it accepts have gaps"
     );
     (lo..=hi, f[3] == 1)
+}
+
+/// Which of `values` the `AllowedPattern` `pattern` accepts (Python's `re`, as cfn-lint
+/// matches it).
+fn pattern_matches(pattern: &str, values: &[&str]) -> BTreeSet<String> {
+    const SCRIPT: &str = "import json, re, sys
+p = re.compile(sys.argv[1])
+print(json.dumps([v for v in json.loads(sys.argv[2]) if p.fullmatch(v)]))";
+    let out = std::process::Command::new(resq_e2e::tools_python())
+        .args(["-c", SCRIPT, pattern, &json!(values).to_string()])
+        .output()
+        .expect("the tool venv's python (make setup)");
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// The numbers `MaxMessagesPerRun` accepts (`auto` apart).
@@ -769,6 +796,7 @@ fn the_dashboard_shows_depths_ages_outcomes_and_errors() {
         .iter()
         .flat_map(|w| w["properties"]["metrics"].as_array().unwrap().iter())
         .map(|m| format!("{}/{}", m[0].as_str().unwrap(), m[1].as_str().unwrap()))
+        .map(|m| m.replace("${MetricsNamespace}", "resq"))
         .collect();
     for m in [
         "AWS/SQS/ApproximateNumberOfMessagesVisible",
@@ -794,8 +822,27 @@ fn the_dashboard_shows_depths_ages_outcomes_and_errors() {
         .unwrap()
         .iter()
         .flat_map(|w| w["properties"]["metrics"].as_array().unwrap().iter())
-        .filter(|m| m[3] == "${Redriver}")
+        .filter(|m| m[5] == "${Redriver}")
         .collect();
+    // resq's metrics in the namespace and by the dimensions the functions write them
+    for m in body["widgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| w["properties"]["metrics"].as_array().unwrap().iter())
+        .filter(|m| !m[0].as_str().unwrap().starts_with("AWS/"))
+    {
+        assert_eq!(
+            (&m[0], &m[2], &m[3], &m[4]),
+            (
+                &json!("${MetricsNamespace}"),
+                &json!("service"),
+                &json!("${ServiceName}"),
+                &json!("function_name")
+            ),
+            "{m}"
+        );
+    }
     for (metric, stat) in [
         ("Kept", Some("Maximum")),
         ("RedrivePausedTooLong", Some("Maximum")),
@@ -805,7 +852,7 @@ fn the_dashboard_shows_depths_ages_outcomes_and_errors() {
             .iter()
             .find(|m| m[1] == metric)
             .unwrap_or_else(|| panic!("{metric} of the redriver not on the dashboard"));
-        assert_eq!(m[4]["stat"].as_str(), stat, "{metric}");
+        assert_eq!(m[6]["stat"].as_str(), stat, "{metric}");
     }
     let vars = sub[1].as_object().unwrap();
     assert_eq!(
@@ -816,6 +863,102 @@ fn the_dashboard_shows_depths_ages_outcomes_and_errors() {
         vars["Dlq"],
         json!({"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]})
     );
+}
+
+#[test]
+fn every_alarm_on_resqs_metrics_reads_them_as_the_functions_write_them() {
+    let t = translated_template("resq-artifacts");
+    // GIVEN every metric the template's alarms watch outside AWS's own namespaces
+    let mut watched = 0;
+    for (id, a) in resources_of(&t, "AWS::CloudWatch::Alarm") {
+        let p = &a["Properties"];
+        let metrics: Vec<&Value> = match p["Metrics"].as_array() {
+            Some(queries) => queries
+                .iter()
+                .filter(|q| q["MetricStat"].is_object())
+                .map(|q| &q["MetricStat"]["Metric"])
+                .collect(),
+            None => vec![p],
+        };
+        for m in metrics {
+            let namespace = &m["Namespace"];
+            if namespace.as_str().is_some_and(|n| n.starts_with("AWS/")) {
+                continue;
+            }
+            // THEN each is in MetricsNamespace, by service and function_name
+            let function = resq_function(m);
+            assert!(
+                [
+                    function_name(&t, "ConsumerFunction"),
+                    function_name(&t, "RedriverFunction")
+                ]
+                .contains(&function),
+                "{id}: {m}"
+            );
+            watched += 1;
+        }
+    }
+    assert!(watched >= 7, "{watched}");
+    // AND the parameters' defaults are the functions' own defaults, which their patterns
+    // accept
+    let default = |p: &str| t["Parameters"][p]["Default"].as_str().unwrap();
+    let names = resq::telemetry::Names::ORDERS;
+    assert_eq!(
+        (
+            default("ServiceName"),
+            default("MetricsNamespace"),
+            default("CorrelationKey"),
+            default("CorrelationField")
+        ),
+        (
+            names.service,
+            names.namespace,
+            names.correlation_key,
+            names.correlation_field
+        )
+    );
+    for (param, accepted, refused) in [
+        (
+            "ServiceName",
+            ["orders", "checkout-api", "Team A/orders"],
+            ["", " x", "a\"b"],
+        ),
+        (
+            "MetricsNamespace",
+            ["resq", "Acme/Orders", "a.b_c#d:e"],
+            ["", "a;b", "ns\""],
+        ),
+        (
+            "CorrelationKey",
+            ["order_id", "payment_id", "k9"],
+            ["", "OrderId", "order-id"],
+        ),
+        (
+            "CorrelationField",
+            ["orderId", "payment_id", "Order.Id"],
+            ["", "order id", " x"],
+        ),
+    ] {
+        let pattern = t["Parameters"][param]["AllowedPattern"].as_str().unwrap();
+        let matched = pattern_matches(pattern, &[&accepted[..], &refused[..]].concat());
+        for v in accepted {
+            assert!(matched.contains(v), "{param} refuses {v:?}");
+            let var = match param {
+                "ServiceName" => "POWERTOOLS_SERVICE_NAME",
+                "MetricsNamespace" => "POWERTOOLS_METRICS_NAMESPACE",
+                "CorrelationKey" => "RESQ_CORRELATION_KEY",
+                _ => "RESQ_CORRELATION_FIELD",
+            };
+            let vars = resq::config::Vars(move |k: &str| (k == var).then(|| v.to_owned()));
+            assert!(
+                resq::telemetry::Telemetry::from_vars(names, &vars).is_ok(),
+                "the functions refuse {var}={v:?}, which the template accepts"
+            );
+        }
+        for v in refused {
+            assert!(!matched.contains(v), "{param} accepts {v:?}");
+        }
+    }
 }
 
 #[test]
@@ -839,6 +982,9 @@ fn functions_are_rust_on_arm64_with_json_logs_and_the_spec_environment() {
         "PAUSE_ON_ALARMS",
         // not resq's own: the CA bundle rustls-native-certs reads (docs/design.md)
         "SSL_CERT_FILE",
+        // Powertools' (docs/logs-and-metrics.md)
+        "POWERTOOLS_SERVICE_NAME",
+        "POWERTOOLS_METRICS_NAMESPACE",
     ]
     .into();
     for (name, binary) in [
@@ -869,9 +1015,21 @@ fn functions_are_rust_on_arm64_with_json_logs_and_the_spec_environment() {
             "DLQ_URL",
             "ARCHIVE_BUCKET",
             "MAX_REDRIVE_ATTEMPTS",
+            "POWERTOOLS_SERVICE_NAME",
+            "POWERTOOLS_METRICS_NAMESPACE",
         ] {
             assert!(env.contains(required), "{name} lacks {required}");
         }
+        // the names the alarms and the dashboard read the metrics by
+        let vars = &p["Environment"]["Variables"];
+        assert_eq!(
+            vars["POWERTOOLS_SERVICE_NAME"],
+            json!({"Ref": "ServiceName"})
+        );
+        assert_eq!(
+            vars["POWERTOOLS_METRICS_NAMESPACE"],
+            json!({"Ref": "MetricsNamespace"})
+        );
     }
     let redriver = &t["Resources"]["RedriverFunction"]["Properties"];
     assert_eq!(

@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 use resq::store::{ObjectStore, PutOutcome};
+use resq::telemetry::Names;
 use resq_consumer::handler::{HandlerError, MessageHandler, RecordMeta, Rejection};
 use serde::Deserialize;
 
@@ -51,6 +52,16 @@ impl<S: ObjectStore> RecordPayment<S> {
 
 impl<S: ObjectStore> MessageHandler for RecordPayment<S> {
     type Message = Payment;
+
+    /// Its lines and metrics say `service` `payments`, and follow a payment as
+    /// `correlation_id` and `payment_id` (read from `paymentId` when the body did not parse);
+    /// the namespace stays resq's.
+    const NAMES: Names = Names {
+        service: "payments",
+        correlation_key: "payment_id",
+        correlation_field: "paymentId",
+        ..Names::ORDERS
+    };
 
     fn parse(&self, body: Option<&str>) -> Result<Payment, Rejection> {
         let body = body.ok_or_else(|| Rejection::malformed("the message has no body"))?;
@@ -131,5 +142,25 @@ mod tests {
         );
         let slash = r#"{"paymentId":"p/3","accountId":"a","amountCents":1,"currency":"EUR"}"#;
         assert_eq!(h.parse(Some(slash)).unwrap_err().code, "VALIDATION_FAILED");
+    }
+
+    #[test]
+    fn its_names_are_accepted_and_read_a_payments_id() {
+        let t = resq::telemetry::Telemetry::of(
+            <RecordPayment<MemoryStore> as MessageHandler>::NAMES,
+            "payments-consumer",
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (t.service.as_str(), t.namespace.as_str()),
+            ("payments", "resq")
+        );
+        assert_eq!(
+            t.correlation
+                .read(r#"{"paymentId":"p-1","amountCents":0}"#)
+                .as_deref(),
+            Some("p-1")
+        );
     }
 }

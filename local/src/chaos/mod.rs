@@ -323,12 +323,22 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
         outputs.dlq_url
     );
 
-    let env = function_env(
+    let mut env = function_env(
         opts.sdk_attempts,
         opts.permanent_action,
         &outputs,
         &proxy.endpoint,
     );
+    // their service and namespace as the template sets them (the README's query filters on
+    // the service)
+    let template_json: serde_json::Value = serde_json::from_str(&template)
+        .map_err(|e| CliError::Usage(format!("the translated template is not JSON: {e}")))?;
+    let named = crate::stack::telemetry_env(
+        &template_json,
+        &crate::stack::Resolver::new(&template_json, "resq-chaos", &[]),
+    )?;
+    env.consumer.extend(named.iter().cloned());
+    env.redriver.extend(named);
     let consumer = Function::new(
         "consumer",
         &opts.consumer_bin,

@@ -4,6 +4,9 @@
 //! timed-out process is replaced by a fresh one (a cold start) with a runtime API of its own,
 //! so nothing addressed to the dead process can reach the new one.
 //!
+//! Each invocation is handed what Lambda hands one: a request id, the invoked function's ARN,
+//! the deadline and a trace header of its own (`Lambda-Runtime-*` headers).
+//!
 //! Its output goes through Lambda's log pipeline: with `AWS_LAMBDA_LOG_FORMAT=JSON`, a line
 //! below `AWS_LAMBDA_LOG_LEVEL` is dropped as Lambda drops it ([`resq::lambda`]); the lines kept
 //! go to the log file, and the metric (EMF) lines among them, when a forwarder is attached,
@@ -41,6 +44,7 @@ type Reply = oneshot::Sender<Result<String, String>>;
 
 struct Pending {
     id: String,
+    trace_id: String,
     deadline_ms: u64,
     event: String,
     reply: Reply,
@@ -117,10 +121,11 @@ async fn serve(mut conn: TcpStream, state: &ApiState) -> std::io::Result<()> {
                 return Ok(()); // the process this API served is gone
             };
             let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nLambda-Runtime-Aws-Request-Id: {}\r\nLambda-Runtime-Deadline-Ms: {}\r\nLambda-Runtime-Invoked-Function-Arn: {}\r\nLambda-Runtime-Trace-Id: Root=1-00000000-000000000000000000000000;Sampled=0\r\nContent-Length: {}\r\n\r\n",
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nLambda-Runtime-Aws-Request-Id: {}\r\nLambda-Runtime-Deadline-Ms: {}\r\nLambda-Runtime-Invoked-Function-Arn: {}\r\nLambda-Runtime-Trace-Id: {}\r\nContent-Length: {}\r\n\r\n",
                 p.id,
                 p.deadline_ms,
                 state.function_arn,
+                p.trace_id,
                 p.event.len()
             );
             super::lock(&state.waiting).insert(p.id.clone(), p.reply);
@@ -358,6 +363,7 @@ impl Function {
         };
         let pending = Pending {
             id,
+            trace_id: trace_header(chrono::Utc::now().timestamp()),
             deadline_ms,
             event: event.to_owned(),
             reply,
@@ -436,9 +442,41 @@ async fn log_pipeline(
     }
 }
 
+/// A trace header for one invocation, as Lambda hands it (`Lambda-Runtime-Trace-Id`): an X-Ray
+/// trace id of the time `epoch_seconds` and 96 random bits, a parent segment, not sampled.
+pub fn trace_header(epoch_seconds: i64) -> String {
+    format!(
+        "Root=1-{:08x}-{:024x};Parent={:016x};Sampled=0",
+        epoch_seconds.max(0) as u32,
+        rand::random::<u128>() >> 32,
+        rand::random::<u64>()
+    )
+}
+
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_invocation_gets_a_trace_id_of_its_own_as_lambda_writes_them() {
+        let (a, b) = (trace_header(1_700_000_000), trace_header(1_700_000_000));
+        assert_ne!(a, b);
+        let root = resq::telemetry::trace_root(&a).unwrap();
+        let parts: Vec<&str> = root.split('-').collect();
+        assert_eq!(parts.len(), 3, "{root}");
+        assert_eq!(
+            (parts[0], parts[1], parts[2].len()),
+            ("1", "6553f100", 24),
+            "{root}"
+        );
+        assert!(parts[2].chars().all(|c| c.is_ascii_hexdigit()), "{root}");
+        assert!(a.ends_with(";Sampled=0") && a.contains(";Parent="), "{a}");
     }
 }
