@@ -29,7 +29,7 @@ LINT_PRODUCER := arn:aws:events:us-east-1:123456789012:rule/orders
 export AWS_DEFAULT_REGION ?= us-east-1
 TRANSLATED_FUNCTION := target/infra/function.json
 # The crates published to crates.io (the others say publish = false).
-LIBRARIES := -p resq -p resq-consumer -p resq-redriver -p resq-cli
+LIBRARIES := -p resq -p resq-consumer -p resq-redriver -p resq-ops
 # `resq::testing` (feature test-util) is documented and its examples run, as on docs.rs.
 LIBRARY_FEATURES := --features resq/test-util
 # The workspace's dev profile as `cargo package` verifies with it (the packaged manifests carry
@@ -169,7 +169,7 @@ export PARAMS
 STACK_OVERRIDES := target/infra/parameter-overrides
 deploy: $(TOOLS) arm-target
 	@echo "resq stack check (the first time compiles resq, a few minutes on 2 cores)"
-	cargo run -q -p resq-cli --bin resq -- stack check --deployed --parameter-overrides "$$PARAMS" --write-overrides $(STACK_OVERRIDES)
+	cargo run -q -p resq-ops --bin resq -- stack check --deployed --parameter-overrides "$$PARAMS" --write-overrides $(STACK_OVERRIDES)
 	cd infra && sam build && sam deploy $(if $(PARAMS),--parameter-overrides "$$(cat ../$(STACK_OVERRIDES))")
 
 ## bench: resq against Powertools (consumer) and a boto3 redriver, the redriver at scale

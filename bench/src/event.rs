@@ -4,7 +4,7 @@
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use resq_cli::orders::{self, Kind};
+use resq_ops::orders::{self, Kind};
 use serde_json::{Value, json};
 
 /// Queue the records claim to come from.

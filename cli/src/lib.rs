@@ -1,4 +1,4 @@
-//! resq's operator tool, the `resq` binary (`cargo install resq-cli`): send orders, show queue
+//! resq's operator tool, the `resq` binary (`cargo install resq-ops`): send orders, show queue
 //! and alarm state, peek and redrive the DLQ, list, show and restore the archive, check a
 //! parameter set before deploy. Works against AWS, or a local emulator through
 //! `--endpoint-url`; the local pipeline itself lives in the `local` crate (`resq-local`).
@@ -11,7 +11,7 @@
 //! use rand::SeedableRng;
 //!
 //! let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-//! let body = resq_cli::orders::valid("o-1", &mut rng);
+//! let body = resq_ops::orders::valid("o-1", &mut rng);
 //! let order = resq_consumer::order::parse_order(Some(&body)).expect("a valid order");
 //! assert_eq!(order.order_id.as_str(), "o-1");
 //! ```

@@ -1,5 +1,5 @@
 //! `resq`: the operator tool. Wiring only: parse, build the context, run the command, hand
-//! its result to [`resq_cli::render`], map errors to exit codes.
+//! its result to [`resq_ops::render`], map errors to exit codes.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,9 +8,9 @@ use std::time::Duration;
 use clap::parser::ValueSource;
 use clap::{ArgGroup, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use resq::config::PermanentAction;
-use resq_cli::context::{Context, Endpoint};
-use resq_cli::deployed::{self, Deployed, pick};
-use resq_cli::{CliError, archive, canary, dlq, find, orders, render, shadow, stack, status};
+use resq_ops::context::{Context, Endpoint};
+use resq_ops::deployed::{self, Deployed, pick};
+use resq_ops::{CliError, archive, canary, dlq, find, orders, render, shadow, stack, status};
 
 /// Keep SQS order pipelines flowing: inspect and operate a resq stack (AWS or a local emulator).
 #[derive(Parser, Debug)]
@@ -161,10 +161,10 @@ struct SendArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     count: Option<u32>,
     /// Percentage of generated orders that are not JSON.
-    #[arg(long, default_value_t = 0.0, value_parser = resq_cli::orders::percent)]
+    #[arg(long, default_value_t = 0.0, value_parser = resq_ops::orders::percent)]
     malformed_pct: f64,
     /// Percentage of generated orders that are invalid.
-    #[arg(long, default_value_t = 0.0, value_parser = resq_cli::orders::percent)]
+    #[arg(long, default_value_t = 0.0, value_parser = resq_ops::orders::percent)]
     invalid_pct: f64,
     /// Prefix of generated order ids.
     #[arg(long, default_value = "ORD-")]
@@ -240,7 +240,7 @@ struct RedriveArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     canary: Option<u32>,
     /// With --canary: the percentage of canaries that must succeed (default 100).
-    #[arg(long, value_name = "P", value_parser = resq_cli::orders::percent)]
+    #[arg(long, value_name = "P", value_parser = resq_ops::orders::percent)]
     min_success: Option<f64>,
     /// With --canary: wait at most this long for the canaries' outcome; one still undecided
     /// then did not succeed.
@@ -330,7 +330,7 @@ async fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // the functions' own warnings (failed records, retries) on stderr; RUST_LOG to see more
-    resq_cli::init_stderr_tracing();
+    resq_ops::init_stderr_tracing();
     let endpoint_url = cli.endpoint_url.clone();
     let typed = |id: &str| typed(&matches, id);
     match run(cli, &typed).await {

@@ -21,8 +21,8 @@ use crate::CliError;
 use crate::emulator::{Emulator, EmulatorKind, Installs};
 use crate::pipeline::{Counters, Pipeline, PipelineSettings};
 use crate::stack::deploy_stack;
-use resq_cli::context::Context;
-use resq_cli::orders::{self, Kind, Outgoing};
+use resq_ops::context::Context;
+use resq_ops::orders::{self, Kind, Outgoing};
 
 /// Every demo message carries its order id here, so the audit finds malformed ones too.
 pub const DEMO_ORDER_ATTRIBUTE: &str = "demo-order-id";
@@ -406,7 +406,7 @@ async fn drive(
                 .iter()
                 .map(|(o, _, _)| o.clone())
                 .collect();
-            match resq_cli::status::send(ctx, &chunk, order_tag).await {
+            match resq_ops::status::send(ctx, &chunk, order_tag).await {
                 Ok(report) if report.failed.is_empty() => next += chunk.len(),
                 Ok(report) => {
                     break Err(CliError::Usage(format!(
@@ -467,18 +467,18 @@ async fn drive(
 const AUDIT_VISIBILITY: i32 = 600;
 
 /// Looks for every sent order: order records, archive entries, both queues, each read once by
-/// the operator tool's locator (`resq find`'s, [`resq_cli::locate`]). The first `sent` order
+/// the operator tool's locator (`resq find`'s, [`resq_ops::locate`]). The first `sent` order
 /// ids of `plans`, in sorted order (the order they were sent in), count as sent.
 pub async fn audit(
     ctx: &Context,
     plans: &HashMap<String, Plan>,
     sent: usize,
 ) -> Result<Audit, CliError> {
-    use resq_cli::locate::{Identity, LookOptions, QueueLook, Wanted, locate};
+    use resq_ops::locate::{Identity, LookOptions, QueueLook, Wanted, locate};
     // the permanent failures the redriver kept are hidden in the DLQ until their TTL: made
     // visible first, as an operator would (`resq dlq peek --kept`), so that the look receives
     // them with their failure class and reason
-    resq_cli::dlq::unhide_kept(ctx, None).await?;
+    resq_ops::dlq::unhide_kept(ctx, None).await?;
     let everything = QueueLook {
         limit: usize::MAX,
         visibility: AUDIT_VISIBILITY,
@@ -501,8 +501,8 @@ impl Audit {
     /// Where each of the first `sent` orders of `plans` (sorted) ended, from a look at
     /// everything: its order record if it has one (each stored version one effect write), else
     /// its archive entry, else its copy in the main queue, else in the DLQ; lost when none.
-    pub fn of(look: &resq_cli::locate::Look, plans: &HashMap<String, Plan>, sent: usize) -> Self {
-        use resq_cli::locate::Place;
+    pub fn of(look: &resq_ops::locate::Look, plans: &HashMap<String, Plan>, sent: usize) -> Self {
+        use resq_ops::locate::Place;
         let mut audit = Audit {
             sent,
             ..Default::default()

@@ -18,4 +18,4 @@ pub mod pipeline;
 pub mod soak;
 pub mod stack;
 
-pub use resq_cli::CliError;
+pub use resq_ops::CliError;

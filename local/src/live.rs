@@ -563,7 +563,7 @@ impl MappingHooks<Invoker> for LiveBatches<'_> {
 /// One of the event source mapping's pollers, as the template sets it.
 async fn event_source_mapping(
     consumer: Lambda,
-    ctx: &resq_cli::context::Context,
+    ctx: &resq_ops::context::Context,
     outputs: &StackOutputs,
     around: &AroundFunctions,
     stop: watch::Receiver<bool>,
@@ -652,7 +652,7 @@ pub fn run_line(body: &str) -> String {
 /// developer endpoint; moto has none, so no age there).
 async fn sqs_metrics(
     emulator: &Emulator,
-    ctx: &resq_cli::context::Context,
+    ctx: &resq_ops::context::Context,
     outputs: &StackOutputs,
     every: Duration,
     mut stop: watch::Receiver<bool>,

@@ -163,16 +163,16 @@ struct DemoArgs {
     #[arg(long, default_value_t = 1000)]
     orders: usize,
     /// Percentage that is not JSON.
-    #[arg(long, default_value_t = 3.0, value_parser = resq_cli::orders::percent)]
+    #[arg(long, default_value_t = 3.0, value_parser = resq_ops::orders::percent)]
     malformed_pct: f64,
     /// Percentage that is an invalid order.
-    #[arg(long, default_value_t = 2.0, value_parser = resq_cli::orders::percent)]
+    #[arg(long, default_value_t = 2.0, value_parser = resq_ops::orders::percent)]
     invalid_pct: f64,
     /// Percentage failing transiently 1–3 times, then succeeding.
-    #[arg(long, default_value_t = 8.0, value_parser = resq_cli::orders::percent)]
+    #[arg(long, default_value_t = 8.0, value_parser = resq_ops::orders::percent)]
     flaky_pct: f64,
     /// Percentage failing every time (archived after the redrive cap).
-    #[arg(long, default_value_t = 2.0, value_parser = resq_cli::orders::percent)]
+    #[arg(long, default_value_t = 2.0, value_parser = resq_ops::orders::percent)]
     doomed_pct: f64,
     #[command(flatten)]
     emulator: EmulatorArgs,
@@ -193,23 +193,23 @@ struct ChaosArgs {
     #[arg(long, default_value_t = 10_000)]
     orders: usize,
     /// Percentage that is not JSON.
-    #[arg(long, default_value_t = 2.5, value_parser = resq_cli::orders::percent)]
+    #[arg(long, default_value_t = 2.5, value_parser = resq_ops::orders::percent)]
     malformed_pct: f64,
     /// Percentage that is an invalid order.
-    #[arg(long, default_value_t = 2.5, value_parser = resq_cli::orders::percent)]
+    #[arg(long, default_value_t = 2.5, value_parser = resq_ops::orders::percent)]
     invalid_pct: f64,
     /// Percentage whose downstream fails a random number of times (1 to --max-flaky-failures).
-    #[arg(long, default_value_t = 10.0, value_parser = resq_cli::orders::percent)]
+    #[arg(long, default_value_t = 10.0, value_parser = resq_ops::orders::percent)]
     flaky_pct: f64,
     /// A flaky order fails at most this many times (more than maxReceiveCount, 3: some go
     /// through the DLQ and back).
     #[arg(long, default_value_t = 5)]
     max_flaky_failures: u32,
     /// Percentage whose downstream always fails (archived after the redrive cap).
-    #[arg(long, default_value_t = 3.0, value_parser = resq_cli::orders::percent)]
+    #[arg(long, default_value_t = 3.0, value_parser = resq_ops::orders::percent)]
     doomed_pct: f64,
     /// Percentage of the functions' SQS and S3 calls that fail (throttling, 5xx, lost answers).
-    #[arg(long, default_value_t = 5.0, value_parser = resq_cli::orders::percent)]
+    #[arg(long, default_value_t = 5.0, value_parser = resq_ops::orders::percent)]
     fault_pct: f64,
     /// Kill the consumer mid-batch at least this many times.
     #[arg(long, default_value_t = 5)]
@@ -393,7 +393,7 @@ async fn demo(args: &DemoArgs) -> Result<(), CliError> {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     // the functions' own warnings (failed records, retries) on stderr; RUST_LOG to see more
-    resq_cli::init_stderr_tracing();
+    resq_ops::init_stderr_tracing();
     let result = match &cli.command {
         Command::Up(args) => up(args).await,
         Command::Demo(args) => demo(args).await,

@@ -52,8 +52,8 @@ use crate::emulator::REGION;
 use crate::localstack::LocalStack;
 use crate::pipeline::read_summary;
 use crate::stack::Resolver;
-use resq_cli::context::Context;
-use resq_cli::orders::{self, Outgoing};
+use resq_ops::context::Context;
+use resq_ops::orders::{self, Outgoing};
 
 /// The stack name (the alarm's and the functions' names derive from it).
 pub const STACK: &str = "resq-soak";
@@ -395,7 +395,7 @@ pub async fn run(opts: &SoakOptions) -> Result<SoakReport, CliError> {
     c?;
     r?;
     let driven = driven?;
-    resq_cli::dlq::unhide_kept(&ctx, None).await?;
+    resq_ops::dlq::unhide_kept(&ctx, None).await?;
     let audit = demo::audit(&ctx, &driven.plans, driven.plans.len()).await?;
     let proxy_max = lock(&proxy.stats.redrive_counts)
         .values()
@@ -831,7 +831,7 @@ async fn send_orders(
     plan: Plan,
     plans: &mut HashMap<String, Plan>,
 ) -> Result<(), CliError> {
-    let report = resq_cli::status::send(ctx, orders, demo::order_tag).await?;
+    let report = resq_ops::status::send(ctx, orders, demo::order_tag).await?;
     if !report.failed.is_empty() {
         return Err(CliError::Usage(format!(
             "LocalStack refused {} orders",
@@ -901,7 +901,7 @@ async fn phases(
     .await;
     let probes = orders::generate("SOAK-PROBE-", opts.probes, 0.0, 0.0, &mut rng);
     // straight into the DLQ, where SQS's redrive policy would put them
-    let report = resq_cli::status::send_to(ctx, &ctx.dlq_url, &probes, demo::order_tag).await?;
+    let report = resq_ops::status::send_to(ctx, &ctx.dlq_url, &probes, demo::order_tag).await?;
     if !report.failed.is_empty() {
         return Err(CliError::Usage("LocalStack refused a probe".into()));
     }

@@ -39,8 +39,8 @@ pub struct StackOutputs {
 
 impl StackOutputs {
     /// The operator tools' context for this stack.
-    pub fn context(&self, config: &aws_config::SdkConfig) -> resq_cli::context::Context {
-        resq_cli::context::Context::from_config(
+    pub fn context(&self, config: &aws_config::SdkConfig) -> resq_ops::context::Context {
+        resq_ops::context::Context::from_config(
             config,
             self.main_queue_url.clone(),
             self.dlq_url.clone(),

@@ -6,9 +6,9 @@ use aws_sdk_cloudwatch::types::{ComparisonOperator, StateValue, Statistic};
 use resq::archive::{ArchiveFacts, Archiver, OriginalMessage};
 use resq::attributes::{AttributeValue, MessageAttributes};
 use resq::reason::ArchiveReason;
-use resq_cli::context::{Context, Endpoint};
-use resq_cli::{archive, dlq, orders, status};
 use resq_e2e::{Stack, StackOptions};
+use resq_ops::context::{Context, Endpoint};
+use resq_ops::{archive, dlq, orders, status};
 
 use crate::helpers::*;
 
@@ -132,7 +132,7 @@ async fn status_shows_depths_and_alarm_states() {
         s.alarms,
         vec![("resq-dlq-depth".to_owned(), "ALARM".to_owned())]
     );
-    let table = resq_cli::render::status(&s, false);
+    let table = resq_ops::render::status(&s, false);
     assert!(
         table.contains("resq-dlq-depth") && table.contains("ALARM"),
         "{table}"
@@ -418,7 +418,7 @@ async fn archive_ls_show_and_restore() {
         .await
         .unwrap_err();
     assert!(
-        matches!(refused, resq_cli::CliError::PastIdempotencyWindow { .. }),
+        matches!(refused, resq_ops::CliError::PastIdempotencyWindow { .. }),
         "{refused}"
     );
     assert!(refused.to_string().contains("--force"), "{refused}");

@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_cloudwatch::types::{Dimension, Statistic};
-use resq_cli::context::Context;
-use resq_cli::orders;
 use resq_e2e::{emulator_kind, function_binary, installs, translated_template_file};
 use resq_local::chaos::runtime::{Function, Outcome};
 use resq_local::live::{UpOptions, env_file_var, up};
+use resq_ops::context::Context;
+use resq_ops::orders;
 use tokio::io::AsyncWriteExt;
 
 const STACK: &str = "resq-live";
@@ -140,7 +140,7 @@ async fn wait_for<F: std::future::Future<Output = bool>>(
 
 /// Every one of `ids` has its order record.
 async fn processed(ctx: &Context, ids: &[String]) -> bool {
-    let keys = resq_cli::archive::list_keys(ctx, "orders/")
+    let keys = resq_ops::archive::list_keys(ctx, "orders/")
         .await
         .unwrap_or_default();
     ids.iter()
@@ -225,7 +225,7 @@ async fn the_live_pipeline_processes_orders_dead_letters_bad_ones_and_follows_wa
 
     // watch is away: the binaries serve; 20 orders, 10 % malformed (exactly 2)
     let first = orders::generate("LIVE-A-", 20, 10.0, 0.0, &mut rand::rng());
-    resq_cli::status::send(&ctx, &first, |_| HashMap::new())
+    resq_ops::status::send(&ctx, &first, |_| HashMap::new())
         .await
         .unwrap();
     let good: Vec<String> = first
@@ -251,7 +251,7 @@ async fn the_live_pipeline_processes_orders_dead_letters_bad_ones_and_follows_wa
         ctx.cloudwatch.clone(),
     ));
     let second = orders::generate("LIVE-B-", 10, 0.0, 10.0, &mut rand::rng());
-    resq_cli::status::send(&ctx, &second, |_| HashMap::new())
+    resq_ops::status::send(&ctx, &second, |_| HashMap::new())
         .await
         .unwrap();
     let good_b: Vec<String> = second
@@ -285,10 +285,10 @@ async fn the_live_pipeline_processes_orders_dead_letters_bad_ones_and_follows_wa
     let mut seen = Vec::new();
     let started = Instant::now();
     while seen != expected && started.elapsed() < Duration::from_secs(30) {
-        resq_cli::dlq::unhide_kept(&ctx, None).await.unwrap();
-        let peeked = resq_cli::dlq::peek(
+        resq_ops::dlq::unhide_kept(&ctx, None).await.unwrap();
+        let peeked = resq_ops::dlq::peek(
             &ctx,
-            &resq_cli::dlq::Filter {
+            &resq_ops::dlq::Filter {
                 reason: None,
                 older_than: None,
                 limit: 10,
@@ -347,7 +347,7 @@ async fn the_live_pipeline_processes_orders_dead_letters_bad_ones_and_follows_wa
     // Lambda's Errors metric counts it, and on LocalStack the consumer-errors alarm goes off
     fail_next.store(1, Ordering::SeqCst);
     let third = orders::generate("LIVE-C-", 1, 0.0, 0.0, &mut rand::rng());
-    resq_cli::status::send(&ctx, &third, |_| HashMap::new())
+    resq_ops::status::send(&ctx, &third, |_| HashMap::new())
         .await
         .unwrap();
     wait_for("the failed invocation", Duration::from_secs(30), || async {

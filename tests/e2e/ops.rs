@@ -9,11 +9,11 @@ use resq::archive::{ArchiveEnvelope, ArchiveFacts, Archiver, OriginalMessage, Re
 use resq::attributes::{AttributeValue, MessageAttributes};
 use resq::reason::ArchiveReason;
 use resq::store::{ObjectStore, S3Store};
-use resq_cli::context::{Context, Endpoint};
-use resq_cli::find::{FindOptions, Verdict};
-use resq_cli::locate::Place;
-use resq_cli::{CliError, archive, canary, dlq, find, shadow};
 use resq_e2e::{Stack, StackOptions};
+use resq_ops::context::{Context, Endpoint};
+use resq_ops::find::{FindOptions, Verdict};
+use resq_ops::locate::Place;
+use resq_ops::{CliError, archive, canary, dlq, find, shadow};
 
 use crate::helpers::*;
 
@@ -229,7 +229,7 @@ async fn find_says_where_an_order_is_in_each_place_and_several_at_once() {
     assert_eq!(stack.depth(&stack.main).await, (1, 0));
     // AND the answer reads as JSON too
     let json: serde_json::Value =
-        serde_json::from_str(&resq_cli::render::find(&a, now_ms(), true)).unwrap();
+        serde_json::from_str(&resq_ops::render::find(&a, now_ms(), true)).unwrap();
     assert_eq!(json["verdict"], "found");
     let places: BTreeSet<&str> = json["places"]
         .as_array()
@@ -259,7 +259,7 @@ async fn find_says_which_receives_it_used_up_in_the_main_queue() {
         (main.max_receive_count, main.last_receive_used),
         (Some(1), 1)
     );
-    let notes = resq_cli::render::find_notes(&found, false);
+    let notes = resq_ops::render::find_notes(&found, false);
     assert!(
         notes.contains("used the last allowed receive of 1 main-queue message"),
         "{notes}"

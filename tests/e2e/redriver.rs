@@ -166,13 +166,13 @@ async fn a_seeded_dlq_ends_in_exactly_the_documented_state() {
         (43_000..=43_200).contains(&hidden_for),
         "hidden until its TTL (24 h away), within SQS's 12 h: {hidden_for} s"
     );
-    let ctx = resq_cli::context::Context::from_config(
+    let ctx = resq_ops::context::Context::from_config(
         &stack.emulator.sdk_config().await,
         stack.main.url.clone(),
         dlq.url.clone(),
         stack.bucket.clone(),
     );
-    assert_eq!(resq_cli::dlq::unhide_kept(&ctx, None).await.unwrap(), 1);
+    assert_eq!(resq_ops::dlq::unhide_kept(&ctx, None).await.unwrap(), 1);
     let left = drain_view(&stack, dlq).await;
     assert_eq!(left.iter().map(body_of).collect::<Vec<_>>(), vec!["{oops"]);
     assert_eq!(attr(&left[0], "x-failure-reason"), Some("MALFORMED_JSON"));

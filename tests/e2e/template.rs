@@ -633,7 +633,7 @@ fn numeric_budgets(param: &Value) -> std::ops::RangeInclusive<u64> {
 /// of the template's ranges that make tripping hardest: the largest threshold, the slowest
 /// rate, the smallest numeric budget, the shortest run.
 fn breaker_conflicts(t: &Value) -> Vec<String> {
-    use resq_cli::stack::{ALARM_PERIOD_SECONDS, Assumptions, Rule, Settings};
+    use resq_ops::stack::{ALARM_PERIOD_SECONDS, Assumptions, Rule, Settings};
     let p = &t["Parameters"];
     let bound = |name: &str, key: &str| p[name].get(key).map(number);
     let default = |name: &str| number(&p[name]["Default"]);
@@ -678,7 +678,7 @@ fn breaker_conflicts(t: &Value) -> Vec<String> {
         redriver_timeout: bound("RedriverTimeout", "MinValue").unwrap_or(1.0),
         deadline_margin_ms: bound("DeadlineMarginMs", "MaxValue").unwrap_or(f64::INFINITY),
     };
-    resq_cli::stack::conflicts(&settings, &Assumptions::default())
+    resq_ops::stack::conflicts(&settings, &Assumptions::default())
         .into_iter()
         .filter(|c| {
             matches!(
@@ -1292,7 +1292,7 @@ async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order
         stack.stack_status_reason()
     );
     // what `resq stack check --deployed` reads: the values sam deploy keeps
-    let deployed = resq_cli::stack::deployed_parameters(&cfn, "resq-test")
+    let deployed = resq_ops::stack::deployed_parameters(&cfn, "resq-test")
         .await
         .unwrap();
     assert!(
@@ -1300,7 +1300,7 @@ async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order
         "{deployed:?}"
     );
     assert_eq!(
-        resq_cli::stack::deployed_parameters(&cfn, "no-such-stack")
+        resq_ops::stack::deployed_parameters(&cfn, "no-such-stack")
             .await
             .unwrap(),
         vec![],

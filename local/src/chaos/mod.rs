@@ -33,7 +33,7 @@ use crate::emulator::{Emulator, REGION};
 use crate::pipeline::read_summary;
 use crate::stack::{StackOutputs, deploy_stack};
 use faults::{FaultProxy, FaultStats};
-use resq_cli::context::Context;
+use resq_ops::context::Context;
 use runtime::{Function, Outcome};
 
 /// What a chaos run does.
@@ -377,7 +377,7 @@ pub async fn run(opts: &ChaosOptions) -> Result<ChaosReport, CliError> {
     let settled = settled?;
     println!("pipeline stopped; waiting for messages in flight to come back …");
     // kept permanent failures stay hidden until their TTL: made visible as an operator would
-    resq_cli::dlq::unhide_kept(&ctx, None).await?;
+    resq_ops::dlq::unhide_kept(&ctx, None).await?;
     wait_until_nothing_in_flight(&ctx, REDRIVER_TIMEOUT + Duration::from_secs(35)).await;
     println!("auditing every order …");
     let mut audit = demo::audit(&ctx, &plans, state.sent.load(Ordering::Relaxed)).await?;
@@ -748,7 +748,7 @@ async fn schedule(
 /// two redriver runs since then, the last of which moved nothing.
 async fn drive(
     ctx: &Context,
-    planned: &[(resq_cli::orders::Outgoing, Plan, u32)],
+    planned: &[(resq_ops::orders::Outgoing, Plan, u32)],
     state: &State,
     stats: &FaultStats,
     opts: &ChaosOptions,
@@ -770,7 +770,7 @@ async fn drive(
                 .iter()
                 .map(|(o, _, _)| o.clone())
                 .collect();
-            let report = resq_cli::status::send(ctx, &chunk, demo::order_tag).await?;
+            let report = resq_ops::status::send(ctx, &chunk, demo::order_tag).await?;
             if !report.failed.is_empty() {
                 break Err(CliError::Usage(format!(
                     "the emulator refused {} orders",
