@@ -101,6 +101,7 @@ $(BENCH_TOOLS): bench/requirements.txt
 ## library crates' doc examples, and `make package`
 test: $(TOOLS) $(LOCALSTACK)
 	@echo "compiling the workspace and its tests (first time about 6 min on 2 cores), then running them"
+	cargo build --workspace --bins
 	MOTO_SERVER=$(CURDIR)/$(VENV)/bin/moto_server LOCALSTACK_PYTHON=$(CURDIR)/$(VENV_LOCALSTACK)/bin/python cargo test --workspace --all-targets
 	@echo "the end-to-end tests again, on LocalStack"
 	E2E_EMULATOR=localstack MOTO_SERVER=$(CURDIR)/$(VENV)/bin/moto_server LOCALSTACK_PYTHON=$(CURDIR)/$(VENV_LOCALSTACK)/bin/python cargo test --workspace --test e2e

@@ -254,11 +254,25 @@ pub fn restore_message(
         resq::fifo::Copy::Restore,
         &original.message_id,
     );
+    // A FIFO queue drops a second send of one deduplication id within 5 minutes, answering
+    // it as sent: a second patch of the same entry (the first one was wrong) must not be
+    // dropped so, while a retry of the same restore still is.
+    let deduplication_id = match patch {
+        Some(_) => deduplication_id.map(|id| format!("{id}-patch-{:016x}", fnv1a(body.as_bytes()))),
+        None => deduplication_id,
+    };
     Ok(RestoreMessage {
         body,
         attributes,
         group_id,
         deduplication_id,
+    })
+}
+
+/// FNV-1a, 64 bits: the same patched body gives the same deduplication id in any run.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
 
@@ -765,6 +779,19 @@ mod tests {
         assert_eq!((m.group_id, m.deduplication_id), (None, None));
         let fifo = restore_message(&e, "http://q/1/orders.fifo", None).unwrap();
         assert!(fifo.group_id.is_some() && fifo.deduplication_id.is_some());
+        // on a FIFO queue: a retried restore keeps its deduplication id, a second patch of the
+        // same entry gets its own (SQS would drop it as a duplicate for 5 minutes otherwise)
+        let patched = |p: serde_json::Value| {
+            restore_message(&e, "http://q/1/orders.fifo", Some(&p))
+                .unwrap()
+                .deduplication_id
+                .unwrap()
+        };
+        let first = patched(serde_json::json!({"quantity": 1}));
+        assert_eq!(first, patched(serde_json::json!({"quantity": 1})));
+        assert_ne!(first, patched(serde_json::json!({"quantity": 2})));
+        assert_ne!(Some(first.clone()), fifo.deduplication_id);
+        assert!(first.len() <= 128, "{first}");
         let huge = serde_json::json!({"pad": "x".repeat(resq::attributes::MAX_MESSAGE_BYTES)});
         let too_big = restore_message(&e, "http://q/1/orders", Some(&huge)).unwrap_err();
         assert!(too_big.contains("over SQS's limit"), "{too_big}");

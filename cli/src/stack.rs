@@ -530,7 +530,46 @@ pub fn refusals(template: &Template, set: &ParameterSet) -> Vec<Refusal> {
             });
         }
     }
+    // what the template lets through but the functions refuse at start-up (a pattern this
+    // check cannot read, one looser than the functions): both would fail every invocation
+    for (parameter, var) in FUNCTION_VARIABLES {
+        if out.iter().any(|r| r.parameter == parameter) {
+            continue;
+        }
+        let Some((_, v)) = set.values.iter().find(|(n, _)| n == parameter) else {
+            continue;
+        };
+        if let Some(why) = v
+            .value
+            .as_deref()
+            .and_then(|given| refused_at_start(var, given))
+        {
+            out.push(Refusal {
+                parameter: parameter.to_owned(),
+                value: v.value.clone(),
+                source: v.source,
+                why,
+            });
+        }
+    }
     out
+}
+
+/// The parameters the template hands both functions as a variable of their telemetry.
+const FUNCTION_VARIABLES: [(&str, &str); 4] = [
+    ("ServiceName", "POWERTOOLS_SERVICE_NAME"),
+    ("MetricsNamespace", "POWERTOOLS_METRICS_NAMESPACE"),
+    ("CorrelationKey", "RESQ_CORRELATION_KEY"),
+    ("CorrelationField", "RESQ_CORRELATION_FIELD"),
+];
+
+/// Why the functions would refuse `var=value` at start-up, by their own check
+/// (`resq::telemetry::Telemetry::from_vars`).
+fn refused_at_start(var: &str, value: &str) -> Option<String> {
+    let vars = resq::config::Vars(|k: &str| (k == var).then(|| value.to_owned()));
+    resq::telemetry::Telemetry::from_vars(resq::telemetry::Names::ORDERS, &vars)
+        .err()
+        .map(|e| format!("both functions refuse it at start-up: {e}"))
 }
 
 fn refused(p: &Parameter, value: Option<&str>) -> Option<String> {
@@ -2124,6 +2163,43 @@ CreateOrdersTopic = true
                 ("AlertEmail".into(), "a\"b".into())
             ]
         );
+    }
+
+    #[test]
+    fn names_the_functions_refuse_at_start_up_are_refused_before_deploy() {
+        let t = template();
+        let refused = |overrides: &[(&str, &str)]| -> Vec<String> {
+            refusals(&t, &set(overrides))
+                .into_iter()
+                .map(|r| r.parameter)
+                .collect()
+        };
+        // GIVEN names the functions' own check refuses (a key resq writes itself, an AWS/
+        // namespace, a name a trailing space would set apart from the alarms')
+        for (parameter, value) in [
+            ("CorrelationKey", "correlation_id"),
+            ("CorrelationKey", "message_id"),
+            ("CorrelationKey", "key"),
+            ("MetricsNamespace", "AWS/Orders"),
+            ("MetricsNamespace", "resq "),
+            ("ServiceName", "orders "),
+        ] {
+            // THEN the set is refused, naming the parameter once
+            assert_eq!(refused(&[(parameter, value)]), vec![parameter], "{value:?}");
+        }
+        // AND names they take pass
+        for (parameter, value) in [
+            ("CorrelationKey", "payment_id"),
+            ("CorrelationField", "paymentId"),
+            ("MetricsNamespace", "Acme/Orders"),
+            ("ServiceName", "payments"),
+        ] {
+            assert_eq!(
+                refused(&[(parameter, value)]),
+                Vec::<String>::new(),
+                "{value:?}"
+            );
+        }
     }
 
     #[test]

@@ -95,7 +95,7 @@ pub(crate) struct Settling {
 impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     /// A consumer over its ports: the handler, SQS and the archive bucket.
     pub fn new(handler: H, queues: Q, store: S, config: ConsumerConfig) -> Self {
-        let in_flight = config.concurrency.connections_per_host();
+        let in_flight = config.concurrency.settle_calls_in_flight();
         Self {
             handler,
             settler: Settler::new(queues, store, ARCHIVED_BY).with_calls_in_flight(in_flight),

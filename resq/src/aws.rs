@@ -92,6 +92,10 @@ pub struct Downstream {
     pub connections_per_host: usize,
     /// Where the answers are counted.
     pub throttling: Throttling,
+    /// Requests to all hosts at once, at most ([`CONNECTIONS_MAX`]).
+    connections_max: usize,
+    /// Idle connections a host keeps, at most ([`IDLE_PER_HOST_MAX`]).
+    idle_per_host_max: usize,
 }
 
 impl Downstream {
@@ -101,22 +105,37 @@ impl Downstream {
         Self {
             connections_per_host: connections_per_host.max(1),
             throttling: Throttling::default(),
+            connections_max: CONNECTIONS_MAX,
+            idle_per_host_max: IDLE_PER_HOST_MAX,
         }
     }
 
-    /// resq's HTTPS client ([`https_client`]) with this cap and count.
+    /// resq's HTTPS client ([`https_client`]) with this cap and count. Besides the cap per
+    /// host, all hosts together get at most [`CONNECTIONS_MAX`] requests at once, and each host
+    /// keeps at most [`IDLE_PER_HOST_MAX`] idle connections: a handler that calls several hosts
+    /// at a high fixed limit, then the settle phase's calls, stay within Lambda's 1,024 file
+    /// descriptors (in flight ≤ 900, idle ≤ 64 a host).
     pub fn https_client(&self) -> SharedHttpClient {
-        let inner = https_keeping(Some(self.connections_per_host));
+        let inner = https_keeping(Some(self.connections_per_host.min(self.idle_per_host_max)));
         SharedHttpClient::new(Gated {
             inner,
             gates: Arc::new(Gates {
                 per_host: self.connections_per_host,
+                all: Arc::new(Semaphore::new(self.connections_max.max(1))),
                 hosts: Mutex::new(HashMap::new()),
                 throttling: self.throttling.clone(),
             }),
         })
     }
 }
+
+/// Requests at once to all hosts together, at most: Lambda allows a process 1,024 file
+/// descriptors, and the runtime, the log pipes and the idle connections need the rest.
+pub const CONNECTIONS_MAX: usize = 900;
+
+/// Idle connections a host keeps, at most: a batch's burst of connections is not kept open
+/// after it (a warm invocation opens again what it needs beyond these).
+pub const IDLE_PER_HOST_MAX: usize = 64;
 
 /// An HTTP client whose connectors go through the hosts' gates.
 #[derive(Debug)]
@@ -128,6 +147,8 @@ struct Gated {
 #[derive(Debug)]
 struct Gates {
     per_host: usize,
+    /// All hosts together ([`CONNECTIONS_MAX`]).
+    all: Arc<Semaphore>,
     hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
     throttling: Throttling,
 }
@@ -164,11 +185,15 @@ struct GatedConnector {
 impl HttpConnector for GatedConnector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let gate = self.gates.of(host_of(request.uri()));
+        let all = self.gates.all.clone();
         let first = first_attempt(request.headers().get("amz-sdk-request"));
         let (inner, gates) = (self.inner.clone(), self.gates.clone());
         HttpConnectorFuture::new(async move {
-            // the semaphore is never closed
+            // the host's turn first, then one of all hosts' (in this order everywhere: no
+            // request holds one while another waits for it the other way round); the
+            // semaphores are never closed
             let _turn = gate.acquire_owned().await.ok();
+            let _any = all.acquire_owned().await.ok();
             let sent = Instant::now();
             let answer = inner.call(request).await;
             let throttled = match &answer {
@@ -235,6 +260,8 @@ mod tests {
     struct Loopback {
         url: String,
         peak: Arc<std::sync::atomic::AtomicUsize>,
+        /// Connections open now.
+        open: Arc<std::sync::atomic::AtomicUsize>,
         /// When each request had arrived whole, in order.
         arrivals: Arc<Mutex<Vec<Instant>>>,
     }
@@ -254,6 +281,7 @@ mod tests {
         );
         let answer = Arc::new(answer);
         let seen = peak.clone();
+        let open_now = open.clone();
         let arrivals = Arc::new(Mutex::new(Vec::new()));
         let arrived = arrivals.clone();
         tokio::spawn(async move {
@@ -305,6 +333,7 @@ mod tests {
         Loopback {
             url,
             peak: seen,
+            open: open_now,
             arrivals,
         }
     }
@@ -361,6 +390,43 @@ mod tests {
         assert!(capped <= 4, "{capped} connections at once");
         assert!(open > 4, "{open} connections at once without a cap");
         assert_eq!(downstream.throttling.seen().ok, 24);
+    }
+
+    #[tokio::test]
+    async fn all_hosts_together_get_at_most_the_clients_total_and_keep_few_idle() {
+        // GIVEN two hosts that hold each request 30 ms, and a client that lets 8 requests go
+        // to each host but 6 to both together, keeping 2 idle connections a host
+        let hold = Duration::from_millis(30);
+        let (a, b) = (
+            loopback(hold, |_| (200, "")).await,
+            loopback(hold, |_| (200, "")).await,
+        );
+        let mut downstream = Downstream::new(8);
+        downstream.connections_max = 6;
+        downstream.idle_per_host_max = 2;
+        let client = downstream.https_client();
+        let (s3a, s3b) = (
+            s3_over(client.clone(), &a.url).await,
+            s3_over(client, &b.url).await,
+        );
+        // WHEN 24 puts go to each host at once
+        let (done_a, done_b) = tokio::join!(puts(&s3a, 24), puts(&s3b, 24));
+        assert_eq!((done_a, done_b), (24, 24));
+        // THEN never more than 6 connections were open to both together
+        use std::sync::atomic::Ordering;
+        let peak = a.peak.load(Ordering::SeqCst) + b.peak.load(Ordering::SeqCst);
+        assert!(peak <= 6, "{peak} connections at once to the two hosts");
+        assert_eq!(downstream.throttling.seen().ok, 48);
+        // AND once they are done each host keeps at most 2 of them open: the others are
+        // closed as they come back to the pool (the server sees each close shortly after)
+        let open = || (a.open.load(Ordering::SeqCst), b.open.load(Ordering::SeqCst));
+        for _ in 0..200 {
+            if open().0 <= 2 && open().1 <= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(open().0 <= 2 && open().1 <= 2, "{:?} still open", open());
     }
 
     #[tokio::test]

@@ -18,6 +18,9 @@ pub const AUTO_CONCURRENCY_MAX: usize = 64;
 /// The largest number `CONSUMER_CONCURRENCY` takes.
 pub const FIXED_CONCURRENCY_MAX: usize = 1000;
 
+/// The settle executor's calls in flight at most ([`Concurrency::settle_calls_in_flight`]).
+pub const SETTLE_CALLS_MAX: usize = 64;
+
 /// `CONSUMER_CONCURRENCY`: `auto`, or a number that fixes the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Concurrency {
@@ -44,6 +47,14 @@ impl Concurrency {
     /// FIFO lane) and must not queue behind a small fixed limit.
     pub fn connections_per_host(self) -> usize {
         self.cap().max(crate::sqs::CALLS_IN_FLIGHT)
+    }
+
+    /// The settle executor's calls in flight (DLQ copies, archive writes, backoff): the
+    /// connections per host, at most [`SETTLE_CALLS_MAX`]. They run after the records, while
+    /// the records' connections may still be open (idle, to other hosts): a few dozen batch
+    /// calls settle a 10,000-record batch within a second, and more would only add sockets.
+    pub fn settle_calls_in_flight(self) -> usize {
+        self.connections_per_host().min(SETTLE_CALLS_MAX)
     }
 
     /// The limit an invocation of `records` records starts with.
@@ -285,6 +296,16 @@ mod tests {
         assert_eq!(Concurrency::Fixed(500).cap(), 500);
         assert_eq!(Concurrency::Auto.connections_per_host(), 64);
         assert_eq!(Concurrency::Fixed(500).connections_per_host(), 500);
+        // the settle phase adds at most SETTLE_CALLS_MAX sockets, never fewer than its own 16
+        assert_eq!(
+            Concurrency::Fixed(1000).settle_calls_in_flight(),
+            SETTLE_CALLS_MAX
+        );
+        assert_eq!(Concurrency::Auto.settle_calls_in_flight(), 64);
+        assert_eq!(
+            Concurrency::Fixed(1).settle_calls_in_flight(),
+            crate::sqs::CALLS_IN_FLIGHT
+        );
         assert_eq!(
             Concurrency::Fixed(1).connections_per_host(),
             crate::sqs::CALLS_IN_FLIGHT

@@ -282,22 +282,22 @@ impl Telemetry {
     ) -> Result<Self, ConfigError> {
         let service = vars
             .get("POWERTOOLS_SERVICE_NAME")
-            .map_or_else(|| names.service.to_owned(), |s| s.trim().to_owned());
+            .unwrap_or_else(|| names.service.to_owned());
         if !valid_service(&service) {
             return Err(ConfigError::Invalid {
                 var: "POWERTOOLS_SERVICE_NAME",
                 value: service,
-                expected: "a service name of 1 to 255 printable ASCII characters (the `service` key and dimension)".into(),
+                expected: "a service name of 1 to 255 printable ASCII characters, no space at either end (the `service` key and dimension, matched byte for byte by the stack's alarms)".into(),
             });
         }
         let namespace = vars
             .get("POWERTOOLS_METRICS_NAMESPACE")
-            .map_or_else(|| names.namespace.to_owned(), |s| s.trim().to_owned());
+            .unwrap_or_else(|| names.namespace.to_owned());
         if !valid_namespace(&namespace) {
             return Err(ConfigError::Invalid {
                 var: "POWERTOOLS_METRICS_NAMESPACE",
                 value: namespace,
-                expected: "a CloudWatch namespace: 1 to 255 of 0-9 A-Z a-z . - _ / # : and space, not starting with AWS/".into(),
+                expected: "a CloudWatch namespace: 1 to 255 of 0-9 A-Z a-z . - _ / # : and space, no space at either end, not starting with AWS/".into(),
             });
         }
         let correlation = CorrelationKey::from_vars(names.correlation(), vars)?;
@@ -359,15 +359,20 @@ impl Telemetry {
     }
 }
 
+/// Taken as given, never trimmed: the stack's alarms read the metrics by the template's value
+/// byte for byte, so a value that would differ once trimmed is refused instead.
 fn valid_service(s: &str) -> bool {
-    (1..=255).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
+    (1..=255).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
+        && s.trim() == s
 }
 
+/// As [`valid_service`]: CloudWatch's characters, never trimmed, never `AWS/…`.
 fn valid_namespace(s: &str) -> bool {
     (1..=255).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b".-_/#: ".contains(&b))
-        && !s.trim().is_empty()
+        && s.trim() == s
         && !s.starts_with("AWS/")
 }
 
@@ -803,6 +808,8 @@ mod tests {
             ("POWERTOOLS_METRICS_NAMESPACE", "AWS/SQS"),
             ("POWERTOOLS_METRICS_NAMESPACE", "a;b"),
             ("POWERTOOLS_SERVICE_NAME", "caf\u{e9}"),
+            ("POWERTOOLS_SERVICE_NAME", "orders "),
+            ("POWERTOOLS_METRICS_NAMESPACE", " resq"),
             ("RESQ_CORRELATION_KEY", "orderId"),
             ("RESQ_CORRELATION_KEY", "service"),
             ("RESQ_CORRELATION_KEY", "correlation_id"),

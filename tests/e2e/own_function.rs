@@ -77,20 +77,34 @@ fn the_chapter_shows_every_file_of_the_crate_the_test_builds() {
         .map(str::trim)
         .collect();
     assert!(release.contains(&"panic = \"unwind\""), "{release:?}");
-    // the deploy step names function.yaml's parameters, each one it has
-    let function = translated("infra/function.yaml", "resq-artifacts");
+    // the deploy step names the templates' parameters, each one it has: resq's stack first,
+    // then the function
     let text = chapter();
-    let deploy = &text[text.find("sam deploy -t resq/infra/function.yaml").unwrap()..];
-    let deploy = &deploy[..deploy.find("```").unwrap()];
-    for (name, value) in deploy
-        .split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .filter(|(k, _)| k.chars().next().is_some_and(char::is_uppercase))
-    {
-        assert!(
-            function["Parameters"].get(name).is_some(),
-            "the chapter passes {name}={value}, which infra/function.yaml does not take"
-        );
+    for (command, template) in [
+        ("sam deploy --stack-name payments", "infra/template.yaml"),
+        (
+            "sam deploy -t resq/infra/function.yaml",
+            "infra/function.yaml",
+        ),
+    ] {
+        let parameters = translated(template, "resq-artifacts");
+        let deploy = &text[text.find(command).unwrap_or_else(|| panic!("{command}"))..];
+        let end = [deploy.find(" && "), deploy.find("```")]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap();
+        let deploy = &deploy[..end];
+        for (name, value) in deploy
+            .split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .filter(|(k, _)| k.chars().next().is_some_and(char::is_uppercase))
+        {
+            assert!(
+                parameters["Parameters"].get(name).is_some(),
+                "the chapter passes {name}={value}, which {template} does not take"
+            );
+        }
     }
 }
 

@@ -921,12 +921,12 @@ fn every_alarm_on_resqs_metrics_reads_them_as_the_functions_write_them() {
         (
             "ServiceName",
             ["orders", "checkout-api", "Team A/orders"],
-            ["", " x", "a\"b"],
+            ["", " x", "a\"b", "orders ", " orders"],
         ),
         (
             "MetricsNamespace",
             ["resq", "Acme/Orders", "a.b_c#d:e"],
-            ["", "a;b", "ns\""],
+            ["", "a;b", "ns\"", "AWS/Orders", "resq ", " resq"],
         ),
         (
             "CorrelationKey",
@@ -959,6 +959,27 @@ fn every_alarm_on_resqs_metrics_reads_them_as_the_functions_write_them() {
             assert!(!matched.contains(v), "{param} accepts {v:?}");
         }
     }
+    // AND no key resq writes itself can be the type's own correlation key: the template refuses
+    // each one, as the functions do at start-up
+    let own: Vec<&str> = resq::telemetry::RESERVED_KEYS
+        .iter()
+        .chain(&resq::telemetry::MESSAGE_KEYS)
+        .copied()
+        .collect();
+    let pattern = t["Parameters"]["CorrelationKey"]["AllowedPattern"]
+        .as_str()
+        .unwrap();
+    let matched = pattern_matches(pattern, &own);
+    assert!(matched.is_empty(), "CorrelationKey accepts {matched:?}");
+    for key in own {
+        let vars = resq::config::Vars(move |k: &str| {
+            (k == "RESQ_CORRELATION_KEY").then(|| key.to_owned())
+        });
+        assert!(
+            resq::telemetry::Telemetry::from_vars(names, &vars).is_err(),
+            "the functions take {key} as a correlation key"
+        );
+    }
 }
 
 #[test]
@@ -985,6 +1006,9 @@ fn functions_are_rust_on_arm64_with_json_logs_and_the_spec_environment() {
         // Powertools' (docs/logs-and-metrics.md)
         "POWERTOOLS_SERVICE_NAME",
         "POWERTOOLS_METRICS_NAMESPACE",
+        // the business id's log key and body field (docs/logs-and-metrics.md)
+        "RESQ_CORRELATION_KEY",
+        "RESQ_CORRELATION_FIELD",
     ]
     .into();
     for (name, binary) in [

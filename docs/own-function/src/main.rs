@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 use resq::store::{ObjectStore, PutOutcome, S3Store};
+use resq::telemetry::Names;
 use resq_consumer::handler::{HandlerError, MessageHandler, RecordMeta, Rejection};
 use serde::Deserialize;
 
@@ -28,6 +29,16 @@ struct SettlePayment {
 
 impl MessageHandler for SettlePayment {
     type Message = Payment;
+
+    /// Its logs and metrics: service `payments`, the id as `payment_id` (read from `paymentId`
+    /// in a body that did not parse); the namespace stays resq's. The stack's settings
+    /// (`POWERTOOLS_SERVICE_NAME`, `RESQ_CORRELATION_KEY`, …) override them when deployed.
+    const NAMES: Names = Names {
+        service: "payments",
+        correlation_key: "payment_id",
+        correlation_field: "paymentId",
+        ..Names::ORDERS
+    };
 
     fn parse(&self, body: Option<&str>) -> Result<Payment, Rejection> {
         let body = body.ok_or_else(|| Rejection::malformed("the message has no body"))?;
