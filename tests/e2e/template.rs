@@ -921,26 +921,26 @@ fn every_alarm_on_resqs_metrics_reads_them_as_the_functions_write_them() {
         (
             "ServiceName",
             ["orders", "checkout-api", "Team A/orders"],
-            ["", " x", "a\"b", "orders ", " orders"],
+            &["", " x", "a\"b", "orders ", " orders"][..],
         ),
         (
             "MetricsNamespace",
             ["resq", "Acme/Orders", "a.b_c#d:e"],
-            ["", "a;b", "ns\"", "AWS/Orders", "resq ", " resq"],
+            &["", "a;b", "ns\"", "AWS/Orders", "resq ", " resq"][..],
         ),
         (
             "CorrelationKey",
             ["order_id", "payment_id", "k9"],
-            ["", "OrderId", "order-id"],
+            &["", "OrderId", "order-id"][..],
         ),
         (
             "CorrelationField",
             ["orderId", "payment_id", "Order.Id"],
-            ["", "order id", " x"],
+            &["", "order id", " x"][..],
         ),
     ] {
         let pattern = t["Parameters"][param]["AllowedPattern"].as_str().unwrap();
-        let matched = pattern_matches(pattern, &[&accepted[..], &refused[..]].concat());
+        let matched = pattern_matches(pattern, &[&accepted[..], refused].concat());
         for v in accepted {
             assert!(matched.contains(v), "{param} refuses {v:?}");
             let var = match param {
@@ -955,7 +955,7 @@ fn every_alarm_on_resqs_metrics_reads_them_as_the_functions_write_them() {
                 "the functions refuse {var}={v:?}, which the template accepts"
             );
         }
-        for v in refused {
+        for &v in refused {
             assert!(!matched.contains(v), "{param} accepts {v:?}");
         }
     }
