@@ -281,6 +281,7 @@ pub async fn run(
     let started = Instant::now();
     let look_options = LookOptions {
         main_queue: QueueLook::SKIP,
+        count_main_queue: false,
         dlq: QueueLook {
             limit: crate::find::DEFAULT_DLQ_LIMIT,
             visibility: DLQ_VISIBILITY,
@@ -401,6 +402,7 @@ mod tests {
             failure_reason: Some("VALIDATION_FAILED".into()),
             sent_at: Some(sent),
             first_sent_at: Some(1),
+            matched_by_text: false,
         })
     }
 
@@ -478,6 +480,7 @@ mod tests {
             last_error: None,
             restores: 0,
             written_at: Some(1_300),
+            matched_by_text: false,
         });
         assert!(matches!(
             outcome(&canary(Some("A")), &look(vec![archived]), since),
