@@ -149,21 +149,47 @@ pub fn shadow_notes(report: &ShadowReport, as_json: bool) -> String {
     if as_json {
         return String::new();
     }
+    let left = report.kept_left_visible.len();
     let mut out = format!(
-        "shadow replay: {} copies sent to {}; the DLQ is unchanged: nothing deleted, {} messages released",
-        report.copied, report.to, report.released
+        "shadow replay: {} copies sent to {}; the DLQ is {}: nothing deleted, {} messages released",
+        report.copied,
+        report.to,
+        if left == 0 {
+            "unchanged"
+        } else {
+            "as it was but for the kept messages below"
+        },
+        report.released
     );
-    if report.hidden_again > 0 {
+    let hidden_again = report.hidden_again + report.hidden_again_by_keep_list;
+    if hidden_again > 0 {
         out.push_str(&format!(
-            ", {} kept messages hidden again until their TTL",
-            report.hidden_again
+            ", {hidden_again} kept messages hidden again until the moment they were hidden until"
         ));
     }
     out.push('\n');
+    if report.unhidden < report.kept_listed {
+        out.push_str(&format!(
+            "{} of the {} kept messages of the reason were made visible for the copy (what the copy budget can take); the others stayed hidden\n",
+            report.unhidden, report.kept_listed
+        ));
+    }
     if report.budget_reached {
         out.push_str(
             "the copy budget (--max-messages) was reached: more messages may be waiting\n",
         );
+    }
+    if report.not_copied_limit_reached {
+        out.push_str(&format!(
+            "receiving stopped after {} messages it does not copy (each hidden for the run): selected messages beyond them were not reached; narrow the selection (--older-than-seconds) or run it again later\n",
+            crate::shadow::NOT_COPIED_MAX
+        ));
+    }
+    if left > 0 {
+        out.push_str(&format!(
+            "warning: {left} kept messages made visible for the copy could not be hidden again (someone else received them, or SQS refused the keep list's handle): they stay visible in the DLQ until the next scheduled redriver run keeps and hides them again: {}\n",
+            report.kept_left_visible.join(", ")
+        ));
     }
     if report.not_released > 0 {
         out.push_str(&format!(

@@ -590,6 +590,78 @@ async fn a_shadow_replay_copies_to_staging_and_leaves_the_dlq_as_it_was() {
     assert_eq!(stack.depth(&stack.dlq).await, (3, 1));
 }
 
+#[tokio::test]
+async fn a_shadow_replay_on_a_small_budget_leaves_every_kept_message_hidden() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    let staging = stack
+        .sqs
+        .create_queue()
+        .queue_name("orders-staging")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    // GIVEN three VALIDATION_FAILED failures the redriver kept and hid, and one more of that
+    // reason dead-lettered since (visible)
+    for i in 0..3 {
+        send(
+            &stack,
+            &stack.dlq,
+            &invalid_order(&format!("K-{i}")),
+            &permanent("VALIDATION_FAILED"),
+            None,
+        )
+        .await;
+    }
+    let run = redrive(&stack, &redriver(&stack, &[]), serde_json::json!({}), &[]).await;
+    assert_eq!(run.kept, 3, "{run:?}");
+    send(
+        &stack,
+        &stack.dlq,
+        &invalid_order("V-1"),
+        &permanent("VALIDATION_FAILED"),
+        None,
+    )
+    .await;
+    assert_eq!(stack.depth(&stack.dlq).await, (1, 3));
+    // WHEN they are shadow-replayed by reason with a budget of one copy
+    let options = dlq::RedriveOptions {
+        dry_run: false,
+        failure_reason: Some("VALIDATION_FAILED".into()),
+        older_than: None,
+        max_messages: 1,
+        rate_per_second: 100.0,
+        max_redrive_attempts: 3,
+        archive_after: Duration::from_secs(86_400),
+        permanent_action: resq::config::PermanentAction::Keep,
+    };
+    let report = shadow::shadow(&ctx, &options, &staging).await.unwrap();
+    // THEN one copy was made, and only as many kept messages as it could copy were made
+    // visible, then hidden again
+    assert_eq!(report.copied, 1, "{report:?}");
+    assert_eq!((report.kept_listed, report.unhidden), (3, 1), "{report:?}");
+    assert_eq!(
+        report.hidden_again + report.hidden_again_by_keep_list,
+        1,
+        "{report:?}"
+    );
+    assert!(report.kept_left_visible.is_empty(), "{report:?}");
+    // AND the DLQ is as it was: the visible one visible, the three kept hidden, each still
+    // found as kept
+    assert_eq!(stack.depth(&stack.dlq).await, (1, 3));
+    for i in 0..3 {
+        let found = find::find(&ctx, &format!("K-{i}"), &FIND).await.unwrap();
+        assert!(
+            matches!(&found.places[..], [Place::Kept(_)]),
+            "K-{i}: {:?}",
+            found.places
+        );
+    }
+    assert_eq!(receive_until(&stack.sqs, &staging, 1).await.len(), 1);
+}
+
 /// Runs `work` while a poller plays Lambda's event source mapping for the consumer.
 async fn with_consumer<F: std::future::Future>(stack: &Stack, work: F) -> F::Output {
     let consumer = consumer(stack, &NO_BACKOFF);
@@ -653,6 +725,10 @@ async fn a_canary_replay_stops_when_the_fix_is_not_in() {
         .iter()
         .filter_map(|m| m.message_id().map(str::to_owned))
         .collect();
+    // … which the scheduled redriver kept (and hid) for a human
+    let run = redrive(&stack, &redriver(&stack, &[]), serde_json::json!({}), &[]).await;
+    assert_eq!(run.kept, 4, "{run:?}");
+    assert_eq!(stack.depth(&stack.dlq).await, (0, 4));
     // WHEN two canaries are replayed, all of which must succeed
     let mut lines = Vec::new();
     let report = with_consumer(
@@ -707,6 +783,22 @@ async fn a_canary_replay_stops_when_the_fix_is_not_in() {
         untouched
             .iter()
             .all(|m| attr(m, "x-redrive-count").is_none())
+    );
+    // AND the report says exactly which kept messages the selective run made visible and
+    // left so (the redriver's own selective run: the next scheduled run hides them again)
+    assert_eq!(report.kept_made_visible, 4, "{report:#?}");
+    let left: BTreeSet<&str> = report
+        .kept_left_visible
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let untouched_ids: BTreeSet<&str> = untouched.iter().filter_map(|m| m.message_id()).collect();
+    assert_eq!(left, untouched_ids);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("canary: 2 kept VALIDATION_FAILED messages made visible")),
+        "{lines:?}"
     );
     let returned: Vec<_> = after
         .iter()
