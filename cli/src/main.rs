@@ -249,7 +249,11 @@ struct RedriveArgs {
     #[arg(long)]
     keep_source: bool,
     /// Canary replay: replay this many first, wait for their outcome, and go on with the rest
-    /// only at --min-success.
+    /// only at --min-success. Success is the reference handler's order record
+    /// (orders/{orderId}.json): a team's own message type (ReferenceConsumer=false) cannot be
+    /// seen to succeed, and the canary stops. With --failure-reason, the kept messages of that
+    /// reason it does not replay are left visible until the next scheduled redriver run
+    /// (keptLeftVisible).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     canary: Option<u32>,
     /// With --canary: the percentage of canaries that must succeed (default 100).
