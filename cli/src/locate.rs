@@ -501,6 +501,12 @@ impl Look {
                 ));
             }
         }
+        if c.archive_unreadable > 0 {
+            out.push(format!(
+                "{} objects under archive/ are not archive entries that could be read",
+                c.archive_unreadable
+            ));
+        }
         if c.archive_not_read > 0 {
             out.push(format!(
                 "{} archive entries written before --archive-since were not read",
@@ -1202,12 +1208,14 @@ mod tests {
         ) = (2, 1);
         look.coverage.archive_order_unknown = 1;
         look.coverage.archive_not_read = 3;
+        look.coverage.archive_unreadable = 2;
         // THEN those not matched are said, and the entries not read
         assert_eq!(
             look.unseen(),
             vec![
                 "1 DLQ messages name no order that could be read (a body that is not JSON, or without `paymentId`) and do not hold the order's id as text",
                 "1 archive entries name no order that could be read (a body that is not JSON, or without `paymentId`) and do not hold the order's id as text",
+                "2 objects under archive/ are not archive entries that could be read",
                 "3 archive entries written before --archive-since were not read",
             ]
         );
