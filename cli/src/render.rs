@@ -179,6 +179,11 @@ pub fn shadow_notes(report: &ShadowReport, as_json: bool) -> String {
             "the copy budget (--max-messages) was reached: more messages may be waiting\n",
         );
     }
+    if let Some(e) = &report.receive_error {
+        out.push_str(&format!(
+            "error: receiving stopped part-way: {e}; what was received was left as found (above)\n"
+        ));
+    }
     if report.not_copied_limit_reached {
         out.push_str(&format!(
             "receiving stopped after {} messages it does not copy (each hidden for the run): selected messages beyond them were not reached; narrow the selection (--older-than-seconds) or run it again later\n",

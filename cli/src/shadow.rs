@@ -158,11 +158,17 @@ pub struct ShadowReport {
     /// Receiving stopped at [`NOT_COPIED_MAX`] messages received and not copied: selected
     /// messages beyond them were not reached.
     pub not_copied_limit_reached: bool,
+    /// Receiving from the DLQ failed part-way: what SQS said (the DLQ was left as found all
+    /// the same, as far as this report says).
+    pub receive_error: Option<String>,
 }
 
 impl ShadowReport {
-    /// The error the command ends with when some copies failed.
+    /// The error the command ends with when receiving failed, or some copies did.
     pub fn failure(&self) -> Option<CliError> {
+        if self.receive_error.is_some() {
+            return Some(CliError::ReceiveStopped);
+        }
         (!self.failed.is_empty()).then_some(CliError::NotCopied {
             count: self.failed.len() as u64,
         })
@@ -333,7 +339,7 @@ pub async fn shadow(
     let mut held: Vec<(String, String, Instant)> = Vec::new();
     let mut planned = 0u64;
     let mut not_copied = 0u64;
-    let outcome = loop {
+    loop {
         let receiving = Receiving {
             planned,
             budget,
@@ -342,19 +348,18 @@ pub async fn shadow(
         };
         let want = match receiving.next() {
             Next::Receive(want) => want,
-            Next::Done => break Ok(()),
+            Next::Done => break,
             Next::NotCopiedLimit => {
                 report.not_copied_limit_reached = true;
-                break Ok(());
+                break;
             }
         };
         let batch = match ctx.sqs.receive(&dlq_url, want, Some(visibility), 1).await {
             Ok(batch) => batch,
-            Err(source) => {
-                break Err(CliError::Aws {
-                    what: format!("receiving from {dlq_url}"),
-                    source,
-                });
+            Err(e) => {
+                // what was received is still left as found, and the report says so
+                report.receive_error = Some(format!("receiving from {dlq_url}: {e}"));
+                break;
             }
         };
         let received_at = Instant::now();
@@ -392,7 +397,7 @@ pub async fn shadow(
             }
         }
         if new == 0 {
-            break Ok(());
+            break;
         }
         if plan.is_empty() {
             continue;
@@ -431,10 +436,9 @@ pub async fn shadow(
                 }),
             }
         }
-    };
+    }
     report.budget_reached = planned >= budget;
     leave_as_found(ctx, &store, &dlq, held, &unhidden, &mut report).await;
-    outcome?;
     Ok(report)
 }
 
@@ -733,6 +737,29 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![("rh-k-1", 91)]
         );
+    }
+
+    #[test]
+    fn a_shadow_whose_receiving_failed_still_reports_then_fails() {
+        // GIVEN a shadow whose receive failed part-way, after leaving the DLQ as found
+        let report = ShadowReport {
+            receive_error: Some("receiving from q: throttled".into()),
+            kept_left_visible: vec!["k-1".into()],
+            ..ShadowReport::default()
+        };
+        // THEN the command fails (exit 1) after its report, which names what it left visible
+        let e = report.failure().unwrap();
+        assert_eq!(e.exit_code(), 1);
+        let notes = crate::render::shadow_notes(&report, false);
+        assert!(
+            notes.contains("error: receiving stopped part-way: receiving from q: throttled"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("could not be hidden again") && notes.contains("k-1"),
+            "{notes}"
+        );
+        assert!(ShadowReport::default().failure().is_none());
     }
 
     #[test]
