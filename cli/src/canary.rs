@@ -4,18 +4,28 @@
 //! selection only when at least P % succeeded. Otherwise stop: the rest stays in the DLQ as
 //! it was, and the report names each canary that failed and why.
 //!
-//! A canary succeeded when its order's record (`orders/{orderId}.json`) was written after the
-//! replay; it failed when a copy of its order came back to the DLQ after the replay (its
-//! failure class and reason say why) or was archived after it. One that did neither before the
-//! timeout (still retried by the consumer, backed off in the main queue, or with no `orderId`
-//! to follow) did not succeed: it counts against P. The main queue is not looked into while
-//! waiting: receiving a canary would raise its receive count and hide it from the consumer,
-//! the very outcome being watched.
+//! A canary succeeded when its order's record (`orders/{orderId}.json`, written by the
+//! reference handler) was written after the replay; it failed when a copy of its order came
+//! back to the DLQ after the replay (its failure class and reason say why) or was archived
+//! after it. One that did neither before the timeout (still retried by the consumer, backed off
+//! in the main queue, or with no `orderId` to follow) did not succeed: it counts against P.
+//! The main queue is not looked into while waiting: receiving a canary would raise its receive
+//! count and hide it from the consumer, the very outcome being watched. So a team's own
+//! message type (`ReferenceConsumer=false`), whose handler writes no order record, cannot be
+//! seen to succeed: a copy that left the main queue cannot be told from one still in it
+//! without receiving (SQS counts a queue's messages, it does not say which), and the canary
+//! stops.
+//!
+//! A canary selected by `--failure-reason` runs the redriver's selective run, which first
+//! makes the kept permanent failures of that reason visible and releases, visible, those its
+//! budget did not replay (the redriver's own behaviour: the next scheduled run keeps and hides
+//! them again). The report names them ([`CanaryReport::kept_left_visible`], [`left_visible`]).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use resq::config::{CommonConfig, RedriverConfig};
+use resq::keep::KeptMessage;
 use resq::store::S3Store;
 use resq_redriver::ports::CloudWatchAlarms;
 use resq_redriver::summary::Replayed;
@@ -123,9 +133,24 @@ pub fn outcome(c: &Replayed, look: &Look, since_ms: u64) -> Outcome {
     match record {
         Some(key) => Outcome::Succeeded { key },
         None => Outcome::Pending {
-            why: "neither recorded nor back in the DLQ (still in the main queue: being processed, or backed off after a failure)".into(),
+            why: "neither recorded (its orders/{orderId}.json) nor back in the DLQ nor archived: still in the main queue (being processed, or backed off after a failure), or handled by a handler that writes no order record (a team's own message type: its success cannot be seen)".into(),
         },
     }
+}
+
+/// The kept messages of the selected reason (`kept`, from the keep lists before the canary
+/// run) that the runs did not replay (`replayed`, DLQ message ids): made visible by the
+/// selective run, they stay visible until the next scheduled redriver run keeps them again.
+pub fn left_visible<'a>(
+    kept: &[KeptMessage],
+    replayed: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
+    let replayed: BTreeSet<&str> = replayed.into_iter().collect();
+    kept.iter()
+        .map(|k| k.message_id.as_str())
+        .filter(|id| !replayed.contains(id))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Whether `succeeded` of `total` canaries meet `min_success` %.
@@ -163,6 +188,13 @@ pub struct CanaryReport {
     pub decision: &'static str,
     /// The run that replayed the rest of the selection (`None`: stopped, or nothing left).
     pub rest: Option<Summary>,
+    /// Kept permanent failures of the selected reason the canary run made visible (its
+    /// `unhidden`), as any redriver run selected by reason does.
+    pub kept_made_visible: u64,
+    /// Of the kept messages of the reason, by DLQ message id, those the runs did not replay:
+    /// they stay visible in the DLQ until the next scheduled redriver run keeps and hides
+    /// them again (empty when none was made visible).
+    pub kept_left_visible: Vec<String>,
 }
 
 impl CanaryReport {
@@ -225,6 +257,11 @@ pub async fn run(
     mut progress: impl FnMut(String),
 ) -> Result<CanaryReport, CliError> {
     crate::dlq::ready_to_redrive(ctx).await?;
+    // the kept messages the selective run will make visible, to say which it leaves so
+    let kept = match options.failure_reason.as_deref() {
+        Some(reason) => kept_of(ctx, reason).await?,
+        None => Vec::new(),
+    };
     let count = canary.count.min(options.max_messages);
     let since = now_ms().saturating_sub(CLOCK_SKEW.as_millis() as u64);
     let first = RedriveOptions {
@@ -255,7 +292,10 @@ pub async fn run(
         waited_ms: 0,
         decision: "go",
         rest: None,
+        kept_made_visible: 0,
+        kept_left_visible: Vec::new(),
     };
+    report.kept_made_visible = report.canary_run.unhidden;
     if canaries.is_empty() {
         progress(
             "canary: nothing was replayed (nothing selected in the DLQ, or the sends failed)"
@@ -266,6 +306,8 @@ pub async fn run(
         } else {
             "go"
         };
+        report.kept_left_visible = left_after(&report, &kept, &[]);
+        say_left(&report, options, &mut progress);
         return Ok(report);
     }
     progress(format!(
@@ -281,6 +323,7 @@ pub async fn run(
     let started = Instant::now();
     let look_options = LookOptions {
         main_queue: QueueLook::SKIP,
+        count_main_queue: false,
         dlq: QueueLook {
             limit: crate::find::DEFAULT_DLQ_LIMIT,
             visibility: DLQ_VISIBILITY,
@@ -318,8 +361,15 @@ pub async fn run(
     report.succeeded = canaries.iter().filter(|c| c.outcome.succeeded()).count();
     let total = canaries.len();
     report.canaries = canaries;
+    let mut replayed: Vec<String> = report
+        .canaries
+        .iter()
+        .map(|c| c.replayed.dlq_message_id.clone())
+        .collect();
     if !go_on(report.succeeded, total, canary.min_success) {
         report.decision = "stop";
+        report.kept_left_visible = left_after(&report, &kept, &replayed);
+        say_left(&report, options, &mut progress);
         return Ok(report);
     }
     progress(format!(
@@ -332,18 +382,55 @@ pub async fn run(
             max_messages: left,
             ..options.clone()
         };
-        report.rest = Some(
-            crate::dlq::redrive(
-                ctx,
-                rest.run_request(),
-                rest.max_redrive_attempts,
-                rest.archive_after,
-                rest.permanent_action,
+        let (summary, rest_replayed) = redriver(ctx, &rest)
+            .run_listed(
+                &rest.run_request(),
+                Instant::now() + Duration::from_secs(3600),
+                true,
             )
-            .await,
-        );
+            .await;
+        replayed.extend(rest_replayed.into_iter().map(|r| r.dlq_message_id));
+        report.rest = Some(summary);
     }
+    report.kept_left_visible = left_after(&report, &kept, &replayed);
+    say_left(&report, options, &mut progress);
     Ok(report)
+}
+
+/// The kept messages of `reason` the keep lists name as hidden.
+async fn kept_of(ctx: &Context, reason: &str) -> Result<Vec<KeptMessage>, CliError> {
+    let (dlq_url, bucket) = (ctx.dlq()?, ctx.archive_bucket()?);
+    let store = S3Store::new(ctx.s3.clone(), bucket);
+    let hidden = resq::keep::still_hidden(&store, dlq_url, chrono::Utc::now())
+        .await
+        .map_err(|source| CliError::Aws {
+            what: format!("reading the keep lists in s3://{bucket}/kept/"),
+            source,
+        })?;
+    Ok(hidden
+        .into_iter()
+        .filter(|k| k.failure_reason.as_deref() == Some(reason))
+        .collect())
+}
+
+/// [`left_visible`], when the canary run made any kept message visible.
+fn left_after(report: &CanaryReport, kept: &[KeptMessage], replayed: &[String]) -> Vec<String> {
+    if report.kept_made_visible == 0 {
+        return Vec::new();
+    }
+    left_visible(kept, replayed.iter().map(String::as_str))
+}
+
+/// The progress line about the kept messages left visible, if any.
+fn say_left(report: &CanaryReport, options: &RedriveOptions, progress: &mut impl FnMut(String)) {
+    if report.kept_left_visible.is_empty() {
+        return;
+    }
+    progress(format!(
+        "canary: {} kept {} messages made visible by the selective run and not replayed stay visible in the DLQ until the next scheduled redriver run keeps and hides them again (keptLeftVisible)",
+        report.kept_left_visible.len(),
+        options.failure_reason.as_deref().unwrap_or("")
+    ));
 }
 
 /// A canary's outcome in a line.
@@ -401,6 +488,7 @@ mod tests {
             failure_reason: Some("VALIDATION_FAILED".into()),
             sent_at: Some(sent),
             first_sent_at: Some(1),
+            matched_by_text: false,
         })
     }
 
@@ -478,6 +566,7 @@ mod tests {
             last_error: None,
             restores: 0,
             written_at: Some(1_300),
+            matched_by_text: false,
         });
         assert!(matches!(
             outcome(&canary(Some("A")), &look(vec![archived]), since),
@@ -488,6 +577,24 @@ mod tests {
             outcome(&canary(None), &look(vec![recorded(1_500)]), since),
             Outcome::Pending { .. }
         ));
+    }
+
+    #[test]
+    fn the_kept_messages_the_runs_did_not_replay_are_left_visible_and_named() {
+        let kept = |id: &str| KeptMessage {
+            message_id: id.into(),
+            receipt_handle: format!("rh-{id}"),
+            failure_reason: Some("VALIDATION_FAILED".into()),
+            first_sent_at: None,
+            hidden_until: 1,
+            order_id: None,
+        };
+        // GIVEN three kept messages of the reason, one of them replayed as a canary, and a
+        // replay of a message that was not kept
+        let listed = [kept("k-1"), kept("k-2"), kept("k-3")];
+        // THEN the other two are left visible
+        assert_eq!(left_visible(&listed, ["k-2", "d-9"]), vec!["k-1", "k-3"]);
+        assert!(left_visible(&listed, ["k-1", "k-2", "k-3"]).is_empty());
     }
 
     #[test]

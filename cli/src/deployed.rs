@@ -9,7 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use resq::config::PermanentAction;
+use resq::config::{PermanentAction, Vars};
+use resq::correlation::CorrelationKey;
 
 use crate::CliError;
 
@@ -34,6 +35,11 @@ pub mod keys {
     pub const MAX_REDRIVE_ATTEMPTS: &str = "MaxRedriveAttempts";
     /// Parameter: `PERMANENT_ACTION`.
     pub const PERMANENT_ACTION: &str = "PermanentAction";
+    /// Output and parameter: `RESQ_CORRELATION_KEY`, the business id's log key.
+    pub const CORRELATION_KEY: &str = "CorrelationKey";
+    /// Output and parameter: `RESQ_CORRELATION_FIELD`, the body's field holding the business
+    /// id.
+    pub const CORRELATION_FIELD: &str = "CorrelationField";
 }
 
 /// A deployed stack's outputs and parameters.
@@ -57,6 +63,14 @@ impl Deployed {
 
     fn parameter<T: std::str::FromStr>(&self, key: &str) -> Option<T> {
         self.parameters.get(key)?.trim().parse().ok()
+    }
+
+    /// An output, else the parameter of the same name (the template has both).
+    fn output_or_parameter(&self, key: &str) -> Option<String> {
+        self.output(key)
+            .map(str::to_owned)
+            .or_else(|| self.parameter::<String>(key))
+            .filter(|v| !v.is_empty())
     }
 
     /// `OrdersQueueUrl`.
@@ -105,6 +119,16 @@ impl Deployed {
     /// The `PermanentAction` parameter.
     pub fn permanent_action(&self) -> Option<PermanentAction> {
         self.parameter(keys::PERMANENT_ACTION)
+    }
+
+    /// `CorrelationKey` (output, else parameter): the business id's log key.
+    pub fn correlation_key(&self) -> Option<String> {
+        self.output_or_parameter(keys::CORRELATION_KEY)
+    }
+
+    /// `CorrelationField` (output, else parameter): the body's field holding the business id.
+    pub fn correlation_field(&self) -> Option<String> {
+        self.output_or_parameter(keys::CORRELATION_FIELD)
     }
 
     /// The stack as `DescribeStacks` describes it.
@@ -173,6 +197,49 @@ pub fn pick<T>(typed: bool, flag: T, stack: Option<T>) -> T {
     }
 }
 
+/// The business id's body field a command reads (`resq find`): `--correlation-field` when
+/// typed (`flag`), else the stack's `CorrelationKey` / `CorrelationField`, else
+/// `RESQ_CORRELATION_KEY` / `RESQ_CORRELATION_FIELD` (`env`), else orders' (`orderId`), by
+/// the rule the functions use ([`CorrelationKey::from_vars`]: a key alone names its camelCase
+/// field). An invalid value is a usage error naming it.
+pub fn correlation(
+    flag: Option<&str>,
+    stack: Option<&Deployed>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<CorrelationKey, CliError> {
+    const KEY: &str = "RESQ_CORRELATION_KEY";
+    const FIELD: &str = "RESQ_CORRELATION_FIELD";
+    let from_stack = stack.and_then(|d| {
+        let (key, field) = (d.correlation_key(), d.correlation_field());
+        (key.is_some() || field.is_some()).then_some((key, field))
+    });
+    let resolved = match (flag, from_stack) {
+        (Some(field), _) => CorrelationKey::from_vars(
+            CorrelationKey::ORDERS,
+            &Vars(|name: &str| (name == FIELD).then(|| field.to_owned())),
+        ),
+        (None, Some((key, field))) => CorrelationKey::from_vars(
+            CorrelationKey::ORDERS,
+            &Vars(|name: &str| match name {
+                KEY => key.clone(),
+                FIELD => field.clone(),
+                _ => None,
+            }),
+        ),
+        (None, None) => CorrelationKey::from_vars(CorrelationKey::ORDERS, &Vars(env)),
+    };
+    resolved.map_err(|e| {
+        let source = match (flag, stack) {
+            (Some(_), _) => "--correlation-field".to_owned(),
+            (None, Some(d)) if d.correlation_field().is_some() || d.correlation_key().is_some() => {
+                format!("the stack {}'s CorrelationKey / CorrelationField", d.name)
+            }
+            _ => "the environment".to_owned(),
+        };
+        CliError::Usage(format!("{source}: {e}"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,6 +298,68 @@ mod tests {
         assert_eq!(d.alarm_prefix(), "resq-prod-");
         assert_eq!(d.idempotency_window_seconds(), Some(7 * 86_400));
         assert_eq!(d.max_redrive_attempts(), None);
+    }
+
+    #[test]
+    fn the_business_id_field_is_the_flags_then_the_stacks_then_the_environments() {
+        let team = deployed(
+            &[
+                ("CorrelationKey", "payment_id"),
+                ("CorrelationField", "paymentId"),
+            ],
+            &[],
+        );
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let field = |k: Result<CorrelationKey, CliError>| k.unwrap().body_field().to_owned();
+        // GIVEN nothing: orders'
+        assert_eq!(field(correlation(None, None, env(&[]))), "orderId");
+        // WHEN the stack names its field (output, or parameter on an older stack): the stack's
+        assert_eq!(
+            field(correlation(
+                None,
+                Some(&team),
+                env(&[("RESQ_CORRELATION_FIELD", "x")])
+            )),
+            "paymentId"
+        );
+        let by_parameter = deployed(&[], &[("CorrelationField", "refundId")]);
+        assert_eq!(
+            field(correlation(None, Some(&by_parameter), env(&[]))),
+            "refundId"
+        );
+        // AND a stack without it leaves the environment's (a key alone names its camelCase)
+        let older = deployed(&[], &[]);
+        assert_eq!(
+            field(correlation(
+                None,
+                Some(&older),
+                env(&[("RESQ_CORRELATION_KEY", "refund_id")])
+            )),
+            "refundId"
+        );
+        assert_eq!(
+            field(correlation(
+                None,
+                None,
+                env(&[("RESQ_CORRELATION_FIELD", "paymentId")])
+            )),
+            "paymentId"
+        );
+        // AND the flag typed beats them all
+        assert_eq!(
+            field(correlation(Some("invoiceId"), Some(&team), env(&[]))),
+            "invoiceId"
+        );
+        // AND an invalid value is a usage error naming where it came from
+        let e = correlation(None, None, env(&[("RESQ_CORRELATION_KEY", "Bad-Key")])).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("RESQ_CORRELATION_KEY"), "{e}");
     }
 
     #[test]

@@ -17,8 +17,10 @@
 //!   is released at once when the look of its queue ends (visibility 0), and the receive's own
 //!   visibility timeout ([`MAIN_QUEUE_VISIBILITY`], [`DLQ_VISIBILITY`]) bounds the hide should
 //!   the release fail;
-//! - the main queue is looked at only up to a bound ([`QueueLook::limit`], `resq find
-//!   --main-queue-limit`; 0 skips it), and not at all when it has nothing visible;
+//! - the main queue is looked into only when asked (`resq find --main-queue`), up to a bound
+//!   ([`QueueLook::limit`], `--main-queue-limit`; 0 skips it), and not at all when it has
+//!   nothing visible; otherwise only its approximate counts are read
+//!   ([`LookOptions::count_main_queue`], no receive);
 //! - messages in flight (held by a consumer, backed off, or hidden by a redriver run) cannot be
 //!   received: they are counted, not seen ([`QueueCoverage::in_flight`]);
 //! - kept permanent failures (hidden in the DLQ by the redriver until their TTL) are found in
@@ -26,8 +28,16 @@
 //!   checked to be still hidden by setting its visibility timeout to the time it has left
 //!   (the same deadline: nothing changes), which fails for a message that is no longer hidden.
 //!
-//! Everything here is I/O except the pure parts: [`Wanted`], [`Identity`], [`remaining_hide`],
-//! [`Look::of`] and [`Look::unseen`].
+//! A message names its order by its business id ([`Identity`]: a message attribute, or the
+//! body's field of the stack's correlation key, `orderId` for orders). One whose id cannot be
+//! read (a body that is not JSON, such as a `MALFORMED_JSON` dead letter, or one without the
+//! field) is still reported for an order looked for when its raw body holds that order's id
+//! as a JSON string value ([`mentions`]), marked as matched by text; the others are counted
+//! ([`QueueCoverage::order_unknown`], [`Coverage::archive_order_unknown`]), so that an order
+//! not found while such messages exist is not said to be nowhere.
+//!
+//! Everything here is I/O except the pure parts: [`Wanted`], [`Identity`], [`mentions`],
+//! [`remaining_hide`], [`Look::of`] and [`Look::unseen`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -36,6 +46,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use resq::archive::{ARCHIVE_PREFIX, ArchiveEnvelope};
 use resq::attributes::{MessageAttributes, X_FAILURE_CLASS, X_FAILURE_REASON, X_REDRIVE_COUNT};
+use resq::correlation::CorrelationKey;
 use resq::keep::KeptMessage;
 use resq::settle::{Action, Deadlines, Plan, QueueUrl, Settler, Unpaced};
 use resq::sqs::{Queues, ReceivedMessage};
@@ -79,12 +90,48 @@ impl Wanted {
     }
 }
 
-/// How a message names its order: its body's `orderId`, or first a message attribute that
-/// carries it (the demo tags every message, malformed ones too, with `demo-order-id`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// How a message names its order: by its business id, the body's top-level field of the
+/// correlation key (`orderId` for orders; a team's type names its own, the stack's
+/// `CorrelationField`), or first by a message attribute that carries it (the demo tags every
+/// message, malformed ones too, with `demo-order-id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     /// A string message attribute holding the order id, tried before the body.
     pub attribute: Option<String>,
+    /// The business id's body field (`orderId`).
+    pub correlation: CorrelationKey,
+}
+
+impl Default for Identity {
+    fn default() -> Self {
+        Self {
+            attribute: None,
+            correlation: CorrelationKey::ORDERS,
+        }
+    }
+}
+
+/// Whose a message (or an archive entry) is, as far as a look can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Whose {
+    /// The order it names: its id was read (the attribute, or the body's field).
+    Read(String),
+    /// Its id could not be read, but its raw body holds this wanted order's id as a JSON
+    /// string value: reported as that order's, matched by text.
+    ByText(String),
+    /// Its id could not be read, and it holds no wanted order's id.
+    Unknown,
+}
+
+impl Whose {
+    /// The order it is reported under (`None`: not known), and whether by text.
+    pub fn order(self) -> (Option<String>, bool) {
+        match self {
+            Whose::Read(id) => (Some(id), false),
+            Whose::ByText(id) => (Some(id), true),
+            Whose::Unknown => (None, false),
+        }
+    }
 }
 
 impl Identity {
@@ -94,8 +141,38 @@ impl Identity {
             .as_deref()
             .and_then(|name| attributes.get(name))
             .and_then(|v| v.string_value.clone())
-            .or_else(|| resq::correlation::order_id(body))
+            .or_else(|| self.correlation.read(body))
     }
+
+    /// Whose a message is, for a look at `wanted`: its order when its id can be read; else,
+    /// looking for given orders, the first of them its body [`mentions`].
+    pub fn whose(&self, wanted: &Wanted, body: &str, attributes: &MessageAttributes) -> Whose {
+        if let Some(id) = self.order_id(body, attributes) {
+            return Whose::Read(id);
+        }
+        match wanted {
+            Wanted::All => Whose::Unknown,
+            Wanted::Orders(ids) => ids
+                .iter()
+                .find(|id| mentions(body, id))
+                .map_or(Whose::Unknown, |id| Whose::ByText(id.clone())),
+        }
+    }
+}
+
+/// Whether `body` holds `id` as a JSON string value (`"ORD-1"` after `:`, `[` or `,`, and not
+/// followed by `:`, which would make it a key), read as text: the body need not be valid JSON
+/// (a truncated `{"orderId":"ORD-1","items":[` holds it). An empty id is held by nothing.
+pub fn mentions(body: &str, id: &str) -> bool {
+    if id.is_empty() {
+        return false;
+    }
+    let needle = serde_json::Value::from(id).to_string();
+    body.match_indices(&needle).any(|(at, _)| {
+        let before = body[..at].trim_end().chars().next_back();
+        let after = body[at + needle.len()..].trim_start().chars().next();
+        matches!(before, Some(':' | '[' | ',')) && after != Some(':')
+    })
 }
 
 /// How far to look into one queue.
@@ -120,6 +197,9 @@ impl QueueLook {
 pub struct LookOptions {
     /// The main queue.
     pub main_queue: QueueLook,
+    /// When the main queue is not looked into, read its approximate counts (visible, in
+    /// flight: `GetQueueAttributes`, no receive), if the context names it.
+    pub count_main_queue: bool,
     /// The DLQ.
     pub dlq: QueueLook,
     /// Read the keep lists for kept messages (each named one checked to be still hidden).
@@ -166,6 +246,8 @@ pub struct Queued {
     pub sent_at: Option<u64>,
     /// The producer's send (`x-first-sent-at`, else `SentTimestamp`), epoch millis.
     pub first_sent_at: Option<u64>,
+    /// Its order id could not be read: it was matched by its body's text holding the id.
+    pub matched_by_text: bool,
 }
 
 impl Queued {
@@ -184,6 +266,7 @@ impl Queued {
             failure_reason: attr(X_FAILURE_REASON),
             sent_at: system("SentTimestamp"),
             first_sent_at: m.first_sent_at(),
+            matched_by_text: false,
         }
     }
 
@@ -228,6 +311,8 @@ pub struct Archived {
     pub restores: usize,
     /// When its latest version was written (S3's `LastModified`), epoch millis.
     pub written_at: Option<u64>,
+    /// Its order id could not be read: it was matched by its body's text holding the id.
+    pub matched_by_text: bool,
 }
 
 /// Where a message or record of an order was seen.
@@ -263,6 +348,9 @@ pub struct Sighting {
 pub struct QueueCoverage {
     /// It was looked into (not skipped).
     pub looked: bool,
+    /// Not looked into, but its approximate counts were read (`visible_before`, `in_flight`),
+    /// without receiving anything.
+    pub counted: bool,
     /// Messages received (each once).
     pub received: usize,
     /// The look stopped at its limit: there may be more.
@@ -282,6 +370,11 @@ pub struct QueueCoverage {
     /// Messages whose release failed: they come back by themselves after
     /// `hidden_for_seconds`.
     pub not_released: usize,
+    /// Messages received whose order id could not be read (a body that is not JSON, or
+    /// without the field), matched by text or not.
+    pub order_unknown: usize,
+    /// Of those, matched by text to an order looked for.
+    pub matched_by_text: usize,
 }
 
 /// How far a look reached.
@@ -305,6 +398,14 @@ pub struct Coverage {
     pub archive_read: usize,
     /// Objects under `archive/` that are not archive entries.
     pub archive_unreadable: usize,
+    /// Archive entries read whose order id could not be read, matched by text or not.
+    pub archive_order_unknown: usize,
+    /// Of those, matched by text to an order looked for.
+    pub archive_matched_by_text: usize,
+    /// Archive entries not read: written before `--archive-since`.
+    pub archive_not_read: usize,
+    /// The body field an order id is read from (`orderId`).
+    pub id_field: String,
 }
 
 /// What a look saw.
@@ -332,6 +433,18 @@ impl Look {
         let c = &self.coverage;
         let mut out = Vec::new();
         for (name, q) in [("main queue", &c.main_queue), ("DLQ", &c.dlq)] {
+            if q.counted {
+                // not looked into, but counted: an empty queue holds no copy of anything
+                if q.visible_before + q.in_flight > 0 {
+                    out.push(format!(
+                        "the {name} was not looked into: it holds about {} visible and {} in flight (`resq find --main-queue` receives up to {} of the visible ones; each receive raises a message's ApproximateReceiveCount toward maxReceiveCount)",
+                        q.visible_before,
+                        q.in_flight,
+                        crate::find::DEFAULT_MAIN_QUEUE_LIMIT
+                    ));
+                }
+                continue;
+            }
             if !q.looked {
                 out.push(format!("the {name} was not looked into"));
                 continue;
@@ -361,6 +474,43 @@ impl Look {
             out.push(format!(
                 "{} kept messages are listed without their order (`resq dlq peek --kept` shows them)",
                 c.kept_unknown_order
+            ));
+        }
+        let field = if c.id_field.is_empty() {
+            "its order id field"
+        } else {
+            c.id_field.as_str()
+        };
+        for (what, unknown, by_text) in [
+            (
+                "main-queue messages",
+                c.main_queue.order_unknown,
+                c.main_queue.matched_by_text,
+            ),
+            ("DLQ messages", c.dlq.order_unknown, c.dlq.matched_by_text),
+            (
+                "archive entries",
+                c.archive_order_unknown,
+                c.archive_matched_by_text,
+            ),
+        ] {
+            let n = unknown.saturating_sub(by_text);
+            if n > 0 {
+                out.push(format!(
+                    "{n} {what} name no order that could be read (a body that is not JSON, or without `{field}`) and do not hold the order's id as text"
+                ));
+            }
+        }
+        if c.archive_unreadable > 0 {
+            out.push(format!(
+                "{} objects under archive/ are not archive entries that could be read",
+                c.archive_unreadable
+            ));
+        }
+        if c.archive_not_read > 0 {
+            out.push(format!(
+                "{} archive entries written before --archive-since were not read",
+                c.archive_not_read
             ));
         }
         out
@@ -402,6 +552,7 @@ pub async fn locate(
         _ => Some(ctx.dlq()?.to_owned()),
     };
     let mut look = Look::default();
+    look.coverage.id_field = options.identity.correlation.body_field().to_owned();
     records(ctx, &bucket, wanted, &mut look).await?;
     archive(ctx, &bucket, wanted, options, &mut look).await?;
     if let Some(url) = &main_url {
@@ -418,14 +569,25 @@ pub async fn locate(
             {
                 look.coverage.main_queue.last_receive_used += 1;
             }
-            let order_id = options.identity.order_id(&m.body, &m.message_attributes);
-            if wanted.wants(order_id.as_deref()) {
-                look.sightings.push(Sighting {
-                    order_id,
-                    place: Place::MainQueue(q),
-                });
-            }
+            sight(
+                &mut look,
+                wanted,
+                &options.identity,
+                m,
+                q,
+                Place::MainQueue,
+                |c| &mut c.main_queue,
+            );
         }
+    } else if options.count_main_queue
+        && let Ok(url) = ctx.main_queue()
+    {
+        // not looked into: its counts say whether it holds anything, without a receive
+        let (visible, in_flight) = resq::sqs::depth(&ctx.sqs, url)
+            .await
+            .map_err(aws(format!("reading {url}")))?;
+        let cover = &mut look.coverage.main_queue;
+        (cover.counted, cover.visible_before, cover.in_flight) = (true, visible, in_flight);
     }
     let mut seen_in_dlq = HashSet::new();
     if let Some(url) = &dlq_url {
@@ -433,13 +595,15 @@ pub async fn locate(
         let seen = scan(ctx, url, options.dlq, options.receive_wait, cover).await?;
         for m in &seen {
             seen_in_dlq.insert(m.message_id.clone());
-            let order_id = options.identity.order_id(&m.body, &m.message_attributes);
-            if wanted.wants(order_id.as_deref()) {
-                look.sightings.push(Sighting {
-                    order_id,
-                    place: Place::Dlq(Queued::of(m)),
-                });
-            }
+            sight(
+                &mut look,
+                wanted,
+                &options.identity,
+                m,
+                Queued::of(m),
+                Place::Dlq,
+                |c| &mut c.dlq,
+            );
         }
     }
     if options.kept
@@ -448,6 +612,34 @@ pub async fn locate(
         kept(ctx, &bucket, url, wanted, &seen_in_dlq, &mut look).await?;
     }
     Ok(look)
+}
+
+/// Notes a message received from a queue (`place` and `cover` say which): a sighting when it
+/// is of an order wanted (by its id, or by text), and counted when its order is not known.
+fn sight(
+    look: &mut Look,
+    wanted: &Wanted,
+    identity: &Identity,
+    m: &ReceivedMessage,
+    mut q: Queued,
+    place: fn(Queued) -> Place,
+    cover: fn(&mut Coverage) -> &mut QueueCoverage,
+) {
+    let (order_id, by_text) = identity
+        .whose(wanted, &m.body, &m.message_attributes)
+        .order();
+    if order_id.is_none() || by_text {
+        let c = cover(&mut look.coverage);
+        c.order_unknown += 1;
+        c.matched_by_text += usize::from(by_text);
+    }
+    if wanted.wants(order_id.as_deref()) {
+        q.matched_by_text = by_text;
+        look.sightings.push(Sighting {
+            order_id,
+            place: place(q),
+        });
+    }
 }
 
 /// The order records and their versions: of the whole prefix for every order, else of each
@@ -579,11 +771,12 @@ async fn archive(
     let since = options
         .archive_since
         .map(|t| t.timestamp_millis().max(0) as u64);
-    let keys: Vec<(String, Option<u64>)> = crate::archive::list_objects(ctx, ARCHIVE_PREFIX)
-        .await?
-        .into_iter()
-        .filter(|(_, modified)| since.is_none_or(|s| modified.is_none_or(|m| m >= s)))
-        .collect();
+    let (keys, before): (Vec<(String, Option<u64>)>, Vec<_>) =
+        crate::archive::list_objects(ctx, ARCHIVE_PREFIX)
+            .await?
+            .into_iter()
+            .partition(|(_, modified)| since.is_none_or(|s| modified.is_none_or(|m| m >= s)));
+    look.coverage.archive_not_read = before.len();
     let read: Vec<Result<Option<EntryRead>, CliError>> = futures::stream::iter(keys)
         .map(|(key, modified)| async move {
             match read_object(ctx, bucket, &key).await? {
@@ -612,9 +805,14 @@ async fn archive(
         };
         look.coverage.archive_read += 1;
         let original = &e.original_message;
-        let order_id = options
+        let (order_id, by_text) = options
             .identity
-            .order_id(&original.body, &original.message_attributes);
+            .whose(wanted, &original.body, &original.message_attributes)
+            .order();
+        if order_id.is_none() || by_text {
+            look.coverage.archive_order_unknown += 1;
+            look.coverage.archive_matched_by_text += usize::from(by_text);
+        }
         if !wanted.wants(order_id.as_deref()) {
             continue;
         }
@@ -629,6 +827,7 @@ async fn archive(
                 last_error: e.metadata.last_error,
                 restores: e.metadata.restores.len(),
                 written_at: modified,
+                matched_by_text: by_text,
             }),
         });
     }
@@ -839,6 +1038,7 @@ mod tests {
         )]);
         let by_attribute = Identity {
             attribute: Some("demo-order-id".into()),
+            ..Identity::default()
         };
         // GIVEN a malformed body: only the attribute names the order
         assert_eq!(
@@ -857,6 +1057,82 @@ mod tests {
             Identity::default().order_id(body, &tagged),
             Some("ORD-9".into())
         );
+    }
+
+    #[test]
+    fn a_message_is_read_by_the_field_of_its_type() {
+        // GIVEN a team's messages, which name their business id paymentId
+        let payments = Identity {
+            correlation: CorrelationKey::new("payment_id", "paymentId"),
+            ..Identity::default()
+        };
+        let body = r#"{"paymentId":"PAY-7","orderId":"ORD-7"}"#;
+        // THEN the type's field is read, not orders'
+        assert_eq!(
+            payments.order_id(body, &MessageAttributes::new()),
+            Some("PAY-7".into())
+        );
+        assert_eq!(
+            payments.order_id(r#"{"orderId":"ORD-7"}"#, &MessageAttributes::new()),
+            None
+        );
+    }
+
+    #[test]
+    fn a_body_holds_an_id_as_a_json_string_value() {
+        // a truncated body (a MALFORMED_JSON dead letter) still holds it
+        assert!(mentions(r#"{"orderId":"ORD-1","items":["#, "ORD-1"));
+        assert!(mentions(r#"{"orderId" : "ORD-1" }"#, "ORD-1"));
+        assert!(mentions(r#"{"refs":["x", "ORD-1"]"#, "ORD-1"));
+        assert!(mentions(r#"{"a":1,"b":"ORD-1"}"#, "ORD-1"));
+        // ids that need escaping are looked for as JSON writes them
+        assert!(mentions(r#"{"orderId":"O\"1"}"#, "O\"1"));
+        // not a longer or shorter id, a key, a part of another string, or an escaped quote
+        for body in [
+            r#"{"orderId":"ORD-10"}"#,
+            r#"{"orderId":"XORD-1"}"#,
+            r#"{"ORD-1":true}"#,
+            r#"{"ORD-1" : 1}"#,
+            r#"{"note":"see \"ORD-1\" later"}"#,
+            r#"{"orderId":"ORD-1"#,
+            "ORD-1",
+        ] {
+            assert!(!mentions(body, "ORD-1"), "{body}");
+        }
+        assert!(
+            !mentions(r#"{"orderId":""}"#, ""),
+            "an empty id is held by nothing"
+        );
+    }
+
+    #[test]
+    fn a_message_whose_id_cannot_be_read_is_an_orders_by_its_text() {
+        let orders = Identity::default();
+        let none = MessageAttributes::new();
+        let wanted = Wanted::Orders(BTreeSet::from(["ORD-1".to_owned(), "ORD-2".to_owned()]));
+        // GIVEN a readable id: read, whatever the text holds
+        assert_eq!(
+            orders.whose(&wanted, r#"{"orderId":"ORD-3","ref":"ORD-1"}"#, &none),
+            Whose::Read("ORD-3".into())
+        );
+        // WHEN the body is truncated JSON holding ORD-1: matched by text
+        let truncated = r#"{"orderId":"ORD-1","userId":"u","items":[{"productId":"#;
+        assert_eq!(
+            orders.whose(&wanted, truncated, &none),
+            Whose::ByText("ORD-1".into())
+        );
+        assert_eq!(
+            orders.whose(&wanted, truncated, &none).order(),
+            (Some("ORD-1".to_owned()), true)
+        );
+        // AND one holding no wanted id is of an unknown order
+        assert_eq!(
+            orders.whose(&Wanted::one("ORD-9"), truncated, &none),
+            Whose::Unknown
+        );
+        // AND looking at everything (the audit) matches nothing by text
+        assert_eq!(orders.whose(&Wanted::All, truncated, &none), Whose::Unknown);
+        assert_eq!(Whose::Unknown.order(), (None, false));
     }
 
     #[test]
@@ -880,6 +1156,7 @@ mod tests {
             failure_reason: None,
             sent_at: None,
             first_sent_at: None,
+            matched_by_text: false,
         }
     }
 
@@ -913,6 +1190,35 @@ mod tests {
         // AND a queue skipped is said as such
         look.coverage.main_queue = QueueCoverage::default();
         assert_eq!(look.unseen()[0], "the main queue was not looked into");
+    }
+
+    #[test]
+    fn messages_of_unknown_order_and_entries_not_read_are_said() {
+        // GIVEN a look that saw everything
+        let mut look = Look::default();
+        look.coverage.main_queue.looked = true;
+        look.coverage.dlq.looked = true;
+        look.coverage.kept_read = true;
+        look.coverage.id_field = "paymentId".into();
+        // WHEN two DLQ messages' ids could not be read (one matched by text), an archive
+        // entry's neither, and three entries were left out by --archive-since
+        (
+            look.coverage.dlq.order_unknown,
+            look.coverage.dlq.matched_by_text,
+        ) = (2, 1);
+        look.coverage.archive_order_unknown = 1;
+        look.coverage.archive_not_read = 3;
+        look.coverage.archive_unreadable = 2;
+        // THEN those not matched are said, and the entries not read
+        assert_eq!(
+            look.unseen(),
+            vec![
+                "1 DLQ messages name no order that could be read (a body that is not JSON, or without `paymentId`) and do not hold the order's id as text",
+                "1 archive entries name no order that could be read (a body that is not JSON, or without `paymentId`) and do not hold the order's id as text",
+                "2 objects under archive/ are not archive entries that could be read",
+                "3 archive entries written before --archive-since were not read",
+            ]
+        );
     }
 
     #[test]

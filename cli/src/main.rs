@@ -64,11 +64,13 @@ enum Command {
         #[arg(long, default_value = "resq-")]
         alarm_prefix: String,
     },
-    /// Where one order is: recorded (and how many writes), in the main queue, in the DLQ,
-    /// kept, archived, or nowhere. Exit status 0 found, 3 found nowhere, 4 not seen but part
-    /// of the pipeline could not be looked at. Looking into the main queue receives its
-    /// messages: each gets its receive count raised by one and is hidden from the consumer
-    /// for a moment (released at once); --main-queue-limit bounds it, 0 skips it.
+    /// Where one order is: recorded (and how many writes), in the DLQ (and why), kept,
+    /// archived, or nowhere. Exit status 0 found, 3 found nowhere, 4 not seen but part of the
+    /// pipeline could not be looked at (or holds messages whose order could not be read). The
+    /// main queue is not looked into unless --main-queue: looking receives its messages, and
+    /// each receive raises a message's receive count toward maxReceiveCount (a message on its
+    /// last receive then goes to the DLQ without a reason); by default its approximate counts
+    /// are shown instead.
     Find(FindArgs),
     /// Inspect and redrive the dead-letter queue.
     #[command(subcommand)]
@@ -83,22 +85,33 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct FindArgs {
-    /// The order's id (its body's orderId).
+    /// The order's id (its body's business id: orderId, or the stack's CorrelationField).
     order_id: String,
-    /// Receive at most this many main-queue messages (each receive raises a message's
-    /// ApproximateReceiveCount, toward maxReceiveCount); 0 skips the main queue.
-    #[arg(long, value_name = "N", default_value_t = find::DEFAULT_MAIN_QUEUE_LIMIT)]
-    main_queue_limit: usize,
-    /// Do not look into the main queue at all (the same as --main-queue-limit 0).
-    #[arg(long, conflicts_with = "main_queue_limit")]
+    /// Also look into the main queue: receive up to 100 of its messages (--main-queue-limit),
+    /// each once, released at once. Each receive raises a message's ApproximateReceiveCount
+    /// toward maxReceiveCount: one on its last allowed receive is moved to the DLQ by SQS,
+    /// without a reason, on the consumer's next receive.
+    #[arg(long)]
+    main_queue: bool,
+    /// Look into the main queue, receiving at most N of its messages (0: do not look).
+    #[arg(long, value_name = "N")]
+    main_queue_limit: Option<usize>,
+    /// Accepted for scripts written before --main-queue: the main queue is not looked into
+    /// unless asked.
+    #[arg(long, hide = true, conflicts_with_all = ["main_queue", "main_queue_limit"])]
     no_main_queue: bool,
     /// Receive at most this many DLQ messages.
     #[arg(long, value_name = "N", default_value_t = find::DEFAULT_DLQ_LIMIT, value_parser = clap::value_parser!(usize))]
     dlq_limit: usize,
-    /// A string message attribute that names the order, tried before the body's orderId
+    /// A string message attribute that names the order, tried before the body's field
     /// (e.g. demo-order-id, which the demo puts on every message, malformed ones too).
     #[arg(long, value_name = "NAME")]
     order_id_attribute: Option<String>,
+    /// The body's top-level field holding the order's id [default: the stack's
+    /// CorrelationField, else RESQ_CORRELATION_FIELD (or RESQ_CORRELATION_KEY in camelCase),
+    /// else orderId].
+    #[arg(long, value_name = "NAME")]
+    correlation_field: Option<String>,
     /// Read only the archive entries written since this day (YYYY-MM-DD, UTC): the archive is
     /// keyed by message, not by order, so without it every entry is read.
     #[arg(long, value_name = "YYYY-MM-DD", value_parser = day)]
@@ -236,7 +249,11 @@ struct RedriveArgs {
     #[arg(long)]
     keep_source: bool,
     /// Canary replay: replay this many first, wait for their outcome, and go on with the rest
-    /// only at --min-success.
+    /// only at --min-success. Success is the reference handler's order record
+    /// (orders/{orderId}.json): a team's own message type (ReferenceConsumer=false) cannot be
+    /// seen to succeed, and the canary stops. With --failure-reason, the kept messages of that
+    /// reason it does not replay are left visible until the next scheduled redriver run
+    /// (keptLeftVisible).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     canary: Option<u32>,
     /// With --canary: the percentage of canaries that must succeed (default 100).
@@ -481,14 +498,18 @@ async fn run(cli: Cli, typed: &dyn Fn(&str) -> bool) -> Result<(), CliError> {
             print!("{}", render::status(&s, json));
         }
         Command::Find(args) => {
+            let correlation = deployed::correlation(
+                args.correlation_field.as_deref(),
+                deployed.as_ref(),
+                |var| std::env::var(var).ok(),
+            )?;
+            // --no-main-queue: the default now (clap refuses it beside the other two)
+            let _ = args.no_main_queue;
             let options = find::FindOptions {
-                main_queue_limit: if args.no_main_queue {
-                    0
-                } else {
-                    args.main_queue_limit
-                },
+                main_queue_limit: find::main_queue_limit(args.main_queue, args.main_queue_limit),
                 dlq_limit: args.dlq_limit,
                 order_id_attribute: args.order_id_attribute,
+                correlation,
                 archive_since: args
                     .archive_since
                     .as_deref()

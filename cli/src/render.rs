@@ -149,21 +149,52 @@ pub fn shadow_notes(report: &ShadowReport, as_json: bool) -> String {
     if as_json {
         return String::new();
     }
+    let left = report.kept_left_visible.len();
     let mut out = format!(
-        "shadow replay: {} copies sent to {}; the DLQ is unchanged: nothing deleted, {} messages released",
-        report.copied, report.to, report.released
+        "shadow replay: {} copies sent to {}; the DLQ is {}: nothing deleted, {} messages released",
+        report.copied,
+        report.to,
+        if left == 0 {
+            "unchanged"
+        } else {
+            "as it was but for the kept messages below"
+        },
+        report.released
     );
-    if report.hidden_again > 0 {
+    let hidden_again = report.hidden_again + report.hidden_again_by_keep_list;
+    if hidden_again > 0 {
         out.push_str(&format!(
-            ", {} kept messages hidden again until their TTL",
-            report.hidden_again
+            ", {hidden_again} kept messages hidden again until the moment they were hidden until"
         ));
     }
     out.push('\n');
+    if report.unhidden < report.kept_listed {
+        out.push_str(&format!(
+            "{} of the {} kept messages of the reason were made visible for the copy (what the copy budget can take); the others stayed hidden\n",
+            report.unhidden, report.kept_listed
+        ));
+    }
     if report.budget_reached {
         out.push_str(
             "the copy budget (--max-messages) was reached: more messages may be waiting\n",
         );
+    }
+    if let Some(e) = &report.receive_error {
+        out.push_str(&format!(
+            "error: receiving stopped part-way: {e}; what was received was left as found (above)\n"
+        ));
+    }
+    if report.not_copied_limit_reached {
+        out.push_str(&format!(
+            "receiving stopped after {} messages it does not copy (each hidden for the run): selected messages beyond them were not reached; narrow the selection (--older-than-seconds) or run it again later\n",
+            crate::shadow::NOT_COPIED_MAX
+        ));
+    }
+    if left > 0 {
+        out.push_str(&format!(
+            "warning: {left} kept messages made visible for the copy could not be hidden again (someone else received them, or SQS refused the keep list's handle): they stay visible in the DLQ until the next scheduled redriver run keeps and hides them again: {}\n",
+            report.kept_left_visible.join(", ")
+        ));
     }
     if report.not_released > 0 {
         out.push_str(&format!(
@@ -278,8 +309,13 @@ fn at(ms: u64) -> String {
         )
 }
 
+/// What a place line adds for a message matched by its text, not by its id.
+const BY_TEXT: &str =
+    " (matched by text: its order id could not be read, and its body holds this id as a string)";
+
 /// One place an order was seen, in a line (without the order).
 pub fn place(p: &Place, now_ms: u64) -> String {
+    let by_text = |matched: bool| if matched { BY_TEXT } else { "" };
     let age = |sent: Option<u64>| {
         sent.map_or_else(String::new, |t| {
             format!(" age={}s", now_ms.saturating_sub(t) / 1000)
@@ -303,21 +339,23 @@ pub fn place(p: &Place, now_ms: u64) -> String {
             format!("{:<11} {} {times}{last}{gone}", "recorded", r.key)
         }
         Place::MainQueue(q) => format!(
-            "{:<11} message {} receives={} redrives={}{}",
+            "{:<11} message {} receives={} redrives={}{}{}",
             "main queue",
             q.message_id,
             q.receive_count.map_or("?".into(), |n| n.to_string()),
             q.redrive_count.as_deref().unwrap_or("0"),
-            age(q.first_sent_at)
+            age(q.first_sent_at),
+            by_text(q.matched_by_text)
         ),
         Place::Dlq(q) => format!(
-            "{:<11} message {} class={} reason={} redrives={}{}",
+            "{:<11} message {} class={} reason={} redrives={}{}{}",
             "DLQ",
             q.message_id,
             q.failure_class.as_deref().unwrap_or("-"),
             q.failure_reason.as_deref().unwrap_or("-"),
             q.redrive_count.as_deref().unwrap_or("0"),
-            age(q.first_sent_at)
+            age(q.first_sent_at),
+            by_text(q.matched_by_text)
         ),
         Place::Kept(k) => format!(
             "{:<11} message {} reason={}: a permanent failure kept in the DLQ for a human, hidden by the redriver until {} (`resq dlq peek --kept` shows it)",
@@ -336,13 +374,14 @@ pub fn place(p: &Place, now_ms: u64) -> String {
                 n => format!(", restored {n} time(s) since"),
             };
             format!(
-                "{:<11} {} reason={} by {} at {} redrives={}{error}{restores}",
+                "{:<11} {} reason={} by {} at {} redrives={}{error}{restores}{}",
                 "archived",
                 a.key,
                 a.reason,
                 a.archived_by,
                 a.archived_at,
                 a.redrive_count.map_or("?".into(), |n| n.to_string()),
+                by_text(a.matched_by_text),
             )
         }
     }
@@ -394,6 +433,14 @@ pub fn find_notes(f: &Finding, as_json: bool) -> String {
         c.archive_read
     );
     let main = &c.main_queue;
+    if main.counted {
+        out.push_str(&format!(
+            "; the main queue: not looked into (about {} visible, {} in flight, by its counts; nothing received: `--main-queue` receives up to {} of its messages, each receive raising its ApproximateReceiveCount toward maxReceiveCount)",
+            main.visible_before,
+            main.in_flight,
+            find::DEFAULT_MAIN_QUEUE_LIMIT
+        ));
+    }
     if main.looked {
         if main.received == 0 {
             out.push_str("; the main queue: nothing received (nothing waiting)");
@@ -444,6 +491,13 @@ pub fn find_notes(f: &Finding, as_json: bool) -> String {
                 q.1.not_released, q.0, q.1.hidden_for_seconds
             ));
         }
+    }
+    let by_text = main.matched_by_text + c.dlq.matched_by_text + c.archive_matched_by_text;
+    if by_text > 0 {
+        out.push_str(&format!(
+            "note: {by_text} of the places were matched by text: their order id (`{}`) could not be read (a body that is not JSON, or without the field), and their body holds this id as a string value\n",
+            c.id_field
+        ));
     }
     for u in f.look.unseen() {
         out.push_str(&format!("not seen: {u}\n"));
@@ -851,6 +905,7 @@ mod tests {
                 failure_reason: Some("DOWNSTREAM_UNAVAILABLE".into()),
                 sent_at: Some(1_795_000_000_000),
                 first_sent_at: Some(1_795_000_000_000),
+                matched_by_text: false,
             }),
             Place::Kept(Kept {
                 message_id: "m-3".into(),

@@ -7,6 +7,15 @@
 //! made visible for the copy are hidden again until the moment they were hidden until, and
 //! no message's `x-redrive-count` changes (the copy carries the count a replay would).
 //!
+//! Kept messages (`--failure-reason` brings back those of its reason, as a replay would) are
+//! made visible only as many as the copy budget can take ([`to_unhide`]); the shadow then
+//! receives until it has every one of them back, past the budget if need be ([`Receiving`]),
+//! and lists and hides each again with its new receipt handle. One it did not get back (the
+//! receiving stopped early, or someone else received it) is hidden again with the keep list's
+//! own handle ([`hide_again`]); one that cannot be is named in the report
+//! ([`ShadowReport::kept_left_visible`]). Messages it receives and does not copy are hidden
+//! for its run: it receives at most [`NOT_COPIED_MAX`] of them.
+//!
 //! A copy counts only when SQS reported its send `Successful`.
 //!
 //! Why `--to` needs `--keep-source` (and is refused without it): moving messages out of the
@@ -18,7 +27,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use resq::keep::KeptMessage;
-use resq::settle::{Action, Confirmation, Deadlines, Plan, QueueUrl, Settler, Unpaced};
+
+use crate::locate::remaining_hide;
+use resq::settle::{Action, ActionId, Confirmation, Deadlines, Plan, QueueUrl, Settler, Unpaced};
 use resq::sqs::{OutgoingMessage, Queues, ReceivedMessage};
 use resq::store::S3Store;
 use resq_redriver::classify::{self, Decision, Keep, Rules};
@@ -122,11 +133,21 @@ pub struct ShadowReport {
     pub copies: Vec<Copied>,
     /// The copies that failed.
     pub failed: Vec<NotCopied>,
-    /// Kept messages of the selected reason made visible for the copy.
+    /// Kept messages of the selected reason the keep lists name as hidden.
+    pub kept_listed: u64,
+    /// Of those, made visible for the copy (as many as the copy budget can take).
     pub unhidden: u64,
-    /// Of those received, kept messages hidden again until the moment they were hidden
-    /// until.
+    /// Of those, received back, then listed and hidden again (with their new receipt handle)
+    /// until the moment they were hidden until.
     pub hidden_again: u64,
+    /// Of those, not received back, hidden again with the keep list's receipt handle until
+    /// the moment they were hidden until.
+    pub hidden_again_by_keep_list: u64,
+    /// Kept messages made visible that are left visible: not received back, and their keep
+    /// list's handle no longer holds them (someone else received them; SQS may also refuse a
+    /// handle for a message no longer in flight). They stay visible until the next scheduled
+    /// redriver run keeps and hides them again. Their DLQ message ids.
+    pub kept_left_visible: Vec<String>,
     /// Messages received and released at once (visible again).
     pub released: u64,
     /// Messages whose release (or hide again) failed: they come back by themselves after the
@@ -134,11 +155,20 @@ pub struct ShadowReport {
     pub not_released: u64,
     /// The copy budget was reached: more messages may be waiting.
     pub budget_reached: bool,
+    /// Receiving stopped at [`NOT_COPIED_MAX`] messages received and not copied: selected
+    /// messages beyond them were not reached.
+    pub not_copied_limit_reached: bool,
+    /// Receiving from the DLQ failed part-way: what SQS said (the DLQ was left as found all
+    /// the same, as far as this report says).
+    pub receive_error: Option<String>,
 }
 
 impl ShadowReport {
-    /// The error the command ends with when some copies failed.
+    /// The error the command ends with when receiving failed, or some copies did.
     pub fn failure(&self) -> Option<CliError> {
+        if self.receive_error.is_some() {
+            return Some(CliError::ReceiveStopped);
+        }
         (!self.failed.is_empty()).then_some(CliError::NotCopied {
             count: self.failed.len() as u64,
         })
@@ -147,6 +177,81 @@ impl ShadowReport {
 
 fn now_ms() -> u64 {
     chrono::Utc::now().timestamp_millis().max(0) as u64
+}
+
+/// Received messages a shadow replay does not copy (not selected, kept, past their TTL or the
+/// cap, over the budget), at most: each is hidden for the run, so a DLQ of messages of other
+/// reasons is not hidden whole from the redriver (nor pushed toward SQS's in-flight quota).
+pub const NOT_COPIED_MAX: u64 = 10_000;
+
+/// The kept messages of `reason` (from the keep lists) a shadow replay makes visible: as many
+/// as its copy budget can take, oldest first (by the producer's send): it cannot copy more.
+pub fn to_unhide(hidden: Vec<KeptMessage>, reason: &str, budget: u64) -> Vec<KeptMessage> {
+    let mut of_reason: Vec<KeptMessage> = hidden
+        .into_iter()
+        .filter(|k| k.failure_reason.as_deref() == Some(reason))
+        .collect();
+    of_reason.sort_by_key(|k| (k.first_sent_at.is_none(), k.first_sent_at));
+    of_reason.truncate(usize::try_from(budget).unwrap_or(usize::MAX));
+    of_reason
+}
+
+/// Where a shadow replay's receiving stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Receiving {
+    /// Copies planned so far.
+    pub planned: u64,
+    /// The copy budget (`--max-messages`).
+    pub budget: u64,
+    /// Messages received and not copied so far.
+    pub not_copied: u64,
+    /// Kept messages it made visible and has not received back yet.
+    pub unhidden_out: usize,
+}
+
+/// What a shadow replay does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Receive up to this many.
+    Receive(i32),
+    /// Stop: the budget is spent and every kept message it made visible is back.
+    Done,
+    /// Stop: [`NOT_COPIED_MAX`] received and not copied.
+    NotCopiedLimit,
+}
+
+impl Receiving {
+    /// The next step: receive for the budget, and past it while kept messages it made visible
+    /// are still out (so that it hides them again itself), within [`NOT_COPIED_MAX`].
+    pub fn next(&self) -> Next {
+        if self.not_copied >= NOT_COPIED_MAX {
+            return Next::NotCopiedLimit;
+        }
+        let batch = resq::sqs::MAX_BATCH as u64;
+        let want = match (self.planned < self.budget, self.unhidden_out > 0) {
+            (_, true) => batch,
+            (true, false) => (self.budget - self.planned).min(batch),
+            (false, false) => return Next::Done,
+        };
+        Next::Receive(want as i32)
+    }
+}
+
+/// The kept messages a shadow made visible and did not receive back (`received`), at
+/// `now_ms`: those still within their hide, with the seconds it has left (to hide each again
+/// with the keep list's handle); those whose hide is over would be visible by now anyway.
+pub fn hide_again(
+    unhidden: &HashMap<String, KeptMessage>,
+    received: &HashSet<String>,
+    now_ms: u64,
+) -> Vec<(KeptMessage, i32)> {
+    let mut out: Vec<(KeptMessage, i32)> = unhidden
+        .values()
+        .filter(|k| !received.contains(&k.message_id))
+        .filter_map(|k| Some((k.clone(), remaining_hide(k.hidden_until, now_ms)?)))
+        .collect();
+    out.sort_by(|a, b| a.0.message_id.cmp(&b.0.message_id));
+    out
 }
 
 /// How long the shadow hides what it receives: the time its budget takes at its rate, and a
@@ -191,7 +296,9 @@ pub async fn shadow(
         to: to.to_owned(),
         ..Default::default()
     };
-    // a replay selected by reason brings back the kept ones of that reason: so does its shadow
+    let budget = u64::from(options.max_messages);
+    // a replay selected by reason brings back the kept ones of that reason: so does its
+    // shadow, as many as its budget can copy
     let mut unhidden: HashMap<String, KeptMessage> = HashMap::new();
     if let Some(reason) = options.failure_reason.as_deref() {
         let hidden = resq::keep::still_hidden(&store, &dlq_url, chrono::Utc::now())
@@ -200,13 +307,14 @@ pub async fn shadow(
                 what: format!("reading the keep lists in s3://{bucket}/kept/"),
                 source,
             })?;
-        let of_reason: Vec<KeptMessage> = hidden
-            .into_iter()
+        report.kept_listed = hidden
+            .iter()
             .filter(|k| k.failure_reason.as_deref() == Some(reason))
-            .collect();
-        let plan = Plan::release(&dlq, of_reason.iter().map(|k| k.receipt_handle.clone()));
+            .count() as u64;
+        let chosen = to_unhide(hidden, reason, budget);
+        let plan = Plan::release(&dlq, chosen.iter().map(|k| k.receipt_handle.clone()));
         let done = settle(ctx, &store, &plan).await;
-        for ((_, c), k) in done.iter().zip(of_reason) {
+        for ((_, c), k) in done.iter().zip(chosen) {
             if c.is_confirmed() {
                 unhidden.insert(k.message_id.clone(), k);
             }
@@ -229,21 +337,29 @@ pub async fn shadow(
     let mut seen: HashSet<String> = HashSet::new();
     // (message id, receipt handle, when received) of everything received
     let mut held: Vec<(String, String, Instant)> = Vec::new();
-    let budget = u64::from(options.max_messages);
     let mut planned = 0u64;
-    let outcome = loop {
-        if planned >= budget {
-            report.budget_reached = true;
-            break Ok(());
-        }
-        let want = (budget - planned).min(resq::sqs::MAX_BATCH as u64) as i32;
+    let mut not_copied = 0u64;
+    loop {
+        let receiving = Receiving {
+            planned,
+            budget,
+            not_copied,
+            unhidden_out: unhidden.keys().filter(|id| !seen.contains(*id)).count(),
+        };
+        let want = match receiving.next() {
+            Next::Receive(want) => want,
+            Next::Done => break,
+            Next::NotCopiedLimit => {
+                report.not_copied_limit_reached = true;
+                break;
+            }
+        };
         let batch = match ctx.sqs.receive(&dlq_url, want, Some(visibility), 1).await {
             Ok(batch) => batch,
-            Err(source) => {
-                break Err(CliError::Aws {
-                    what: format!("receiving from {dlq_url}"),
-                    source,
-                });
+            Err(e) => {
+                // what was received is still left as found, and the report says so
+                report.receive_error = Some(format!("receiving from {dlq_url}: {e}"));
+                break;
             }
         };
         let received_at = Instant::now();
@@ -270,12 +386,18 @@ pub async fn shadow(
                     };
                     copies.push((id, m));
                 }
-                Shadow::Copy(_) => *report.skipped.entry("overBudget".into()).or_default() += 1,
-                Shadow::Skip(why) => *report.skipped.entry(why).or_default() += 1,
+                Shadow::Copy(_) => {
+                    not_copied += 1;
+                    *report.skipped.entry("overBudget".into()).or_default() += 1;
+                }
+                Shadow::Skip(why) => {
+                    not_copied += 1;
+                    *report.skipped.entry(why).or_default() += 1;
+                }
             }
         }
         if new == 0 {
-            break Ok(());
+            break;
         }
         if plan.is_empty() {
             continue;
@@ -314,15 +436,17 @@ pub async fn shadow(
                 }),
             }
         }
-    };
+    }
+    report.budget_reached = planned >= budget;
     leave_as_found(ctx, &store, &dlq, held, &unhidden, &mut report).await;
-    outcome?;
     Ok(report)
 }
 
 /// Releases what the shadow received, except the kept messages it made visible: those are
 /// hidden again until the moment they were hidden until, and listed again (with their new
-/// receipt handle) so that they stay reachable.
+/// receipt handle) so that they stay reachable. Those it made visible and did not receive
+/// back are hidden again with the keep list's handle ([`hide_again`]); those that cannot be
+/// are named.
 async fn leave_as_found(
     ctx: &Context,
     store: &S3Store,
@@ -331,21 +455,30 @@ async fn leave_as_found(
     unhidden: &HashMap<String, KeptMessage>,
     report: &mut ShadowReport,
 ) {
+    let received: HashSet<String> = held.iter().map(|(id, _, _)| id.clone()).collect();
     let mut release = Vec::new();
-    let mut pending = Vec::new();
+    // a kept message received twice (its hide for the run ran out) is kept by its last
+    // receipt, the one SQS honours
+    let mut pending: BTreeMap<String, PendingKeep> = BTreeMap::new();
     for (message_id, receipt_handle, received_at) in held {
         match unhidden.get(&message_id) {
-            Some(k) if k.hidden_until > now_ms() => pending.push(PendingKeep {
-                kept: KeptMessage {
-                    receipt_handle,
-                    ..k.clone()
-                },
-                until_ms: k.hidden_until,
-                received_at,
-            }),
+            Some(k) if k.hidden_until > now_ms() => {
+                pending.insert(
+                    message_id,
+                    PendingKeep {
+                        kept: KeptMessage {
+                            receipt_handle,
+                            ..k.clone()
+                        },
+                        until_ms: k.hidden_until,
+                        received_at,
+                    },
+                );
+            }
             _ => release.push(receipt_handle),
         }
     }
+    let pending: Vec<PendingKeep> = pending.into_values().collect();
     if !pending.is_empty() {
         let (plan, entries) = resq_redriver::plan::keep(pending, dlq, now_ms(), Instant::now());
         let done = settle(ctx, store, &plan).await;
@@ -354,6 +487,31 @@ async fn leave_as_found(
                 report.hidden_again += 1;
             } else {
                 report.not_released += 1;
+            }
+        }
+    }
+    // made visible, not received back: hidden again by the handle the keep list holds (it
+    // still names the message while nobody else received it)
+    let out = hide_again(unhidden, &received, now_ms());
+    if !out.is_empty() {
+        let mut plan = Plan::new();
+        let ids: Vec<(ActionId, String)> = out
+            .into_iter()
+            .map(|(k, seconds)| {
+                let id = plan.push(Action::ChangeVisibility {
+                    of: dlq.clone(),
+                    receipt_handle: k.receipt_handle,
+                    seconds,
+                });
+                (id, k.message_id)
+            })
+            .collect();
+        let done = settle(ctx, store, &plan).await;
+        for (id, message_id) in ids {
+            if done.is_confirmed(id) {
+                report.hidden_again_by_keep_list += 1;
+            } else {
+                report.kept_left_visible.push(message_id);
             }
         }
     }
@@ -496,6 +654,112 @@ mod tests {
             source.to_string().contains("production source queue"),
             "{source}"
         );
+    }
+
+    fn kept(id: &str, reason: &str, first_sent_at: Option<u64>, hidden_until: u64) -> KeptMessage {
+        KeptMessage {
+            message_id: id.into(),
+            receipt_handle: format!("rh-{id}"),
+            failure_reason: Some(reason.into()),
+            first_sent_at,
+            hidden_until,
+            order_id: None,
+        }
+    }
+
+    #[test]
+    fn only_as_many_kept_messages_as_the_budget_can_copy_are_made_visible() {
+        // GIVEN three kept VALIDATION_FAILED messages and one of another reason
+        let listed = vec![
+            kept("k-3", "VALIDATION_FAILED", Some(300), 9),
+            kept("k-1", "VALIDATION_FAILED", Some(100), 9),
+            kept("k-x", "MALFORMED_JSON", Some(50), 9),
+            kept("k-2", "VALIDATION_FAILED", None, 9),
+        ];
+        // WHEN a shadow of that reason may copy one
+        let chosen = to_unhide(listed.clone(), "VALIDATION_FAILED", 1);
+        // THEN one is made visible, the oldest
+        let ids = |v: &[KeptMessage]| v.iter().map(|k| k.message_id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&chosen), vec!["k-1"]);
+        // AND with room for all, all of that reason (an unknown age last), none of another
+        assert_eq!(
+            ids(&to_unhide(listed, "VALIDATION_FAILED", 1000)),
+            vec!["k-1", "k-3", "k-2"]
+        );
+    }
+
+    #[test]
+    fn the_shadow_receives_until_every_kept_message_it_made_visible_is_back() {
+        let at = |planned, budget, not_copied, unhidden_out| {
+            Receiving {
+                planned,
+                budget,
+                not_copied,
+                unhidden_out,
+            }
+            .next()
+        };
+        // GIVEN a budget of 25: batches of 10, then what is left
+        assert_eq!(at(0, 25, 0, 0), Next::Receive(10));
+        assert_eq!(at(20, 25, 3, 0), Next::Receive(5));
+        // WHEN the budget is spent and nothing it made visible is out: done
+        assert_eq!(at(25, 25, 3, 0), Next::Done);
+        // BUT while kept messages it made visible are out, it goes on receiving (past the
+        // budget: they are not copied, they are hidden again)
+        assert_eq!(at(1, 1, 0, 2), Next::Receive(10));
+        // AND never past NOT_COPIED_MAX messages received and not copied
+        assert_eq!(at(1, 1, NOT_COPIED_MAX, 2), Next::NotCopiedLimit);
+        assert_eq!(at(0, 1000, NOT_COPIED_MAX, 0), Next::NotCopiedLimit);
+        assert_eq!(at(0, 1000, NOT_COPIED_MAX - 1, 0), Next::Receive(10));
+    }
+
+    #[test]
+    fn kept_messages_made_visible_and_not_received_back_are_hidden_again_until_the_same_moment() {
+        // GIVEN three kept messages made visible, one received back
+        let now = 1_000_000;
+        let unhidden: HashMap<String, KeptMessage> = [
+            kept("k-1", "VALIDATION_FAILED", None, now + 90_200),
+            kept("k-2", "VALIDATION_FAILED", None, now + 5_000),
+            kept("k-3", "VALIDATION_FAILED", None, now - 1),
+        ]
+        .into_iter()
+        .map(|k| (k.message_id.clone(), k))
+        .collect();
+        let received = HashSet::from(["k-2".to_owned()]);
+        // WHEN the run ends
+        let out = hide_again(&unhidden, &received, now);
+        // THEN the one not received and still within its hide is hidden again, by the keep
+        // list's handle, for the time it had left; one whose hide is over stays visible (as
+        // it would be by now anyway)
+        assert_eq!(
+            out.iter()
+                .map(|(k, s)| (k.receipt_handle.as_str(), *s))
+                .collect::<Vec<_>>(),
+            vec![("rh-k-1", 91)]
+        );
+    }
+
+    #[test]
+    fn a_shadow_whose_receiving_failed_still_reports_then_fails() {
+        // GIVEN a shadow whose receive failed part-way, after leaving the DLQ as found
+        let report = ShadowReport {
+            receive_error: Some("receiving from q: throttled".into()),
+            kept_left_visible: vec!["k-1".into()],
+            ..ShadowReport::default()
+        };
+        // THEN the command fails (exit 1) after its report, which names what it left visible
+        let e = report.failure().unwrap();
+        assert_eq!(e.exit_code(), 1);
+        let notes = crate::render::shadow_notes(&report, false);
+        assert!(
+            notes.contains("error: receiving stopped part-way: receiving from q: throttled"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("could not be hidden again") && notes.contains("k-1"),
+            "{notes}"
+        );
+        assert!(ShadowReport::default().failure().is_none());
     }
 
     #[test]

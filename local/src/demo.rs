@@ -485,11 +485,13 @@ pub async fn audit(
     };
     let options = LookOptions {
         main_queue: everything,
+        count_main_queue: false,
         dlq: everything,
         kept: false,
         archive_since: None,
         identity: Identity {
             attribute: Some(DEMO_ORDER_ATTRIBUTE.to_owned()),
+            ..Identity::default()
         },
         receive_wait: 0,
     };

@@ -95,10 +95,23 @@ pub async fn deploy_stack(
         std::process::id(),
         chrono::Utc::now().timestamp_millis()
     );
+    // CloudFormation (and LocalStack's) takes at most 51,200 bytes inline; a larger template
+    // goes by S3, as `sam deploy` sends it (moto takes any size inline, and reads no
+    // path-style TemplateURL)
+    let by_s3 = kind == EmulatorKind::Localstack && template_body.len() > MAX_TEMPLATE_BODY;
+    let (template_body, template_url) = if by_s3 {
+        (
+            None,
+            Some(upload_template(config, stack_name, template_body).await?),
+        )
+    } else {
+        (Some(template_body), None)
+    };
     let created = cfn
         .create_stack()
         .stack_name(stack_name)
-        .template_body(template_body)
+        .set_template_body(template_body)
+        .set_template_url(template_url)
         .capabilities(Capability::CapabilityIam)
         .capabilities(Capability::CapabilityNamedIam)
         .set_parameters(Some(params))
@@ -196,19 +209,54 @@ pub async fn deploy_stack(
     })
 }
 
+/// The largest template CloudFormation takes inline (`TemplateBody`).
+pub const MAX_TEMPLATE_BODY: usize = 51_200;
+
+/// Puts a template in the emulator's artifact bucket; its URL, for `TemplateURL`.
+async fn upload_template(
+    config: &aws_config::SdkConfig,
+    stack_name: &str,
+    body: String,
+) -> Result<String, CliError> {
+    let s3 = resq::aws::s3_client(config);
+    create_artifact_bucket(&s3).await?;
+    let key = format!("templates/{stack_name}.json");
+    s3.put_object()
+        .bucket(ARTIFACT_BUCKET)
+        .key(&key)
+        .body(body.into_bytes().into())
+        .send()
+        .await
+        .map_err(|e| CliError::aws("uploading the template", e))?;
+    let endpoint = config.endpoint_url().ok_or_else(|| {
+        CliError::Usage("deploying to an emulator needs its endpoint (AWS_ENDPOINT_URL)".into())
+    })?;
+    Ok(format!(
+        "{}/{ARTIFACT_BUCKET}/{key}",
+        endpoint.trim_end_matches('/')
+    ))
+}
+
+/// The artifact bucket (a second stack on the same emulator finds it there).
+async fn create_artifact_bucket(s3: &aws_sdk_s3::Client) -> Result<(), CliError> {
+    match s3.create_bucket().bucket(ARTIFACT_BUCKET).send().await {
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_bucket_already_owned_by_you()) =>
+        {
+            Ok(())
+        }
+        other => other
+            .map(|_| ())
+            .map_err(|e| CliError::aws("creating the artifact bucket", e)),
+    }
+}
+
 /// moto's CloudFormation creates the functions, so their code must exist: placeholders (the
 /// pipeline runs the functions itself).
 async fn upload_placeholder_code(config: &aws_config::SdkConfig) -> Result<(), CliError> {
     let s3 = resq::aws::s3_client(config);
-    // (a second stack on the same emulator finds it there)
-    match s3.create_bucket().bucket(ARTIFACT_BUCKET).send().await {
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|e| e.is_bucket_already_owned_by_you()) => {}
-        other => {
-            other.map_err(|e| CliError::aws("creating the artifact bucket", e))?;
-        }
-    }
+    create_artifact_bucket(&s3).await?;
     for f in ["ConsumerFunction", "RedriverFunction"] {
         s3.put_object()
             .bucket(ARTIFACT_BUCKET)

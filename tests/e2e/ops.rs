@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use resq::archive::{ArchiveEnvelope, ArchiveFacts, Archiver, OriginalMessage, RestoreStatus};
 use resq::attributes::{AttributeValue, MessageAttributes};
+use resq::correlation::CorrelationKey;
 use resq::reason::ArchiveReason;
 use resq::store::{ObjectStore, S3Store};
 use resq_e2e::{Stack, StackOptions};
@@ -50,11 +51,22 @@ fn invalid_order(id: &str) -> String {
     serde_json::json!({"orderId": id, "userId": "u-1", "items": []}).to_string()
 }
 
+/// `resq find`'s defaults: the main queue counted, not received from.
 const FIND: FindOptions = FindOptions {
+    main_queue_limit: 0,
+    dlq_limit: find::DEFAULT_DLQ_LIMIT,
+    order_id_attribute: None,
+    archive_since: None,
+    correlation: CorrelationKey::ORDERS,
+};
+
+/// `resq find --main-queue`.
+const FIND_MAIN: FindOptions = FindOptions {
     main_queue_limit: find::DEFAULT_MAIN_QUEUE_LIMIT,
     dlq_limit: find::DEFAULT_DLQ_LIMIT,
     order_id_attribute: None,
     archive_since: None,
+    correlation: CorrelationKey::ORDERS,
 };
 
 async fn versions(stack: &Stack, key: &str) -> usize {
@@ -192,19 +204,48 @@ async fn find_says_where_an_order_is_in_each_place_and_several_at_once() {
         "{:?}",
         d.places
     );
-    // AND a look at the archive since tomorrow reads no entry, and so does not see D
+    // AND a look at the archive since tomorrow reads no entry, and so does not see D: the
+    // entries left out are said, and D is not seen, not nowhere
     let since = FindOptions {
         archive_since: Some(chrono::Utc::now() + chrono::Duration::days(1)),
-        main_queue_limit: 0,
         ..FIND
     };
     let later = find::find(&ctx, "D", &since).await.unwrap();
     assert!(later.places.is_empty() && later.look.coverage.archive_read == 0);
-    // AND B is in the main queue, and released at once; each of the four looks so far that looked into it received
-    // it once, and its receive count says so (the cost of looking into the main queue)
-    let b = find::find(&ctx, "B", &FIND).await.unwrap();
+    assert_eq!(later.look.coverage.archive_not_read, 1);
     assert!(
-        matches!(&b.places[..], [Place::MainQueue(q)] if q.receive_count == Some(4)),
+        later
+            .look
+            .unseen()
+            .contains(&"1 archive entries written before --archive-since were not read".into()),
+        "{:?}",
+        later.look.unseen()
+    );
+    assert_eq!(later.verdict(), Verdict::NotSeen);
+    // AND by default B, waiting in the main queue, is not received: the main queue's counts
+    // are given instead, and B is not seen (exit status 4), not nowhere
+    let b = find::find(&ctx, "B", &FIND).await.unwrap();
+    assert_eq!(b.verdict(), Verdict::NotSeen);
+    assert_eq!(b.failure().unwrap().exit_code(), 4);
+    let main = &b.look.coverage.main_queue;
+    assert!(
+        main.counted && !main.looked && main.received == 0,
+        "{main:?}"
+    );
+    assert_eq!(main.visible_before, 1);
+    assert!(
+        b.look.unseen()[0].starts_with("the main queue was not looked into: it holds about 1 visible and 0 in flight (`resq find --main-queue`"),
+        "{:?}",
+        b.look.unseen()
+    );
+    // AND E, nowhere in the pipeline, is only not seen while the main queue holds something
+    let e = find::find(&ctx, "E", &FIND).await.unwrap();
+    assert_eq!(e.verdict(), Verdict::NotSeen, "{:?}", e.look.unseen());
+    // AND with --main-queue, B is in the main queue, and released at once; only that look
+    // received it (none of the five looks before did), and its receive count says so
+    let b = find::find(&ctx, "B", &FIND_MAIN).await.unwrap();
+    assert!(
+        matches!(&b.places[..], [Place::MainQueue(q)] if q.receive_count == Some(1)),
         "{:?}",
         b.places
     );
@@ -214,18 +255,10 @@ async fn find_says_where_an_order_is_in_each_place_and_several_at_once() {
         (1, 0),
         "visible again at once"
     );
-    // AND E is nowhere, and the look saw everything: exit status 3
-    let e = find::find(&ctx, "E", &FIND).await.unwrap();
+    // AND E is nowhere once the main queue was looked into too: exit status 3
+    let e = find::find(&ctx, "E", &FIND_MAIN).await.unwrap();
     assert_eq!(e.verdict(), Verdict::Nowhere, "{:?}", e.look.unseen());
     assert_eq!(e.failure().unwrap().exit_code(), 3);
-    // AND without the main queue, B is not seen, which is not "nowhere": exit status 4
-    let skip = FindOptions {
-        main_queue_limit: 0,
-        ..FIND
-    };
-    let b = find::find(&ctx, "B", &skip).await.unwrap();
-    assert_eq!(b.verdict(), Verdict::NotSeen);
-    assert_eq!(b.failure().unwrap().exit_code(), 4);
     assert_eq!(stack.depth(&stack.main).await, (1, 0));
     // AND the answer reads as JSON too
     let json: serde_json::Value =
@@ -241,7 +274,7 @@ async fn find_says_where_an_order_is_in_each_place_and_several_at_once() {
 }
 
 #[tokio::test]
-async fn find_says_which_receives_it_used_up_in_the_main_queue() {
+async fn find_leaves_the_main_queue_alone_unless_asked() {
     // GIVEN a main queue that dead-letters after one receive, and an order waiting in it
     let stack = Stack::start(StackOptions {
         max_receive_count: 1,
@@ -250,8 +283,64 @@ async fn find_says_which_receives_it_used_up_in_the_main_queue() {
     .await;
     let ctx = context(&stack).await;
     send(&stack, &stack.main, &order_body("O-1"), &[], None).await;
-    // WHEN it is looked for
-    let found = find::find(&ctx, "O-1", &FIND).await.unwrap();
+    // WHEN it is looked for, as an operator does during an incident: `resq find O-1`
+    let (code, out, notes) = resq(
+        &stack,
+        &[
+            "--main-queue-url",
+            &stack.main.url,
+            "--dlq-url",
+            &stack.dlq.url,
+            "--archive-bucket",
+            &stack.bucket,
+            "find",
+            "O-1",
+        ],
+        &[],
+    );
+    // THEN it is not seen (exit 4): the main queue was counted, not received from, and the
+    // notes say how to look and what it costs
+    assert_eq!(code, 4, "{out}{notes}");
+    assert!(
+        notes.contains("the main queue: not looked into (about 1 visible, 0 in flight"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("not seen: the main queue was not looked into: it holds about 1 visible"),
+        "{notes}"
+    );
+    let not_seen = find::find(&ctx, "O-1", &FIND).await.unwrap();
+    let main = &not_seen.look.coverage.main_queue;
+    assert_eq!(
+        (main.counted, main.received, main.visible_before),
+        (true, 0, 1)
+    );
+    // AND the consumer's next receive gets it on its first receive: the look used none of
+    // its receives (it is not moved to the DLQ without a reason)
+    let batch = stack.receive(&stack.main, 10).await;
+    assert_eq!(batch.len(), 1);
+    assert_eq!(
+        sys_attr(
+            &batch[0],
+            aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount
+        ),
+        Some("1")
+    );
+    // (the consumer processed it)
+    stack
+        .sqs
+        .delete_message()
+        .queue_url(&stack.main.url)
+        .receipt_handle(batch[0].receipt_handle().unwrap_or_default())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stack.depth(&stack.dlq).await, (0, 0));
+
+    // GIVEN another order waiting
+    send(&stack, &stack.main, &order_body("O-2"), &[], None).await;
+    // WHEN it is looked for with --main-queue
+    let found = find::find(&ctx, "O-2", &FIND_MAIN).await.unwrap();
     // THEN it is found, and the look says it used the message's last allowed receive
     assert_eq!(found.verdict(), Verdict::Found);
     let main = &found.look.coverage.main_queue;
@@ -270,6 +359,101 @@ async fn find_says_which_receives_it_used_up_in_the_main_queue() {
     let moved = receive_until(&stack.sqs, &stack.dlq.url, 1).await;
     assert_eq!(moved.len(), 1);
     assert_eq!(attr(&moved[0], "x-failure-class"), None);
+}
+
+#[tokio::test]
+async fn find_sees_orders_whose_id_cannot_be_read_and_never_calls_them_nowhere() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    // GIVEN a MALFORMED_JSON dead letter of ORD-1 (a truncated body) in the DLQ, and one of
+    // ORD-2 archived
+    let truncated =
+        |id: &str| format!(r#"{{"orderId":"{id}","userId":"u-1","items":[{{"productId":"#);
+    send(
+        &stack,
+        &stack.dlq,
+        &truncated("ORD-1"),
+        &permanent("MALFORMED_JSON"),
+        None,
+    )
+    .await;
+    let key = archive_entry(
+        &stack,
+        ArchiveReason::PermanentFailure,
+        "m-2",
+        &truncated("ORD-2"),
+    )
+    .await;
+    // WHEN each is looked for
+    let one = find::find(&ctx, "ORD-1", &FIND).await.unwrap();
+    let two = find::find(&ctx, "ORD-2", &FIND).await.unwrap();
+    // THEN each is found where it is, marked as matched by its text
+    assert_eq!(one.verdict(), Verdict::Found, "{:?}", one.look.unseen());
+    assert!(
+        matches!(&one.places[..], [Place::Dlq(q)]
+            if q.matched_by_text && q.failure_reason.as_deref() == Some("MALFORMED_JSON")),
+        "{:?}",
+        one.places
+    );
+    assert!(
+        matches!(&two.places[..], [Place::Archived(a)] if a.matched_by_text && a.key == key),
+        "{:?}",
+        two.places
+    );
+    // AND the answer says so
+    let text = resq_ops::render::find(&one, now_ms(), false);
+    assert!(
+        text.contains("(matched by text: its order id could not be read"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&resq_ops::render::find(&two, now_ms(), true)).unwrap();
+    assert_eq!(json["places"][0]["matchedByText"], true);
+    // AND an order seen nowhere while such messages exist is not seen (exit 4), not nowhere
+    let three = find::find(&ctx, "ORD-3", &FIND).await.unwrap();
+    assert_eq!(three.verdict(), Verdict::NotSeen);
+    assert_eq!(three.failure().unwrap().exit_code(), 4);
+    let unseen = three.look.unseen();
+    assert!(
+        unseen
+            .iter()
+            .any(|u| u.starts_with("1 DLQ messages name no order that could be read"))
+            && unseen
+                .iter()
+                .any(|u| u.starts_with("1 archive entries name no order that could be read")),
+        "{unseen:?}"
+    );
+
+    // GIVEN a team's message, which names its business id paymentId
+    send(
+        &stack,
+        &stack.dlq,
+        r#"{"paymentId":"PAY-7","amount":3}"#,
+        &transient(),
+        None,
+    )
+    .await;
+    // WHEN it is looked for by its type's field (the stack's CorrelationField)
+    let payments = FindOptions {
+        correlation: CorrelationKey::new("payment_id", "paymentId"),
+        ..FIND
+    };
+    let pay = find::find(&ctx, "PAY-7", &payments).await.unwrap();
+    // THEN its id is read: found, not by text
+    assert!(
+        matches!(&pay.places[..], [Place::Dlq(q)] if !q.matched_by_text),
+        "{:?}",
+        pay.places
+    );
+    // AND by orders' field it is still found, by its text
+    let by_text = find::find(&ctx, "PAY-7", &FIND).await.unwrap();
+    assert!(
+        matches!(&by_text.places[..], [Place::Dlq(q)] if q.matched_by_text),
+        "{:?}",
+        by_text.places
+    );
+    // AND the DLQ is as it was: every message released
+    assert_eq!(stack.depth(&stack.dlq).await, (2, 0));
 }
 
 #[tokio::test]
@@ -406,6 +590,78 @@ async fn a_shadow_replay_copies_to_staging_and_leaves_the_dlq_as_it_was() {
     assert_eq!(stack.depth(&stack.dlq).await, (3, 1));
 }
 
+#[tokio::test]
+async fn a_shadow_replay_on_a_small_budget_leaves_every_kept_message_hidden() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    let staging = stack
+        .sqs
+        .create_queue()
+        .queue_name("orders-staging")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    // GIVEN three VALIDATION_FAILED failures the redriver kept and hid, and one more of that
+    // reason dead-lettered since (visible)
+    for i in 0..3 {
+        send(
+            &stack,
+            &stack.dlq,
+            &invalid_order(&format!("K-{i}")),
+            &permanent("VALIDATION_FAILED"),
+            None,
+        )
+        .await;
+    }
+    let run = redrive(&stack, &redriver(&stack, &[]), serde_json::json!({}), &[]).await;
+    assert_eq!(run.kept, 3, "{run:?}");
+    send(
+        &stack,
+        &stack.dlq,
+        &invalid_order("V-1"),
+        &permanent("VALIDATION_FAILED"),
+        None,
+    )
+    .await;
+    assert_eq!(stack.depth(&stack.dlq).await, (1, 3));
+    // WHEN they are shadow-replayed by reason with a budget of one copy
+    let options = dlq::RedriveOptions {
+        dry_run: false,
+        failure_reason: Some("VALIDATION_FAILED".into()),
+        older_than: None,
+        max_messages: 1,
+        rate_per_second: 100.0,
+        max_redrive_attempts: 3,
+        archive_after: Duration::from_secs(86_400),
+        permanent_action: resq::config::PermanentAction::Keep,
+    };
+    let report = shadow::shadow(&ctx, &options, &staging).await.unwrap();
+    // THEN one copy was made, and only as many kept messages as it could copy were made
+    // visible, then hidden again
+    assert_eq!(report.copied, 1, "{report:?}");
+    assert_eq!((report.kept_listed, report.unhidden), (3, 1), "{report:?}");
+    assert_eq!(
+        report.hidden_again + report.hidden_again_by_keep_list,
+        1,
+        "{report:?}"
+    );
+    assert!(report.kept_left_visible.is_empty(), "{report:?}");
+    // AND the DLQ is as it was: the visible one visible, the three kept hidden, each still
+    // found as kept
+    assert_eq!(stack.depth(&stack.dlq).await, (1, 3));
+    for i in 0..3 {
+        let found = find::find(&ctx, &format!("K-{i}"), &FIND).await.unwrap();
+        assert!(
+            matches!(&found.places[..], [Place::Kept(_)]),
+            "K-{i}: {:?}",
+            found.places
+        );
+    }
+    assert_eq!(receive_until(&stack.sqs, &staging, 1).await.len(), 1);
+}
+
 /// Runs `work` while a poller plays Lambda's event source mapping for the consumer.
 async fn with_consumer<F: std::future::Future>(stack: &Stack, work: F) -> F::Output {
     let consumer = consumer(stack, &NO_BACKOFF);
@@ -469,6 +725,10 @@ async fn a_canary_replay_stops_when_the_fix_is_not_in() {
         .iter()
         .filter_map(|m| m.message_id().map(str::to_owned))
         .collect();
+    // … which the scheduled redriver kept (and hid) for a human
+    let run = redrive(&stack, &redriver(&stack, &[]), serde_json::json!({}), &[]).await;
+    assert_eq!(run.kept, 4, "{run:?}");
+    assert_eq!(stack.depth(&stack.dlq).await, (0, 4));
     // WHEN two canaries are replayed, all of which must succeed
     let mut lines = Vec::new();
     let report = with_consumer(
@@ -523,6 +783,22 @@ async fn a_canary_replay_stops_when_the_fix_is_not_in() {
         untouched
             .iter()
             .all(|m| attr(m, "x-redrive-count").is_none())
+    );
+    // AND the report says exactly which kept messages the selective run made visible and
+    // left so (the redriver's own selective run: the next scheduled run hides them again)
+    assert_eq!(report.kept_made_visible, 4, "{report:#?}");
+    let left: BTreeSet<&str> = report
+        .kept_left_visible
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let untouched_ids: BTreeSet<&str> = untouched.iter().filter_map(|m| m.message_id()).collect();
+    assert_eq!(left, untouched_ids);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("canary: 2 kept VALIDATION_FAILED messages made visible")),
+        "{lines:?}"
     );
     let returned: Vec<_> = after
         .iter()
@@ -739,7 +1015,12 @@ async fn the_stack_name_is_all_an_operator_needs() {
         &config,
         &template,
         "resq-ops",
-        &[("OrderRecordRetentionDays", "2")],
+        &[
+            ("OrderRecordRetentionDays", "2"),
+            // a team's message type: the business id is the body's paymentId
+            ("CorrelationKey", "payment_id"),
+            ("CorrelationField", "paymentId"),
+        ],
     )
     .await
     .unwrap();
@@ -762,7 +1043,7 @@ async fn the_stack_name_is_all_an_operator_needs() {
             .await
             .unwrap();
     }
-    send_to(&stack, &outputs.main_queue_url, &order_body("K-1")).await;
+    send_to(&stack, &outputs.main_queue_url, r#"{"paymentId":"K-1"}"#).await;
 
     // WHEN status is asked with the stack's name only
     let (code, out, err) = resq(&stack, &["--stack", "resq-ops", "--json", "status"], &[]);
@@ -783,19 +1064,31 @@ async fn the_stack_name_is_all_an_operator_needs() {
         alarms.iter().all(|a| a.starts_with("resq-ops-")),
         "{alarms:?}"
     );
-    // AND RESQ_STACK does the same; the stack wins over a variable left in the shell
+    // AND RESQ_STACK does the same; the stack wins over a variable left in the shell, and
+    // the order is read by the stack's CorrelationField
     let (code, out, err) = resq(
         &stack,
-        &["find", "K-1", "--json"],
+        &["find", "K-1", "--main-queue", "--json"],
         &[
             ("RESQ_STACK", "resq-ops"),
             ("MAIN_QUEUE_URL", "http://127.0.0.1:9/1/stale"),
+            ("RESQ_CORRELATION_FIELD", "orderId"),
         ],
     );
     assert_eq!(code, 0, "{err}");
+    let found = serde_json::from_str::<serde_json::Value>(&out).unwrap();
+    assert_eq!(found["verdict"], "found");
+    assert_eq!(found["places"][0]["place"], "mainQueue");
     assert_eq!(
-        serde_json::from_str::<serde_json::Value>(&out).unwrap()["verdict"],
-        "found"
+        found["places"][0]["matchedByText"], false,
+        "its paymentId was read: {found}"
+    );
+    // AND without --main-queue the main queue is counted, not received from: not seen
+    let (code, out, err) = resq(&stack, &["--stack", "resq-ops", "find", "K-1"], &[]);
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(
+        err.contains("not seen: the main queue was not looked into: it holds about 1 visible"),
+        "{err}"
     );
     // AND a flag typed on the command line wins over the stack
     let (code, _, err) = resq(
@@ -813,7 +1106,7 @@ async fn the_stack_name_is_all_an_operator_needs() {
     );
     assert_eq!(
         code, 4,
-        "not seen: the DLQ looked into is the flag's, the main queue skipped: {err}"
+        "not seen: the DLQ looked into is the flag's, the main queue skipped (--no-main-queue is still accepted): {err}"
     );
     // AND a restore is checked against the stack's idempotency window (two days: shorter than
     // a restored copy's life of the TTL and the main queue's retention)
