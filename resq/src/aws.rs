@@ -256,49 +256,69 @@ mod tests {
 
     /// A loopback HTTP/1.1 server with keep-alive: answers each request with `answer(n)` (the
     /// status and body of the `n`th request, from 0) after `hold`, and counts the connections
-    /// open at once (the peak).
+    /// open at once and the requests it holds at once (their peaks).
     struct Loopback {
         url: String,
-        peak: Arc<std::sync::atomic::AtomicUsize>,
+        counts: Counts,
         /// When each request had arrived whole, in order.
         arrivals: Arc<Mutex<Vec<Instant>>>,
+    }
+
+    /// What one or several loopback servers count together.
+    #[derive(Clone, Default)]
+    struct Counts {
+        /// Connections open now, and at most at once.
+        open: Arc<std::sync::atomic::AtomicUsize>,
+        peak: Arc<std::sync::atomic::AtomicUsize>,
+        /// Requests received whole and not yet answered, now and at most at once. A client
+        /// lets a request go only while it holds a turn, and takes the turn back only once the
+        /// answer is read, so this peak is at most its turns, whatever the timing. Connections
+        /// are not held to it as exactly: one on its way back to the pool (hyper returns it
+        /// from a task of its own) may make a request that starts meanwhile open another.
+        busy: Arc<std::sync::atomic::AtomicUsize>,
+        busy_peak: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Counts {
+        fn peaks(&self) -> (usize, usize) {
+            use std::sync::atomic::Ordering;
+            (
+                self.peak.load(Ordering::SeqCst),
+                self.busy_peak.load(Ordering::SeqCst),
+            )
+        }
     }
 
     async fn loopback(
         hold: Duration,
         answer: impl Fn(usize) -> (u16, &'static str) + Send + Sync + 'static,
     ) -> Loopback {
-        use std::sync::atomic::AtomicUsize;
-        let counters = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        loopback_counting(hold, answer, counters).await
+        loopback_counting(hold, answer, Counts::default()).await
     }
 
-    /// [`loopback`], counting its open connections (and their peak) in `counters`, which
-    /// several servers may share.
+    /// [`loopback`], counting in `counts`, which several servers may share.
     async fn loopback_counting(
         hold: Duration,
         answer: impl Fn(usize) -> (u16, &'static str) + Send + Sync + 'static,
-        counters: (
-            Arc<std::sync::atomic::AtomicUsize>,
-            Arc<std::sync::atomic::AtomicUsize>,
-        ),
+        counts: Counts,
     ) -> Loopback {
         use std::sync::atomic::{AtomicUsize, Ordering};
         use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let (open, peak) = counters;
         let n = Arc::new(AtomicUsize::new(0));
         let answer = Arc::new(answer);
-        let seen = peak.clone();
+        let seen = counts.clone();
         let arrivals = Arc::new(Mutex::new(Vec::new()));
         let arrived = arrivals.clone();
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
-                let (open, peak, n, answer) =
-                    (open.clone(), peak.clone(), n.clone(), answer.clone());
+                let (counts, n, answer) = (seen.clone(), n.clone(), answer.clone());
                 let arrived = arrived.clone();
-                peak.fetch_max(open.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                let open = counts.open.clone();
+                counts
+                    .peak
+                    .fetch_max(open.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                 tokio::spawn(async move {
                     let mut socket = BufReader::new(socket);
                     loop {
@@ -325,8 +345,12 @@ mod tests {
                         let mut body = vec![0; length];
                         let _ = socket.read_exact(&mut body).await;
                         arrived.lock().unwrap().push(Instant::now());
+                        let busy = counts.busy.fetch_add(1, Ordering::SeqCst) + 1;
+                        counts.busy_peak.fetch_max(busy, Ordering::SeqCst);
                         tokio::time::sleep(hold).await;
                         let (status, text) = answer(n.fetch_add(1, Ordering::SeqCst));
+                        // no longer held before the answer goes: never counted after its turn
+                        counts.busy.fetch_sub(1, Ordering::SeqCst);
                         let out = format!(
                             "HTTP/1.1 {status} X\r\ncontent-length: {}\r\ncontent-type: application/xml\r\n\r\n{text}",
                             text.len()
@@ -341,7 +365,7 @@ mod tests {
         });
         Loopback {
             url,
-            peak: seen,
+            counts,
             arrivals,
         }
     }
@@ -389,25 +413,29 @@ mod tests {
         assert_eq!(puts(&s3, 24).await, 24);
         let s3 = s3_over(https_client(), &open.url).await;
         assert_eq!(puts(&s3, 24).await, 24);
-        // THEN the capped one never had more than 4 open, while the other had more
-        use std::sync::atomic::Ordering;
-        let (capped, open) = (
-            capped.peak.load(Ordering::SeqCst),
-            open.peak.load(Ordering::SeqCst),
+        // THEN the capped one never had more than 4 requests at the server, while the other
+        // had more
+        let ((capped_open, capped_busy), (open_open, open_busy)) =
+            (capped.counts.peaks(), open.counts.peaks());
+        assert!(capped_busy <= 4, "{capped_busy} requests at once");
+        assert!(open_busy > 4, "{open_busy} requests at once without a cap");
+        // AND its connections follow its requests: at most one more for each, on its way back
+        // to the pool, where the uncapped client opened one for each of the 24
+        assert!(
+            capped_open <= 2 * 4,
+            "{capped_open} connections at once (the other opened {open_open})"
         );
-        assert!(capped <= 4, "{capped} connections at once");
-        assert!(open > 4, "{open} connections at once without a cap");
         assert_eq!(downstream.throttling.seen().ok, 24);
     }
 
     #[tokio::test]
     async fn all_hosts_together_get_at_most_the_clients_total_and_keep_few_idle() {
-        // GIVEN two hosts that hold each request 30 ms, counting their connections together,
-        // and a client that lets 8 requests go to each host but 6 to both together, keeping 2
-        // idle connections a host
-        use std::sync::atomic::{AtomicUsize, Ordering};
+        // GIVEN two hosts that hold each request 30 ms, counting together, and a client that
+        // lets 8 requests go to each host but 6 to both together, keeping 2 idle connections a
+        // host
+        use std::sync::atomic::Ordering;
         let hold = Duration::from_millis(30);
-        let both = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let both = Counts::default();
         let (a, b) = (
             loopback_counting(hold, |_| (200, ""), both.clone()).await,
             loopback_counting(hold, |_| (200, ""), both.clone()).await,
@@ -423,18 +451,18 @@ mod tests {
         // WHEN 24 puts go to each host at once
         let (done_a, done_b) = tokio::join!(puts(&s3a, 24), puts(&s3b, 24));
         assert_eq!((done_a, done_b), (24, 24));
-        // THEN never more connections were open to both together than the 6 requests in
-        // flight and the 2 idle connections each host keeps (a per-host cap alone allows 16)
-        let peak = both.1.load(Ordering::SeqCst);
+        // THEN the two hosts together never held more than the total's 6 requests at once (a
+        // per-host cap alone lets 16 through), and the total was reached
+        let (connections, busy) = both.peaks();
+        assert!(busy <= 6, "{busy} requests at once to the two hosts");
         assert!(
-            peak <= 6 + 2 * 2,
-            "{peak} connections at once to the two hosts"
+            connections >= 6,
+            "{connections} connections: the requests never filled the total"
         );
-        assert!(peak >= 6, "{peak}: the requests never filled the total");
         assert_eq!(downstream.throttling.seen().ok, 48);
         // AND once they are done at most 2 a host stay open: the others are closed as they
         // come back to the pool (the server sees each close shortly after)
-        let open = || both.0.load(Ordering::SeqCst);
+        let open = || both.open.load(Ordering::SeqCst);
         for _ in 0..200 {
             if open() <= 2 * 2 {
                 break;
