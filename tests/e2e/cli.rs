@@ -7,7 +7,6 @@ use resq::archive::{ArchiveFacts, Archiver, OriginalMessage};
 use resq::attributes::{AttributeValue, MessageAttributes};
 use resq::reason::ArchiveReason;
 use resq_e2e::{Stack, StackOptions};
-use resq_ops::context::{Context, Endpoint};
 use resq_ops::{archive, dlq, orders, status};
 
 use crate::helpers::*;
@@ -17,21 +16,6 @@ const WINDOW: archive::RestoreWindow = archive::RestoreWindow {
     window: Duration::from_secs(resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
     ttl: Duration::from_secs(resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
 };
-
-async fn context(stack: &Stack) -> Context {
-    let endpoint = Endpoint {
-        endpoint_url: Some(stack.emulator.endpoint().to_owned()),
-        region: Some("us-east-1".into()),
-    };
-    Context::new(
-        &endpoint,
-        Some(stack.main.url.clone()),
-        Some(stack.dlq.url.clone()),
-        Some(stack.bucket.clone()),
-    )
-    .await
-    .expect("context")
-}
 
 #[tokio::test]
 async fn send_generated_and_from_a_file() {

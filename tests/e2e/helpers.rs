@@ -301,3 +301,45 @@ pub async fn stack_output(config: &aws_config::SdkConfig, name: &str, key: &str)
         .and_then(|o| o.output_value())
         .map(str::to_owned)
 }
+
+/// The operator tool's context for `stack` (its queues and bucket, on its emulator).
+pub async fn context(stack: &Stack) -> resq_ops::context::Context {
+    let endpoint = resq_ops::context::Endpoint {
+        endpoint_url: Some(stack.emulator.endpoint().to_owned()),
+        region: Some(REGION.into()),
+    };
+    resq_ops::context::Context::new(
+        &endpoint,
+        Some(stack.main.url.clone()),
+        Some(stack.dlq.url.clone()),
+        Some(stack.bucket.clone()),
+    )
+    .await
+    .expect("context")
+}
+
+/// Asserts that `function`'s event source mapping reads `queue_arn` as the template sets it:
+/// reporting batch item failures, 10 records at most, a batching window of a second.
+pub async fn assert_reports_batch_item_failures(
+    lambda: &aws_sdk_lambda::Client,
+    function: &str,
+    queue_arn: &str,
+) {
+    let mappings = lambda
+        .list_event_source_mappings()
+        .function_name(function)
+        .send()
+        .await
+        .unwrap();
+    let esm = &mappings.event_source_mappings()[0];
+    assert_eq!(esm.event_source_arn(), Some(queue_arn));
+    assert_eq!(
+        esm.function_response_types()
+            .iter()
+            .map(|t| t.as_str())
+            .collect::<Vec<_>>(),
+        vec!["ReportBatchItemFailures"]
+    );
+    assert_eq!(esm.batch_size(), Some(10));
+    assert_eq!(esm.maximum_batching_window_in_seconds(), Some(1));
+}

@@ -11,27 +11,12 @@ use resq::correlation::CorrelationKey;
 use resq::reason::ArchiveReason;
 use resq::store::{ObjectStore, S3Store};
 use resq_e2e::{Stack, StackOptions};
-use resq_ops::context::{Context, Endpoint};
+use resq_ops::context::Context;
 use resq_ops::find::{FindOptions, Verdict};
 use resq_ops::locate::Place;
 use resq_ops::{CliError, archive, canary, dlq, find, shadow};
 
 use crate::helpers::*;
-
-async fn context(stack: &Stack) -> Context {
-    let endpoint = Endpoint {
-        endpoint_url: Some(stack.emulator.endpoint().to_owned()),
-        region: Some("us-east-1".into()),
-    };
-    Context::new(
-        &endpoint,
-        Some(stack.main.url.clone()),
-        Some(stack.dlq.url.clone()),
-        Some(stack.bucket.clone()),
-    )
-    .await
-    .expect("context")
-}
 
 fn permanent(reason: &str) -> Vec<(&'static str, aws_sdk_sqs::types::MessageAttributeValue)> {
     vec![

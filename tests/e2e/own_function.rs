@@ -603,24 +603,10 @@ async fn function_yaml_deploys_a_teams_function_on_a_resq_stack() {
     }))
     .expect("the consumer's configuration");
     assert_eq!(consumer.common.max_redrive_attempts, 4);
-    let mappings = lambda
-        .list_event_source_mappings()
-        .function_name("payments-consumer")
-        .send()
-        .await
-        .unwrap();
-    let esm = &mappings.event_source_mappings()[0];
-    assert_eq!(
-        esm.event_source_arn(),
-        Some(resq["OrdersQueueArn"].as_str())
-    );
-    assert_eq!(
-        esm.function_response_types()
-            .iter()
-            .map(|t| t.as_str())
-            .collect::<Vec<_>>(),
-        vec!["ReportBatchItemFailures"]
-    );
-    assert_eq!(esm.batch_size(), Some(10));
-    assert_eq!(esm.maximum_batching_window_in_seconds(), Some(1));
+    crate::helpers::assert_reports_batch_item_failures(
+        &lambda,
+        "payments-consumer",
+        &resq["OrdersQueueArn"],
+    )
+    .await;
 }

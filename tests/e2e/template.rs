@@ -1403,26 +1403,12 @@ async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order
     }
 
     // … the event source mapping reporting batch item failures …
-    let mappings = lambda
-        .list_event_source_mappings()
-        .function_name(&outputs["ConsumerFunctionName"])
-        .send()
-        .await
-        .unwrap();
-    let esm = &mappings.event_source_mappings()[0];
-    assert_eq!(
-        esm.event_source_arn(),
-        Some(outputs["OrdersQueueArn"].as_str())
-    );
-    assert_eq!(
-        esm.function_response_types()
-            .iter()
-            .map(|t| t.as_str())
-            .collect::<Vec<_>>(),
-        vec!["ReportBatchItemFailures"]
-    );
-    assert_eq!(esm.batch_size(), Some(10));
-    assert_eq!(esm.maximum_batching_window_in_seconds(), Some(1));
+    crate::helpers::assert_reports_batch_item_failures(
+        &lambda,
+        &outputs["ConsumerFunctionName"],
+        &outputs["OrdersQueueArn"],
+    )
+    .await;
 
     // … and the redriver's schedule.
     let events = aws_sdk_eventbridge::Client::new(&config);
