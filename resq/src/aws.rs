@@ -83,9 +83,10 @@ fn https_keeping(idle_per_host: Option<usize>) -> SharedHttpClient {
 }
 
 /// What every call of a client built over [`Downstream::https_client`] goes through: at most
-/// `connections_per_host` requests at once to one host (so at most that many connections: one
-/// opens only for a request, and goes back to the pool when its answer is read), and each
-/// answer counted in `throttling`, throttled or not (SPEC §3, `CONSUMER_CONCURRENCY`).
+/// `connections_per_host` requests at once to one host (so about that many connections: one
+/// opens only for a request and goes back to the pool when its answer is read; hyper returns
+/// it from a task of its own, so a request that starts meanwhile may briefly open one more),
+/// and each answer counted in `throttling`, throttled or not (SPEC §3, `CONSUMER_CONCURRENCY`).
 #[derive(Debug, Clone)]
 pub struct Downstream {
     /// Requests (connections) to one host at once, at most.
