@@ -113,9 +113,9 @@ impl Downstream {
 
     /// resq's HTTPS client ([`https_client`]) with this cap and count. Besides the cap per
     /// host, all hosts together get at most [`CONNECTIONS_MAX`] requests at once, and each host
-    /// keeps at most [`IDLE_PER_HOST_MAX`] idle connections: a handler that calls several hosts
-    /// at a high fixed limit, then the settle phase's calls, stay within Lambda's 1,024 file
-    /// descriptors (in flight ≤ 768, idle ≤ 64 a host).
+    /// keeps at most as many idle connections as it may have requests at once (at most
+    /// [`IDLE_PER_HOST_MAX`]): the handler's host at a fixed limit of up to 1,000, then the
+    /// settle phase's calls, stay within Lambda's 1,024 file descriptors.
     pub fn https_client(&self) -> SharedHttpClient {
         let inner = https_keeping(Some(self.connections_per_host.min(self.idle_per_host_max)));
         SharedHttpClient::new(Gated {
@@ -131,17 +131,21 @@ impl Downstream {
 }
 
 /// Requests at once to all hosts together, at most: Lambda allows a process 1,024 file
-/// descriptors. Besides one connection per request in flight, the process holds up to
-/// [`IDLE_PER_HOST_MAX`] idle connections to each host it calls (the downstream, S3, SQS:
-/// 3 × 64), connections on their way back to the pool (a fixed limit above 64 closes and opens
-/// connections as it goes: at 900 requests the bench saw 993 connections at once, 1,006
-/// descriptors), and some of its own (standard streams, the runtime API, epoll, the log pipes:
-/// about 15). 1,024 − 3 × 64 − 64 = 768.
-pub const CONNECTIONS_MAX: usize = 1024 - 3 * IDLE_PER_HOST_MAX - 64;
+/// descriptors. Besides a connection per request in flight to the handler's hosts, the process
+/// holds up to 64 connections to each of SQS and S3 for the settle phase
+/// ([`crate::concurrency::SETTLE_CALLS_MAX`] calls at once), and about 15 of its own (standard
+/// streams, the runtime API, epoll, the log pipes) plus connections a request opened while
+/// another was on its way back to the pool: 1,024 − 4 × 64 = 768.
+pub const CONNECTIONS_MAX: usize = 1024 - 4 * 64;
 
-/// Idle connections a host keeps, at most: a batch's burst of connections is not kept open
-/// after it (a warm invocation opens again what it needs beyond these).
-pub const IDLE_PER_HOST_MAX: usize = 64;
+/// Idle connections a host keeps, at most: as many as the requests at once the client allows,
+/// so a fixed limit above 64 reuses its connections instead of closing and opening them as it
+/// goes. A smaller cap was tried: at `CONSUMER_CONCURRENCY=900` (768 requests at once) the
+/// bench saw 959 connections open at once to one host, the ones being closed on top of those
+/// in use and kept, against 900 at 900 without it. A handler that calls several hosts at a
+/// high fixed limit keeps, for each, the connections it needed at its busiest (docs:
+/// `CONSUMER_CONCURRENCY`).
+pub const IDLE_PER_HOST_MAX: usize = CONNECTIONS_MAX;
 
 /// An HTTP client whose connectors go through the hosts' gates.
 #[derive(Debug)]
