@@ -113,9 +113,9 @@ impl Downstream {
 
     /// resq's HTTPS client ([`https_client`]) with this cap and count. Besides the cap per
     /// host, all hosts together get at most [`CONNECTIONS_MAX`] requests at once, and each host
-    /// keeps at most as many idle connections as it may have requests at once (at most
-    /// [`IDLE_PER_HOST_MAX`]): the handler's host at a fixed limit of up to 1,000, then the
-    /// settle phase's calls, stay within Lambda's 1,024 file descriptors.
+    /// keeps at most [`IDLE_PER_HOST_MAX`] idle connections: a handler that calls several hosts
+    /// at a high fixed limit, then the settle phase's calls, stay within Lambda's 1,024 file
+    /// descriptors.
     pub fn https_client(&self) -> SharedHttpClient {
         let inner = https_keeping(Some(self.connections_per_host.min(self.idle_per_host_max)));
         SharedHttpClient::new(Gated {
@@ -130,22 +130,22 @@ impl Downstream {
     }
 }
 
-/// Requests at once to all hosts together, at most: Lambda allows a process 1,024 file
-/// descriptors. Besides a connection per request in flight to the handler's hosts, the process
-/// holds up to 64 connections to each of SQS and S3 for the settle phase
-/// ([`crate::concurrency::SETTLE_CALLS_MAX`] calls at once), and about 15 of its own (standard
-/// streams, the runtime API, epoll, the log pipes) plus connections a request opened while
-/// another was on its way back to the pool: 1,024 − 4 × 64 = 768.
-pub const CONNECTIONS_MAX: usize = 1024 - 4 * 64;
+/// Requests at once to all hosts together, at most (a request holds its turn until its
+/// answer's headers are read; a body the caller streams afterwards is not counted): Lambda
+/// allows a process 1,024 file descriptors. The other half is for the idle connections
+/// ([`IDLE_PER_HOST_MAX`] a host: the handler's hosts, S3, SQS), the connections being closed
+/// while a fixed limit above that closes and opens them as it goes (the bench saw about 130 at
+/// 768 requests at once), the settle phase's calls (up to 64 to S3 and 16 to SQS, after the
+/// records) and the process's own (standard streams, the runtime API, epoll, the log pipes:
+/// about 15). At 900 the bench saw 1,006 descriptors open at once.
+pub const CONNECTIONS_MAX: usize = 512;
 
-/// Idle connections a host keeps, at most: as many as the requests at once the client allows,
-/// so a fixed limit above 64 reuses its connections instead of closing and opening them as it
-/// goes. A smaller cap was tried: at `CONSUMER_CONCURRENCY=900` (768 requests at once) the
-/// bench saw 959 connections open at once to one host, the ones being closed on top of those
-/// in use and kept, against 900 at 900 without it. A handler that calls several hosts at a
-/// high fixed limit keeps, for each, the connections it needed at its busiest (docs:
-/// `CONSUMER_CONCURRENCY`).
-pub const IDLE_PER_HOST_MAX: usize = CONNECTIONS_MAX;
+/// Idle connections a host keeps, at most: a batch's burst of connections is not kept open
+/// after it (a warm invocation opens again what it needs beyond these), and a handler that
+/// calls several hosts keeps at most this many for each. Keeping as many as a host may have
+/// requests at once (tried) spares a fixed limit above 64 its closing and opening, but lets
+/// two busy hosts at 500 keep 1,000 open between them.
+pub const IDLE_PER_HOST_MAX: usize = 64;
 
 /// An HTTP client whose connectors go through the hosts' gates.
 #[derive(Debug)]
@@ -287,6 +287,9 @@ mod tests {
         /// from a task of its own) may make a request that starts meanwhile open another.
         busy: Arc<std::sync::atomic::AtomicUsize>,
         busy_peak: Arc<std::sync::atomic::AtomicUsize>,
+        /// Connections accepted in all: a client that closes connections it could have kept
+        /// opens new ones.
+        accepted: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl Counts {
@@ -326,6 +329,7 @@ mod tests {
                 let (counts, n, answer) = (seen.clone(), n.clone(), answer.clone());
                 let arrived = arrived.clone();
                 let open = counts.open.clone();
+                counts.accepted.fetch_add(1, Ordering::SeqCst);
                 counts
                     .peak
                     .fetch_max(open.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
@@ -430,11 +434,14 @@ mod tests {
         assert!(capped_busy <= 4, "{capped_busy} requests at once");
         assert!(open_busy > 4, "{open_busy} requests at once without a cap");
         // AND its connections follow its requests: at most one more for each, on its way back
-        // to the pool, where the uncapped client opened one for each of the 24
+        // to the pool, where the uncapped client opened one for each of the 24; and it keeps
+        // the ones it has (as many idle as its cap) instead of closing and opening them
         assert!(
             capped_open <= 2 * 4,
             "{capped_open} connections at once (the other opened {open_open})"
         );
+        let accepted = capped.counts.accepted.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(accepted <= 2 * 4, "{accepted} connections opened for 24 puts");
         assert_eq!(downstream.throttling.seen().ok, 24);
     }
 

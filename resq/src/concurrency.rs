@@ -296,7 +296,8 @@ mod tests {
         assert_eq!(Concurrency::Fixed(500).cap(), 500);
         assert_eq!(Concurrency::Auto.connections_per_host(), 64);
         assert_eq!(Concurrency::Fixed(500).connections_per_host(), 500);
-        // the settle phase adds at most SETTLE_CALLS_MAX sockets, never fewer than its own 16
+        // the settle phase's S3 calls are at most SETTLE_CALLS_MAX at once, never fewer than
+        // its own 16 (its SQS calls: 16)
         assert_eq!(
             Concurrency::Fixed(1000).settle_calls_in_flight(),
             SETTLE_CALLS_MAX
