@@ -440,8 +440,14 @@ mod tests {
             capped_open <= 2 * 4,
             "{capped_open} connections at once (the other opened {open_open})"
         );
-        let accepted = capped.counts.accepted.load(std::sync::atomic::Ordering::SeqCst);
-        assert!(accepted <= 2 * 4, "{accepted} connections opened for 24 puts");
+        let accepted = capped
+            .counts
+            .accepted
+            .load(std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            accepted <= 2 * 4,
+            "{accepted} connections opened for 24 puts"
+        );
         assert_eq!(downstream.throttling.seen().ok, 24);
     }
 
