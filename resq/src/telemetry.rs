@@ -766,18 +766,18 @@ mod tests {
 
     #[test]
     fn the_environment_names_the_service_the_namespace_and_the_correlation_key() {
-        // declared
-        let t = Telemetry::from_vars(Names::ORDERS, &vars(&[("AWS_LAMBDA_FUNCTION_NAME", "f")]))
-            .unwrap();
-        assert_eq!(
+        fn names(t: &Telemetry) -> (&str, &str, &str, &str) {
             (
                 t.service.as_str(),
                 t.namespace.as_str(),
                 t.correlation.log_key(),
-                t.correlation.body_field()
-            ),
-            ("orders", "resq", "order_id", "orderId")
-        );
+                t.correlation.body_field(),
+            )
+        }
+        // declared
+        let t = Telemetry::from_vars(Names::ORDERS, &vars(&[("AWS_LAMBDA_FUNCTION_NAME", "f")]))
+            .unwrap();
+        assert_eq!(names(&t), ("orders", "resq", "order_id", "orderId"));
         assert_eq!(
             (t.function_name.as_str(), t.function_memory_size),
             ("f", None)
@@ -794,12 +794,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (
-                t.service.as_str(),
-                t.namespace.as_str(),
-                t.correlation.log_key(),
-                t.correlation.body_field()
-            ),
+            names(&t),
             ("checkout", "Acme/Checkout", "cart_id", "cartId")
         );
         assert_eq!(t.function_memory_size, Some(1024));

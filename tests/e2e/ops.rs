@@ -18,6 +18,19 @@ use resq_ops::{CliError, archive, canary, dlq, find, shadow};
 
 use crate::helpers::*;
 
+/// A staging queue for a shadow replay to copy into; its URL.
+async fn staging_queue(stack: &Stack) -> String {
+    stack
+        .sqs
+        .create_queue()
+        .queue_name("orders-staging")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap()
+}
+
 fn permanent(reason: &str) -> Vec<(&'static str, aws_sdk_sqs::types::MessageAttributeValue)> {
     vec![
         ("x-failure-class", string_attr("permanent")),
@@ -445,15 +458,7 @@ async fn find_sees_orders_whose_id_cannot_be_read_and_never_calls_them_nowhere()
 async fn a_shadow_replay_copies_to_staging_and_leaves_the_dlq_as_it_was() {
     let stack = Stack::start(StackOptions::default()).await;
     let ctx = context(&stack).await;
-    let staging = stack
-        .sqs
-        .create_queue()
-        .queue_name("orders-staging")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let staging = staging_queue(&stack).await;
     // GIVEN a permanent failure the redriver kept and hid, two transient dead letters (one
     // replayed once already) and one past the cap
     send(
@@ -579,15 +584,7 @@ async fn a_shadow_replay_copies_to_staging_and_leaves_the_dlq_as_it_was() {
 async fn a_shadow_replay_on_a_small_budget_leaves_every_kept_message_hidden() {
     let stack = Stack::start(StackOptions::default()).await;
     let ctx = context(&stack).await;
-    let staging = stack
-        .sqs
-        .create_queue()
-        .queue_name("orders-staging")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let staging = staging_queue(&stack).await;
     // GIVEN three VALIDATION_FAILED failures the redriver kept and hid, and one more of that
     // reason dead-lettered since (visible)
     for i in 0..3 {
