@@ -12,7 +12,7 @@ use resq::attributes::{
 };
 use resq::config::PermanentAction;
 use resq::sqs::{MAX_BATCH, pack};
-use resq_redriver::classify::{Decision, ReceivedMessage, Rules, classify, replay};
+use resq_redriver::classify::{ReceivedMessage, Rules, Verdict, classify, replay};
 
 #[derive(Arbitrary, Debug)]
 struct Attr {
@@ -86,7 +86,7 @@ fuzz_target!(|input: Input| {
             .map(|s| Duration::from_secs(u64::from(s))),
         paused: input.fifo && input.archive_permanent,
     };
-    if classify(&m, &rules, input.now_ms) == Decision::Redrive {
+    if classify(&m, &rules, input.now_ms) == Verdict::Redrive {
         assert!(
             matches!(m.redrive_count(), RedriveCount::Count(n) if n < rules.max_redrive_attempts),
             "replayed at or past the cap"

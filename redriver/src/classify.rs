@@ -51,26 +51,19 @@ pub fn explained(m: &ReceivedMessage) -> Result<OutgoingMessage, ArchiveReason> 
     })
 }
 
-/// Why a message stays in the DLQ.
+/// What one DLQ message deserves, judged by [`classify`] (the run then plans its fate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Keep {
-    /// A permanent failure, kept for a human (`PERMANENT_ACTION=keep`).
-    Permanent,
-    /// Outside this run's selection (`reason`, `olderThanSeconds`).
-    NotSelected,
-    /// Replayable, but the circuit breaker holds redrive.
-    Paused,
-}
-
-/// What happens to one DLQ message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub enum Verdict {
     /// Copy back to the main queue, then delete from the DLQ.
     Redrive,
     /// Write to the archive, then delete from the DLQ.
     Archive(ArchiveReason),
-    /// Leave in the DLQ.
-    Keep(Keep),
+    /// A permanent failure, kept in the DLQ for a human (`PERMANENT_ACTION=keep`).
+    Keep,
+    /// Outside this run's selection (`reason`, `olderThanSeconds`): left in the DLQ.
+    NotSelected,
+    /// Replayable, but the circuit breaker holds redrive: left in the DLQ.
+    Paused,
 }
 
 /// The rules of one run.
@@ -90,6 +83,20 @@ pub struct Rules {
     pub paused: bool,
 }
 
+impl Rules {
+    /// The rules of a run of `request` under `config`, before the breaker is read.
+    pub fn of(request: &crate::request::RunRequest, config: &resq::config::RedriverConfig) -> Self {
+        Self {
+            max_redrive_attempts: config.common.max_redrive_attempts,
+            archive_after: config.archive_after,
+            permanent_action: config.permanent_action,
+            reason: request.reason.clone(),
+            older_than: request.older_than,
+            paused: false,
+        }
+    }
+}
+
 /// Classifies one message at `now_ms` (epoch millis). Selection comes first: a selective run
 /// touches nothing outside it. Then the archive reasons that are the message's own and never
 /// change (an unreadable count, the redrive cap: a count at the cap has had its last replay;
@@ -99,7 +106,7 @@ pub struct Rules {
 /// replay. A permanent failure picked explicitly by `reason` is replayed: that is how a fixed
 /// bug's victims come back. A paused run still archives: a long pause must not let messages
 /// reach the end of the DLQ's retention.
-pub fn classify(m: &ReceivedMessage, rules: &Rules, now_ms: u64) -> Decision {
+pub fn classify(m: &ReceivedMessage, rules: &Rules, now_ms: u64) -> Verdict {
     let age = m
         .first_sent_at()
         .map(|sent| Duration::from_millis(now_ms.saturating_sub(sent)));
@@ -109,28 +116,28 @@ pub fn classify(m: &ReceivedMessage, rules: &Rules, now_ms: u64) -> Decision {
         m.failure_reason(),
         age,
     ) {
-        return Decision::Keep(Keep::NotSelected);
+        return Verdict::NotSelected;
     }
     if let Some(reason) = attributes::cap_on_replay(m.redrive_count(), rules.max_redrive_attempts) {
-        return Decision::Archive(reason);
+        return Verdict::Archive(reason);
     }
     let kept_permanent = m.is_permanent() && rules.reason.is_none();
     if kept_permanent && rules.permanent_action == PermanentAction::Archive {
-        return Decision::Archive(ArchiveReason::PermanentFailure);
+        return Verdict::Archive(ArchiveReason::PermanentFailure);
     }
     if !kept_permanent && let Err(reason) = copy_attributes(m).and_then(|a| fits(m, &a)) {
-        return Decision::Archive(reason);
+        return Verdict::Archive(reason);
     }
     if age.is_some_and(|a| a > rules.archive_after) {
-        return Decision::Archive(ArchiveReason::TtlExpired);
+        return Verdict::Archive(ArchiveReason::TtlExpired);
     }
     if kept_permanent {
-        return Decision::Keep(Keep::Permanent);
+        return Verdict::Keep;
     }
     if rules.paused {
-        return Decision::Keep(Keep::Paused);
+        return Verdict::Paused;
     }
-    Decision::Redrive
+    Verdict::Redrive
 }
 
 /// The attributes of a replay: the original ones without the failure marks (a replay is a
@@ -269,26 +276,26 @@ mod tests {
     #[test]
     fn each_rule() {
         let r = rules();
-        assert_eq!(classify(&msg(&[], NOW - HOUR), &r, NOW), Decision::Redrive);
+        assert_eq!(classify(&msg(&[], NOW - HOUR), &r, NOW), Verdict::Redrive);
         assert_eq!(
             classify(&msg(&[count("2")], NOW - HOUR), &r, NOW),
-            Decision::Redrive
+            Verdict::Redrive
         );
         assert_eq!(
             classify(&msg(&[], NOW - 25 * HOUR), &r, NOW),
-            Decision::Archive(ArchiveReason::TtlExpired)
+            Verdict::Archive(ArchiveReason::TtlExpired)
         );
         assert_eq!(
             classify(&msg(&[count("3")], NOW), &r, NOW),
-            Decision::Archive(ArchiveReason::RedriveCap)
+            Verdict::Archive(ArchiveReason::RedriveCap)
         );
         assert_eq!(
             classify(&msg(&[count("x")], NOW), &r, NOW),
-            Decision::Archive(ArchiveReason::InvalidRedriveCount)
+            Verdict::Archive(ArchiveReason::InvalidRedriveCount)
         );
         assert_eq!(
             classify(&msg(&permanent("MALFORMED_JSON"), NOW), &r, NOW),
-            Decision::Keep(Keep::Permanent)
+            Verdict::Keep
         );
         let archive = Rules {
             permanent_action: PermanentAction::Archive,
@@ -296,7 +303,7 @@ mod tests {
         };
         assert_eq!(
             classify(&msg(&permanent("MALFORMED_JSON"), NOW), &archive, NOW),
-            Decision::Archive(ArchiveReason::PermanentFailure)
+            Verdict::Archive(ArchiveReason::PermanentFailure)
         );
     }
 
@@ -309,19 +316,19 @@ mod tests {
         );
         assert_eq!(
             classify(&carried, &rules(), NOW),
-            Decision::Archive(ArchiveReason::TtlExpired)
+            Verdict::Archive(ArchiveReason::TtlExpired)
         );
         // the message's own reasons win over the one that comes with time (so a retried
         // archive finds the same entry), the cap over permanence
         let both = msg(&[count("9"), permanent("X")[0].clone()], NOW - 30 * HOUR);
         assert_eq!(
             classify(&both, &rules(), NOW),
-            Decision::Archive(ArchiveReason::RedriveCap)
+            Verdict::Archive(ArchiveReason::RedriveCap)
         );
         let capped_permanent = msg(&[count("9"), permanent("X")[0].clone()], NOW);
         assert_eq!(
             classify(&capped_permanent, &rules(), NOW),
-            Decision::Archive(ArchiveReason::RedriveCap)
+            Verdict::Archive(ArchiveReason::RedriveCap)
         );
     }
 
@@ -333,15 +340,15 @@ mod tests {
         };
         assert_eq!(
             classify(&msg(&permanent("VALIDATION_FAILED"), NOW), &by_reason, NOW),
-            Decision::Redrive
+            Verdict::Redrive
         );
         assert_eq!(
             classify(&msg(&permanent("MALFORMED_JSON"), NOW), &by_reason, NOW),
-            Decision::Keep(Keep::NotSelected)
+            Verdict::NotSelected
         );
         assert_eq!(
             classify(&msg(&[], NOW - 30 * HOUR), &by_reason, NOW),
-            Decision::Keep(Keep::NotSelected)
+            Verdict::NotSelected
         );
         let by_age = Rules {
             older_than: Some(Duration::from_secs(600)),
@@ -349,21 +356,18 @@ mod tests {
         };
         assert_eq!(
             classify(&msg(&[], NOW - 60_000), &by_age, NOW),
-            Decision::Keep(Keep::NotSelected)
+            Verdict::NotSelected
         );
         assert_eq!(
             classify(&msg(&[], NOW - HOUR), &by_age, NOW),
-            Decision::Redrive
+            Verdict::Redrive
         );
         let mut no_time = msg(&[], NOW);
         no_time.attributes.clear();
-        assert_eq!(
-            classify(&no_time, &by_age, NOW),
-            Decision::Keep(Keep::NotSelected)
-        );
+        assert_eq!(classify(&no_time, &by_age, NOW), Verdict::NotSelected);
         assert_eq!(
             classify(&no_time, &rules(), NOW),
-            Decision::Redrive,
+            Verdict::Redrive,
             "unknown age is not expired"
         );
     }
@@ -435,18 +439,15 @@ mod tests {
             (huge, &rules()),
         ] {
             let now = classify(&m, r, NOW);
-            assert!(matches!(now, Decision::Archive(_)), "{now:?}");
+            assert!(matches!(now, Verdict::Archive(_)), "{now:?}");
             assert_eq!(classify(&m, r, NOW + 48 * HOUR), now);
         }
         // a kept permanent failure is archived by its TTL (it was never archived before)
         let kept = msg(&permanent("MALFORMED_JSON"), NOW);
-        assert_eq!(
-            classify(&kept, &rules(), NOW),
-            Decision::Keep(Keep::Permanent)
-        );
+        assert_eq!(classify(&kept, &rules(), NOW), Verdict::Keep);
         assert_eq!(
             classify(&kept, &rules(), NOW + 48 * HOUR),
-            Decision::Archive(ArchiveReason::TtlExpired)
+            Verdict::Archive(ArchiveReason::TtlExpired)
         );
     }
 
@@ -458,19 +459,19 @@ mod tests {
         };
         assert_eq!(
             classify(&msg(&[], NOW - HOUR), &paused, NOW),
-            Decision::Keep(Keep::Paused)
+            Verdict::Paused
         );
         assert_eq!(
             classify(&msg(&[], NOW - 25 * HOUR), &paused, NOW),
-            Decision::Archive(ArchiveReason::TtlExpired)
+            Verdict::Archive(ArchiveReason::TtlExpired)
         );
         assert_eq!(
             classify(&msg(&[count("3")], NOW), &paused, NOW),
-            Decision::Archive(ArchiveReason::RedriveCap)
+            Verdict::Archive(ArchiveReason::RedriveCap)
         );
         assert_eq!(
             classify(&msg(&permanent("MALFORMED_JSON"), NOW), &paused, NOW),
-            Decision::Keep(Keep::Permanent)
+            Verdict::Keep
         );
     }
 
@@ -479,22 +480,22 @@ mod tests {
         let r = rules();
         assert_eq!(
             classify(&msg(&[count("2")], NOW), &r, NOW),
-            Decision::Redrive
+            Verdict::Redrive
         );
         let copy = replay(&msg(&[count("2")], NOW), false).unwrap();
         assert_eq!(copy.attributes[X_REDRIVE_COUNT], AttributeValue::number(3));
         assert_eq!(
             classify(&msg(&[count("3")], NOW), &r, NOW),
-            Decision::Archive(ArchiveReason::RedriveCap)
+            Verdict::Archive(ArchiveReason::RedriveCap)
         );
         let one = Rules {
             max_redrive_attempts: 1,
             ..rules()
         };
-        assert_eq!(classify(&msg(&[], NOW), &one, NOW), Decision::Redrive);
+        assert_eq!(classify(&msg(&[], NOW), &one, NOW), Verdict::Redrive);
         assert_eq!(
             classify(&msg(&[count("1")], NOW), &one, NOW),
-            Decision::Archive(ArchiveReason::RedriveCap)
+            Verdict::Archive(ArchiveReason::RedriveCap)
         );
     }
 

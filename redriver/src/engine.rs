@@ -1,60 +1,29 @@
-//! The redrive engine (docs/design.md, "Run loop"): one run, receive → classify → plan →
-//! settle → summary, each phase bounded by the deadline. This file does the run's I/O: the
-//! breaker's alarms, the receives, the keep list, and the plans handed to the settle executor
-//! (paced by the token bucket). What becomes of a message is decided in [`crate::classify`]
-//! and [`crate::plan`]; what the run did is counted in [`crate::summary`].
-//!
-//! - **breaker**: an alarm of `PAUSE_ON_ALARMS` in `ALARM` (or unreadable) pauses replay for
-//!   the run; it is read again every [`BREAKER_RECHECK`] while the run goes on. A paused run
-//!   still archives what is past its TTL or the cap;
-//! - **unhide** (a selective run by `reason`): kept permanent failures of that reason, hidden
-//!   by earlier runs, are made visible again from the keep list ([`resq::keep`]);
-//! - then cycles, until `maxMessages` were replayed, the DLQ is empty or the deadline margin is
-//!   reached: receive 10, classify and plan, settle (archive entries and copies, then the
-//!   deletes of what they confirmed). Kept and unselected messages do not count against
-//!   `maxMessages`; kept ones are listed and hidden every 2,000;
-//! - **end**: list and hide the kept messages, release what was held for the run.
-//!
-//! With deadline `D` and margin `m`: nothing new starts after `D - m`; receives, archive
-//! writes and copies end by `D - m/2`; deletes, visibility changes and the keep list by
-//! `D - m/4`, done or not. What was not confirmed is not deleted: it reappears by itself.
+//! The redriver's shell (docs/design.md, "Run loop"): it carries out what a run
+//! ([`crate::run::Run`]) asks for, against SQS, S3 and CloudWatch, and reports back what
+//! happened and when. The run decides everything else; this file holds no rule of its own
+//! but how each call is bounded by the deadline the run gives it.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
 use futures::future::LocalBoxFuture;
 use futures::stream::FuturesUnordered;
 use resq::config::RedriverConfig;
-use resq::keep;
+use resq::keep::{self, KeptMessage};
 use resq::reason::ErrorCode;
-use resq::settle::{ActionId, Deadlines, Plan, Report, Settler, Unpaced};
+use resq::settle::{Deadlines, Plan, Report, Settler};
 use resq::sqs::{Queues, ReceivedMessage};
 use resq::store::ObjectStore;
 
-use crate::breaker::{self, Breaker};
-use crate::plan;
+use crate::breaker::AlarmState;
 use crate::ports::Alarms;
 use crate::ratelimit::ReplayPace;
 use crate::request::RunRequest;
-use crate::summary::{Run, StopReason, Summary};
+use crate::run::{Command, Now, Receive, Run, SettleId, Tuning};
+use crate::summary::{Replayed, StopReason, Summary};
 
 /// Who archive entries are signed by.
 pub const ARCHIVED_BY: &str = "redriver";
-/// How often a run reads the breaker's alarms again while it goes on.
-pub const BREAKER_RECHECK: Duration = Duration::from_secs(30);
-/// How long a run waits for the breaker's alarms before it pauses replay (and goes on
-/// archiving): a slow CloudWatch must not eat the run.
-pub const BREAKER_WAIT: Duration = Duration::from_secs(5);
-/// The most DLQ messages a run holds hidden (kept ones, those held for the run and those in
-/// its cycles): SQS hands out nothing past about 120,000 in flight in a standard queue, with
-/// no error, so a run stays well below it.
-pub const IN_FLIGHT_MAX: u64 = 110_000;
-/// How long a run reads the keep lists at most before it counts the kept messages as unknown
-/// (then it hides no more): a slow S3 must not eat the run.
-pub const KEEP_LIST_WAIT: Duration = Duration::from_secs(5);
-/// Received messages stay hidden this long past the deadline, so one the run could not finish
-/// (a crash, a call cut off) comes back soon after it.
-pub const HOLD_PAST_DEADLINE: Duration = Duration::from_secs(30);
 
 /// What the redriver's settling and receives need on SQS: receives, deletes and visibility
 /// changes on the DLQ (batch calls authorize as their single ones), copies sent to the main
@@ -72,16 +41,24 @@ pub struct Redriver<Q, S, A> {
     settler: Settler<Q, S>,
     alarms: A,
     config: RedriverConfig,
-    queues: plan::QueueUrls,
-    receive_wait_seconds: i32,
+    tuning: Tuning,
     emit_metrics: bool,
-    breaker_recheck: Duration,
-    in_flight_max: u64,
-    max_cycles: usize,
 }
 
-fn now_ms() -> u64 {
-    chrono::Utc::now().timestamp_millis().max(0) as u64
+/// What the shell reports back to the run.
+enum Event {
+    Breaker(Result<Vec<AlarmState>, String>),
+    KeepLists(Option<Vec<KeptMessage>>),
+    Received(Receive, Result<Vec<ReceivedMessage>, StopReason>),
+    Settled(SettleId, Report),
+}
+
+/// The clock, read: only the shell reads it.
+fn now() -> Now {
+    Now {
+        instant: Instant::now(),
+        epoch_ms: chrono::Utc::now().timestamp_millis().max(0) as u64,
+    }
 }
 
 impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
@@ -90,33 +67,24 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         Self {
             settler: Settler::new(queues, store, ARCHIVED_BY),
             alarms,
-            queues: plan::QueueUrls::new(&config.common.main_queue_url, &config.common.dlq_url),
             config,
-            receive_wait_seconds: 1,
+            tuning: Tuning::default(),
             emit_metrics: true,
-            breaker_recheck: BREAKER_RECHECK,
-            in_flight_max: IN_FLIGHT_MAX,
-            max_cycles: plan::MAX_CYCLES_IN_FLIGHT,
         }
     }
 
     /// At most `n` (≥ 1) receive → settle cycles in flight (default
-    /// [`plan::MAX_CYCLES_IN_FLIGHT`]); 1 is the sequential design, for comparison.
+    /// [`crate::plan::MAX_CYCLES_IN_FLIGHT`]); 1 is the sequential design, for comparison.
     pub fn with_max_cycles_in_flight(mut self, n: usize) -> Self {
-        self.max_cycles = n.max(1);
+        self.tuning.max_cycles = n.max(1);
         self
     }
 
     /// The most DLQ messages a run holds hidden, kept ones included (default
-    /// [`IN_FLIGHT_MAX`]); a stand-in with a smaller in-flight quota sets it below its quota.
+    /// [`crate::run::IN_FLIGHT_MAX`]); a stand-in with a smaller in-flight quota sets it below
+    /// its quota.
     pub fn with_in_flight_max(mut self, n: u64) -> Self {
-        self.in_flight_max = n;
-        self
-    }
-
-    /// How often a run reads the breaker's alarms again (default [`BREAKER_RECHECK`]).
-    pub fn with_breaker_recheck(mut self, every: Duration) -> Self {
-        self.breaker_recheck = every;
+        self.tuning.in_flight_max = n;
         self
     }
 
@@ -128,7 +96,7 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
 
     /// Sets the long-poll wait of `ReceiveMessage` (0 for a local emulator).
     pub fn with_receive_wait(mut self, seconds: i32) -> Self {
-        self.receive_wait_seconds = seconds.clamp(0, 20);
+        self.tuning.receive_wait_seconds = seconds.clamp(0, 20);
         self
     }
 
@@ -146,8 +114,38 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         request: &RunRequest,
         deadline: Instant,
         list: bool,
-    ) -> (Summary, Vec<crate::summary::Replayed>) {
-        let (summary, listed) = self.execute(request, deadline, list).await;
+    ) -> (Summary, Vec<Replayed>) {
+        let mut run = Run::new(request, &self.config, self.tuning, deadline, now());
+        if list {
+            run.list_replays();
+        }
+        let pacer = ReplayPace::new(request.rate_per_second, &self.config.common.main_queue_url);
+        let mut under_way: FuturesUnordered<LocalBoxFuture<'_, Event>> = FuturesUnordered::new();
+        loop {
+            while let Some(command) = run.poll(now()) {
+                match command {
+                    Command::Finish => return self.finish(run),
+                    command => under_way.push(self.carry_out(command, &pacer)),
+                }
+            }
+            let next = match run.poll_timeout() {
+                Some(at) => tokio::time::timeout_at(at.into(), under_way.next()).await,
+                None => Ok(under_way.next().await),
+            };
+            match next {
+                Ok(Some(event)) => deliver(&mut run, event),
+                // the breaker's next reading is due: poll again
+                Err(_) => {}
+                // nothing under way and nothing to do: a run never gets here, but a summary
+                // is still better than a loop
+                Ok(None) => return self.finish(run),
+            }
+        }
+    }
+
+    /// The run's summary, logged, and its metrics emitted (not for a dry run).
+    fn finish(&self, run: Run) -> (Summary, Vec<Replayed>) {
+        let (summary, listed) = run.finish(now());
         summary.log();
         if !summary.dry_run && self.emit_metrics {
             summary.metrics().emit();
@@ -155,265 +153,49 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         (summary, listed)
     }
 
-    async fn execute(
-        &self,
-        request: &RunRequest,
-        deadline: Instant,
-        list: bool,
-    ) -> (Summary, Vec<crate::summary::Replayed>) {
-        let started = Instant::now();
-        let margin = self.config.common.deadline_margin;
-        let at = |d: Duration| deadline.checked_sub(d).unwrap_or(started);
-        let by = Deadlines {
-            start_by: at(margin),
-            move_by: at(margin / 2),
-            settle_by: at(margin / 4),
-        };
-        let mut run = Run::new(request, &self.config, by.start_by - started);
-        if list {
-            run.list_replays();
-        }
-        run.apply(self.breaker(by.start_by).await);
-        let hidden = self
-            .kept_hidden(by.start_by.min(Instant::now() + KEEP_LIST_WAIT))
-            .await;
-        let unhidden = match (&request.reason, &hidden) {
-            (Some(reason), Some(hidden)) if !run.rules.paused => {
-                let plan = keep::unhide(hidden.clone(), Some(reason), &self.queues.dlq);
-                self.unhide(plan, reason, request.dry_run, by.settle_by)
-                    .await
-            }
-            _ => 0,
-        };
-        run.unhidden(unhidden);
-        run.kept_hidden_before(hidden.map(|h| h.len() as u64), unhidden);
-        let stopped_by = self.cycles(&mut run, request, deadline, by).await;
-        run.stop(stopped_by);
-        self.keep_and_hide(&mut run, by.settle_by).await;
-        self.release(run.take_held(), by.settle_by).await;
-        let listed = run.take_listed();
-        (run.finish(started.elapsed()), listed)
-    }
-
-    /// Receives, plans and settles, several cycles in flight under one token bucket
-    /// ([`plan::cycles_in_flight`] for the rate), until the DLQ, the time or the room in flight
-    /// runs out; why receiving stopped. A spent budget does not stop it: what is past its TTL
-    /// or the cap is archived whatever the budget, and the rest is held and released at the
-    /// end. The breaker is read again every [`BREAKER_RECHECK`] while the cycles go on.
-    async fn cycles(
-        &self,
-        run: &mut Run,
-        request: &RunRequest,
-        deadline: Instant,
-        by: Deadlines,
-    ) -> StopReason {
-        let pacer = ReplayPace::new(request.rate_per_second, &self.queues.main);
-        let (depth, ahead) = (
-            plan::cycles_in_flight(request.rate_per_second).min(self.max_cycles),
-            plan::replays_ahead(request.rate_per_second),
-        );
-        let mut steps: FuturesUnordered<LocalBoxFuture<'_, Step>> = FuturesUnordered::new();
-        let (mut cycles, mut stopped, mut checking) = (0usize, None, false);
-        // the DLQ looked drained (a receive came back empty): one receive at a time (`probe`:
-        // one may start) until one brings messages, not a burst of empty ones
-        let (mut drained, mut probe, mut receiving) = (false, false, 0usize);
-        // cycles in flight start at 2 and double with each full batch, up to `depth`, and
-        // start over at 2 on an empty receive: a shallow DLQ, or a FIFO group this run
-        // holds, costs a few receives, not `depth` empty ones
-        let mut window = depth.min(2);
-        // releases of replays whose delete failed, under way: what they make visible is
-        // received again by this run
-        let mut releasing = 0usize;
-        let mut recheck_at = Instant::now() + self.breaker_recheck;
-        loop {
-            if !checking && !run.rules.paused && stopped.is_none() && Instant::now() >= recheck_at {
-                checking = true;
-                steps.push(Box::pin(async {
-                    Step::Breaker(self.breaker(by.move_by).await)
-                }));
-            }
-            // no receive starts while the breaker is read (its batch would be planned under
-            // the old verdict), nor while the replays already planned would keep it waiting
-            // for tokens
-            while !checking
-                && (!drained || (probe && receiving == 0))
-                && stopped.is_none()
-                && cycles < window
-                && run.planned() <= ahead
-            {
-                stopped = self.may_receive(run, cycles, by);
-                if stopped.is_none() {
-                    steps.push(Box::pin(self.receive_step(deadline, by)));
-                    (cycles, receiving, probe) = (cycles + 1, receiving + 1, false);
-                }
-            }
-            let Some(step) = steps.next().await else {
-                return stopped.unwrap_or(StopReason::Empty);
-            };
-            match step {
-                // empty while other cycles hold messages (a FIFO group they lock, the last of
-                // a standard queue): receive again once one of them settled; else the end
-                Step::Received(Ok((batch, _))) if batch.is_empty() => {
-                    (cycles, receiving) = (cycles - 1, receiving - 1);
-                    window = depth.min(2);
-                    // `probe`: a settle or release ended after this receive started, and may
-                    // have made messages receivable (a FIFO group unlocked, a release)
-                    match cycles + releasing {
-                        0 if !probe => _ = stopped.get_or_insert(StopReason::Empty),
-                        _ => drained = true,
-                    }
-                }
-                Step::Received(Ok((batch, received_at))) => {
-                    // a short batch is common in a standard queue: only an empty one says drained
-                    (receiving, drained) = (receiving - 1, false);
-                    if batch.len() == resq::sqs::MAX_BATCH {
-                        window = (window * 2).min(depth);
-                    }
-                    let cycle = run.plan(batch, &self.queues, now_ms(), received_at);
-                    match request.dry_run {
-                        true => {
-                            cycles -= 1;
-                            run.account(cycle, None);
-                        }
-                        false => steps.push(Box::pin(self.settle_step(cycle, by, &pacer))),
-                    }
-                }
-                Step::Received(Err(stop)) => {
-                    (cycles, receiving) = (cycles - 1, receiving - 1);
-                    stopped.get_or_insert(stop);
-                }
-                Step::Settled(cycle, report) => {
-                    (cycles, probe) = (cycles - 1, true);
-                    // a copy that could not start or was not answered stops receiving only at
-                    // the deadline margin: one call the SDK timed out earlier (its messages
-                    // reappear by themselves after the run) ends nothing
-                    if run.account(cycle, Some(&report)) && Instant::now() >= by.start_by {
-                        stopped = Some(StopReason::Deadline);
-                    }
-                    releasing += usize::from(self.settle_leftovers(run, &mut steps, by));
-                }
-                Step::Kept(entries, report) => run.account_keeps(&entries, &report),
-                Step::Released(failed) => {
-                    (releasing, probe) = (releasing - 1, true);
-                    warn_unreleased(failed);
-                }
-                Step::Breaker(verdict) => {
-                    checking = false;
-                    recheck_at = Instant::now() + self.breaker_recheck;
-                    run.apply(verdict);
-                }
-            }
-        }
-    }
-
-    /// Whether another receive may start, or why receiving stops: the deadline margin, or the
-    /// messages the run holds hidden (and those of its `cycles` in flight) at its in-flight
-    /// limit.
-    fn may_receive(&self, run: &Run, cycles: usize, by: Deadlines) -> Option<StopReason> {
-        if Instant::now() >= by.start_by {
-            return Some(StopReason::Deadline);
-        }
-        // a dry run changes nothing: it does not hold the DLQ hidden past its budget
-        if run.is_dry_run() && run.budget() == 0 {
-            return Some(StopReason::MaxMessages);
-        }
-        let in_hand = run.hidden() + (cycles * resq::sqs::MAX_BATCH) as u64;
-        if in_hand + resq::sqs::MAX_BATCH as u64 > self.in_flight_max {
-            tracing::warn!(
-                hidden = in_hand,
-                limit = self.in_flight_max,
-                "the run holds as many DLQ messages hidden as it may: it stops receiving (SQS hands out nothing past its in-flight quota)"
-            );
-            return Some(StopReason::InFlightLimit);
-        }
-        None
-    }
-
-    /// After a cycle: replayed messages whose delete failed are made visible again now (this
-    /// run then only deletes them), and kept messages are listed and hidden every
-    /// [`keep::MAX_ENTRIES_PER_LIST`]. Returns whether a release started.
-    fn settle_leftovers<'a>(
+    /// One command, carried out, each call bounded by the deadline it carries.
+    fn carry_out<'a>(
         &'a self,
-        run: &mut Run,
-        steps: &mut FuturesUnordered<LocalBoxFuture<'a, Step>>,
-        by: Deadlines,
-    ) -> bool {
-        let release = run.take_release_now();
-        let releasing = !release.is_empty();
-        if releasing {
-            steps.push(Box::pin(async move {
-                Step::Released(self.release_now(release, by.move_by).await)
-            }));
-        }
-        if run.pending_keeps() >= keep::MAX_ENTRIES_PER_LIST {
-            let pending = run.take_pending_keeps();
-            let (plan, entries) = plan::keep(pending, &self.queues.dlq, now_ms(), Instant::now());
-            steps.push(Box::pin(async move {
-                let report = self
-                    .settler
-                    .settle(&plan, Deadlines::all_by(by.settle_by), &Unpaced)
-                    .await;
-                Step::Kept(entries, report)
-            }));
-        }
-        releasing
-    }
-
-    async fn receive_step(&self, deadline: Instant, by: Deadlines) -> Step {
-        Step::Received(self.receive(deadline, by).await)
-    }
-
-    async fn settle_step(&self, cycle: plan::Cycle, by: Deadlines, pacer: &ReplayPace<'_>) -> Step {
-        let report = self.settler.settle(&cycle.plan, by, pacer).await;
-        Step::Settled(cycle, report)
-    }
-
-    /// One receive of up to 10, hidden until a little past the deadline, by `by.move_by`.
-    async fn receive(
-        &self,
-        deadline: Instant,
-        by: Deadlines,
-    ) -> Result<(Vec<ReceivedMessage>, Instant), StopReason> {
-        let now = Instant::now();
-        let left = by.start_by.saturating_duration_since(now).as_secs();
-        let wait = (self.receive_wait_seconds as u64).min(left) as i32;
-        let until_deadline = deadline.saturating_duration_since(now);
-        let visibility = plan::receive_visibility(until_deadline, HOLD_PAST_DEADLINE);
-        let queues = self.settler.queues();
-        let receive = queues.receive(&self.queues.dlq, 10, Some(visibility), wait);
-        match tokio::time::timeout_at(by.move_by.into(), receive).await {
-            Ok(Ok(batch)) => Ok((batch, now)),
-            Ok(Err(e)) => {
-                tracing::error!(error_code = ErrorCode::ReceiveFailed.code(), error_details = %e, "cannot receive from the DLQ");
-                Err(StopReason::ReceiveError)
+        command: Command,
+        pacer: &'a ReplayPace<'a>,
+    ) -> LocalBoxFuture<'a, Event> {
+        match command {
+            Command::ReadBreaker { by } => {
+                Box::pin(async move { Event::Breaker(self.alarms_by(by).await) })
             }
-            Err(_) => Err(StopReason::Deadline),
+            Command::ReadKeepLists { by } => {
+                Box::pin(async move { Event::KeepLists(self.kept_hidden(by).await) })
+            }
+            Command::Receive(r) => {
+                Box::pin(async move { Event::Received(r, self.receive(r).await) })
+            }
+            Command::Settle { id, plan, by } => {
+                Box::pin(async move { Event::Settled(id, self.settle(&plan, by, pacer).await) })
+            }
+            Command::Finish => Box::pin(std::future::pending()),
         }
     }
 
-    /// The breaker's verdict (see [`crate::breaker`]); states that cannot be read by `until`
-    /// (at most [`BREAKER_WAIT`] from now) open it.
-    async fn breaker(&self, until: Instant) -> Breaker {
-        let until = until.min(Instant::now() + BREAKER_WAIT);
-        let names = &self.config.pause_on_alarms;
-        if names.is_empty() {
-            return Breaker::Closed;
-        }
-        let now = now_ms();
-        match tokio::time::timeout_at(until.into(), self.alarms.states(names)).await {
-            Ok(Ok(states)) => breaker::decide(names, Ok(&states), now),
-            Ok(Err(e)) => breaker::decide(names, Err(&e.to_string()), now),
-            Err(_) => breaker::decide(names, Err("no answer in time"), now),
+    async fn settle(&self, plan: &Plan, by: Deadlines, pacer: &ReplayPace<'_>) -> Report {
+        self.settler.settle(plan, by, pacer).await
+    }
+
+    /// The states of `PAUSE_ON_ALARMS`, by `by`.
+    async fn alarms_by(&self, by: Instant) -> Result<Vec<AlarmState>, String> {
+        let read = self.alarms.states(&self.config.pause_on_alarms);
+        match tokio::time::timeout_at(by.into(), read).await {
+            Ok(Ok(states)) => Ok(states),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("no answer in time".to_owned()),
         }
     }
 
-    /// The kept messages earlier runs hid that are still hidden, from the keep lists, by
-    /// `until`; `None` when they cannot be read (then this run hides no more: it cannot count
-    /// them against `KEPT_IN_FLIGHT_MAX`).
-    async fn kept_hidden(&self, until: Instant) -> Option<Vec<keep::KeptMessage>> {
-        let (store, dlq) = (self.settler.store(), &self.queues.dlq);
+    /// The kept messages earlier runs hid that are still hidden, from the keep lists, by `by`;
+    /// `None` when they cannot be read.
+    async fn kept_hidden(&self, by: Instant) -> Option<Vec<KeptMessage>> {
+        let (store, dlq) = (self.settler.store(), &self.config.common.dlq_url);
         let read = keep::still_hidden(store, dlq, chrono::Utc::now());
-        match tokio::time::timeout_at(until.into(), read).await {
+        match tokio::time::timeout_at(by.into(), read).await {
             Ok(Ok(hidden)) => Some(hidden),
             Ok(Err(e)) => {
                 tracing::warn!(error_code = ErrorCode::KeepListUnreadable.code(), error_details = %e, "kept messages hidden by earlier runs stay hidden until their TTL; this run hides no more");
@@ -423,155 +205,51 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         }
     }
 
-    /// Makes the kept messages of `reason` visible again (`plan`, from the keep lists), by
-    /// `until`; how many (a dry run counts them and changes nothing).
-    async fn unhide(&self, plan: Plan, reason: &str, dry_run: bool, until: Instant) -> u64 {
-        if dry_run || plan.is_empty() {
-            return plan.len() as u64;
+    /// One receive of up to 10, as the run asked for it.
+    async fn receive(&self, r: Receive) -> Result<Vec<ReceivedMessage>, StopReason> {
+        let (queues, dlq) = (self.settler.queues(), &self.config.common.dlq_url);
+        let receive = queues.receive(dlq, 10, Some(r.visibility_seconds), r.wait_seconds);
+        match tokio::time::timeout_at(r.by.into(), receive).await {
+            Ok(Ok(batch)) => Ok(batch),
+            Ok(Err(e)) => {
+                tracing::error!(error_code = ErrorCode::ReceiveFailed.code(), error_details = %e, "cannot receive from the DLQ");
+                Err(StopReason::ReceiveError)
+            }
+            Err(_) => Err(StopReason::Deadline),
         }
-        let report = self
-            .settler
-            .settle(&plan, Deadlines::all_by(until), &Unpaced)
-            .await;
-        let unhidden = report.iter().filter(|(_, c)| c.is_confirmed()).count() as u64;
-        tracing::info!(reason, unhidden, "kept messages made visible for this run");
-        unhidden
-    }
-
-    /// Lists the kept messages waiting, then hides them until their TTL, by `until`.
-    async fn keep_and_hide(&self, run: &mut Run, until: Instant) {
-        let pending = run.take_pending_keeps();
-        if pending.is_empty() {
-            return;
-        }
-        let (plan, entries) = plan::keep(pending, &self.queues.dlq, now_ms(), Instant::now());
-        let report = self
-            .settler
-            .settle(&plan, Deadlines::all_by(until), &Unpaced)
-            .await;
-        run.account_keeps(&entries, &report);
-    }
-
-    /// Makes what the run held visible again, by `until`.
-    async fn release(&self, held: Vec<crate::summary::Receipt>, until: Instant) {
-        warn_unreleased(self.release_now(held, until).await);
-    }
-
-    /// Makes `held` visible again, by `until`; how many were not.
-    async fn release_now(&self, held: Vec<crate::summary::Receipt>, until: Instant) -> usize {
-        if held.is_empty() {
-            return 0;
-        }
-        let plan = Plan::release(&self.queues.dlq, held.into_iter().map(|(_, rh)| rh));
-        let report = self
-            .settler
-            .settle(&plan, Deadlines::all_by(until), &Unpaced)
-            .await;
-        report.iter().filter(|(_, c)| !c.is_confirmed()).count()
     }
 }
 
-/// What a step of a run's cycles brought back.
-enum Step {
-    /// A receive: the batch and when it was received, or why receiving stops.
-    Received(Result<(Vec<ReceivedMessage>, Instant), StopReason>),
-    /// A cycle settled, with what the executor reported.
-    Settled(plan::Cycle, Report),
-    /// A keep plan settled.
-    Kept(Vec<(keep::KeptMessage, ActionId, ActionId)>, Report),
-    /// A release: how many were not made visible.
-    Released(usize),
-    /// The breaker read again.
-    Breaker(Breaker),
-}
-
-fn warn_unreleased(failed: usize) {
-    if failed > 0 {
-        tracing::warn!(
-            count = failed,
-            "could not release DLQ messages; they return after their visibility timeout"
-        );
+/// Hands the run what arrived, at the time it arrived.
+fn deliver(run: &mut Run, event: Event) {
+    let now = now();
+    match event {
+        Event::Breaker(read) => run.handle_breaker(read, now),
+        Event::KeepLists(hidden) => run.handle_keep_lists(hidden, now),
+        Event::Received(r, got) => run.handle_received(r, got, now),
+        Event::Settled(id, report) => run.handle_settled(id, report, now),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::FixedAlarms;
-    use crate::ports::PortError;
-    use resq::attributes::{
-        AttributeValue, MessageAttributes, X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT,
-        X_REDRIVE_COUNT,
+    use crate::fixtures::{
+        DLQ, FixedAlarms, HOUR_MS, MAIN, config, dlq_message, permanent, unexplained,
     };
-    use resq::config::Vars;
+    use crate::ports::PortError;
+    use resq::attributes::{AttributeValue, X_FIRST_SENT_AT, X_REDRIVE_COUNT};
     use resq::metrics;
     use resq::reason::ArchiveReason;
     use resq::sqs::ReceivedMessage;
     use resq::testing::{Call, MemorySqs, MemoryStore};
-    use std::collections::{BTreeMap, HashSet};
+    use std::collections::HashSet;
+    use std::time::Duration;
 
-    const HOUR_MS: u64 = 3_600_000;
-    const MAIN: &str = "http://127.0.0.1/1/orders";
-    const DLQ: &str = "http://127.0.0.1/1/orders-dlq";
-
-    fn config(extra: &[(&str, &str)]) -> RedriverConfig {
-        let extra: Vec<(String, String)> = extra
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        RedriverConfig::from_vars(&Vars(move |k: &str| {
-            if let Some((_, v)) = extra.iter().find(|(n, _)| n == k) {
-                return Some(v.clone());
-            }
-            match k {
-                "MAIN_QUEUE_URL" => Some("http://127.0.0.1/1/orders".into()),
-                "DLQ_URL" => Some("http://127.0.0.1/1/orders-dlq".into()),
-                "ARCHIVE_BUCKET" => Some("b".into()),
-                "REDRIVE_RATE_PER_SECOND" => Some("1000".into()),
-                _ => None,
-            }
-        }))
-        .unwrap()
-    }
-
-    /// A dead letter with a reason (a transient failure, unless `attrs` say otherwise).
-    fn dlq_message(id: &str, sent_ms: u64, attrs: &[(&str, AttributeValue)]) -> ReceivedMessage {
-        let mut m = unexplained(id, sent_ms, attrs);
-        for (name, value) in [
-            (X_FAILURE_CLASS, "transient"),
-            (X_FAILURE_REASON, "DOWNSTREAM_UNAVAILABLE"),
-        ] {
-            m.message_attributes
-                .entry(name.to_owned())
-                .or_insert_with(|| AttributeValue::string(value));
-        }
-        m
-    }
-
-    /// A dead letter SQS moved without a reason.
-    fn unexplained(id: &str, sent_ms: u64, attrs: &[(&str, AttributeValue)]) -> ReceivedMessage {
-        ReceivedMessage {
-            message_id: id.into(),
-            receipt_handle: String::new(),
-            body: format!("{{\"orderId\":\"{id}\"}}"),
-            attributes: BTreeMap::from([("SentTimestamp".into(), sent_ms.to_string())]),
-            message_attributes: attrs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), v.clone()))
-                .collect::<MessageAttributes>(),
-            dropped_attributes: vec![],
-        }
-    }
-
-    fn permanent(reason: &str) -> Vec<(&'static str, AttributeValue)> {
-        vec![
-            (X_FAILURE_CLASS, AttributeValue::string("permanent")),
-            (X_FAILURE_REASON, AttributeValue::string(reason)),
-        ]
-    }
+    use crate::plan;
 
     fn now_ms() -> u64 {
-        super::now_ms()
+        super::now().epoch_ms
     }
 
     async fn scheduled(
@@ -737,44 +415,6 @@ mod tests {
         );
         let m = summary.metrics();
         assert_eq!(m.get(metrics::REDRIVE_PAUSED), 1);
-    }
-
-    #[tokio::test]
-    async fn the_breaker_is_read_again_while_replaying() {
-        // GIVEN a run replaying 40 messages at 20/s, and an alarm that fires after 0.5 s
-        let (dlq, store) = (MemorySqs::default(), MemoryStore::default());
-        let alarms = std::sync::Arc::new(FixedAlarms::default());
-        let cfg = config(&[
-            ("PAUSE_ON_ALARMS", "replays-failing"),
-            ("REDRIVE_RATE_PER_SECOND", "20"),
-        ]);
-        for i in 0..40 {
-            dlq.push(DLQ, dlq_message(&format!("m{i}"), now_ms(), &[]));
-        }
-        alarms.set("replays-failing", false, Duration::from_secs(3600), 10.0);
-        let flip = alarms.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            flip.set("replays-failing", true, Duration::ZERO, 10.0);
-        });
-        let r = Redriver::new(&dlq, &store, alarms.as_ref(), cfg.clone())
-            .with_receive_wait(0)
-            .with_breaker_recheck(Duration::from_millis(200));
-        let summary = r
-            .run(
-                &RunRequest::defaults(&cfg),
-                Instant::now() + Duration::from_secs(60),
-            )
-            .await;
-        // THEN replay stopped soon after the alarm fired; the rest stays in the DLQ, visible
-        assert!(summary.paused, "{summary:?}");
-        assert!(
-            summary.redriven >= 10 && summary.redriven < 40,
-            "{summary:?}"
-        );
-        assert_eq!(dlq.len(DLQ) as u64, 40 - summary.redriven);
-        assert_eq!(dlq.visible(DLQ), dlq.len(DLQ));
-        assert!(alarms.reads() >= 2);
     }
 
     #[tokio::test]

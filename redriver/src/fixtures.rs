@@ -1,9 +1,81 @@
-//! Doubles for the redriver's unit tests: alarms whose states a test sets.
+//! What the redriver's unit tests share: a configuration, dead letters, and alarms whose
+//! states a test sets.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use resq::attributes::{AttributeValue, MessageAttributes, X_FAILURE_CLASS, X_FAILURE_REASON};
+use resq::config::{RedriverConfig, Vars};
+use resq::sqs::ReceivedMessage;
+
 use crate::ports::{AlarmState, Alarms, PortError};
+
+/// An hour, in millis.
+pub const HOUR_MS: u64 = 3_600_000;
+/// The main queue of [`config`].
+pub const MAIN: &str = "http://127.0.0.1/1/orders";
+/// The DLQ of [`config`].
+pub const DLQ: &str = "http://127.0.0.1/1/orders-dlq";
+
+/// A configuration on [`MAIN`] and [`DLQ`] at 1,000 replays a second, with `extra` variables.
+pub fn config(extra: &[(&str, &str)]) -> RedriverConfig {
+    let extra: Vec<(String, String)> = extra
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let config = RedriverConfig::from_vars(&Vars(move |k: &str| {
+        if let Some((_, v)) = extra.iter().find(|(n, _)| n == k) {
+            return Some(v.clone());
+        }
+        match k {
+            "MAIN_QUEUE_URL" => Some(MAIN.into()),
+            "DLQ_URL" => Some(DLQ.into()),
+            "ARCHIVE_BUCKET" => Some("b".into()),
+            "REDRIVE_RATE_PER_SECOND" => Some("1000".into()),
+            _ => None,
+        }
+    }));
+    config.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A dead letter with a reason (a transient failure, unless `attrs` say otherwise), the body
+/// of order `id`.
+pub fn dlq_message(id: &str, sent_ms: u64, attrs: &[(&str, AttributeValue)]) -> ReceivedMessage {
+    let mut m = unexplained(id, sent_ms, attrs);
+    for (name, value) in [
+        (X_FAILURE_CLASS, "transient"),
+        (X_FAILURE_REASON, "DOWNSTREAM_UNAVAILABLE"),
+    ] {
+        m.message_attributes
+            .entry(name.to_owned())
+            .or_insert_with(|| AttributeValue::string(value));
+    }
+    m
+}
+
+/// A dead letter SQS moved without a reason.
+pub fn unexplained(id: &str, sent_ms: u64, attrs: &[(&str, AttributeValue)]) -> ReceivedMessage {
+    ReceivedMessage {
+        message_id: id.into(),
+        receipt_handle: String::new(),
+        body: format!("{{\"orderId\":\"{id}\"}}"),
+        attributes: BTreeMap::from([("SentTimestamp".into(), sent_ms.to_string())]),
+        message_attributes: attrs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect::<MessageAttributes>(),
+        dropped_attributes: vec![],
+    }
+}
+
+/// The attributes of a permanent failure of `reason`.
+pub fn permanent(reason: &str) -> Vec<(&'static str, AttributeValue)> {
+    vec![
+        (X_FAILURE_CLASS, AttributeValue::string("permanent")),
+        (X_FAILURE_REASON, AttributeValue::string(reason)),
+    ]
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -13,14 +85,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[derive(Debug)]
 pub struct FixedAlarms {
     state: Mutex<Result<Vec<AlarmState>, PortError>>,
-    reads: Mutex<u64>,
 }
 
 impl Default for FixedAlarms {
     fn default() -> Self {
         Self {
             state: Mutex::new(Ok(Vec::new())),
-            reads: Mutex::default(),
         }
     }
 }
@@ -52,16 +122,10 @@ impl FixedAlarms {
     pub fn fail(&self, e: PortError) {
         *lock(&self.state) = Err(e);
     }
-
-    /// How often the states were read.
-    pub fn reads(&self) -> u64 {
-        *lock(&self.reads)
-    }
 }
 
 impl Alarms for FixedAlarms {
     async fn states(&self, names: &[String]) -> Result<Vec<AlarmState>, PortError> {
-        *lock(&self.reads) += 1;
         lock(&self.state).clone().map(|all| {
             all.into_iter()
                 .filter(|s| names.contains(&s.name))

@@ -65,9 +65,10 @@
 //! # }
 //! ```
 //!
-//! A run: receive → classify ([`classify`]) → plan ([`plan`]) → settle (resq's executor,
-//! paced, run by [`engine`]) → summary ([`summary`]); docs/design.md, "Redriver", maps each
-//! rule to its code.
+//! A run is a state machine over values ([`run::Run`]: handed what arrived and the time, it
+//! says what to do next; no I/O, no clock) driven by a thin shell ([`engine`]): receive →
+//! classify ([`classify`]) → plan ([`plan`]) → settle (resq's executor, paced) → summary
+//! ([`summary`]); docs/design.md, "Redriver", maps each rule to its code.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -80,6 +81,7 @@ pub mod plan;
 pub mod ports;
 pub mod ratelimit;
 pub mod request;
+pub mod run;
 pub mod summary;
 
 pub use engine::Redriver;

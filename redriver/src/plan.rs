@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use resq::keep::KeptMessage;
 use resq::reason::ArchiveReason;
-use resq::settle::{Action, ActionId, Plan, QueueUrl};
+use resq::settle::{Action, ActionId, Confirmation, Plan, QueueUrl, Report, SettleError};
 use resq::sqs::ReceivedMessage;
 
-use crate::classify::{self, Decision, Keep, Rules};
+use crate::classify::{self, Rules, Verdict};
 
 /// The two queues of a run.
 #[derive(Debug, Clone)]
@@ -98,15 +98,32 @@ pub enum Held {
     InFlight,
 }
 
-/// One cycle: its plan, and each received message with its fate.
+/// One cycle: each received message with its fate (its actions are in the cycle's plan).
 #[derive(Debug)]
 pub struct Cycle {
-    /// What the executor carries out.
-    pub plan: Plan,
     /// The messages received, in order, with what is to become of each.
     pub items: Vec<(ReceivedMessage, Fate)>,
     /// When they were received.
     pub received_at: Instant,
+}
+
+impl Cycle {
+    /// The replays, and the kept messages to hide, it planned.
+    pub fn reserved(&self) -> (u64, u64) {
+        let count = |f: fn(&Fate) -> bool| self.items.iter().filter(|(_, fate)| f(fate)).count();
+        let kept = |f: &Fate| matches!(f, Fate::Kept(Some(_)));
+        (count(Fate::is_replay) as u64, count(kept) as u64)
+    }
+
+    /// Its FIFO groups with a replay SQS refused.
+    pub fn refused_groups(&self, r: &Report) -> HashSet<String> {
+        let refused = |copy| matches!(r.get(copy), Confirmation::Failed(SettleError::Refused(_)));
+        self.items
+            .iter()
+            .filter(|(_, fate)| matches!(fate, Fate::Redrive { copy, .. } if refused(*copy)))
+            .filter_map(|(m, _)| m.group_id().map(str::to_owned))
+            .collect()
+    }
 }
 
 /// What a cycle may do.
@@ -126,18 +143,17 @@ pub struct Limits {
 
 /// The plan of one received batch. Replays of a FIFO main queue go into one lane per message
 /// group, so a later message of a group is sent only after the one before it went; a delete
-/// waits for its copy or archive entry. A message whose replay this run already confirmed
-/// (`replayed`, by DLQ message id) is only deleted; one that a cycle in flight holds
-/// (`in_flight`) is only released.
+/// waits for its copy or archive entry. Of `seen` (DLQ message ids): a message whose replay
+/// this run already confirmed (the first set) is only deleted; one that a cycle in flight holds
+/// (the second) is only released.
 pub fn cycle(
     batch: Vec<ReceivedMessage>,
     rules: &Rules,
     queues: &QueueUrls,
     mut limits: Limits,
     received_at: Instant,
-    replayed: &HashSet<String>,
-    in_flight: &HashSet<String>,
-) -> Cycle {
+    (replayed, in_flight): (&HashSet<String>, &HashSet<String>),
+) -> (Plan, Cycle) {
     let mut plan = Plan::new();
     let mut items = Vec::with_capacity(batch.len());
     for m in batch {
@@ -152,11 +168,8 @@ pub fn cycle(
         };
         items.push((m, fate));
     }
-    Cycle {
-        plan,
-        items,
-        received_at,
-    }
+    let cycle = Cycle { items, received_at };
+    (plan, cycle)
 }
 
 /// What becomes of one message, its actions planned; `limits` counts down the budget and
@@ -171,7 +184,7 @@ fn fate(
     let dlq_is_fifo = resq::fifo::is_fifo(&queues.dlq);
     let held = |plan: &mut Plan, held| explain(plan, m, queues, limits.dry_run, held);
     match classify::classify(m, rules, limits.now_ms) {
-        Decision::Keep(Keep::Permanent) => {
+        Verdict::Keep => {
             match (
                 classify::keep_until(m, rules, dlq_is_fifo),
                 limits.kept_room,
@@ -198,13 +211,13 @@ fn fate(
             }
         }
         // a selective run touches nothing outside its selection
-        Decision::Keep(Keep::NotSelected) => Fate::Held(Held::NotSelected),
-        Decision::Keep(Keep::Paused) => held(plan, Held::Paused),
-        Decision::Archive(reason) => {
+        Verdict::NotSelected => Fate::Held(Held::NotSelected),
+        Verdict::Paused => held(plan, Held::Paused),
+        Verdict::Archive(reason) => {
             let last = m.failure_reason().map(str::to_owned);
             archive(plan, m, reason, last, queues, limits.dry_run)
         }
-        Decision::Redrive => match redrive(plan, m, &mut limits.budget, queues, limits.dry_run) {
+        Verdict::Redrive => match redrive(plan, m, &mut limits.budget, queues, limits.dry_run) {
             Fate::Held(Held::OverBudget) => held(plan, Held::OverBudget),
             fate => fate,
         },

@@ -215,17 +215,10 @@ fn cut(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use resq::config::Vars;
     use serde_json::json;
 
     fn config() -> RedriverConfig {
-        RedriverConfig::from_vars(&Vars(|k: &str| match k {
-            "MAIN_QUEUE_URL" => Some("http://127.0.0.1/1/orders".into()),
-            "DLQ_URL" => Some("http://127.0.0.1/1/orders-dlq".into()),
-            "ARCHIVE_BUCKET" => Some("b".into()),
-            _ => None,
-        }))
-        .unwrap()
+        crate::fixtures::config(&[])
     }
 
     #[test]

@@ -15,7 +15,7 @@ use resq::attributes::{
 };
 use resq::config::PermanentAction;
 use resq::reason::ArchiveReason;
-use resq_redriver::classify::{Decision, Keep, ReceivedMessage, Rules, classify, replay};
+use resq_redriver::classify::{ReceivedMessage, Rules, Verdict, classify, replay};
 
 fn attribute_name() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -180,20 +180,20 @@ proptest! {
         let decision = classify(&m, &rules, now_ms);
         let count = m.redrive_count();
         match decision {
-            Decision::Redrive => {
+            Verdict::Redrive => {
                 prop_assert!(
                     matches!(count, RedriveCount::Count(n) if n < rules.max_redrive_attempts),
                     "replayed at {count:?}, cap {}: {what}", rules.max_redrive_attempts
                 );
                 prop_assert!(!m.is_permanent() || rules.reason.is_some(), "a permanent failure replayed unasked");
             }
-            Decision::Archive(ArchiveReason::RedriveCap) => {
+            Verdict::Archive(ArchiveReason::RedriveCap) => {
                 prop_assert!(matches!(count, RedriveCount::Count(n) if n >= rules.max_redrive_attempts));
             }
-            Decision::Archive(ArchiveReason::InvalidRedriveCount) => {
+            Verdict::Archive(ArchiveReason::InvalidRedriveCount) => {
                 prop_assert_eq!(count, RedriveCount::Invalid);
             }
-            Decision::Keep(Keep::NotSelected) => {
+            Verdict::NotSelected => {
                 prop_assert!(rules.reason.is_some() || rules.older_than.is_some());
             }
             _ => {}
@@ -237,7 +237,7 @@ proptest! {
     ) {
         let paused = Rules { paused: true, ..rules.clone() };
         match (classify(&m, &rules, now_ms), classify(&m, &paused, now_ms)) {
-            (Decision::Redrive, after) => prop_assert_eq!(after, Decision::Keep(Keep::Paused)),
+            (Verdict::Redrive, after) => prop_assert_eq!(after, Verdict::Paused),
             (before, after) => prop_assert_eq!(before, after),
         }
     }

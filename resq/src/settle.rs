@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
@@ -84,7 +84,7 @@ pub struct ActionId(usize);
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
     /// Each action, and the one it waits for.
-    steps: Vec<(Action, Option<usize>)>,
+    pub(crate) steps: Vec<(Action, Option<usize>)>,
     /// The last action of each named lane.
     lanes: HashMap<String, usize>,
 }
@@ -157,6 +157,20 @@ pub struct Deadlines {
 }
 
 impl Deadlines {
+    /// The cut-offs of an invocation whose Lambda deadline is `deadline`, with margin `m`
+    /// (`DEADLINE_MARGIN_MS`): nothing starts after `deadline - m`, what moves a message (and,
+    /// in the consumer, a running record) ends by `deadline - m/2`, and the settling calls by
+    /// `deadline - m/settle_share`; the rest of the margin is for the answer, the summary and
+    /// the metrics.
+    pub fn before(deadline: Instant, margin: Duration, settle_share: u32, now: Instant) -> Self {
+        let at = |d: Duration| deadline.checked_sub(d).unwrap_or(now.min(deadline));
+        Self {
+            start_by: at(margin),
+            move_by: at(margin / 2),
+            settle_by: at(margin / settle_share.max(1)),
+        }
+    }
+
     /// Every action by `at`.
     pub fn all_by(at: Instant) -> Self {
         Self {
@@ -208,8 +222,8 @@ pub enum Unattempted {
 /// What became of each action of a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
-    results: Vec<Confirmation>,
-    started: Vec<Option<Instant>>,
+    pub(crate) results: Vec<Confirmation>,
+    pub(crate) started: Vec<Option<Instant>>,
 }
 
 impl Report {

@@ -648,3 +648,32 @@ impl std::io::Write for CapturedLogs {
         Ok(())
     }
 }
+
+/// The actions of `plan`, in order, as a test looks at what a function decided.
+pub fn actions(plan: &crate::settle::Plan) -> Vec<&crate::settle::Action> {
+    plan.steps.iter().map(|(action, _)| action).collect()
+}
+
+/// The report [`crate::settle::Settler::settle`] gives for `plan` when `answer` says what
+/// became of each action it attempts, every call started at `at`: an action that waits for one
+/// not confirmed is not attempted (the lane rule), and an answer of `NotAttempted` leaves the
+/// action unstarted. For tests of what a function does with a report, without SQS.
+pub fn report(
+    plan: &crate::settle::Plan,
+    at: Instant,
+    mut answer: impl FnMut(&crate::settle::Action) -> crate::settle::Confirmation,
+) -> crate::settle::Report {
+    use crate::settle::{Confirmation, Unattempted};
+    let mut results: Vec<Confirmation> = Vec::with_capacity(plan.steps.len());
+    let mut started = Vec::with_capacity(plan.steps.len());
+    for (action, after) in &plan.steps {
+        let blocked = after.is_some_and(|a| !results[a].is_confirmed());
+        let result = match blocked {
+            true => Confirmation::NotAttempted(Unattempted::Held),
+            false => answer(action),
+        };
+        started.push((!matches!(result, Confirmation::NotAttempted(_))).then_some(at));
+        results.push(result);
+    }
+    crate::settle::Report { results, started }
+}

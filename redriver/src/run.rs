@@ -1,0 +1,1047 @@
+//! A redriver run as a state machine over values (docs/design.md, "Run"), in the shape of
+//! quinn-proto's connection: [`Run`] holds every bit of a run's state and its scheduling
+//! policy, and does no I/O and reads no clock. It is handed what arrived and the time
+//! (`handle_*`), says what to do next ([`Run::poll`], a [`Command`]) and when to wake it
+//! ([`Run::poll_timeout`]); the shell ([`crate::engine`]) carries each command out and reports
+//! back. What becomes of each message is judged by [`crate::classify`] and planned by
+//! [`crate::plan`]; what the run did is its [`Summary`].
+//!
+//! A run goes through four stages:
+//! 1. **breaker**: the alarms of `PAUSE_ON_ALARMS` ([`crate::breaker`]); open pauses replay for
+//!    the run (archiving goes on), half-open lowers the budget to a probe;
+//! 2. **keep lists**: how many kept messages earlier runs hid (counted against
+//!    `KEPT_IN_FLIGHT_MAX`), and, in a run selected by reason, those of its reason made visible
+//!    again;
+//! 3. **cycles**: receive 10, classify and plan, settle (archive entries and copies, then the
+//!    deletes of what they confirmed), several cycles in flight under one token bucket, until
+//!    the DLQ, the time or the room in flight runs out. A spent budget does not stop receiving:
+//!    what is past its TTL or the cap is archived whatever the budget, and the rest is held.
+//!    The breaker is read again every [`BREAKER_RECHECK`];
+//! 4. **end**: the kept messages listed, then hidden until their TTL; what the run held
+//!    released; [`Command::Finish`].
+//!
+//! With deadline `D` and margin `m`: nothing new starts after `D - m`; receives, archive writes
+//! and copies end by `D - m/2`; deletes, visibility changes and keep lists by `D - m/4`, done
+//! or not. What was not confirmed is not deleted: it reappears by itself.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use resq::config::RedriverConfig;
+use resq::keep::{KeptMessage, MAX_ENTRIES_PER_LIST};
+use resq::reason::{ArchiveReason, ErrorCode};
+use resq::settle::{ActionId, Confirmation, Deadlines, Plan, Report, SettleError, Unattempted};
+use resq::sqs::{MAX_BATCH, ReceivedMessage};
+
+use crate::breaker::{self, AlarmState, Breaker};
+use crate::classify::{self, Rules};
+use crate::plan::{self, Cycle, Fate, Held, Limits, PendingKeep, QueueUrls};
+use crate::request::RunRequest;
+use crate::summary::{Replayed, StopReason, Summary};
+
+/// How often a run reads the breaker's alarms again while it goes on.
+pub const BREAKER_RECHECK: Duration = Duration::from_secs(30);
+/// How long a run waits for the breaker's alarms before it pauses replay (and goes on
+/// archiving): a slow CloudWatch must not eat the run.
+pub const BREAKER_WAIT: Duration = Duration::from_secs(5);
+/// The most DLQ messages a run holds hidden (kept ones, those held for the run and those in
+/// its cycles): SQS hands out nothing past about 120,000 in flight in a standard queue, with
+/// no error, so a run stays well below it.
+pub const IN_FLIGHT_MAX: u64 = 110_000;
+/// How long a run reads the keep lists at most before it counts the kept messages as unknown
+/// (then it hides no more): a slow S3 must not eat the run.
+pub const KEEP_LIST_WAIT: Duration = Duration::from_secs(5);
+/// Received messages stay hidden this long past the deadline, so one the run could not finish
+/// (a crash, a call cut off) comes back soon after it.
+pub const HOLD_PAST_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The time, as the shell read it: the monotonic instant (for deadlines and pacing) and the
+/// wall clock in epoch millis (for TTLs and the alarms' history).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// The monotonic instant.
+    pub instant: Instant,
+    /// Epoch millis.
+    pub epoch_ms: u64,
+}
+
+impl Now {
+    /// The same clock, `d` later.
+    pub fn after(self, d: Duration) -> Self {
+        Self {
+            instant: self.instant + d,
+            epoch_ms: self.epoch_ms + d.as_millis() as u64,
+        }
+    }
+}
+
+/// How a redriver runs, beyond its configuration: what a deployment never changes and a test,
+/// a benchmark or a stand-in may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// `ReceiveMessage`'s long-poll wait, 0–20 s (1 s: "empty" means empty).
+    pub receive_wait_seconds: i32,
+    /// How often the breaker is read again ([`BREAKER_RECHECK`]).
+    pub breaker_recheck: Duration,
+    /// The most DLQ messages a run holds hidden, kept ones included ([`IN_FLIGHT_MAX`]).
+    pub in_flight_max: u64,
+    /// The most receive → settle cycles in flight ([`plan::MAX_CYCLES_IN_FLIGHT`]; 1 is the
+    /// sequential design).
+    pub max_cycles: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            receive_wait_seconds: 1,
+            breaker_recheck: BREAKER_RECHECK,
+            in_flight_max: IN_FLIGHT_MAX,
+            max_cycles: plan::MAX_CYCLES_IN_FLIGHT,
+        }
+    }
+}
+
+/// A settle the run asked for, to be reported back with its [`Report`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SettleId(u64);
+
+/// A receive the run asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Receive {
+    /// When it was asked for: its messages' 12 h of visibility count from here.
+    pub at: Instant,
+    /// Received messages stay hidden this long (until a little past the deadline).
+    pub visibility_seconds: i32,
+    /// The long-poll wait.
+    pub wait_seconds: i32,
+    /// Answered by this, or the run stops receiving ([`StopReason::Deadline`]).
+    pub by: Instant,
+}
+
+/// What the run asks the shell to do next.
+#[derive(Debug)]
+pub enum Command {
+    /// Read the states of the breaker's alarms by `by` ([`Run::handle_breaker`]).
+    ReadBreaker {
+        /// The answer's deadline: no answer by then counts as unreadable.
+        by: Instant,
+    },
+    /// Read the keep lists by `by` ([`Run::handle_keep_lists`]).
+    ReadKeepLists {
+        /// The answer's deadline: no answer by then counts as unknown.
+        by: Instant,
+    },
+    /// Receive up to 10 from the DLQ ([`Run::handle_received`]).
+    Receive(Receive),
+    /// Carry `plan` out by `by`, copies to the main queue paced by the token bucket
+    /// ([`Run::handle_settled`]).
+    Settle {
+        /// Which settle, for its report.
+        id: SettleId,
+        /// The actions.
+        plan: Plan,
+        /// Their deadlines.
+        by: Deadlines,
+    },
+    /// The run is over: take its summary ([`Run::finish`]).
+    Finish,
+}
+
+/// A received message's (message id, receipt handle).
+pub type Receipt = (String, String);
+
+/// Where a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// The breaker's first reading: asked for (`true`) or not yet.
+    Breaker(bool),
+    /// The keep lists: asked for (`true`) or not yet.
+    KeepLists(bool),
+    /// A selective run makes the kept messages of its reason visible.
+    Unhide,
+    /// Receive → plan → settle cycles.
+    Cycles,
+    /// The end: the kept messages listed and hidden (asked for: `true`).
+    Keeping(bool),
+    /// The end: what the run held released (asked for: `true`).
+    Releasing(bool),
+    /// Nothing more to do: [`Command::Finish`].
+    Done,
+    /// [`Command::Finish`] given.
+    Finished,
+}
+
+/// What a settle in flight is for.
+#[derive(Debug)]
+enum Settling {
+    /// Kept messages of a selective run's reason made visible: how many earlier runs hid.
+    Unhide(u64),
+    /// A cycle's messages and their fates.
+    Cycle(Cycle),
+    /// Kept messages listed, then hidden: each with its listing and its hide.
+    Keep(Vec<(KeptMessage, ActionId, ActionId)>),
+    /// A release: of replays whose delete failed, while cycles go on (`true`), or of what the
+    /// run held, at its end.
+    Release(bool),
+}
+
+/// The cycles in flight and what governs them.
+#[derive(Debug)]
+struct Window {
+    /// The most cycles in flight: enough for the rate ([`plan::cycles_in_flight`]).
+    depth: usize,
+    /// The most replays planned ahead of the token bucket ([`plan::replays_ahead`]).
+    ahead: u64,
+    /// Cycles in flight now may number this many: it starts at 2 and doubles with each full
+    /// batch, up to `depth`, and starts over at 2 on an empty receive, so that a shallow DLQ,
+    /// or a FIFO group this run holds, costs a few receives, not `depth` empty ones.
+    open: usize,
+    /// Cycles in flight: receiving or settling.
+    cycles: usize,
+    /// Of those, receiving.
+    receiving: usize,
+    /// Releases of replays whose delete failed, under way: what they make visible is received
+    /// again by this run.
+    releasing: usize,
+    /// Keep lists being written while cycles go on.
+    keeping: usize,
+    /// The breaker is being read again: no receive starts (its batch would be planned under
+    /// the old verdict).
+    checking: bool,
+    /// The DLQ looked drained (a receive came back empty): one receive at a time until one
+    /// brings messages, not a burst of empty ones.
+    drained: bool,
+    /// A settle or release ended since the last receive started: messages may have become
+    /// receivable (a FIFO group unlocked, a release), so one receive may start although the
+    /// DLQ looked drained.
+    probe: bool,
+    /// Why receiving stopped.
+    stopped: Option<StopReason>,
+    /// When the breaker is read again.
+    recheck_at: Instant,
+}
+
+impl Window {
+    /// Anything in flight: a cycle, a release, a keep list, a breaker reading.
+    fn busy(&self) -> bool {
+        self.cycles + self.releasing + self.keeping > 0 || self.checking
+    }
+}
+
+/// What counts against the run's budgets.
+#[derive(Debug)]
+struct Budget {
+    /// Replays at most: `maxMessages`, what the rate allows in the run's time, or a probe.
+    max_messages: u64,
+    /// Copies sent or attempted: what counts against `max_messages`. Archiving does not
+    /// (expired messages must not starve replay, nor fresh ones their archiving), nor do kept
+    /// or unselected messages.
+    replays: u64,
+    /// Replays planned by cycles in flight and not yet counted.
+    planned_replays: u64,
+    /// Kept messages to hide planned by cycles in flight.
+    planned_kept: u64,
+    /// `KEPT_IN_FLIGHT_MAX`.
+    kept_max: u64,
+    /// Kept messages hidden now (by earlier runs, from their keep lists, and by this one);
+    /// `None` when the keep lists could not be read.
+    kept_hidden: Option<u64>,
+}
+
+/// One redriver run: its state, its scheduling and its summary so far.
+#[derive(Debug)]
+pub struct Run {
+    summary: Summary,
+    rules: Rules,
+    queues: QueueUrls,
+    /// `PAUSE_ON_ALARMS`.
+    alarms: Vec<String>,
+    tuning: Tuning,
+    deadline: Instant,
+    by: Deadlines,
+    started: Instant,
+    stage: Stage,
+    window: Window,
+    budget: Budget,
+    /// Commands decided while handling what arrived, given by the next polls.
+    ready: VecDeque<Command>,
+    settling: HashMap<SettleId, Settling>,
+    next_id: u64,
+    /// DLQ message ids whose replay (or explained copy) this run confirmed and whose delete
+    /// did not go through (only those: a run at 3,000/s confirms millions of replays).
+    replayed: HashSet<String>,
+    /// DLQ message ids planned by cycles in flight: a standard queue may hand one message to
+    /// two receives at once, and a second receipt must not be planned again.
+    in_cycles: HashSet<String>,
+    /// Replayed messages whose delete failed, to make visible again at once.
+    release_now: Vec<Receipt>,
+    /// Held for the run: released at its end.
+    held: Vec<Receipt>,
+    /// Kept messages waiting to be listed and hidden.
+    pending: Vec<PendingKeep>,
+    /// The first send call and how many it confirmed, and the last send call.
+    sends: Option<((Instant, u64), Instant)>,
+    /// The replays confirmed, when the run lists them (`None`: it does not; a scheduled run at
+    /// 3,000/s would hold millions).
+    listed: Option<Vec<Replayed>>,
+}
+
+impl Run {
+    /// A run of `request` under `config`, ending by `deadline`, started `now`.
+    pub fn new(
+        request: &RunRequest,
+        config: &RedriverConfig,
+        tuning: Tuning,
+        deadline: Instant,
+        now: Now,
+    ) -> Self {
+        let by = Deadlines::before(deadline, config.common.deadline_margin, 4, now.instant);
+        let rate = request.rate_per_second;
+        let time = by.start_by.saturating_duration_since(now.instant);
+        let max_messages = request
+            .max_messages
+            .map_or_else(|| plan::auto_budget(rate, time), u64::from);
+        let depth = plan::cycles_in_flight(rate).min(tuning.max_cycles);
+        Self {
+            summary: Summary::new(request.dry_run, rate),
+            rules: Rules::of(request, config),
+            queues: QueueUrls::new(&config.common.main_queue_url, &config.common.dlq_url),
+            alarms: config.pause_on_alarms.clone(),
+            tuning,
+            deadline,
+            by,
+            started: now.instant,
+            stage: Stage::Breaker(false),
+            window: Window {
+                depth,
+                ahead: plan::replays_ahead(rate),
+                open: depth.min(2),
+                cycles: 0,
+                receiving: 0,
+                releasing: 0,
+                keeping: 0,
+                checking: false,
+                drained: false,
+                probe: false,
+                stopped: None,
+                recheck_at: now.instant,
+            },
+            budget: Budget {
+                max_messages,
+                replays: 0,
+                planned_replays: 0,
+                planned_kept: 0,
+                kept_max: config.kept_in_flight_max,
+                kept_hidden: None,
+            },
+            ready: VecDeque::new(),
+            settling: HashMap::new(),
+            next_id: 0,
+            replayed: HashSet::new(),
+            in_cycles: HashSet::new(),
+            release_now: Vec::new(),
+            held: Vec::new(),
+            pending: Vec::new(),
+            sends: None,
+            listed: None,
+        }
+    }
+
+    /// Lists every replay this run confirms ([`Run::finish`] hands them over): an operator's
+    /// canary follows each to its outcome.
+    pub fn list_replays(&mut self) {
+        self.listed.get_or_insert_with(Vec::new);
+    }
+
+    /// What to do next at `now`, or `None` until something arrives or [`Run::poll_timeout`]
+    /// passes. The shell calls it until `None` after each `handle_*`.
+    pub fn poll(&mut self, now: Now) -> Option<Command> {
+        if let Some(command) = self.ready.pop_front() {
+            return Some(command);
+        }
+        loop {
+            match self.stage {
+                Stage::Breaker(false) if self.alarms.is_empty() => {
+                    self.stage = Stage::KeepLists(false)
+                }
+                Stage::Breaker(false) => {
+                    self.stage = Stage::Breaker(true);
+                    let by = self.by.start_by.min(now.instant + BREAKER_WAIT);
+                    return Some(Command::ReadBreaker { by });
+                }
+                Stage::KeepLists(false) => {
+                    self.stage = Stage::KeepLists(true);
+                    let by = self.by.start_by.min(now.instant + KEEP_LIST_WAIT);
+                    return Some(Command::ReadKeepLists { by });
+                }
+                Stage::Cycles => match self.poll_cycles(now) {
+                    Some(command) => return Some(command),
+                    None if self.window.busy() => return None,
+                    None => {
+                        let stopped = self.window.stopped.unwrap_or(StopReason::Empty);
+                        self.summary.stopped_by = stopped;
+                        self.stage = Stage::Keeping(false);
+                    }
+                },
+                Stage::Keeping(false) => {
+                    self.stage = Stage::Keeping(true);
+                    match self.keep_plan(now) {
+                        Some(command) => return Some(command),
+                        None => self.stage = Stage::Releasing(false),
+                    }
+                }
+                Stage::Releasing(false) => {
+                    self.stage = Stage::Releasing(true);
+                    let held = std::mem::take(&mut self.held);
+                    match held.is_empty() {
+                        true => self.stage = Stage::Done,
+                        false => return Some(self.release(held, self.by.settle_by, false)),
+                    }
+                }
+                Stage::Done => {
+                    self.stage = Stage::Finished;
+                    return Some(Command::Finish);
+                }
+                Stage::Breaker(true)
+                | Stage::KeepLists(true)
+                | Stage::Unhide
+                | Stage::Keeping(true)
+                | Stage::Releasing(true)
+                | Stage::Finished => return None,
+            }
+        }
+    }
+
+    /// When to call [`Run::poll`] again if nothing arrives before: the breaker's next reading
+    /// while cycles go on.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let w = &self.window;
+        let rechecks = self.stage == Stage::Cycles
+            && !self.alarms.is_empty()
+            && !w.checking
+            && !self.rules.paused
+            && w.stopped.is_none();
+        rechecks.then_some(w.recheck_at)
+    }
+
+    /// The states of the breaker's alarms, or why they could not be read (by the deadline of
+    /// [`Command::ReadBreaker`]).
+    pub fn handle_breaker(&mut self, read: Result<Vec<AlarmState>, String>, now: Now) {
+        let read = read.as_deref().map_err(String::as_str);
+        self.apply(breaker::decide(&self.alarms, read, now.epoch_ms));
+        match self.stage {
+            Stage::Breaker(_) => self.stage = Stage::KeepLists(false),
+            _ => {
+                self.window.checking = false;
+                self.window.recheck_at = now.instant + self.tuning.breaker_recheck;
+            }
+        }
+    }
+
+    /// The kept messages earlier runs hid that are still hidden, from the keep lists (`None`:
+    /// they could not be read; then this run hides no more: it cannot count them against
+    /// `KEPT_IN_FLIGHT_MAX`). A run selected by reason makes those of its reason visible again
+    /// (a dry run counts them and changes nothing).
+    pub fn handle_keep_lists(&mut self, hidden: Option<Vec<KeptMessage>>, now: Now) {
+        let count = hidden.as_ref().map(|h| h.len() as u64);
+        let unhide = match (&self.rules.reason, hidden) {
+            (Some(reason), Some(hidden)) if !self.rules.paused => {
+                let selected = hidden
+                    .into_iter()
+                    .filter(|k| k.failure_reason.as_deref() == Some(reason.as_str()));
+                Plan::release(&self.queues.dlq, selected.map(|k| k.receipt_handle))
+            }
+            _ => Plan::new(),
+        };
+        if self.summary.dry_run || unhide.is_empty() {
+            return self.start_cycles(count, unhide.len() as u64, now);
+        }
+        self.stage = Stage::Unhide;
+        let by = Deadlines::all_by(self.by.settle_by);
+        let command = self.settle(unhide, by, Settling::Unhide(count.unwrap_or(0)));
+        self.ready.push_back(command);
+    }
+
+    /// What a receive brought, or why receiving stops.
+    pub fn handle_received(
+        &mut self,
+        receive: Receive,
+        got: Result<Vec<ReceivedMessage>, StopReason>,
+        now: Now,
+    ) {
+        let w = &mut self.window;
+        w.receiving -= 1;
+        let batch = match got {
+            Ok(batch) if !batch.is_empty() => batch,
+            Ok(_) => {
+                // empty while other cycles hold messages (a FIFO group they lock, the last of
+                // a standard queue): receive again once one of them settled; else the end
+                w.cycles -= 1;
+                w.open = w.depth.min(2);
+                match w.cycles + w.releasing {
+                    0 if !w.probe => _ = w.stopped.get_or_insert(StopReason::Empty),
+                    _ => w.drained = true,
+                }
+                return;
+            }
+            Err(stop) => {
+                w.cycles -= 1;
+                w.stopped.get_or_insert(stop);
+                return;
+            }
+        };
+        // a short batch is common in a standard queue: only an empty one says drained
+        w.drained = false;
+        if batch.len() == MAX_BATCH {
+            w.open = (w.open * 2).min(w.depth);
+        }
+        let (plan, cycle) = self.plan(batch, now.epoch_ms, receive.at);
+        if self.summary.dry_run {
+            self.window.cycles -= 1;
+            self.account(cycle, None);
+        } else {
+            let command = self.settle(plan, self.by, Settling::Cycle(cycle));
+            self.ready.push_back(command);
+        }
+    }
+
+    /// What the executor reported of settle `id`.
+    pub fn handle_settled(&mut self, id: SettleId, report: Report, now: Now) {
+        let Some(settling) = self.settling.remove(&id) else {
+            return;
+        };
+        match settling {
+            Settling::Unhide(hidden) => {
+                let unhidden = report.iter().filter(|(_, c)| c.is_confirmed()).count() as u64;
+                let reason = self.rules.reason.as_deref().unwrap_or_default();
+                tracing::info!(reason, unhidden, "kept messages made visible for this run");
+                self.start_cycles(Some(hidden), unhidden, now);
+            }
+            Settling::Cycle(cycle) => {
+                let w = &mut self.window;
+                (w.cycles, w.probe) = (w.cycles - 1, true);
+                // a copy that could not start or was not answered stops receiving only at the
+                // deadline margin: one call the SDK timed out earlier (its messages reappear
+                // by themselves after the run) ends nothing
+                if self.account(cycle, Some(&report)) && now.instant >= self.by.start_by {
+                    self.window.stopped = Some(StopReason::Deadline);
+                }
+            }
+            Settling::Keep(entries) => {
+                self.account_keeps(&entries, &report);
+                match self.stage {
+                    Stage::Keeping(_) => self.stage = Stage::Releasing(false),
+                    _ => self.window.keeping -= 1,
+                }
+            }
+            Settling::Release(during_cycles) => {
+                let failed = report.iter().filter(|(_, c)| !c.is_confirmed()).count();
+                if failed > 0 {
+                    tracing::warn!(
+                        count = failed,
+                        "could not release DLQ messages; they return after their visibility timeout"
+                    );
+                }
+                match during_cycles {
+                    true => {
+                        let w = &mut self.window;
+                        (w.releasing, w.probe) = (w.releasing - 1, true);
+                    }
+                    false => self.stage = Stage::Done,
+                }
+            }
+        }
+    }
+
+    /// The summary, at `now`, and the replays listed (none when the run does not list them).
+    pub fn finish(mut self, now: Now) -> (Summary, Vec<Replayed>) {
+        if let Some(((first, in_first), last)) = self.sends {
+            let secs = last.duration_since(first).as_secs_f64();
+            if secs > 0.0 {
+                // What the first send carried was paid for before it; the rest after it.
+                let after_first = self.summary.redriven.saturating_sub(in_first);
+                self.summary.achieved_rate_per_second = Some(after_first as f64 / secs);
+            }
+        }
+        let elapsed = now.instant.saturating_duration_since(self.started);
+        self.summary.elapsed_ms = elapsed.as_millis() as u64;
+        (self.summary, self.listed.unwrap_or_default())
+    }
+
+    /// The cycles start, with `hidden` kept messages hidden by earlier runs (`None`: not
+    /// known), `unhidden` of them made visible again for this run.
+    fn start_cycles(&mut self, hidden: Option<u64>, unhidden: u64, now: Now) {
+        self.summary.unhidden = unhidden;
+        self.budget.kept_hidden = hidden.map(|h| h.saturating_sub(unhidden));
+        self.summary.kept_in_flight = self.budget.kept_hidden;
+        self.window.recheck_at = now.instant + self.tuning.breaker_recheck;
+        self.stage = Stage::Cycles;
+    }
+
+    /// The next command while cycles go on: the breaker's reading when due, a release of
+    /// replays whose delete failed, a full keep list, a receive.
+    fn poll_cycles(&mut self, now: Now) -> Option<Command> {
+        if self.poll_timeout().is_some_and(|at| now.instant >= at) {
+            self.window.checking = true;
+            let by = self.by.move_by.min(now.instant + BREAKER_WAIT);
+            return Some(Command::ReadBreaker { by });
+        }
+        if !self.release_now.is_empty() {
+            self.window.releasing += 1;
+            let release = std::mem::take(&mut self.release_now);
+            return Some(self.release(release, self.by.move_by, true));
+        }
+        if self.pending.len() >= MAX_ENTRIES_PER_LIST {
+            self.window.keeping += 1;
+            return self.keep_plan(now);
+        }
+        self.next_receive(now).map(Command::Receive)
+    }
+
+    /// A receive, when one may start: no breaker reading under way, the DLQ not looked
+    /// drained (or a probe), room in the window, few replays waiting for tokens; else none,
+    /// and maybe receiving stops (the deadline margin, the in-flight limit).
+    fn next_receive(&mut self, now: Now) -> Option<Receive> {
+        let w = &self.window;
+        let may = !w.checking
+            && (!w.drained || (w.probe && w.receiving == 0))
+            && w.stopped.is_none()
+            && w.cycles < w.open
+            && self.budget.planned_replays <= w.ahead;
+        if !may {
+            return None;
+        }
+        if let Some(stop) = self.stops_receiving(now) {
+            self.window.stopped = Some(stop);
+            return None;
+        }
+        let w = &mut self.window;
+        (w.cycles, w.receiving, w.probe) = (w.cycles + 1, w.receiving + 1, false);
+        let left = self
+            .by
+            .start_by
+            .saturating_duration_since(now.instant)
+            .as_secs();
+        let until_deadline = self.deadline.saturating_duration_since(now.instant);
+        Some(Receive {
+            at: now.instant,
+            visibility_seconds: plan::receive_visibility(until_deadline, HOLD_PAST_DEADLINE),
+            wait_seconds: (self.tuning.receive_wait_seconds.max(0) as u64).min(left) as i32,
+            by: self.by.move_by,
+        })
+    }
+
+    /// Why another receive may not start: the deadline margin, a dry run's budget counted, or
+    /// the messages the run holds hidden (and those of its cycles in flight) at its in-flight
+    /// limit.
+    fn stops_receiving(&self, now: Now) -> Option<StopReason> {
+        if now.instant >= self.by.start_by {
+            return Some(StopReason::Deadline);
+        }
+        // a dry run changes nothing: it does not hold the DLQ hidden past its budget
+        if self.summary.dry_run && self.replay_budget() == 0 {
+            return Some(StopReason::MaxMessages);
+        }
+        let in_hand = self.hidden() + (self.window.cycles * MAX_BATCH) as u64;
+        if in_hand + MAX_BATCH as u64 > self.tuning.in_flight_max {
+            tracing::warn!(
+                hidden = in_hand,
+                limit = self.tuning.in_flight_max,
+                "the run holds as many DLQ messages hidden as it may: it stops receiving (SQS hands out nothing past its in-flight quota)"
+            );
+            return Some(StopReason::InFlightLimit);
+        }
+        None
+    }
+
+    /// A settle to ask for, remembered until its report comes.
+    fn settle(&mut self, plan: Plan, by: Deadlines, settling: Settling) -> Command {
+        let id = SettleId(self.next_id);
+        self.next_id += 1;
+        self.settling.insert(id, settling);
+        Command::Settle { id, plan, by }
+    }
+
+    /// Makes `receipts` visible again, by `until`.
+    fn release(&mut self, receipts: Vec<Receipt>, until: Instant, during_cycles: bool) -> Command {
+        let plan = Plan::release(&self.queues.dlq, receipts.into_iter().map(|(_, rh)| rh));
+        self.settle(
+            plan,
+            Deadlines::all_by(until),
+            Settling::Release(during_cycles),
+        )
+    }
+
+    /// Lists the kept messages waiting, then hides them until their TTL, by the settle
+    /// deadline; none waiting: nothing to do.
+    fn keep_plan(&mut self, now: Now) -> Option<Command> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let (plan, entries) = plan::keep(pending, &self.queues.dlq, now.epoch_ms, now.instant);
+        let by = Deadlines::all_by(self.by.settle_by);
+        Some(self.settle(plan, by, Settling::Keep(entries)))
+    }
+
+    /// Takes the breaker's verdict: open pauses replay (archiving goes on), half-open lowers
+    /// the budget to a probe.
+    fn apply(&mut self, verdict: Breaker) {
+        match verdict {
+            Breaker::Closed => {}
+            Breaker::Open { reason, too_long } => {
+                match too_long {
+                    true => {
+                        tracing::error!(error_code = ErrorCode::BreakerUnreadable.code(), reason = %reason, "replay paused longer than the alarm's hold, or by an alarm that cannot be read; archiving goes on")
+                    }
+                    false => {
+                        tracing::warn!(reason = %reason, "replay paused by the circuit breaker; archiving goes on")
+                    }
+                }
+                self.summary.paused = true;
+                self.summary.paused_too_long |= too_long;
+                self.summary.pause_reason = Some(reason);
+                self.rules.paused = true;
+            }
+            Breaker::HalfOpen { budget, reason }
+                if u64::from(budget) < self.budget.max_messages =>
+            {
+                tracing::warn!(reason = %reason, budget, "replaying a probe only");
+                self.budget.max_messages = u64::from(budget);
+                self.summary.probe = Some(budget);
+            }
+            Breaker::HalfOpen { .. } => {}
+        }
+    }
+
+    /// Replays left in the budget (less those planned by cycles in flight).
+    fn replay_budget(&self) -> u64 {
+        let b = &self.budget;
+        b.max_messages
+            .saturating_sub(b.replays)
+            .saturating_sub(b.planned_replays)
+    }
+
+    /// Messages the run holds hidden in the DLQ: held for the run, kept (hidden or waiting to
+    /// be; `KEPT_IN_FLIGHT_MAX` when not known). Those in cycles in flight are not counted
+    /// here.
+    fn hidden(&self) -> u64 {
+        let kept = self.budget.kept_hidden.unwrap_or(self.budget.kept_max);
+        (self.held.len() + self.pending.len()) as u64 + kept
+    }
+
+    /// The plan of a received batch, under the run's rules, budget and room for kept
+    /// messages; what it plans is reserved until [`Run::account`] counts it.
+    fn plan(&mut self, batch: Vec<ReceivedMessage>, now_ms: u64, at: Instant) -> (Plan, Cycle) {
+        let b = &self.budget;
+        let kept_room = b.kept_hidden.map(|hidden| {
+            let planned = hidden + self.pending.len() as u64 + b.planned_kept;
+            b.kept_max.saturating_sub(planned)
+        });
+        let limits = Limits {
+            budget: self.replay_budget(),
+            dry_run: self.summary.dry_run,
+            now_ms,
+            kept_room,
+        };
+        let seen = (&self.replayed, &self.in_cycles);
+        let (plan, cycle) = plan::cycle(batch, &self.rules, &self.queues, limits, at, seen);
+        for (m, fate) in &cycle.items {
+            if *fate != Fate::Held(Held::InFlight) {
+                self.in_cycles.insert(m.message_id.clone());
+            }
+        }
+        let (replays, kept) = cycle.reserved();
+        self.budget.planned_replays += replays;
+        self.budget.planned_kept += kept;
+        (plan, cycle)
+    }
+
+    /// Counts a cycle from what the executor reported (`None`: a dry run, nothing settled).
+    /// Returns whether the cycle ran out of time (a copy that could not start, or was not
+    /// answered, before its deadline).
+    fn account(&mut self, cycle: Cycle, report: Option<&Report>) -> bool {
+        let (replays, kept) = cycle.reserved();
+        let b = &mut self.budget;
+        b.planned_replays = b.planned_replays.saturating_sub(replays);
+        b.planned_kept = b.planned_kept.saturating_sub(kept);
+        self.summary.received += cycle.items.len() as u64;
+        let refused = report.map(|r| cycle.refused_groups(r)).unwrap_or_default();
+        for (m, fate) in &cycle.items {
+            if *fate != Fate::Held(Held::InFlight) {
+                self.in_cycles.remove(&m.message_id);
+            }
+        }
+        let mut out_of_time = false;
+        for (m, fate) in cycle.items {
+            if !m.dropped_attributes.is_empty() {
+                tracing::warn!(message_id = %m.message_id, correlation_id = correlation_id(&m), dropped = %m.dropped_attributes.join(", "), "list-valued attributes are not supported by SQS and are not copied");
+            }
+            match (fate, report) {
+                (Fate::Held(held), _) => self.held(m, held),
+                (Fate::Kept(until), _) => self.kept(m, until, cycle.received_at),
+                (Fate::Redrive { copy, delete }, Some(r)) => {
+                    let behind_refused = m.group_id().is_some_and(|g| refused.contains(g));
+                    out_of_time |= self.redriven(&m, r, copy, delete, behind_refused);
+                }
+                (
+                    Fate::Archive {
+                        reason,
+                        write,
+                        delete,
+                    },
+                    Some(r),
+                ) => self.archived(&m, r, reason, write, delete),
+                (Fate::Explain { copy, delete }, Some(r)) => self.explained(&m, r, copy, delete),
+                (Fate::ReplayedBefore { delete }, Some(r)) => {
+                    self.deleted(&m, r.get(delete), false)
+                }
+                (_, None) => self.hold(&m),
+            }
+        }
+        out_of_time
+    }
+
+    fn held(&mut self, m: ReceivedMessage, held: Held) {
+        match held {
+            Held::NotSelected | Held::Paused => {
+                tracing::debug!(message_id = %m.message_id, correlation_id = correlation_id(&m), held = ?held, "left in the DLQ");
+                self.summary.skipped += 1;
+            }
+            Held::OverBudget => {}
+            Held::InFlight => {
+                tracing::debug!(message_id = %m.message_id, correlation_id = correlation_id(&m), "received again while this run settles it; released");
+            }
+            Held::WouldRedrive => {
+                self.budget.replays += 1;
+                self.summary.redriven += 1;
+            }
+            Held::WouldArchive(reason) => *self.summary.archived.entry(reason).or_default() += 1,
+        }
+        self.hold(&m);
+    }
+
+    fn kept(&mut self, m: ReceivedMessage, until: Option<u64>, received_at: Instant) {
+        self.summary.skipped += 1;
+        self.summary.kept += 1;
+        match until {
+            Some(until_ms) if !self.summary.dry_run => self.pending.push(PendingKeep {
+                kept: KeptMessage {
+                    order_id: correlation_id(&m),
+                    failure_reason: m.failure_reason().map(str::to_owned),
+                    first_sent_at: m.first_sent_at(),
+                    message_id: m.message_id,
+                    receipt_handle: m.receipt_handle,
+                    hidden_until: until_ms,
+                },
+                until_ms,
+                received_at,
+            }),
+            _ => self.hold(&m),
+        }
+    }
+
+    /// A redrive: its replay confirmed, refused (held for the run), unanswered (it reappears
+    /// by itself) or not attempted. Returns whether it ran out of time.
+    fn redriven(
+        &mut self,
+        m: &ReceivedMessage,
+        r: &Report,
+        copy: ActionId,
+        delete: ActionId,
+        behind_refused: bool,
+    ) -> bool {
+        if let Some(at) = r.started_at(copy) {
+            self.budget.replays += 1;
+            self.note_send(at, r.is_confirmed(copy));
+        }
+        match r.get(copy) {
+            Confirmation::Confirmed(new_id) => {
+                self.confirmed_replay(m, new_id.as_deref());
+                if !r.is_confirmed(delete) {
+                    self.replayed.insert(m.message_id.clone());
+                }
+                self.deleted(m, r.get(delete), true);
+                false
+            }
+            Confirmation::Failed(SettleError::Refused(why)) => {
+                self.summary.failed += 1;
+                tracing::warn!(message_id = %m.message_id, correlation_id = correlation_id(m), error_code = ErrorCode::RedriveSendFailed.code(), error_details = %why, "not redriven; left in the DLQ");
+                self.hold(m);
+                false
+            }
+            // unknown whether SQS took it: neither deleted nor released; it reappears after
+            // its visibility timeout and a later run sends it again (a FIFO main queue
+            // deduplicates that within its 5-minute interval; the consumer is idempotent by
+            // orderId in any case)
+            Confirmation::Failed(SettleError::Unanswered) => {
+                self.summary.failed += 1;
+                true
+            }
+            // behind a send of its FIFO group that did not go: it waits for a later run (left
+            // on purpose, and so skipped, when SQS refused that send; behind one not answered
+            // in time it is only held)
+            Confirmation::NotAttempted(Unattempted::Held) => {
+                self.summary.skipped += u64::from(behind_refused);
+                self.hold(m);
+                false
+            }
+            Confirmation::NotAttempted(Unattempted::OutOfTime) => {
+                self.hold(m);
+                true
+            }
+        }
+    }
+
+    /// A replay SQS confirmed (`new_id`: its copy's id): logged, counted, listed.
+    fn confirmed_replay(&mut self, m: &ReceivedMessage, new_id: Option<&str>) {
+        let redrive_count = classify::next_redrive_count(m).ok();
+        tracing::info!(message_id = %m.message_id, new_message_id = new_id, correlation_id = correlation_id(m), redrive_count, "redriven");
+        self.summary.redriven += 1;
+        self.summary.returned += u64::from(classify::is_returned_replay(m));
+        self.summary.unexplained += u64::from(classify::is_unexplained(m));
+        if let Some(listed) = &mut self.listed {
+            listed.push(Replayed {
+                dlq_message_id: m.message_id.clone(),
+                message_id: new_id.map(str::to_owned),
+                order_id: correlation_id(m),
+                redrive_count,
+                failure_reason: m.failure_reason().map(str::to_owned),
+            });
+        }
+    }
+
+    /// An archive entry: written (then deleted), refused (held for the run), or not written in
+    /// time (it reappears by itself).
+    fn archived(
+        &mut self,
+        m: &ReceivedMessage,
+        r: &Report,
+        reason: ArchiveReason,
+        write: ActionId,
+        delete: ActionId,
+    ) {
+        match r.get(write) {
+            Confirmation::Confirmed(key) => {
+                tracing::info!(message_id = %m.message_id, correlation_id = correlation_id(m), reason = reason.code(), key = key.as_deref(), "archived");
+                *self.summary.archived.entry(reason).or_default() += 1;
+                self.summary.returned += u64::from(classify::is_returned_replay(m));
+                self.summary.unexplained += u64::from(classify::is_unexplained(m));
+                self.deleted(m, r.get(delete), false);
+            }
+            Confirmation::Failed(SettleError::Refused(why)) => {
+                tracing::warn!(message_id = %m.message_id, correlation_id = correlation_id(m), error_code = ErrorCode::ArchiveFailed.code(), error_details = %why, "not archived; left in the DLQ");
+                self.summary.failed += 1;
+                self.hold(m);
+            }
+            _ => self.summary.failed += 1,
+        }
+    }
+
+    /// An unexplained dead letter held by the run: counted once its copy with a reason is in
+    /// the DLQ (then it is deleted); left as it is, and held, when that copy did not go.
+    fn explained(&mut self, m: &ReceivedMessage, r: &Report, copy: ActionId, delete: ActionId) {
+        self.summary.skipped += 1;
+        match r.get(copy) {
+            Confirmation::Confirmed(id) => {
+                tracing::info!(message_id = %m.message_id, new_message_id = id.as_deref(), correlation_id = correlation_id(m), reason = resq::reason::FailureReason::InvocationFailed.code(), "dead letter without a reason: its copy in the DLQ now says why");
+                self.summary.unexplained += 1;
+                // like a replay: one whose delete failed is made visible again at once, and
+                // when this run receives it again it is only deleted (not explained twice)
+                if !r.is_confirmed(delete) {
+                    self.replayed.insert(m.message_id.clone());
+                }
+                self.deleted(m, r.get(delete), true);
+            }
+            Confirmation::Failed(SettleError::Unanswered) => {}
+            _ => self.hold(m),
+        }
+    }
+
+    /// A moved message's delete. One not confirmed leaves it to be seen again: an archive
+    /// finds its entry; a replay (or an explained dead letter) is made visible again at once
+    /// (`replay`), and when this run receives it again it is only deleted.
+    fn deleted(&mut self, m: &ReceivedMessage, delete: &Confirmation, replay: bool) {
+        if replay && !delete.is_confirmed() {
+            self.release_now
+                .push((m.message_id.clone(), m.receipt_handle.clone()));
+        }
+        match delete {
+            Confirmation::Confirmed(_) => {}
+            Confirmation::Failed(SettleError::Refused(why)) => {
+                self.summary.delete_failed += 1;
+                tracing::warn!(message_id = %m.message_id, correlation_id = correlation_id(m), error_code = ErrorCode::DlqDeleteFailed.code(), error_details = %why, "moved but not deleted from the DLQ; it will be seen again (an archive finds its entry; a replay is sent again)");
+            }
+            _ => {
+                self.summary.delete_failed += 1;
+                tracing::warn!(message_id = %m.message_id, correlation_id = correlation_id(m), error_code = ErrorCode::DlqDeleteDeadline.code(), "delete not confirmed before the deadline margin; it will be seen again (an archive finds its entry; a replay is sent again)");
+            }
+        }
+    }
+
+    fn note_send(&mut self, at: Instant, confirmed: bool) {
+        let confirmed = u64::from(confirmed);
+        self.sends = Some(match self.sends {
+            None => ((at, confirmed), at),
+            Some(((first, n), last)) if at == first => ((first, n + confirmed), last.max(at)),
+            Some(((first, _), last)) if at < first => ((at, confirmed), last.max(first)),
+            Some((first, last)) => (first, last.max(at)),
+        });
+    }
+
+    fn hold(&mut self, m: &ReceivedMessage) {
+        self.held
+            .push((m.message_id.clone(), m.receipt_handle.clone()));
+    }
+
+    /// Counts a keep plan from what the executor reported: a message whose listing was not
+    /// confirmed is not hidden either, and is released at the end of the run (released
+    /// earlier, the run would read it again).
+    fn account_keeps(&mut self, entries: &[(KeptMessage, ActionId, ActionId)], r: &Report) {
+        let unlisted: Vec<&KeptMessage> = entries
+            .iter()
+            .filter(|(_, listed, _)| !r.is_confirmed(*listed))
+            .map(|(k, _, _)| k)
+            .collect();
+        if let Some((_, listed, _)) = entries.iter().find(|(_, l, _)| !r.is_confirmed(*l)) {
+            tracing::warn!(error_code = ErrorCode::KeepListFailed.code(), error_details = %describe(r.get(*listed)), count = unlisted.len(), "keep list not written: kept messages are released after the run, not hidden (a hidden message must be reachable)");
+        }
+        for k in unlisted {
+            self.held
+                .push((k.message_id.clone(), k.receipt_handle.clone()));
+        }
+        let hidden = entries
+            .iter()
+            .filter(|(_, _, h)| r.is_confirmed(*h))
+            .count() as u64;
+        if let Some(before) = self.budget.kept_hidden {
+            self.budget.kept_hidden = Some(before + hidden);
+            self.summary.kept_in_flight = self.budget.kept_hidden;
+        }
+        let not_hidden = entries
+            .iter()
+            .filter(|(_, l, h)| r.is_confirmed(*l) && !r.is_confirmed(*h))
+            .count();
+        if not_hidden > 0 {
+            tracing::warn!(
+                error_code = ErrorCode::KeepHideDeadline.code(),
+                count = not_hidden,
+                "kept messages not hidden; they come back after the run"
+            );
+        }
+    }
+}
+
+/// A DLQ message's business id (`correlation_id`): the body field of this process's
+/// correlation key (`orderId`, or `RESQ_CORRELATION_KEY` / `RESQ_CORRELATION_FIELD`'s), when
+/// it has one (read only for a line that is written).
+fn correlation_id(m: &ReceivedMessage) -> Option<String> {
+    resq::telemetry::current().correlation.read(&m.body)
+}
+
+fn describe(c: &Confirmation) -> String {
+    match c {
+        Confirmation::Failed(e) => e.to_string(),
+        _ => "not attempted before the deadline margin".to_owned(),
+    }
+}
