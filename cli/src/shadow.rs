@@ -32,7 +32,7 @@ use crate::locate::remaining_hide;
 use resq::settle::{Action, ActionId, Confirmation, Deadlines, Plan, QueueUrl, Settler, Unpaced};
 use resq::sqs::{OutgoingMessage, Queues, ReceivedMessage};
 use resq::store::S3Store;
-use resq_redriver::classify::{self, Decision, Keep, Rules};
+use resq_redriver::classify::{self, Rules, Verdict};
 use resq_redriver::plan::PendingKeep;
 use resq_redriver::ratelimit::ReplayPace;
 use serde::Serialize;
@@ -55,14 +55,14 @@ pub enum Shadow {
 /// the redriver's decision (`classify`) and its copy (`replay`), nothing of its own.
 pub fn decide(m: &ReceivedMessage, rules: &Rules, now_ms: u64, to_fifo: bool) -> Shadow {
     match classify::classify(m, rules, now_ms) {
-        Decision::Redrive => match classify::replay(m, to_fifo) {
+        Verdict::Redrive => match classify::replay(m, to_fifo) {
             Ok(copy) => Shadow::Copy(copy),
             Err(reason) => Shadow::Skip(reason.code().to_owned()),
         },
-        Decision::Archive(reason) => Shadow::Skip(reason.code().to_owned()),
-        Decision::Keep(Keep::Permanent) => Shadow::Skip("kept".to_owned()),
-        Decision::Keep(Keep::NotSelected) => Shadow::Skip("notSelected".to_owned()),
-        Decision::Keep(Keep::Paused) => Shadow::Skip("paused".to_owned()),
+        Verdict::Archive(reason) => Shadow::Skip(reason.code().to_owned()),
+        Verdict::Keep => Shadow::Skip("kept".to_owned()),
+        Verdict::NotSelected => Shadow::Skip("notSelected".to_owned()),
+        Verdict::Paused => Shadow::Skip("paused".to_owned()),
     }
 }
 
