@@ -246,8 +246,6 @@ mod tests {
     use std::collections::HashSet;
     use std::time::Duration;
 
-    use crate::plan;
-
     fn now_ms() -> u64 {
         super::now().epoch_ms
     }
@@ -352,39 +350,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn expired_messages_do_not_use_up_the_replay_budget() {
-        // GIVEN 100 messages past their TTL ahead of 5 replayable ones, a budget of 5 replays
-        let (dlq, store, alarms) = doubles();
-        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "5")]);
-        for i in 0..100 {
-            dlq.push(
-                DLQ,
-                dlq_message(&format!("old-{i}"), now_ms() - 25 * HOUR_MS, &[]),
-            );
-        }
-        for i in 0..5 {
-            dlq.push(DLQ, dlq_message(&format!("new-{i}"), now_ms(), &[]));
-        }
-        // WHEN one scheduled run happens
-        let run = scheduled(&dlq, &store, &alarms, &cfg).await;
-        // THEN all are archived and all five replayed: archiving is not replay work
-        assert_eq!(
-            run.archived.get(&ArchiveReason::TtlExpired),
-            Some(&100),
-            "{run:?}"
-        );
-        assert_eq!(run.redriven, 5);
-        assert!(dlq.is_empty(DLQ));
-        // and the budget still bounds replays
-        for i in 0..12 {
-            dlq.push(DLQ, dlq_message(&format!("more-{i}"), now_ms(), &[]));
-        }
-        let run = scheduled(&dlq, &store, &alarms, &cfg).await;
-        assert_eq!((run.redriven, run.stopped_by), (5, StopReason::Empty));
-        assert_eq!((dlq.len(DLQ), dlq.visible(DLQ)), (7, 7));
-    }
-
-    #[tokio::test]
     async fn a_paused_run_archives_what_is_due_and_replays_nothing() {
         let (dlq, store, alarms) = doubles();
         alarms.set("replays-failing", true, Duration::from_secs(60), 10.0);
@@ -415,27 +380,6 @@ mod tests {
         );
         let m = summary.metrics();
         assert_eq!(m.get(metrics::REDRIVE_PAUSED), 1);
-    }
-
-    #[tokio::test]
-    async fn after_the_alarm_clears_a_run_replays_a_probe_not_its_budget() {
-        // GIVEN 100 replayable messages and the breaker's alarm back in OK two minutes ago
-        // (threshold 4 a minute)
-        let (dlq, store, alarms) = doubles();
-        let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
-        for i in 0..100 {
-            dlq.push(DLQ, dlq_message(&format!("m{i}"), now_ms(), &[]));
-        }
-        alarms.set("replays-failing", false, Duration::from_secs(120), 4.0);
-        // WHEN a scheduled run happens
-        let probe = scheduled(&dlq, &store, &alarms, &cfg).await;
-        // THEN it replays a probe of 10: twice what trips the alarm again if they fail
-        assert_eq!((probe.redriven, probe.probe), (10, Some(10)), "{probe:?}");
-        assert!(!probe.paused);
-        // AND once the alarm has been OK for a while, runs replay with their full budget
-        alarms.set("replays-failing", false, Duration::from_secs(3600), 4.0);
-        let full = scheduled(&dlq, &store, &alarms, &cfg).await;
-        assert_eq!((full.redriven, full.probe), (90, None));
     }
 
     /// A DLQ and main queue, a bucket and alarms, in memory.
@@ -477,84 +421,6 @@ mod tests {
         let mut m = dlq_message(id, now_ms(), &[]);
         m.attributes.insert("MessageGroupId".into(), group.into());
         m
-    }
-
-    #[tokio::test]
-    async fn a_failed_fifo_send_holds_the_rest_of_its_group() {
-        // GIVEN a FIFO pipeline: group A (a1 a2 a3) and B (b1 b2); a1's send fails
-        let (dlq, store, alarms) = doubles();
-        let cfg = fifo_config();
-        let (main, dlq_url) = (FIFO_MAIN, FIFO_DLQ);
-        for (id, g) in [
-            ("a1", "A"),
-            ("b1", "B"),
-            ("a2", "A"),
-            ("a3", "A"),
-            ("b2", "B"),
-        ] {
-            dlq.push(dlq_url, in_group(id, g));
-        }
-        dlq.fail_sends(|c| c.body.contains("a1"));
-        let first = scheduled(&dlq, &store, &alarms, &cfg).await;
-        // THEN group B went, in order; A's later messages waited behind a1
-        let order = |dlq: &MemorySqs| -> Vec<String> {
-            dlq.sent(main)
-                .iter()
-                .map(|c| {
-                    c.body
-                        .trim_start_matches("{\"orderId\":\"")
-                        .trim_end_matches("\"}")
-                        .to_owned()
-                })
-                .collect()
-        };
-        assert_eq!(order(&dlq), vec!["b1", "b2"], "{first:?}");
-        assert_eq!((first.failed, first.skipped), (1, 2));
-        assert_eq!(dlq.ids(dlq_url), vec!["a1", "a2", "a3"]);
-        // AND once sends go through again, the whole group follows in order
-        dlq.fail_sends(|_| false);
-        scheduled(&dlq, &store, &alarms, &cfg).await;
-        assert_eq!(order(&dlq), vec!["b1", "b2", "a1", "a2", "a3"]);
-        assert!(dlq.is_empty(dlq_url));
-    }
-
-    #[tokio::test]
-    async fn a_fifo_group_held_in_one_cycle_is_not_overtaken_in_the_next() {
-        // GIVEN a FIFO DLQ: group A (a01…a12, more than one receive) then b1; a01's send fails
-        let (dlq, store, alarms) = doubles();
-        let cfg = fifo_config();
-        let (main, dlq_url) = (FIFO_MAIN, FIFO_DLQ);
-        let ids: Vec<String> = (1..=12)
-            .map(|i| format!("a{i:02}"))
-            .chain(["b1".to_owned()])
-            .collect();
-        for id in &ids {
-            dlq.push(dlq_url, in_group(id, &id[..1].to_uppercase()));
-        }
-        dlq.fail_sends(|c| c.body.contains("a01"));
-        // WHEN a run goes over two receives
-        let first = scheduled(&dlq, &store, &alarms, &cfg).await;
-        // THEN the rest of A waits behind a01 in both cycles (SQS hands out none of a group
-        // while one of it is in flight); B goes; only the held ones behind the refused send are
-        // skipped
-        let sent: Vec<String> = dlq.sent(main).into_iter().map(|c| c.body).collect();
-        assert_eq!(sent, vec![r#"{"orderId":"b1"}"#], "{first:?}");
-        assert_eq!(
-            (first.redriven, first.failed, first.skipped),
-            (1, 1, 9),
-            "{first:?}"
-        );
-        // AND once sends go through, the group follows in order
-        dlq.fail_sends(|_| false);
-        scheduled(&dlq, &store, &alarms, &cfg).await;
-        let order: Vec<String> = dlq
-            .sent(main)
-            .into_iter()
-            .skip(1)
-            .map(|c| c.body[12..15].to_owned())
-            .collect();
-        assert_eq!(order, ids[..12].to_vec());
-        assert!(dlq.is_empty(dlq_url));
     }
 
     #[tokio::test]
@@ -826,17 +692,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn nothing_starts_inside_the_deadline_margin() {
-        let (dlq, store, alarms) = doubles();
-        fill(&dlq, 1, 0);
-        let summary = run_with(&dlq, &store, &alarms, &config(&[]), 10.0, Instant::now()).await;
-        assert_eq!(
-            (summary.received, summary.stopped_by),
-            (0, StopReason::Deadline)
-        );
-    }
-
-    #[tokio::test]
     async fn replays_waiting_for_tokens_past_the_margin_are_released_not_sent() {
         // 1 token per second and a full bucket (one batch) at the start; the margin (1 s) is
         // reached 0.5 s in: the first batch goes, the next would wait past the margin
@@ -942,48 +797,6 @@ mod tests {
             assert_eq!(order, expected.iter().collect::<Vec<_>>(), "group {g}");
         }
         assert!(dlq.is_empty(FIFO_DLQ));
-    }
-
-    #[tokio::test]
-    async fn auto_replays_what_the_rate_allows_in_the_run() {
-        // GIVEN 1,500 replayable messages, 1,000/s and about 2 s to start work in
-        let (dlq, store, alarms) = doubles();
-        fill(&dlq, 1500, 0);
-        let deadline = || Instant::now() + Duration::from_secs(3);
-        // WHEN MAX_MESSAGES_PER_RUN is left to its default (auto)
-        let cfg = config(&[]);
-        assert_eq!(cfg.max_messages_per_run, None);
-        let summary = run_with(&dlq, &store, &alarms, &cfg, 1000.0, deadline()).await;
-        // THEN the run replays what its rate allows in its time: all of them here
-        assert_eq!(summary.redriven, 1500, "{summary:?}");
-        assert_eq!(plan::auto_budget(1000.0, Duration::from_secs(2)), 2010);
-        // AND a number still bounds it
-        fill(&dlq, 1500, 0);
-        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "1000")]);
-        let summary = run_with(&dlq, &store, &alarms, &cfg, 1000.0, deadline()).await;
-        assert_eq!(summary.redriven, 1000, "{summary:?}");
-    }
-
-    #[tokio::test]
-    async fn a_spent_budget_still_archives_what_is_due() {
-        // GIVEN 20 replayable messages ahead of 30 past their TTL, and a budget of 5 replays
-        let (dlq, store, alarms) = doubles();
-        for i in 0..20 {
-            dlq.push(DLQ, dlq_message(&format!("new-{i}"), now_ms(), &[]));
-        }
-        for i in 0..30 {
-            dlq.push(
-                DLQ,
-                dlq_message(&format!("old-{i}"), now_ms() - 25 * HOUR_MS, &[]),
-            );
-        }
-        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "5")]);
-        let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
-        // THEN it replayed 5, went on reading to archive the 30, and released the other 15
-        assert_eq!(summary.redriven, 5, "{summary:?}");
-        assert_eq!(summary.archived.get(&ArchiveReason::TtlExpired), Some(&30));
-        assert_eq!((dlq.len(DLQ), dlq.visible(DLQ)), (15, 15));
-        assert_eq!(summary.stopped_by, StopReason::Empty);
     }
 
     #[tokio::test]
@@ -1277,20 +1090,5 @@ mod tests {
         assert_eq!(line["elapsed_ms"], summary.elapsed_ms);
         assert!(line.get("summary").is_none(), "{line}");
         assert_no_old_keys(&lines);
-    }
-
-    #[tokio::test]
-    async fn a_shallow_dlq_costs_a_few_receives_not_a_burst() {
-        // GIVEN 25 replayable messages at 3,000/s (up to 46 cycles in flight)
-        let (dlq, store, alarms) = doubles();
-        fill(&dlq, 25, 0);
-        let cfg = config(&[]);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let summary = run_with(&dlq, &store, &alarms, &cfg, 3000.0, deadline).await;
-        // THEN all went with a handful of receives beside the sends and deletes (a window of
-        // cycles in flight that opened at once took 46 receives, most of them empty)
-        assert_eq!(summary.redriven, 25, "{summary:?}");
-        assert!(dlq.is_empty(DLQ));
-        assert!(dlq.calls() <= 20, "{} SQS calls", dlq.calls());
     }
 }

@@ -1045,3 +1045,743 @@ fn describe(c: &Confirmation) -> String {
         _ => "not attempted before the deadline margin".to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The scheduling rules, as a run is driven by hand: a fake clock, commands answered at
+    //! once by a small model of the DLQ ([`World`]), no tokio, no in-memory SQS.
+    use super::*;
+    use crate::fixtures::{DLQ, HOUR_MS, MAIN, config, dlq_message, permanent, unexplained};
+    use resq::attributes::{AttributeValue, X_REDRIVE_COUNT};
+    use resq::settle::Action;
+    use resq::sqs::{AwsError, OutgoingMessage};
+    use resq::testing::report;
+
+    /// The fake clock's start: epoch millis of 2027-01-15.
+    const EPOCH_MS: u64 = 1_800_000_000_000;
+
+    fn start() -> Now {
+        Now {
+            instant: Instant::now(),
+            epoch_ms: EPOCH_MS,
+        }
+    }
+
+    /// A run of `request` under `cfg`, started at `now`, with a minute to its deadline.
+    fn run_of(request: &RunRequest, cfg: &RedriverConfig, tuning: Tuning, now: Now) -> Run {
+        let deadline = now.instant + Duration::from_secs(60);
+        Run::new(request, cfg, tuning, deadline, now)
+    }
+
+    /// A scheduled run under `cfg` at `now`.
+    fn scheduled(cfg: &RedriverConfig, now: Now) -> Run {
+        run_of(&RunRequest::defaults(cfg), cfg, Tuning::default(), now)
+    }
+
+    /// The DLQ and main queue as a run sees them through its commands, each answered at once:
+    /// a FIFO group is not handed out while one of its messages is in flight; every receive
+    /// gives a new receipt handle; `refuse` says which actions SQS or S3 refuses.
+    struct World {
+        main_url: String,
+        visible: VecDeque<ReceivedMessage>,
+        in_flight: HashMap<String, ReceivedMessage>,
+        hidden: Vec<(ReceivedMessage, i32)>,
+        main: Vec<OutgoingMessage>,
+        archived: Vec<ArchiveReason>,
+        alarms: Result<Vec<AlarmState>, String>,
+        kept_lists: Option<Vec<KeptMessage>>,
+        refuse: Box<dyn Fn(&Action) -> bool>,
+        receipts: u64,
+        commands: Vec<&'static str>,
+    }
+
+    impl World {
+        fn new(messages: impl IntoIterator<Item = ReceivedMessage>) -> Self {
+            Self {
+                main_url: MAIN.to_owned(),
+                visible: messages.into_iter().collect(),
+                in_flight: HashMap::new(),
+                hidden: Vec::new(),
+                main: Vec::new(),
+                archived: Vec::new(),
+                alarms: Ok(Vec::new()),
+                kept_lists: Some(Vec::new()),
+                refuse: Box::new(|_| false),
+                receipts: 0,
+                commands: Vec::new(),
+            }
+        }
+
+        fn receive(&mut self) -> Vec<ReceivedMessage> {
+            // a FIFO group with a message in flight is handed out to no other receive
+            let locked: HashSet<String> = self
+                .in_flight
+                .values()
+                .filter_map(|m| m.group_id().map(str::to_owned))
+                .collect();
+            let mut batch = Vec::new();
+            let mut i = 0;
+            while batch.len() < MAX_BATCH && i < self.visible.len() {
+                if self.visible[i]
+                    .group_id()
+                    .is_some_and(|g| locked.contains(g))
+                {
+                    i += 1;
+                    continue;
+                }
+                let Some(mut m) = self.visible.remove(i) else {
+                    break;
+                };
+                self.receipts += 1;
+                m.receipt_handle = format!("rh-{}-{}", m.message_id, self.receipts);
+                self.in_flight.insert(m.receipt_handle.clone(), m.clone());
+                batch.push(m);
+            }
+            batch
+        }
+
+        fn settle(&mut self, action: &Action) -> Confirmation {
+            if (self.refuse)(action) {
+                let e = AwsError::service("InternalError", "refused");
+                return Confirmation::Failed(SettleError::Refused(e));
+            }
+            match action {
+                Action::Copy { to, message } if **to == *self.main_url => {
+                    self.main.push(message.clone())
+                }
+                Action::Copy { message, .. } => {
+                    let copy = unexplained(&format!("copy-{}", self.receipts), EPOCH_MS, &[]);
+                    let attributes = message.attributes.clone();
+                    self.visible.push_back(ReceivedMessage {
+                        message_attributes: attributes,
+                        ..copy
+                    });
+                }
+                Action::Archive(entry) => self.archived.push(entry.reason),
+                Action::Keep { .. } => {}
+                Action::Delete { receipt_handle, .. } => {
+                    self.in_flight.remove(receipt_handle);
+                }
+                Action::ChangeVisibility {
+                    receipt_handle,
+                    seconds,
+                    ..
+                } => match (self.in_flight.remove(receipt_handle), *seconds) {
+                    (Some(m), 0) => {
+                        // back in its place by message id: the FIFO tests name their messages
+                        // in the order of their send
+                        let at = self
+                            .visible
+                            .partition_point(|v| v.message_id < m.message_id);
+                        self.visible.insert(at, m)
+                    }
+                    (Some(m), s) => self.hidden.push((m, s)),
+                    (None, _) => {}
+                },
+            }
+            Confirmation::Confirmed(Some(format!("id-{}", self.main.len())))
+        }
+
+        /// Carries `command` out at `now` and hands the run what came of it.
+        fn answer(&mut self, run: &mut Run, command: Command, now: Now) {
+            match command {
+                Command::ReadBreaker { .. } => {
+                    self.commands.push("breaker");
+                    run.handle_breaker(self.alarms.clone(), now)
+                }
+                Command::ReadKeepLists { .. } => {
+                    self.commands.push("keep lists");
+                    run.handle_keep_lists(self.kept_lists.clone(), now)
+                }
+                Command::Receive(r) => {
+                    self.commands.push("receive");
+                    let batch = self.receive();
+                    run.handle_received(r, Ok(batch), now)
+                }
+                Command::Settle { id, plan, .. } => {
+                    let keeps = resq::testing::actions(&plan)
+                        .iter()
+                        .any(|a| matches!(a, Action::Keep { .. }));
+                    self.commands
+                        .push(if keeps { "keep list" } else { "settle" });
+                    let report = report(&plan, now.instant, |a| self.settle(a));
+                    run.handle_settled(id, report, now)
+                }
+                Command::Finish => unreachable!("finish is the driver's"),
+            }
+        }
+
+        /// Drives `run` to its end, each command answered at once, the clock still.
+        fn drive(&mut self, mut run: Run, now: Now) -> Summary {
+            loop {
+                let commands: Vec<Command> = std::iter::from_fn(|| run.poll(now)).collect();
+                assert!(!commands.is_empty(), "the run stalled: {run:?}");
+                for command in commands {
+                    match command {
+                        Command::Finish => return run.finish(now).0,
+                        command => self.answer(&mut run, command, now),
+                    }
+                }
+            }
+        }
+    }
+
+    fn fresh(n: usize, prefix: &str) -> Vec<ReceivedMessage> {
+        (0..n)
+            .map(|i| dlq_message(&format!("{prefix}{i}"), EPOCH_MS - HOUR_MS, &[]))
+            .collect()
+    }
+
+    fn expired(n: usize) -> Vec<ReceivedMessage> {
+        (0..n)
+            .map(|i| dlq_message(&format!("old{i}"), EPOCH_MS - 25 * HOUR_MS, &[]))
+            .collect()
+    }
+
+    fn alarm(name: &str, in_alarm: bool, changed_ago: Duration, threshold: f64) -> AlarmState {
+        AlarmState {
+            name: name.to_owned(),
+            in_alarm,
+            changed_at_ms: Some(EPOCH_MS - changed_ago.as_millis() as u64),
+            period: Some(Duration::from_secs(60)),
+            evaluation_periods: Some(15),
+            threshold: Some(threshold),
+            left_alarm: Some(!in_alarm),
+        }
+    }
+
+    #[test]
+    fn a_run_reads_the_breaker_then_the_keep_lists_then_receives_and_finishes() {
+        // GIVEN a run with an alarm to read and one message
+        let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
+        let mut world = World::new(fresh(1, "m"));
+        world.alarms = Ok(vec![alarm(
+            "replays-failing",
+            false,
+            Duration::from_secs(7200),
+            10.0,
+        )]);
+        // WHEN it runs
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        // THEN it read the breaker, then the keep lists; the cycles opened two receives (the
+        // second found nothing while the first settled), and one more once it had settled
+        // found the end of the DLQ
+        let expected = [
+            "breaker",
+            "keep lists",
+            "receive",
+            "receive",
+            "settle",
+            "receive",
+        ];
+        assert_eq!(world.commands, expected);
+        assert_eq!(
+            (summary.redriven, summary.stopped_by),
+            (1, StopReason::Empty)
+        );
+        // AND without alarms there is no breaker to read
+        let mut world = World::new(fresh(1, "m"));
+        world.drive(scheduled(&config(&[]), start()), start());
+        assert_eq!(world.commands[..2], ["keep lists", "receive"]);
+    }
+
+    #[test]
+    fn the_budget_bounds_replays_and_archiving_goes_on_past_it() {
+        // GIVEN 20 replayable messages ahead of 30 past their TTL, and a budget of 5 replays
+        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "5")]);
+        let mut world = World::new(fresh(20, "new").into_iter().chain(expired(30)));
+        // WHEN a run goes
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        // THEN it replayed 5, read on to archive the 30, released the other 15
+        assert_eq!(world.main.len(), 5);
+        assert_eq!(summary.redriven, 5, "{summary:?}");
+        assert_eq!(summary.archived.get(&ArchiveReason::TtlExpired), Some(&30));
+        assert_eq!((world.visible.len(), world.in_flight.len()), (15, 0));
+        assert_eq!(summary.stopped_by, StopReason::Empty);
+    }
+
+    #[test]
+    fn expired_messages_do_not_use_up_the_budget() {
+        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "5")]);
+        let mut world = World::new(expired(100).into_iter().chain(fresh(5, "new")));
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        assert_eq!(summary.archived.get(&ArchiveReason::TtlExpired), Some(&100));
+        assert_eq!(summary.redriven, 5);
+        assert!(world.visible.is_empty() && world.in_flight.is_empty());
+    }
+
+    #[test]
+    fn auto_is_what_the_rate_allows_in_the_time_before_the_margin() {
+        // GIVEN 10 replays a second, a minute to the deadline, a margin of a second
+        let cfg = config(&[("REDRIVE_RATE_PER_SECOND", "10")]);
+        let mut world = World::new(fresh(700, "m"));
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        // THEN the run replays what 59 s allow, and the bucket's first batch
+        assert_eq!(summary.redriven, 600, "{summary:?}");
+        assert_eq!(world.visible.len(), 100);
+    }
+
+    #[test]
+    fn kept_messages_a_hundred_times_the_budget_starve_nothing() {
+        // GIVEN 2,000 kept permanent failures ahead of 20 replayable ones, a budget of 20
+        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "20")]);
+        let kept = (0..2000).map(|i| {
+            let attrs = permanent("MALFORMED_JSON");
+            dlq_message(&format!("kept{i}"), EPOCH_MS - HOUR_MS, &attrs)
+        });
+        let mut world = World::new(kept.chain(fresh(20, "m")));
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        // THEN all 20 were replayed, the kept ones counted apart, listed and hidden toward
+        // their TTL (23 h away): as long as SQS allows from the receive, 12 h
+        assert_eq!((summary.redriven, summary.kept), (20, 2000), "{summary:?}");
+        assert_eq!(summary.kept_in_flight, Some(2000));
+        assert_eq!(world.hidden.len(), 2000);
+        let twelve_hours = resq::backoff::visibility_left(Duration::ZERO);
+        assert!(world.hidden.iter().all(|(_, s)| *s == twelve_hours));
+        // the full keep list (2,000) was written while the cycles went on, not at the end
+        let list = world.commands.iter().position(|c| *c == "keep list");
+        let last_receive = world.commands.iter().rposition(|c| *c == "receive");
+        assert!(list < last_receive, "{list:?} {last_receive:?}");
+    }
+
+    #[test]
+    fn kept_messages_past_kept_in_flight_max_are_archived() {
+        // GIVEN 90 kept messages hidden by earlier runs, KEPT_IN_FLIGHT_MAX 100, 30 more kept
+        let cfg = config(&[("KEPT_IN_FLIGHT_MAX", "100")]);
+        let attrs = permanent("VALIDATION_FAILED");
+        let kept = (0..30).map(|i| dlq_message(&format!("k{i}"), EPOCH_MS, &attrs));
+        let mut world = World::new(kept);
+        let earlier = KeptMessage {
+            message_id: String::new(),
+            receipt_handle: String::new(),
+            failure_reason: None,
+            first_sent_at: None,
+            hidden_until: EPOCH_MS + HOUR_MS,
+            order_id: None,
+        };
+        world.kept_lists = Some(vec![earlier; 90]);
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        // THEN 10 are hidden, 20 archived: never more than 100 hidden
+        assert_eq!(summary.kept_in_flight, Some(100), "{summary:?}");
+        let archived = summary.archived.get(&ArchiveReason::PermanentFailure);
+        assert_eq!((world.hidden.len(), archived), (10, Some(&20)));
+    }
+
+    #[test]
+    fn keep_lists_that_cannot_be_read_hide_nothing() {
+        let cfg = config(&[]);
+        let attrs = permanent("MALFORMED_JSON");
+        let kept = (0..3).map(|i| dlq_message(&format!("k{i}"), EPOCH_MS, &attrs));
+        let mut world = World::new(kept);
+        world.kept_lists = None;
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        // THEN kept, but released at the end of the run, unlisted, visible for an operator
+        assert_eq!((summary.kept, summary.kept_in_flight), (3, None));
+        assert_eq!((world.hidden.len(), world.visible.len()), (0, 3));
+    }
+
+    #[test]
+    fn a_kept_message_whose_listing_failed_is_released_not_hidden() {
+        let cfg = config(&[]);
+        let attrs = permanent("MALFORMED_JSON");
+        let mut world = World::new([dlq_message("k", EPOCH_MS, &attrs)]);
+        world.refuse = Box::new(|a| matches!(a, Action::Keep { .. }));
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        assert_eq!(summary.kept_in_flight, Some(0), "{summary:?}");
+        assert_eq!((world.hidden.len(), world.visible.len()), (0, 1));
+    }
+
+    #[test]
+    fn a_paused_run_archives_what_is_due_and_replays_nothing() {
+        // GIVEN the breaker's alarm in ALARM; one message past its TTL, one at the cap, one
+        // waiting
+        let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
+        let capped = [(X_REDRIVE_COUNT, AttributeValue::number(3))];
+        let messages = [
+            expired(1).remove(0),
+            dlq_message("capped", EPOCH_MS, &capped),
+            dlq_message("waiting", EPOCH_MS, &[]),
+        ];
+        let mut world = World::new(messages);
+        world.alarms = Ok(vec![alarm(
+            "replays-failing",
+            true,
+            Duration::from_secs(60),
+            10.0,
+        )]);
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        // THEN two archived, nothing replayed, the waiting one visible again
+        assert!(summary.paused, "{summary:?}");
+        assert_eq!((summary.redriven, summary.skipped), (0, 1));
+        assert_eq!(
+            world.archived,
+            [ArchiveReason::TtlExpired, ArchiveReason::RedriveCap]
+        );
+        assert_eq!(world.visible[0].message_id, "waiting");
+        // AND an alarm that cannot be read pauses too, and loudly
+        let mut world = World::new(fresh(1, "m"));
+        world.alarms = Err("AccessDenied: not allowed".into());
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        assert!(summary.paused && summary.paused_too_long, "{summary:?}");
+        assert!(world.main.is_empty());
+    }
+
+    #[test]
+    fn after_the_alarm_clears_a_run_replays_a_probe_not_its_budget() {
+        // GIVEN 100 replayable messages, the alarm back in OK two minutes ago (threshold 4)
+        let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
+        let mut world = World::new(fresh(100, "m"));
+        world.alarms = Ok(vec![alarm(
+            "replays-failing",
+            false,
+            Duration::from_secs(120),
+            4.0,
+        )]);
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        // THEN a probe of twice what trips the alarm again: 10
+        assert_eq!(
+            (summary.redriven, summary.probe),
+            (10, Some(10)),
+            "{summary:?}"
+        );
+        // AND once it has been OK for its hold, the full budget
+        world.alarms = Ok(vec![alarm(
+            "replays-failing",
+            false,
+            Duration::from_secs(3600),
+            4.0,
+        )]);
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        assert_eq!((summary.redriven, summary.probe), (90, None));
+    }
+
+    #[test]
+    fn the_breaker_is_read_again_at_its_recheck_and_no_receive_starts_meanwhile() {
+        // GIVEN a run with the alarm OK and a recheck every 30 s
+        let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
+        let ok = alarm("replays-failing", false, Duration::from_secs(7200), 10.0);
+        let mut world = World::new(fresh(40, "m"));
+        world.alarms = Ok(vec![ok]);
+        let t0 = start();
+        let mut run = scheduled(&cfg, t0);
+        for _ in 0..2 {
+            let command = run.poll(t0).unwrap();
+            world.answer(&mut run, command, t0);
+        }
+        // the cycles start: a first receive, and a wake-up at the recheck
+        let Some(Command::Receive(first)) = run.poll(t0) else {
+            panic!("{run:?}")
+        };
+        assert_eq!(run.poll_timeout(), Some(t0.instant + BREAKER_RECHECK));
+        // WHEN the recheck comes (30 s later on the fake clock) with the first receive out
+        let later = t0.after(BREAKER_RECHECK);
+        assert!(matches!(run.poll(later), Some(Command::ReadBreaker { .. })));
+        // THEN no receive starts while it is read, and no second reading is asked for
+        let batch = world.receive();
+        run.handle_received(first, Ok(batch), later);
+        let Some(Command::Settle { id, plan, .. }) = run.poll(later) else {
+            panic!()
+        };
+        assert!(run.poll(later).is_none(), "{run:?}");
+        assert_eq!(run.poll_timeout(), None);
+        // AND a reading of ALARM pauses what comes next: the settled batch went, the rest is
+        // held, not replayed
+        world.alarms = Ok(vec![alarm("replays-failing", true, Duration::ZERO, 10.0)]);
+        run.handle_settled(id, report(&plan, later.instant, |a| world.settle(a)), later);
+        run.handle_breaker(world.alarms.clone(), later);
+        let summary = world.drive(run, later);
+        assert!(summary.paused, "{summary:?}");
+        assert_eq!((summary.redriven, world.main.len()), (10, 10));
+        assert_eq!(world.visible.len(), 30);
+    }
+
+    /// `id` in FIFO group `group`.
+    fn in_group(id: &str, group: &str) -> ReceivedMessage {
+        let mut m = dlq_message(id, EPOCH_MS, &[]);
+        m.attributes.insert("MessageGroupId".into(), group.into());
+        m
+    }
+
+    fn fifo_config() -> RedriverConfig {
+        let mut cfg = config(&[]);
+        cfg.common.main_queue_url = format!("{MAIN}.fifo");
+        cfg.common.dlq_url = format!("{DLQ}.fifo");
+        cfg
+    }
+
+    #[test]
+    fn a_fifo_group_behind_a_refused_send_waits_across_cycles_and_follows_in_order() {
+        // GIVEN a FIFO DLQ: group A (a01…a12, more than a receive) then b1; a01's send refused
+        let cfg = fifo_config();
+        let ids: Vec<String> = (1..=12).map(|i| format!("a{i:02}")).collect();
+        let messages = ids.iter().map(|id| in_group(id, "A"));
+        let mut world = World::new(messages.chain([in_group("b1", "B")]));
+        world.main_url = cfg.common.main_queue_url.clone();
+        world.refuse =
+            Box::new(|a| matches!(a, Action::Copy { message, .. } if message.body.contains("a01")));
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        // THEN B went; A waited behind a01 in both cycles, its held ones skipped
+        let sent = |w: &World| -> Vec<String> {
+            w.main
+                .iter()
+                .map(|c| c.body[12..c.body.len() - 2].to_owned())
+                .collect()
+        };
+        assert_eq!(sent(&world), ["b1"], "{summary:?}");
+        let counts = (summary.redriven, summary.failed, summary.skipped);
+        assert_eq!(counts, (1, 1, 9), "{summary:?}");
+        // AND once sends go through, the group follows in its order
+        world.refuse = Box::new(|_| false);
+        world.drive(scheduled(&cfg, start()), start());
+        assert_eq!(sent(&world)[1..], ids[..]);
+    }
+
+    #[test]
+    fn a_shallow_dlq_costs_a_few_receives_not_a_burst() {
+        // GIVEN 25 messages at 3,000/s (up to 46 cycles in flight)
+        let cfg = config(&[("REDRIVE_RATE_PER_SECOND", "3000")]);
+        assert!(plan::cycles_in_flight(3000.0) > 40);
+        let mut world = World::new(fresh(25, "m"));
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        // THEN a handful of receives: the window opened to 8 with the two full batches, not
+        // to 46, and closed again at the first empty one
+        let receives = world.commands.iter().filter(|c| **c == "receive").count();
+        assert_eq!(summary.redriven, 25);
+        assert!(receives <= 10, "{receives} receives: {:?}", world.commands);
+    }
+
+    #[test]
+    fn the_window_opens_with_full_batches_up_to_what_the_rate_needs() {
+        // GIVEN a deep DLQ at 3,000/s
+        let cfg = config(&[("REDRIVE_RATE_PER_SECOND", "3000")]);
+        let mut world = World::new(fresh(500, "m"));
+        let now = start();
+        let mut run = scheduled(&cfg, now);
+        let command = run.poll(now).unwrap();
+        world.answer(&mut run, command, now);
+        // THEN two receives start; each full batch doubles the window
+        let receives = |run: &mut Run| -> Vec<Receive> {
+            std::iter::from_fn(|| match run.poll(now) {
+                Some(Command::Receive(r)) => Some(r),
+                _ => None,
+            })
+            .collect()
+        };
+        let first = receives(&mut run);
+        assert_eq!(first.len(), 2);
+        for r in first {
+            run.handle_received(r, Ok(world.receive()), now);
+        }
+        // two settles queued, and the window is 8 now: 6 more receives
+        let settles: Vec<Command> = (0..2).filter_map(|_| run.poll(now)).collect();
+        assert!(settles.iter().all(|c| matches!(c, Command::Settle { .. })));
+        assert_eq!(receives(&mut run).len(), 6);
+    }
+
+    #[test]
+    fn the_in_flight_limit_stops_receiving() {
+        // GIVEN replay paused (every message held for the run) and room for 100 in flight
+        let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
+        let tuning = Tuning {
+            in_flight_max: 100,
+            ..Tuning::default()
+        };
+        let mut world = World::new(fresh(300, "m"));
+        world.alarms = Ok(vec![alarm(
+            "replays-failing",
+            true,
+            Duration::from_secs(60),
+            10.0,
+        )]);
+        let kept = KeptMessage {
+            message_id: String::new(),
+            receipt_handle: String::new(),
+            failure_reason: None,
+            first_sent_at: None,
+            hidden_until: EPOCH_MS,
+            order_id: None,
+        };
+        world.kept_lists = Some(vec![kept; 40]);
+        let request = RunRequest::defaults(&cfg);
+        let summary = world.drive(run_of(&request, &cfg, tuning, start()), start());
+        // THEN it stopped before holding more than 100, kept ones included, and released
+        // what it held
+        assert_eq!(summary.stopped_by, StopReason::InFlightLimit, "{summary:?}");
+        assert!(summary.received + 40 <= 100, "{summary:?}");
+        assert_eq!(world.visible.len(), 300);
+    }
+
+    #[test]
+    fn a_message_received_twice_at_once_is_replayed_once() {
+        // GIVEN a standard DLQ that hands m0 to a second receive while a cycle holds it
+        let cfg = config(&[("REDRIVE_RATE_PER_SECOND", "3000")]);
+        let now = start();
+        let mut run = scheduled(&cfg, now);
+        let mut world = World::new(fresh(1, "m"));
+        let command = run.poll(now).unwrap();
+        world.answer(&mut run, command, now);
+        let (Some(Command::Receive(a)), Some(Command::Receive(b))) = (run.poll(now), run.poll(now))
+        else {
+            panic!("{run:?}")
+        };
+        let batch = world.receive();
+        let mut twice = batch[0].clone();
+        twice.receipt_handle = "rh-m0-again".into();
+        world
+            .in_flight
+            .insert(twice.receipt_handle.clone(), twice.clone());
+        run.handle_received(a, Ok(batch), now);
+        run.handle_received(b, Ok(vec![twice]), now);
+        // THEN the first cycle replays it; the second receipt is only released
+        let summary = world.drive(run, now);
+        assert_eq!((world.main.len(), summary.redriven), (1, 1), "{summary:?}");
+        assert_eq!(summary.received, 2);
+    }
+
+    #[test]
+    fn a_replay_whose_delete_failed_is_released_at_once_and_only_deleted_when_seen_again() {
+        // GIVEN the first delete of m0 refused
+        let cfg = config(&[]);
+        let mut world = World::new(fresh(3, "m"));
+        world.refuse = Box::new(
+            |a| matches!(a, Action::Delete { receipt_handle, .. } if receipt_handle == "rh-m0-1"),
+        );
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        // THEN m0 was released during the cycles, received again and deleted, not sent twice
+        let copies_of_m0 = world.main.iter().filter(|c| c.body.contains("m0")).count();
+        assert_eq!((copies_of_m0, world.main.len()), (1, 3));
+        assert_eq!(
+            (summary.redriven, summary.delete_failed),
+            (3, 1),
+            "{summary:?}"
+        );
+        assert!(world.visible.is_empty() && world.in_flight.is_empty());
+    }
+
+    #[test]
+    fn a_dry_run_settles_nothing_and_stops_at_its_budget() {
+        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "15")]);
+        let request = RunRequest {
+            dry_run: true,
+            ..RunRequest::defaults(&cfg)
+        };
+        let mut world = World::new(fresh(30, "m").into_iter().chain(expired(5)));
+        let summary = world.drive(run_of(&request, &cfg, Tuning::default(), start()), start());
+        // THEN it counted what it would do up to its budget (the second batch: 5 of 10),
+        // received no further, and its only settle released what it held
+        assert_eq!(summary.stopped_by, StopReason::MaxMessages, "{summary:?}");
+        assert_eq!(
+            (summary.received, summary.redriven),
+            (20, 15),
+            "{summary:?}"
+        );
+        assert!(world.main.is_empty() && world.archived.is_empty());
+        assert_eq!(world.commands.iter().filter(|c| **c == "settle").count(), 1);
+        assert_eq!(world.visible.len(), 35);
+    }
+
+    #[test]
+    fn nothing_starts_inside_the_deadline_margin() {
+        let cfg = config(&[]);
+        let now = start();
+        let request = RunRequest::defaults(&cfg);
+        let run = Run::new(&request, &cfg, Tuning::default(), now.instant, now);
+        let mut world = World::new(fresh(1, "m"));
+        let summary = world.drive(run, now);
+        assert_eq!(
+            (summary.received, summary.stopped_by),
+            (0, StopReason::Deadline)
+        );
+        assert_eq!(world.commands, ["keep lists"]);
+    }
+
+    #[test]
+    fn a_copy_not_answered_past_the_margin_stops_receiving() {
+        // GIVEN a run whose first cycle settles after the deadline margin, its copies unanswered
+        let cfg = config(&[("REDRIVE_RATE_PER_SECOND", "10")]);
+        let now = start();
+        let mut run = scheduled(&cfg, now);
+        let mut world = World::new(fresh(30, "m"));
+        let command = run.poll(now).unwrap();
+        world.answer(&mut run, command, now);
+        let Some(Command::Receive(r)) = run.poll(now) else {
+            panic!()
+        };
+        run.handle_received(r, Ok(world.receive()), now);
+        let Some(Command::Settle { id, plan, .. }) = run.poll(now) else {
+            panic!()
+        };
+        let late = now.after(Duration::from_secs(59));
+        let unanswered = Confirmation::Failed(SettleError::Unanswered);
+        run.handle_settled(
+            id,
+            report(&plan, late.instant, |_| unanswered.clone()),
+            late,
+        );
+        // THEN no receive starts; what was not confirmed is neither deleted nor released
+        let summary = world.drive(run, late);
+        assert_eq!(summary.stopped_by, StopReason::Deadline, "{summary:?}");
+        assert_eq!((summary.failed, world.in_flight.len()), (10, 10));
+    }
+
+    #[test]
+    fn a_selective_run_makes_the_kept_messages_of_its_reason_visible_first() {
+        // GIVEN two kept messages hidden by earlier runs, of two reasons
+        let cfg = config(&[]);
+        let kept = |id: &str, reason: &str| KeptMessage {
+            message_id: id.into(),
+            receipt_handle: format!("rh-{id}"),
+            failure_reason: Some(reason.into()),
+            first_sent_at: Some(EPOCH_MS),
+            hidden_until: EPOCH_MS + HOUR_MS,
+            order_id: None,
+        };
+        let mut world = World::new([]);
+        world.kept_lists = Some(vec![
+            kept("fixed", "VALIDATION_FAILED"),
+            kept("other", "MALFORMED_JSON"),
+        ]);
+        for (id, reason) in [("fixed", "VALIDATION_FAILED"), ("other", "MALFORMED_JSON")] {
+            let m = dlq_message(id, EPOCH_MS, &permanent(reason));
+            world.in_flight.insert(format!("rh-{id}"), m);
+        }
+        // WHEN an operator replays VALIDATION_FAILED
+        let request = RunRequest {
+            reason: Some("VALIDATION_FAILED".into()),
+            ..RunRequest::defaults(&cfg)
+        };
+        let summary = world.drive(run_of(&request, &cfg, Tuning::default(), start()), start());
+        // THEN that one is made visible before the cycles, and replayed; the other stays
+        assert_eq!(world.commands[..3], ["keep lists", "settle", "receive"]);
+        assert_eq!((summary.unhidden, summary.redriven), (1, 1), "{summary:?}");
+        assert_eq!(summary.kept_in_flight, Some(1));
+        assert!(world.in_flight.contains_key("rh-other"));
+    }
+
+    #[test]
+    fn dead_letters_without_a_reason_are_given_one_while_paused() {
+        let cfg = config(&[("PAUSE_ON_ALARMS", "consumer-errors")]);
+        let crashed = (0..5).map(|i| unexplained(&format!("crashed{i}"), EPOCH_MS, &[]));
+        let mut world = World::new(crashed);
+        world.alarms = Ok(vec![alarm(
+            "consumer-errors",
+            true,
+            Duration::from_secs(60),
+            0.0,
+        )]);
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        // THEN each has a copy in the DLQ that says why, counted once; none replayed
+        assert_eq!(
+            (summary.unexplained, summary.redriven),
+            (5, 0),
+            "{summary:?}"
+        );
+        assert_eq!(world.visible.len(), 5);
+        assert!(
+            world
+                .visible
+                .iter()
+                .all(|m| m.failure_reason() == Some("INVOCATION_FAILED"))
+        );
+    }
+}
