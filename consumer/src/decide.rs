@@ -4,7 +4,7 @@
 //! phase of an invocation ends. No I/O here.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::Rng;
 use resq::archive::{ArchiveEntry, OriginalMessage};
@@ -179,7 +179,7 @@ pub fn last_receive(
 /// What running a record came to: the engine's part, the handler run under unwinding and a
 /// timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HandlerOutcome {
+pub enum Ran {
     /// Not run: [`runs`] said no.
     NotRun,
     /// The deadline margin came before it started.
@@ -298,7 +298,7 @@ pub fn decide(
     record: &Record,
     config: &ConsumerConfig,
     horizon: Horizon<'_>,
-    ran: HandlerOutcome,
+    ran: Ran,
 ) -> Decision {
     let retry = |failure: Failure| match last_receive(record, horizon, &config.backoff) {
         Some(last) => {
@@ -324,24 +324,22 @@ pub fn decide(
         dead_letter(record, config, FAILURE_CLASS_PERMANENT, code, details)
     };
     match ran {
-        HandlerOutcome::NotRun => match held_back(record, config, horizon.now_ms) {
+        Ran::NotRun => match held_back(record, config, horizon.now_ms) {
             Some(Unrun::Unreadable(why)) => permanent(FailureReason::UnreadableRecord.code(), &why),
             Some(Unrun::Archive(reason)) => archive(record, config, reason, None),
             None => retry(Failure::NotStarted),
         },
-        HandlerOutcome::NotStarted => retry(Failure::NotStarted),
+        Ran::NotStarted => retry(Failure::NotStarted),
         // never dead-lettered ahead of the record it waits behind: SQS keeps the group's order
-        HandlerOutcome::GroupBlocked => Fate::Retry(Failure::GroupBlocked).into(),
-        HandlerOutcome::Rejected(r) => permanent(&r.code, &r.details),
-        HandlerOutcome::Handled(Ok(())) => Fate::Ack.into(),
-        HandlerOutcome::Handled(Err(HandlerError::Transient { code, details })) => {
+        Ran::GroupBlocked => Fate::Retry(Failure::GroupBlocked).into(),
+        Ran::Rejected(r) => permanent(&r.code, &r.details),
+        Ran::Handled(Ok(())) => Fate::Ack.into(),
+        Ran::Handled(Err(HandlerError::Transient { code, details })) => {
             retry(Failure::Transient { code, details })
         }
-        HandlerOutcome::Handled(Err(HandlerError::Permanent { code, details })) => {
-            permanent(&code, &details)
-        }
-        HandlerOutcome::Panicked(why) => retry(Failure::resq(ErrorCode::HandlerPanic, why)),
-        HandlerOutcome::TimedOut => retry(Failure::resq(
+        Ran::Handled(Err(HandlerError::Permanent { code, details })) => permanent(&code, &details),
+        Ran::Panicked(why) => retry(Failure::resq(ErrorCode::HandlerPanic, why)),
+        Ran::TimedOut => retry(Failure::resq(
             ErrorCode::RecordTimeout,
             "still running at the deadline margin; abandoned so the batch can report",
         )),
@@ -519,33 +517,6 @@ pub fn backoff(
     changes
 }
 
-/// When each phase of an invocation ends, from the deadline and `DEADLINE_MARGIN_MS`:
-/// records start until `deadline - margin`; a record still running at `deadline - margin/2` is
-/// abandoned (reported failed); the settling calls (DLQ copies, archive writes, visibility
-/// changes) stop at `deadline - margin/8`; the rest is for the response and the metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Phases {
-    /// No record starts after this.
-    pub start_by: Instant,
-    /// Running records are abandoned here.
-    pub stop_by: Instant,
-    /// The settling step ends here, done or not.
-    pub settle_by: Instant,
-}
-
-impl Phases {
-    /// The phases of an invocation with this deadline.
-    pub fn new(deadline: Instant, margin: Duration) -> Self {
-        let now = Instant::now();
-        let sub = |d: Duration| deadline.checked_sub(d).unwrap_or_else(|| now.min(deadline));
-        Self {
-            start_by: sub(margin),
-            stop_by: sub(margin / 2),
-            settle_by: sub(margin / 8),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -621,14 +592,14 @@ mod tests {
                 && !runs(capped, &cfg, epoch_ms())
                 && !runs(bad, &cfg, epoch_ms())
         );
-        let fate = |r: &Record, ran: HandlerOutcome| decide(r, &cfg, Horizon::now(), ran).fate;
-        assert_eq!(fate(ok, HandlerOutcome::Handled(Ok(()))), Fate::Ack);
+        let fate = |r: &Record, ran: Ran| decide(r, &cfg, Horizon::now(), ran).fate;
+        assert_eq!(fate(ok, Ran::Handled(Ok(()))), Fate::Ack);
         assert_eq!(
-            fate(capped, HandlerOutcome::NotRun),
+            fate(capped, Ran::NotRun),
             Fate::Archive(ArchiveReason::RedriveCap)
         );
         assert!(matches!(
-            fate(bad, HandlerOutcome::NotRun),
+            fate(bad, Ran::NotRun),
             Fate::DeadLetter { class: "permanent", ref reason, ref details } if reason == "UNREADABLE_RECORD" && details.starts_with("messageAttributes.a: ")
         ));
     }
@@ -637,22 +608,17 @@ mod tests {
     fn a_handlers_errors_and_what_the_engine_saw_have_their_fates() {
         let records = parse_event(json!({"Records": [rec("a", json!({}))]})).unwrap();
         let (ok, cfg) = (&records[0], config());
-        let fate = |r: &Record, ran: HandlerOutcome| decide(r, &cfg, Horizon::now(), ran).fate;
+        let fate = |r: &Record, ran: Ran| decide(r, &cfg, Horizon::now(), ran).fate;
         let transient = HandlerError::transient("DOWNSTREAM", "503");
         assert_eq!(
-            fate(ok, HandlerOutcome::Handled(Err(transient))),
+            fate(ok, Ran::Handled(Err(transient))),
             Fate::Retry(Failure::Transient {
                 code: "DOWNSTREAM".into(),
                 details: "503".into()
             })
         );
         let permanent = HandlerError::permanent("ORDER_REJECTED", "unknown product");
-        let d = decide(
-            ok,
-            &cfg,
-            Horizon::now(),
-            HandlerOutcome::Handled(Err(permanent)),
-        );
+        let d = decide(ok, &cfg, Horizon::now(), Ran::Handled(Err(permanent)));
         assert_eq!(
             d.fate,
             Fate::DeadLetter {
@@ -668,28 +634,22 @@ mod tests {
             ok,
             &cfg,
             Horizon::now(),
-            HandlerOutcome::Rejected(Rejection::malformed("not JSON")),
+            Ran::Rejected(Rejection::malformed("not JSON")),
         );
         assert!(
             matches!(d.fate, Fate::DeadLetter { ref reason, .. } if reason == "MALFORMED_JSON")
         );
         for (ran, code) in [
-            (
-                HandlerOutcome::Panicked("boom".into()),
-                ErrorCode::HandlerPanic,
-            ),
-            (HandlerOutcome::TimedOut, ErrorCode::RecordTimeout),
+            (Ran::Panicked("boom".into()), ErrorCode::HandlerPanic),
+            (Ran::TimedOut, ErrorCode::RecordTimeout),
         ] {
             assert!(
                 matches!(fate(ok, ran), Fate::Retry(Failure::Resq { code: c, .. }) if c == code)
             );
         }
+        assert_eq!(fate(ok, Ran::NotStarted), Fate::Retry(Failure::NotStarted));
         assert_eq!(
-            fate(ok, HandlerOutcome::NotStarted),
-            Fate::Retry(Failure::NotStarted)
-        );
-        assert_eq!(
-            fate(ok, HandlerOutcome::GroupBlocked),
+            fate(ok, Ran::GroupBlocked),
             Fate::Retry(Failure::GroupBlocked)
         );
     }
@@ -702,12 +662,7 @@ mod tests {
             "messageAttributes": {"x-redrive-count": {"stringValue": "4", "dataType": "Number"}}
         }))]}))
         .unwrap();
-        let d = decide(
-            &records[0],
-            &config(),
-            Horizon::now(),
-            HandlerOutcome::NotRun,
-        );
+        let d = decide(&records[0], &config(), Horizon::now(), Ran::NotRun);
         let Some(Action::Archive(entry)) = d.action else {
             panic!("{d:?}")
         };
@@ -732,7 +687,7 @@ mod tests {
             &records[0],
             &config(),
             Horizon::now(),
-            HandlerOutcome::Rejected(Rejection::malformed("x")),
+            Ran::Rejected(Rejection::malformed("x")),
         );
         assert_eq!(d.fate, Fate::Archive(ArchiveReason::AttributeLimit));
         let Some(Action::Archive(entry)) = d.action else {
@@ -775,8 +730,8 @@ mod tests {
             received(5, now, json!({"messageAttributes": nine})),
         ]}))
         .unwrap();
-        let ran = || HandlerOutcome::Handled(Err(HandlerError::transient("DOWN", "503")));
-        let fate = |r: &Record, ran: HandlerOutcome| decide(r, &config(), horizon, ran).fate;
+        let ran = || Ran::Handled(Err(HandlerError::transient("DOWN", "503")));
+        let fate = |r: &Record, ran: Ran| decide(r, &config(), horizon, ran).fate;
         // receives left: retried
         assert!(matches!(fate(&records[0], ran()), Fate::Retry(_)));
         // the last one: a transient copy with its code
@@ -791,7 +746,7 @@ mod tests {
         ));
         // held behind its FIFO group: retried, so the group keeps its order
         assert_eq!(
-            fate(&records[1], HandlerOutcome::GroupBlocked),
+            fate(&records[1], Ran::GroupBlocked),
             Fate::Retry(Failure::GroupBlocked)
         );
         // limits unknown: left to SQS
@@ -892,19 +847,6 @@ mod tests {
     }
 
     #[test]
-    fn deadline_phases() {
-        let now = Instant::now();
-        let deadline = now + Duration::from_secs(10);
-        let p = Phases::new(deadline, Duration::from_secs(2));
-        assert_eq!(p.start_by, deadline - Duration::from_secs(2));
-        assert_eq!(p.stop_by, deadline - Duration::from_secs(1));
-        assert_eq!(p.settle_by, deadline - Duration::from_millis(250));
-        assert!(p.start_by < p.stop_by && p.stop_by < p.settle_by && p.settle_by < deadline);
-        // a margin larger than the time left: nothing may start
-        let p = Phases::new(now + Duration::from_millis(500), Duration::from_secs(2));
-        assert!(p.start_by <= Instant::now());
-    }
-    #[test]
     fn an_empty_or_unsendable_failure_reason_still_makes_a_sendable_copy() {
         let records = parse_event(json!({"Records": [rec("a", json!({}))]})).unwrap();
         for (given, expected) in [
@@ -912,7 +854,7 @@ mod tests {
             ("  ", "UNSPECIFIED"),
             ("BAD\u{0}", "BAD_"),
         ] {
-            let ran = HandlerOutcome::Rejected(Rejection::new(given, "details"));
+            let ran = Ran::Rejected(Rejection::new(given, "details"));
             match decide(&records[0], &config(), Horizon::now(), ran) {
                 Decision {
                     fate: Fate::DeadLetter { reason, .. },

@@ -4,8 +4,8 @@
 //! of a record is decided in [`crate::decide`], carried out in `settle` (through
 //! resq's executor), and answered in [`crate::account`].
 //!
-//! With deadline `D` and margin `m` ([`Phases`]): records start until `D - m`, are abandoned at
-//! `D - m/2`, and the settling calls (DLQ copies, archive entries, then the backoff of what
+//! With deadline `D` and margin `m` ([`Deadlines`]): records start until `D - m`, are abandoned
+//! at `D - m/2`, and the settling calls (DLQ copies, archive entries, then the backoff of what
 //! failed) stop at `D - m/8`, done or not: what was not confirmed leaves its record failed,
 //! and SQS delivers it again.
 
@@ -20,7 +20,7 @@ use resq::concurrency::{Limit, Throttling};
 use resq::config::ConsumerConfig;
 use resq::correlation::CorrelationKey;
 use resq::metrics;
-use resq::settle::{Action, Confirmation, QueueUrl, Settler};
+use resq::settle::{Action, Confirmation, Deadlines, QueueUrl, Settler};
 use resq::source::{QueueArn, QueueLimits};
 use resq::sqs::Queues;
 use resq::store::ObjectStore;
@@ -28,7 +28,7 @@ use resq::telemetry::Telemetry;
 use tracing::{Instrument, Span, field};
 
 use crate::account::{self, BatchReport};
-use crate::decide::{self, Fate, HandlerOutcome, Horizon, Phases};
+use crate::decide::{self, Fate, Horizon, Ran};
 use crate::event::{self, EventError, Record, SqsInvocation};
 use crate::handler::{MessageHandler, RecordMeta};
 
@@ -127,7 +127,8 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         let received_at = Instant::now()
             .checked_sub(decide::LONGEST_BATCHING_WINDOW)
             .unwrap_or_else(Instant::now);
-        let phases = Phases::new(deadline, self.config.common.deadline_margin);
+        let margin = self.config.common.deadline_margin;
+        let phases = Deadlines::before(deadline, margin, 8, Instant::now());
         let (sources, of_record) = self.sources(&records, phases.start_by).await?;
         let now_ms = decide::epoch_ms();
         let left = deadline.saturating_duration_since(Instant::now());
@@ -162,7 +163,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             retried = m.get(metrics::RETRIED),
             dead_lettered = m.get(metrics::DEAD_LETTERED),
             archived = m.get(metrics::ARCHIVED),
-            replays_failed = m.get(metrics::REDRIVE_RETURNED),
+            returned = m.get(metrics::REDRIVE_RETURNED),
             concurrency_lowest = limit.lowest(),
             throttles = limit.throttles(),
             "batch done"
@@ -274,7 +275,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         records: &[Record],
         horizons: &[Horizon<'_>],
         lanes: &[Vec<usize>],
-        phases: &Phases,
+        phases: &Deadlines,
         fifo: bool,
     ) -> (Vec<Settling>, Limit) {
         let mut limit = Limit::new(
@@ -309,7 +310,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         records: &[Record],
         horizons: &[Horizon<'_>],
         lane: &[usize],
-        phases: &Phases,
+        phases: &Deadlines,
         fifo: bool,
     ) -> Vec<(usize, Settling)> {
         let mut out = Vec::with_capacity(lane.len());
@@ -317,14 +318,14 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         for &i in lane {
             let (record, horizon) = (&records[i], horizons[i]);
             let mut s = if blocked {
-                self.unrun(record, horizon, HandlerOutcome::GroupBlocked)
+                self.unrun(record, horizon, Ran::GroupBlocked)
             } else if Instant::now() >= phases.start_by {
-                self.unrun(record, horizon, HandlerOutcome::NotStarted)
+                self.unrun(record, horizon, Ran::NotStarted)
             } else {
-                self.run_record(record, horizon, phases.stop_by).await
+                self.run_record(record, horizon, phases.move_by).await
             };
             if fifo && let Some(action) = s.action.take() {
-                let report = self.settle_plan(vec![action], phases.stop_by).await;
+                let report = self.settle_plan(vec![action], phases.move_by).await;
                 s.settled = report.into_iter().next();
                 blocked |= account::outcome(&s.fate, s.settled.as_ref()).is_failed();
             }
@@ -338,7 +339,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     }
 
     /// A record held back without running.
-    fn unrun(&self, record: &Record, horizon: Horizon<'_>, ran: HandlerOutcome) -> Settling {
+    fn unrun(&self, record: &Record, horizon: Horizon<'_>, ran: Ran) -> Settling {
         let decision = decide::decide(record, &self.config, horizon, ran);
         let span = match &decision.fate {
             Fate::Retry(f) => {
@@ -374,7 +375,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
                 std::panic::catch_unwind(AssertUnwindSafe(|| self.handler.business_id(message)))
                     .ok()
             }
-            Some(Err(HandlerOutcome::Rejected(rejection))) => rejection.business_id.as_deref(),
+            Some(Err(Ran::Rejected(rejection))) => rejection.business_id.as_deref(),
             _ => None,
         };
         // a record held back unrun (archived, unreadable) is still followed by its business id
@@ -390,7 +391,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             span.in_scope(|| tracing::warn!(dropped = %record.dropped_attributes.join(", "), "list-valued message attributes are not supported by SQS and are not copied"));
         }
         let ran = match parsed {
-            None => HandlerOutcome::NotRun,
+            None => Ran::NotRun,
             Some(Err(ran)) => ran,
             Some(Ok(message)) => self.effect(record, &message, &span, stop_by).await,
         };
@@ -413,14 +414,14 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     }
 
     /// The handler's parsing: the team's code, so a panic there is the record's failure.
-    fn parse(&self, record: &Record) -> Result<H::Message, HandlerOutcome> {
+    fn parse(&self, record: &Record) -> Result<H::Message, Ran> {
         let parsed = std::panic::catch_unwind(AssertUnwindSafe(|| {
             self.handler.parse(record.body.as_deref())
         }));
         match parsed {
             Ok(Ok(message)) => Ok(message),
-            Ok(Err(rejection)) => Err(HandlerOutcome::Rejected(rejection)),
-            Err(panic) => Err(HandlerOutcome::Panicked(panic_message(&panic))),
+            Ok(Err(rejection)) => Err(Ran::Rejected(rejection)),
+            Err(panic) => Err(Ran::Panicked(panic_message(&panic))),
         }
     }
 
@@ -431,7 +432,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         message: &H::Message,
         span: &Span,
         stop_by: Instant,
-    ) -> HandlerOutcome {
+    ) -> Ran {
         let meta = RecordMeta {
             message_id: &record.message_id,
             receive_count: record.receive_count,
@@ -442,9 +443,9 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         };
         let work = self.handler.handle(message, &meta).instrument(span.clone());
         match tokio::time::timeout_at(stop_by.into(), AssertUnwindSafe(work).catch_unwind()).await {
-            Ok(Ok(result)) => HandlerOutcome::Handled(result),
-            Ok(Err(panic)) => HandlerOutcome::Panicked(panic_message(&panic)),
-            Err(_) => HandlerOutcome::TimedOut,
+            Ok(Ok(result)) => Ran::Handled(result),
+            Ok(Err(panic)) => Ran::Panicked(panic_message(&panic)),
+            Err(_) => Ran::TimedOut,
         }
     }
 }

@@ -171,9 +171,9 @@ enum Stage {
     Finished,
 }
 
-/// What a settle in flight is for.
+/// What a settle in flight is for: how its report is counted.
 #[derive(Debug)]
-enum Settling {
+enum Purpose {
     /// Kept messages of a selective run's reason made visible: how many earlier runs hid.
     Unhide(u64),
     /// A cycle's messages and their fates.
@@ -265,7 +265,7 @@ pub struct Run {
     budget: Budget,
     /// Commands decided while handling what arrived, given by the next polls.
     ready: VecDeque<Command>,
-    settling: HashMap<SettleId, Settling>,
+    settling: HashMap<SettleId, Purpose>,
     next_id: u64,
     /// DLQ message ids whose replay (or explained copy) this run confirmed and whose delete
     /// did not go through (only those: a run at 3,000/s confirms millions of replays).
@@ -458,7 +458,7 @@ impl Run {
         }
         self.stage = Stage::Unhide;
         let by = Deadlines::all_by(self.by.settle_by);
-        let command = self.settle(unhide, by, Settling::Unhide(count.unwrap_or(0)));
+        let command = self.settle(unhide, by, Purpose::Unhide(count.unwrap_or(0)));
         self.ready.push_back(command);
     }
 
@@ -500,7 +500,7 @@ impl Run {
             self.window.cycles -= 1;
             self.account(cycle, None);
         } else {
-            let command = self.settle(plan, self.by, Settling::Cycle(cycle));
+            let command = self.settle(plan, self.by, Purpose::Cycle(cycle));
             self.ready.push_back(command);
         }
     }
@@ -511,13 +511,13 @@ impl Run {
             return;
         };
         match settling {
-            Settling::Unhide(hidden) => {
+            Purpose::Unhide(hidden) => {
                 let unhidden = report.iter().filter(|(_, c)| c.is_confirmed()).count() as u64;
                 let reason = self.rules.reason.as_deref().unwrap_or_default();
                 tracing::info!(reason, unhidden, "kept messages made visible for this run");
                 self.start_cycles(Some(hidden), unhidden, now);
             }
-            Settling::Cycle(cycle) => {
+            Purpose::Cycle(cycle) => {
                 let w = &mut self.window;
                 (w.cycles, w.probe) = (w.cycles - 1, true);
                 // a copy that could not start or was not answered stops receiving only at the
@@ -527,14 +527,14 @@ impl Run {
                     self.window.stopped = Some(StopReason::Deadline);
                 }
             }
-            Settling::Keep(entries) => {
+            Purpose::Keep(entries) => {
                 self.account_keeps(&entries, &report);
                 match self.stage {
                     Stage::Keeping(_) => self.stage = Stage::Releasing(false),
                     _ => self.window.keeping -= 1,
                 }
             }
-            Settling::Release(during_cycles) => {
+            Purpose::Release(during_cycles) => {
                 let failed = report.iter().filter(|(_, c)| !c.is_confirmed()).count();
                 if failed > 0 {
                     tracing::warn!(
@@ -655,7 +655,7 @@ impl Run {
     }
 
     /// A settle to ask for, remembered until its report comes.
-    fn settle(&mut self, plan: Plan, by: Deadlines, settling: Settling) -> Command {
+    fn settle(&mut self, plan: Plan, by: Deadlines, settling: Purpose) -> Command {
         let id = SettleId(self.next_id);
         self.next_id += 1;
         self.settling.insert(id, settling);
@@ -668,7 +668,7 @@ impl Run {
         self.settle(
             plan,
             Deadlines::all_by(until),
-            Settling::Release(during_cycles),
+            Purpose::Release(during_cycles),
         )
     }
 
@@ -681,7 +681,7 @@ impl Run {
         let pending = std::mem::take(&mut self.pending);
         let (plan, entries) = plan::keep(pending, &self.queues.dlq, now.epoch_ms, now.instant);
         let by = Deadlines::all_by(self.by.settle_by);
-        Some(self.settle(plan, by, Settling::Keep(entries)))
+        Some(self.settle(plan, by, Purpose::Keep(entries)))
     }
 
     /// Takes the breaker's verdict: open pauses replay (archiving goes on), half-open lowers
@@ -881,7 +881,7 @@ impl Run {
             // behind a send of its FIFO group that did not go: it waits for a later run (left
             // on purpose, and so skipped, when SQS refused that send; behind one not answered
             // in time it is only held)
-            Confirmation::NotAttempted(Unattempted::Held) => {
+            Confirmation::NotAttempted(Unattempted::Blocked) => {
                 self.summary.skipped += u64::from(behind_refused);
                 self.hold(m);
                 false

@@ -214,7 +214,7 @@ pub enum SettleError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unattempted {
     /// An action before it in its lane was not confirmed.
-    Held,
+    Blocked,
     /// Its deadline came before it could start (a copy still waiting for its pacer).
     OutOfTime,
 }
@@ -514,7 +514,7 @@ fn ready(plan: &Plan, results: &mut [Option<Confirmation>]) -> Vec<usize> {
         }
         match after.map(|a| &results[a]) {
             None | Some(Some(Confirmation::Confirmed(_))) => ready.push(i),
-            Some(Some(_)) => results[i] = Some(Confirmation::NotAttempted(Unattempted::Held)),
+            Some(Some(_)) => results[i] = Some(Confirmation::NotAttempted(Unattempted::Blocked)),
             Some(None) => {}
         }
     }
@@ -634,6 +634,28 @@ mod tests {
         handles
     }
 
+    #[test]
+    fn the_cut_offs_before_a_lambda_deadline() {
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(10);
+        // the consumer's (settling ends at an eighth of the margin) and the redriver's (a
+        // quarter)
+        for (share, settle_by) in [(8, 250), (4, 500)] {
+            let by = Deadlines::before(deadline, Duration::from_secs(2), share, now);
+            assert_eq!(by.start_by, deadline - Duration::from_secs(2));
+            assert_eq!(by.move_by, deadline - Duration::from_secs(1));
+            assert_eq!(by.settle_by, deadline - Duration::from_millis(settle_by));
+        }
+        // a margin larger than the time left: nothing may start
+        let by = Deadlines::before(
+            now + Duration::from_millis(500),
+            Duration::from_secs(2),
+            8,
+            now,
+        );
+        assert!(by.start_by <= now);
+    }
+
     #[tokio::test]
     async fn a_delete_waits_for_its_copy_and_an_unconfirmed_copy_holds_its_lane() {
         // GIVEN three DLQ messages, two replayed in FIFO group g, one alone; SQS refuses the
@@ -664,7 +686,7 @@ mod tests {
         for held in [ids[0].1, ids[1].0, ids[1].1] {
             assert_eq!(
                 report.get(held),
-                &Confirmation::NotAttempted(Unattempted::Held)
+                &Confirmation::NotAttempted(Unattempted::Blocked)
             );
         }
         // the other lane went on: copied (with its new id), then deleted
@@ -856,7 +878,7 @@ mod tests {
         );
         assert_eq!(
             report.get(d),
-            &Confirmation::NotAttempted(Unattempted::Held)
+            &Confirmation::NotAttempted(Unattempted::Blocked)
         );
         assert_eq!(report.started_at(d), None);
         // past the deadline nothing starts at all

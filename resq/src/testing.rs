@@ -669,7 +669,7 @@ pub fn report(
     for (action, after) in &plan.steps {
         let blocked = after.is_some_and(|a| !results[a].is_confirmed());
         let result = match blocked {
-            true => Confirmation::NotAttempted(Unattempted::Held),
+            true => Confirmation::NotAttempted(Unattempted::Blocked),
             false => answer(action),
         };
         started.push((!matches!(result, Confirmation::NotAttempted(_))).then_some(at));
