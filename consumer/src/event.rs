@@ -477,23 +477,7 @@ impl RecordReader {
             problems.push(without_position(&e.to_string()));
             RecordRest::default()
         });
-        for (name, field) in [
-            ("receiptHandle", &head.receipt_handle),
-            ("eventSourceARN", &head.event_source_arn),
-            ("body", &rest.body),
-            ("md5OfBody", &rest.md5_of_body),
-            ("md5OfMessageAttributes", &rest.md5_of_message_attributes),
-            ("awsRegion", &rest.aws_region),
-        ] {
-            if let Some(raw) = field
-                && text(field).is_none()
-            {
-                problems.push(format!(
-                    "{name}: {}, not a string",
-                    json_text_kind(raw.get())
-                ));
-            }
-        }
+        not_strings(&head, &rest, &mut problems);
         // a body that is not a string is kept as its JSON text (an object is the order itself)
         let body = match (&rest.body, text(&rest.body)) {
             (_, Some(body)) => Some(body),
@@ -501,31 +485,7 @@ impl RecordReader {
             _ => None,
         };
         let system = loose_strings(rest.attributes.as_deref(), "attributes", &mut problems);
-        let mut readable = HashMap::new();
-        match rest
-            .message_attributes
-            .as_deref()
-            .map(|raw| serde_json::from_str::<HashMap<String, Box<RawValue>>>(raw.get()))
-        {
-            None => {}
-            Some(Err(_)) => problems.push(format!(
-                "messageAttributes: {}, not an object",
-                json_text_kind(rest.message_attributes.as_deref().map_or("", RawValue::get))
-            )),
-            Some(Ok(attrs)) => {
-                for (name, value) in attrs {
-                    match serde_json::from_str::<SqsMessageAttribute>(value.get()) {
-                        Ok(a) => {
-                            readable.insert(name, a);
-                        }
-                        Err(e) => problems.push(format!(
-                            "messageAttributes.{name}: {}",
-                            without_position(&e.to_string())
-                        )),
-                    }
-                }
-            }
-        }
+        let readable = loose_attributes(rest.message_attributes.as_deref(), &mut problems);
         let (message_attributes, dropped_attributes) =
             attributes::from_lambda_attributes(readable.iter());
         let redrive_count = attributes::parse_redrive_count(&message_attributes);
@@ -557,6 +517,52 @@ impl RecordReader {
             raw: Some(raw.to_owned()),
         })
     }
+}
+
+/// The fields of a record that must be strings and are not, as problems.
+fn not_strings(head: &RecordHead, rest: &RecordRest, problems: &mut Vec<String>) {
+    for (name, field) in [
+        ("receiptHandle", &head.receipt_handle),
+        ("eventSourceARN", &head.event_source_arn),
+        ("body", &rest.body),
+        ("md5OfBody", &rest.md5_of_body),
+        ("md5OfMessageAttributes", &rest.md5_of_message_attributes),
+        ("awsRegion", &rest.aws_region),
+    ] {
+        if let Some(raw) = field.as_deref().filter(|_| text(field).is_none()) {
+            problems.push(format!(
+                "{name}: {}, not a string",
+                json_text_kind(raw.get())
+            ));
+        }
+    }
+}
+
+/// The message attributes that decode on their own; each other one, or a field that is not an
+/// object, is a problem named `messageAttributes.name`.
+fn loose_attributes(
+    raw: Option<&RawValue>,
+    problems: &mut Vec<String>,
+) -> HashMap<String, SqsMessageAttribute> {
+    let Some(raw) = raw else {
+        return HashMap::new();
+    };
+    let Ok(attrs) = serde_json::from_str::<HashMap<String, Box<RawValue>>>(raw.get()) else {
+        let kind = json_text_kind(raw.get());
+        problems.push(format!("messageAttributes: {kind}, not an object"));
+        return HashMap::new();
+    };
+    let mut readable = HashMap::new();
+    for (name, value) in attrs {
+        match serde_json::from_str::<SqsMessageAttribute>(value.get()) {
+            Ok(a) => _ = readable.insert(name, a),
+            Err(e) => problems.push(format!(
+                "messageAttributes.{name}: {}",
+                without_position(&e.to_string())
+            )),
+        }
+    }
+    readable
 }
 
 /// The string-valued entries of a JSON object field; each other entry, or a field that is not
