@@ -193,21 +193,6 @@ impl RedriverConfig {
 
     /// Parses the redriver's variables from any lookup.
     pub fn from_vars(vars: &Vars<impl Fn(&str) -> Option<String>>) -> Result<Self, ConfigError> {
-        let rate = match vars.get("REDRIVE_RATE_PER_SECOND") {
-            None => DEFAULT_RATE_PER_SECOND,
-            Some(raw) => match raw.trim().parse::<f64>() {
-                Ok(r) if r.is_finite() && r > 0.0 && r <= MAX_RATE_PER_SECOND => r,
-                _ => {
-                    return Err(ConfigError::Invalid {
-                        var: "REDRIVE_RATE_PER_SECOND",
-                        value: raw,
-                        expected: format!(
-                            "a number of messages per second above 0 and at most {MAX_RATE_PER_SECOND}"
-                        ),
-                    });
-                }
-            },
-        };
         let permanent_action = match vars.get("PERMANENT_ACTION") {
             None => PermanentAction::default(),
             Some(raw) => raw.parse().map_err(|_| ConfigError::Invalid {
@@ -216,33 +201,10 @@ impl RedriverConfig {
                 expected: "keep or archive".into(),
             })?,
         };
-        let pause_on_alarms = vars
-            .get("PAUSE_ON_ALARMS")
-            .map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default();
         Ok(Self {
             common: CommonConfig::from_vars(vars)?,
-            rate_per_second: rate,
-            max_messages_per_run: match vars.get("MAX_MESSAGES_PER_RUN") {
-                Some(raw) if raw.trim().eq_ignore_ascii_case("auto") => None,
-                Some(_) => Some(vars.number("MAX_MESSAGES_PER_RUN", 1, 1..=1_000_000).map_err(
-                    |e| match e {
-                        ConfigError::Invalid { var, value, .. } => ConfigError::Invalid {
-                            var,
-                            value,
-                            expected: "auto (what the rate allows in the run's time) or a whole number from 1 to 1000000".into(),
-                        },
-                        other => other,
-                    },
-                )?),
-                None => None,
-            },
+            rate_per_second: rate_per_second(vars)?,
+            max_messages_per_run: max_messages_per_run(vars)?,
             kept_in_flight_max: vars.number(
                 "KEPT_IN_FLIGHT_MAX",
                 DEFAULT_KEPT_IN_FLIGHT_MAX,
@@ -257,9 +219,55 @@ impl RedriverConfig {
                 60..=MAX_ARCHIVE_AFTER_SECONDS,
             )?),
             permanent_action,
-            pause_on_alarms,
+            pause_on_alarms: names(vars, "PAUSE_ON_ALARMS"),
         })
     }
+}
+
+/// `REDRIVE_RATE_PER_SECOND`: above 0, at most [`MAX_RATE_PER_SECOND`].
+fn rate_per_second(vars: &Vars<impl Fn(&str) -> Option<String>>) -> Result<f64, ConfigError> {
+    let Some(raw) = vars.get("REDRIVE_RATE_PER_SECOND") else {
+        return Ok(DEFAULT_RATE_PER_SECOND);
+    };
+    match raw.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 && r <= MAX_RATE_PER_SECOND => Ok(r),
+        _ => Err(ConfigError::Invalid {
+            var: "REDRIVE_RATE_PER_SECOND",
+            value: raw,
+            expected: format!(
+                "a number of messages per second above 0 and at most {MAX_RATE_PER_SECOND}"
+            ),
+        }),
+    }
+}
+
+/// `MAX_MESSAGES_PER_RUN`: `auto` (`None`, what the rate allows in the run's time) or 1 to
+/// 1,000,000.
+fn max_messages_per_run(
+    vars: &Vars<impl Fn(&str) -> Option<String>>,
+) -> Result<Option<u32>, ConfigError> {
+    match vars.get("MAX_MESSAGES_PER_RUN") {
+        Some(raw) if raw.trim().eq_ignore_ascii_case("auto") => Ok(None),
+        None => Ok(None),
+        Some(_) => match vars.number("MAX_MESSAGES_PER_RUN", 1, 1..=1_000_000) {
+            Ok(n) => Ok(Some(n)),
+            Err(ConfigError::Invalid { var, value, .. }) => Err(ConfigError::Invalid {
+                var,
+                value,
+                expected: "auto (what the rate allows in the run's time) or a whole number from 1 to 1000000".into(),
+            }),
+            Err(other) => Err(other),
+        },
+    }
+}
+
+/// A comma-separated list of names (alarms), blanks dropped; unset: none.
+fn names(vars: &Vars<impl Fn(&str) -> Option<String>>, var: &str) -> Vec<String> {
+    let Some(list) = vars.get(var) else {
+        return Vec::new();
+    };
+    let names = list.split(',').map(str::trim).filter(|s| !s.is_empty());
+    names.map(str::to_owned).collect()
 }
 
 /// Reads variables by name; the process environment or, in tests, a map.
