@@ -539,35 +539,7 @@ where
             write!(writer, ",{}", self.process_keys)?;
         }
         let mut line = serde_json::Map::new();
-        let span = event
-            .parent()
-            .and_then(|id| ctx.span(id))
-            .or_else(|| ctx.lookup_current());
-        if let Some(span) = span {
-            for s in span.scope().from_root() {
-                let target = s.metadata().target();
-                if target.starts_with("lambda_runtime") {
-                    continue;
-                }
-                let extensions = s.extensions();
-                let Some(fields) = extensions.get::<FormattedFields<N>>() else {
-                    continue;
-                };
-                if target == INVOCATION_TARGET {
-                    // formatted once, when the invocation began: written as it is
-                    let inner = fields.trim().trim_start_matches('{').trim_end_matches('}');
-                    if !inner.is_empty() {
-                        write!(writer, ",{inner}")?;
-                    }
-                    continue;
-                }
-                if let Ok(serde_json::Value::Object(fields)) =
-                    serde_json::from_str::<serde_json::Value>(fields)
-                {
-                    line.extend(fields);
-                }
-            }
-        }
+        span_fields(ctx, event, &mut writer, &mut line)?;
         event.record(&mut FieldsInto(&mut line));
         let message = line.remove("message");
         for key in RESERVED_KEYS {
@@ -588,6 +560,47 @@ where
         }
         writeln!(writer, "}}")
     }
+}
+
+/// The fields of the spans `event` is in, outermost first: the invocation's (formatted once,
+/// when it began) written as they are, the others gathered into `line`. The Lambda runtime's
+/// own span is left out.
+fn span_fields<S, N>(
+    ctx: &FmtContext<'_, S, N>,
+    event: &Event<'_>,
+    writer: &mut Writer<'_>,
+    line: &mut serde_json::Map<String, serde_json::Value>,
+) -> fmt::Result
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'w> FormatFields<'w> + 'static,
+{
+    let span = event
+        .parent()
+        .and_then(|id| ctx.span(id))
+        .or_else(|| ctx.lookup_current());
+    let Some(span) = span else {
+        return Ok(());
+    };
+    for s in span.scope().from_root() {
+        let target = s.metadata().target();
+        if target.starts_with("lambda_runtime") {
+            continue;
+        }
+        let extensions = s.extensions();
+        let Some(fields) = extensions.get::<FormattedFields<N>>() else {
+            continue;
+        };
+        if target == INVOCATION_TARGET {
+            let inner = fields.trim().trim_start_matches('{').trim_end_matches('}');
+            if !inner.is_empty() {
+                write!(writer, ",{inner}")?;
+            }
+        } else if let Ok(serde_json::Value::Object(fields)) = serde_json::from_str(fields) {
+            line.extend(fields);
+        }
+    }
+    Ok(())
 }
 
 /// Puts an event's fields into a JSON object: numbers and booleans as themselves, the rest
