@@ -15,7 +15,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use resq_local::chaos::runtime::{Function, Outcome};
+use resq_local::chaos::runtime::Function;
+use resq_local::driver::Ended;
 use serde_json::Value;
 
 use crate::fakesqs::FakeSqs;
@@ -220,13 +221,13 @@ impl Harness {
     /// Invokes the function with `event` and waits for its answer.
     pub fn invoke(&mut self, event: &str) -> Result<Invocation, String> {
         let started = Instant::now();
-        let outcome = self
+        let ended = self
             .rt
             .block_on(self.function.invoke(event, None))
             .map_err(|e| e.to_string())?;
         let wall = started.elapsed();
-        let response = match outcome {
-            Outcome::Response(body) => body,
+        let response = match ended {
+            Ended::Response(body) => body,
             other => return Err(format!("the consumer did not answer: {other:?}")),
         };
         let failures = serde_json::from_str::<Value>(&response)

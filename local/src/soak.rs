@@ -42,10 +42,10 @@ use tokio::sync::watch;
 
 use crate::CliError;
 use crate::chaos::faults::FaultProxy;
-use crate::chaos::runtime::{Function, Outcome};
+use crate::chaos::runtime::Function;
 use crate::demo::{self, Audit, Downstream, Plan};
 use crate::driver::{
-    EventSourceMapping, FirstRun, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
+    Ended, EventSourceMapping, FirstRun, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
 };
 use crate::emf::MetricForwarder;
 use crate::emulator::REGION;
@@ -652,11 +652,11 @@ impl<F> ScheduleHooks<F> for SoakRuns<'_> {
         None
     }
 
-    fn answered(&mut self, _: &F, outcome: Outcome, _: Duration) {
+    fn answered(&mut self, _: &F, ended: Ended, _: Duration) {
         let state = self.0;
         let started = lock(&state.run_started).take().unwrap_or_else(Instant::now);
-        match outcome {
-            Outcome::Response(body) => match read_summary(&body) {
+        match ended {
+            Ended::Response(body) => match read_summary(&body) {
                 Ok(s) => {
                     state.count_run(&s);
                     lock(&state.run_log).push(RunRecord {
