@@ -172,7 +172,7 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
                 0 => Vec::new(),
                 _ => {
                     eprintln!("bench: LocalStack (starting it)");
-                    let ls = resq_local::localstack::LocalStack::start(&o.localstack_python)
+                    let ls = resq_local::emulator::LocalStack::start(&o.localstack_python)
                         .map_err(|e| e.to_string())?;
                     scale::localstack(&o, &ls, &rt)?
                 }

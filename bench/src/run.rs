@@ -718,8 +718,8 @@ pub fn run(o: &Options) -> Result<Report, String> {
     drop(stand_in);
     let (scale_stand_in_latency, scale_designs) = scale::stand_in(o)?;
     eprintln!("bench: LocalStack (starting it)");
-    let localstack = resq_local::localstack::LocalStack::start(&o.localstack_python)
-        .map_err(|e| e.to_string())?;
+    let localstack =
+        resq_local::emulator::LocalStack::start(&o.localstack_python).map_err(|e| e.to_string())?;
     let rates_localstack = localstack_rates(o, &localstack, &rt)?;
     let scale = scale::Scale {
         latency: scale_stand_in_latency,
@@ -1161,7 +1161,7 @@ pub fn counted(
 /// the counting proxy, the rate read off its request log as on the stand-in.
 fn localstack_rates(
     o: &Options,
-    localstack: &resq_local::localstack::LocalStack,
+    localstack: &resq_local::emulator::LocalStack,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Vec<(f64, f64, f64)>, String> {
     let (proxy, sqs) = counted(&localstack.endpoint, rt)?;

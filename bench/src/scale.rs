@@ -572,7 +572,7 @@ fn ticks(pgid: u32) -> (u64, (u64, u64)) {
 /// each redriver through the counting proxy.
 pub fn localstack(
     o: &Options,
-    localstack: &resq_local::localstack::LocalStack,
+    localstack: &resq_local::emulator::LocalStack,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Vec<LocalStackDrain>, String> {
     let (proxy, sqs) = run::counted(&localstack.endpoint, rt)?;
@@ -590,7 +590,7 @@ pub fn localstack(
 }
 
 fn localstack_drain(
-    localstack: &resq_local::localstack::LocalStack,
+    localstack: &resq_local::emulator::LocalStack,
     proxy: &CountingProxy,
     sqs: &aws_sdk_sqs::Client,
     rt: &tokio::runtime::Runtime,

@@ -13,7 +13,6 @@ pub mod emulator;
 pub mod event;
 pub mod http;
 pub mod live;
-pub mod localstack;
 pub mod pipeline;
 pub mod soak;
 pub mod stack;

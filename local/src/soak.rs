@@ -48,8 +48,7 @@ use crate::driver::{
     Ended, EventSourceMapping, FirstRun, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
 };
 use crate::emf::MetricForwarder;
-use crate::emulator::REGION;
-use crate::localstack::LocalStack;
+use crate::emulator::{LocalStack, REGION};
 use crate::pipeline::read_summary;
 use crate::stack::Resolver;
 use resq_ops::context::Context;
