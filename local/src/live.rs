@@ -14,7 +14,7 @@
 //! live: watch rebuilds the function), else to the built binary, run by the Lambda runtime API
 //! stand-in ([`crate::chaos::runtime`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -113,33 +113,36 @@ pub async fn up(
         .map_err(|e| CliError::Usage(format!("cannot create {}: {e}", opts.log_dir.display())))?;
 
     let forwarder = MetricForwarder::start(aws_sdk_cloudwatch::Client::new(&config));
-    let base_env = |own: &[(String, String)]| -> Vec<(String, String)> {
+    let lambda = |watch_name, function_name: &str, binary: &Path, own_env: &[_], timeout| {
         let mut env = aws_env(emulator.endpoint());
-        env.extend(own.iter().cloned());
+        env.extend(own_env.iter().cloned());
         env.push(("AWS_LAMBDA_LOG_FORMAT".into(), "JSON".into()));
         env.push(("AWS_LAMBDA_LOG_LEVEL".into(), around.log_level.clone()));
-        env
+        Lambda {
+            watch_name,
+            function_name: function_name.to_owned(),
+            watch_port: opts.watch_port,
+            binary: binary.to_owned(),
+            env,
+            log: opts.log_dir.join(format!("{watch_name}.log")),
+            timeout,
+            metrics: forwarder.sender(),
+        }
     };
-    let consumer = Lambda {
-        watch_name: "consumer",
-        function_name: outputs.consumer_function.clone(),
-        watch_port: opts.watch_port,
-        binary: opts.consumer_bin.clone(),
-        env: base_env(&around.consumer_env),
-        log: opts.log_dir.join("consumer.log"),
-        timeout: around.consumer_timeout,
-        metrics: forwarder.sender(),
-    };
-    let redriver = Lambda {
-        watch_name: "redriver",
-        function_name: outputs.redriver_function.clone(),
-        watch_port: opts.watch_port,
-        binary: opts.redriver_bin.clone(),
-        env: base_env(&around.redriver_env),
-        log: opts.log_dir.join("redriver.log"),
-        timeout: around.redriver_timeout,
-        metrics: forwarder.sender(),
-    };
+    let consumer = lambda(
+        "consumer",
+        &outputs.consumer_function,
+        &opts.consumer_bin,
+        &around.consumer_env,
+        around.consumer_timeout,
+    );
+    let redriver = lambda(
+        "redriver",
+        &outputs.redriver_function,
+        &opts.redriver_bin,
+        &around.redriver_env,
+        around.redriver_timeout,
+    );
     print_banner(opts, &emulator, &outputs, &around, schedule);
     if watch_listens(opts.watch_port).await {
         println!(
