@@ -349,7 +349,7 @@ pub struct SizeRow {
 impl SizeRow {
     /// The median warm wall time, ms.
     pub fn median_ms(&self) -> f64 {
-        crate::run::median(&mut self.wall_ms.clone())
+        crate::measured::median(&mut self.wall_ms.clone())
     }
     /// The fastest and slowest warm invocation, ms.
     pub fn range_ms(&self) -> (f64, f64) {

@@ -36,7 +36,8 @@ use serde_json::Value;
 use crate::event;
 use crate::fakesqs::FakeSqs;
 use crate::function::MAX_PAYLOAD_BYTES;
-use crate::run::{Options, median};
+use crate::measured::median;
+use crate::options::Options;
 use crate::s3standin::{self, S3StandIn};
 
 /// Lambda's limit on a function's open file descriptors (soft and hard).
