@@ -40,7 +40,6 @@ use rand::rngs::StdRng;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::CliError;
 use crate::chaos::faults::FaultProxy;
 use crate::chaos::runtime::Function;
 use crate::demo::{self, Audit, Downstream, Plan};
@@ -51,6 +50,7 @@ use crate::emf::MetricForwarder;
 use crate::emulator::{LocalStack, REGION};
 use crate::pipeline::read_summary;
 use crate::stack::Resolver;
+use crate::{CliError, lock};
 use resq_ops::context::Context;
 use resq_ops::orders::{self, Outgoing};
 
@@ -292,10 +292,6 @@ struct State {
     last_run_moved: AtomicU64,
     function_errors: AtomicU64,
     alarm: Mutex<Vec<(Instant, StateValue)>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Runs the soak and reports; LocalStack and the functions stop when this returns.

@@ -24,7 +24,6 @@ use resq::backoff::Backoff;
 use resq::config::{CommonConfig, ConsumerConfig, PermanentAction, RedriverConfig};
 use tokio::sync::watch;
 
-use crate::CliError;
 use crate::demo::{self, Audit, DemoOptions, Downstream, Plan};
 use crate::driver::{
     Ended, EventSourceMapping, FirstRun, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
@@ -32,6 +31,7 @@ use crate::driver::{
 use crate::emulator::{Emulator, REGION};
 use crate::pipeline::read_summary;
 use crate::stack::{StackOutputs, deploy_stack};
+use crate::{CliError, lock};
 use faults::{FaultProxy, FaultStats};
 use resq_ops::context::Context;
 use runtime::Function;
@@ -260,10 +260,6 @@ struct State {
 
 fn get(c: &AtomicU64) -> u64 {
     c.load(Ordering::Relaxed)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Runs the chaos run and reports; the emulator and the functions stop when this returns.

@@ -24,9 +24,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::CliError;
 use crate::driver::{Ended, Invoke};
 use crate::http::next_request;
+use crate::{CliError, lock};
 
 // the name tests/e2e still import (`Ended` is the driver's)
 pub use crate::driver::Ended as Outcome;
@@ -119,7 +119,7 @@ async fn serve(mut conn: TcpStream, state: &ApiState) -> std::io::Result<()> {
                 p.trace_id,
                 p.event.len()
             );
-            super::lock(&state.waiting).insert(p.id.clone(), p.reply);
+            lock(&state.waiting).insert(p.id.clone(), p.reply);
             conn.write_all(head.as_bytes()).await?;
             conn.write_all(p.event.as_bytes()).await?;
             continue;
@@ -128,7 +128,7 @@ async fn serve(mut conn: TcpStream, state: &ApiState) -> std::io::Result<()> {
             202
         } else if let Some(rest) = path.strip_prefix(INVOCATION).filter(|_| method == "POST") {
             let (id, kind) = rest.split_once('/').unwrap_or((rest, ""));
-            let reply = super::lock(&state.waiting).remove(id);
+            let reply = lock(&state.waiting).remove(id);
             match (reply, kind) {
                 (Some(r), "response") => {
                     let _ = r.send(Ok(body));
@@ -424,7 +424,7 @@ async fn log_pipeline(
         if filter.is_some_and(|level| !resq::lambda::application_log_kept(&line, level)) {
             continue;
         }
-        let _ = writeln!(super::lock(&log), "{line}");
+        let _ = writeln!(lock(&log), "{line}");
         if let Some(tx) = &metrics
             && let Some(doc) = crate::emf::emf_document(&line)
         {
