@@ -4,6 +4,7 @@
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 
 use crate::event;
+use crate::fakesqs::FakeSqs;
 
 /// The `x-failure-reason` of the DLQ messages the bench seeds, with `x-failure-class=transient`:
 /// what the consumer writes when its downstream answers 503, so every seeded message is replayed.
@@ -79,4 +80,23 @@ pub async fn seed(
         }
     }
     Ok(())
+}
+
+/// `n` DLQ messages on the stand-in SQS as the consumer leaves them: an order body (ids
+/// `{prefix}-0`, `{prefix}-1`, …) and the failure marks.
+pub fn seed_stand_in(sqs: &FakeSqs, dlq: &str, prefix: &str, n: usize) {
+    let now = chrono::Utc::now().timestamp_millis().to_string();
+    let attr = |v: &str| serde_json::json!({"DataType": "String", "StringValue": v});
+    let bodies = (0..n)
+        .map(|i| format!("{{\"orderId\":\"{prefix}-{i}\",\"userId\":\"u-1\",\"items\":[{{\"productId\":\"p-1\",\"quantity\":1}}]}}"))
+        .collect();
+    sqs.seed(
+        dlq,
+        bodies,
+        &serde_json::json!({
+            resq::attributes::X_FAILURE_CLASS: attr("transient"),
+            resq::attributes::X_FAILURE_REASON: attr(SEED_REASON),
+            resq::attributes::X_FIRST_SENT_AT: attr(&now),
+        }),
+    );
 }

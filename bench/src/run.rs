@@ -6,6 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::child::Design;
 use crate::coldstart;
 use crate::cost;
 use crate::event;
@@ -14,7 +15,7 @@ use crate::function::{self, FunctionRun};
 use crate::measured::{self, median};
 use crate::options::Options;
 use crate::proxy::{CountingProxy, Request, achieved, breakdown, counted};
-use crate::queues::{SEED_REASON, create_queue, depth, seed};
+use crate::queues::{create_queue, depth, seed, seed_stand_in};
 use crate::scale;
 
 /// Dollars per million SQS requests (standard queue, first tier).
@@ -1061,18 +1062,7 @@ fn achieved_rate(
 ) -> Result<f64, String> {
     let name = format!("rate-{which:?}-{}", rand::random::<u32>()).to_lowercase();
     let (dlq, main) = (sqs.queue_url(&format!("{name}-dlq")), sqs.queue_url(&name));
-    let bodies: Vec<String> = (0..n).map(|i| format!("{{\"orderId\":\"rate-{i}\",\"userId\":\"u-1\",\"items\":[{{\"productId\":\"p-1\",\"quantity\":1}}]}}")).collect();
-    let now = chrono::Utc::now().timestamp_millis().to_string();
-    let attr = |v: &str| serde_json::json!({"DataType": "String", "StringValue": v});
-    sqs.seed(
-        &dlq,
-        bodies,
-        &serde_json::json!({
-            resq::attributes::X_FAILURE_CLASS: attr("transient"),
-            resq::attributes::X_FAILURE_REASON: attr(SEED_REASON),
-            resq::attributes::X_FIRST_SENT_AT: attr(&now),
-        }),
-    );
+    seed_stand_in(sqs, &dlq, "rate", n);
     let mark = sqs.mark();
     let result = redriver_run(o, which, &sqs.endpoint, &dlq, &main, rate)?;
     let (moved, left) = (sqs.depth(&main), sqs.depth(&dlq));
@@ -1095,15 +1085,7 @@ fn redriver_run(
     rate: f64,
 ) -> Result<Value, String> {
     match which {
-        Impl::Resq => measured::run(
-            Command::new(std::env::current_exe().map_err(|e| e.to_string())?).args([
-                "redrive",
-                endpoint,
-                dlq,
-                main,
-                &rate.to_string(),
-            ]),
-        ),
+        Impl::Resq => scale::child(endpoint, dlq, main, rate, Design::Pipelined),
         Impl::Baseline => measured::run(
             Command::new(&o.python)
                 .arg(o.scripts.join("baseline_redriver.py"))

@@ -22,7 +22,7 @@ use crate::fakesqs::FakeSqs;
 use crate::measured;
 use crate::options::Options;
 use crate::proxy::{CountingProxy, Request, achieved, breakdown, counted};
-use crate::queues::{self, SEED_REASON};
+use crate::queues;
 
 /// The rate the throughput and the drain are measured at: resq's maximum.
 pub const SCALE_RATE: f64 = resq::config::MAX_RATE_PER_SECOND;
@@ -396,7 +396,7 @@ impl Scale {
 }
 
 /// Runs the redrive child on `endpoint` at `rate`.
-fn child(
+pub fn child(
     endpoint: &str,
     dlq: &str,
     main: &str,
@@ -433,20 +433,7 @@ fn stand_in_run(
 ) -> Result<(RunFigures, Vec<Request>), String> {
     let name = format!("scale-{}-{}", design.name(), rand::random::<u32>());
     let (dlq, main) = (sqs.queue_url(&format!("{name}-dlq")), sqs.queue_url(&name));
-    let now = chrono::Utc::now().timestamp_millis().to_string();
-    let attr = |v: &str| serde_json::json!({"DataType": "String", "StringValue": v});
-    let bodies = (0..n)
-        .map(|i| format!("{{\"orderId\":\"scale-{i}\",\"userId\":\"u-1\",\"items\":[{{\"productId\":\"p-1\",\"quantity\":1}}]}}"))
-        .collect();
-    sqs.seed(
-        &dlq,
-        bodies,
-        &serde_json::json!({
-            resq::attributes::X_FAILURE_CLASS: attr("transient"),
-            resq::attributes::X_FAILURE_REASON: attr(SEED_REASON),
-            resq::attributes::X_FIRST_SENT_AT: attr(&now),
-        }),
-    );
+    queues::seed_stand_in(sqs, &dlq, "scale", n);
     let mark = sqs.mark();
     let what = format!("{} at {rate}/s, {n} messages", design.name());
     let out = child(&sqs.endpoint, &dlq, &main, rate, design)?;
