@@ -908,7 +908,8 @@ struct Redrive {
     messages: usize,
 }
 
-struct Outcome {
+/// What one redriver's replay of a DLQ came to.
+struct Replayed {
     seconds: f64,
     requests: Vec<Request>,
     /// Messages the emulator handed out twice (replayed twice).
@@ -961,7 +962,7 @@ impl Env<'_> {
     /// `ReceiveMessage` takes no lock: two receives at once (the pipelined redriver's cycles)
     /// can both be handed the same message, and both replay it. SQS's standard queues deliver
     /// at least once too, so such a message is counted as a duplicate, not as an error.
-    fn replay(&self, which: Impl, rate: f64, n: usize, tag: &str) -> Result<Outcome, String> {
+    fn replay(&self, which: Impl, rate: f64, n: usize, tag: &str) -> Result<Replayed, String> {
         let name = format!("bench-{tag}-{which:?}-{}", rand::random::<u32>())
             .to_lowercase()
             .replace('.', "_");
@@ -1003,7 +1004,7 @@ impl Env<'_> {
                 let _ = self.sqs.delete_queue().queue_url(q).send().await;
             }
         });
-        Ok(Outcome {
+        Ok(Replayed {
             seconds: seconds(&result["seconds"])?,
             requests,
             duplicates: redriven - n,
