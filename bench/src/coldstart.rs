@@ -92,8 +92,8 @@ pub fn before_after(binary: &Path, function: &str, runs: usize) -> Result<(f64, 
         after.push(once(binary, function, Trust::CertFile, &endpoint)?);
     }
     Ok((
-        crate::run::median(&mut before),
-        crate::run::median(&mut after),
+        crate::measured::median(&mut before),
+        crate::measured::median(&mut after),
     ))
 }
 

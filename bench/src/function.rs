@@ -15,7 +15,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use resq_local::chaos::runtime::{Function, Outcome};
+use resq_local::chaos::runtime::Function;
+use resq_local::driver::Ended;
 use serde_json::Value;
 
 use crate::fakesqs::FakeSqs;
@@ -220,13 +221,13 @@ impl Harness {
     /// Invokes the function with `event` and waits for its answer.
     pub fn invoke(&mut self, event: &str) -> Result<Invocation, String> {
         let started = Instant::now();
-        let outcome = self
+        let ended = self
             .rt
             .block_on(self.function.invoke(event, None))
             .map_err(|e| e.to_string())?;
         let wall = started.elapsed();
-        let response = match outcome {
-            Outcome::Response(body) => body,
+        let response = match ended {
+            Ended::Response(body) => body,
             other => return Err(format!("the consumer did not answer: {other:?}")),
         };
         let failures = serde_json::from_str::<Value>(&response)
@@ -348,7 +349,7 @@ pub struct SizeRow {
 impl SizeRow {
     /// The median warm wall time, ms.
     pub fn median_ms(&self) -> f64 {
-        crate::run::median(&mut self.wall_ms.clone())
+        crate::measured::median(&mut self.wall_ms.clone())
     }
     /// The fastest and slowest warm invocation, ms.
     pub fn range_ms(&self) -> (f64, f64) {

@@ -13,7 +13,9 @@ mod event;
 mod fakesqs;
 mod function;
 mod measured;
+mod options;
 mod proxy;
+mod queues;
 mod realio;
 mod run;
 mod s3standin;
@@ -37,7 +39,7 @@ struct Cli {
 #[derive(clap::Args)]
 struct RunArgs {
     #[command(flatten)]
-    options: run::Options,
+    options: options::Options,
     /// Versions of the alternatives, for the results file.
     #[arg(long, default_value = "")]
     versions: String,
@@ -50,7 +52,7 @@ enum Cmd {
     /// Only the redriver at scale (part of `run`): the pipelined and the sequential design on
     /// the stand-in SQS with latency per call, then drains on LocalStack; prints its rows and
     /// figures, writes nothing.
-    RedriveScale(Box<run::Options>),
+    RedriveScale(Box<options::Options>),
     /// Child: one invocation of resq's consumer engine on an event file.
     Consumer { event: PathBuf },
     /// Child: one invocation of resq's consumer engine with an effect that waits `latency_ms`.
@@ -65,7 +67,7 @@ enum Cmd {
     /// tables and figures, writes nothing. `--io-real-only` skips the sleep-only rows.
     Io {
         #[command(flatten)]
-        options: Box<run::Options>,
+        options: Box<options::Options>,
         #[arg(long)]
         io_real_only: bool,
     },
@@ -172,7 +174,7 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
                 0 => Vec::new(),
                 _ => {
                     eprintln!("bench: LocalStack (starting it)");
-                    let ls = resq_local::localstack::LocalStack::start(&o.localstack_python)
+                    let ls = resq_local::emulator::LocalStack::start(&o.localstack_python)
                         .map_err(|e| e.to_string())?;
                     scale::localstack(&o, &ls, &rt)?
                 }

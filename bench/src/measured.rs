@@ -1,4 +1,5 @@
-//! Runs a measured child process to completion and reads the JSON line it prints.
+//! Runs a measured child process to completion and reads the JSON line it prints; the median
+//! of what was measured.
 //!
 //! Peak memory is the child's own `VmHWM` (from `/proc/self/status`, read by the child as it
 //! finishes): the kernel's high-water mark of the child's address space after `exec`. The
@@ -36,4 +37,27 @@ pub fn vm_hwm_kb() -> u64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The middle value (mean of the two middle ones for an even count).
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&mut []).is_nan());
+    }
 }

@@ -169,9 +169,79 @@ pub fn classify(at: Instant, target: Option<String>, body: &[u8]) -> Request {
     }
 }
 
+/// A counting proxy in front of the emulator at `endpoint` (what the redrivers talk to), and an
+/// SQS client that talks to the emulator directly (set-up and checks are not counted).
+pub fn counted(
+    endpoint: &str,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(CountingProxy, aws_sdk_sqs::Client), String> {
+    let upstream = endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .map_err(|e| format!("emulator endpoint {endpoint}: {e}"))?;
+    let proxy = CountingProxy::start(upstream)?;
+    let sqs = rt.block_on(async {
+        aws_sdk_sqs::Client::new(&resq_local::emulator::local_sdk_config(endpoint).await)
+    });
+    Ok((proxy, sqs))
+}
+
+/// Messages sent after the first send request, over the time from the first send request to
+/// the last: the rate between sends, the same measure for batched and single sends.
+pub fn achieved(requests: &[Request]) -> Option<f64> {
+    let sends: Vec<&Request> = requests
+        .iter()
+        .filter(|r| r.sqs && (r.action == "SendMessage" || r.action == "SendMessageBatch"))
+        .collect();
+    let (first, last) = (sends.first()?, sends.last()?);
+    let span = last.at.duration_since(first.at).as_secs_f64();
+    let after_first: usize = sends[1..].iter().map(|r| r.entries).sum();
+    (span > 0.0).then(|| after_first as f64 / span)
+}
+
+/// The SQS calls of `log`, counted by action (`Action n, …`).
+pub fn breakdown(log: &[Request]) -> String {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for r in log.iter().filter(|r| r.sqs) {
+        *counts.entry(&r.action).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(a, n)| format!("{a} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn send(at: Instant, ms: u64, action: &str, entries: usize) -> Request {
+        Request {
+            at: at + Duration::from_millis(ms),
+            action: action.into(),
+            entries,
+            sqs: true,
+            waited: None,
+        }
+    }
+
+    #[test]
+    fn the_rate_is_taken_between_sends_for_batches_and_singles_alike() {
+        let t = Instant::now();
+        // batches of 10 every second: 20 messages after the first send, over 2 s
+        let batched = [
+            send(t, 0, "SendMessageBatch", 10),
+            send(t, 500, "ReceiveMessage", 0),
+            send(t, 1000, "SendMessageBatch", 10),
+            send(t, 2000, "SendMessageBatch", 10),
+        ];
+        assert!((achieved(&batched).unwrap() - 10.0).abs() < 1e-9);
+        // single sends every 100 ms: 4 after the first, over 0.4 s
+        let singles: Vec<_> = (0..5).map(|i| send(t, i * 100, "SendMessage", 1)).collect();
+        assert!((achieved(&singles).unwrap() - 10.0).abs() < 1e-9);
+        assert_eq!(achieved(&singles[..1]), None);
+    }
 
     #[test]
     fn batches_are_counted_by_their_entries() {

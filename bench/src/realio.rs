@@ -29,13 +29,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use resq_local::chaos::runtime::{Function, Outcome};
+use resq_local::chaos::runtime::Function;
+use resq_local::driver::Ended;
 use serde_json::Value;
 
 use crate::event;
 use crate::fakesqs::FakeSqs;
 use crate::function::MAX_PAYLOAD_BYTES;
-use crate::run::{Options, median};
+use crate::measured::median;
+use crate::options::Options;
 use crate::s3standin::{self, S3StandIn};
 
 /// Lambda's limit on a function's open file descriptors (soft and hard).
@@ -499,12 +501,12 @@ impl Runner {
                         .as_array()
                         .map_or(0, Vec::len);
                 let started = Instant::now();
-                let outcome = rt
+                let ended = rt
                     .block_on(f.invoke(&payload, None))
                     .map_err(|e| e.to_string())?;
                 let wall = started.elapsed().as_secs_f64();
-                let body = match outcome {
-                    Outcome::Response(body) => body,
+                let body = match ended {
+                    Ended::Response(body) => body,
                     other => return Err(format!("the consumer did not answer: {other:?}")),
                 };
                 let failures = serde_json::from_str::<Value>(&body)

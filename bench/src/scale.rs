@@ -20,8 +20,9 @@ use serde_json::Value;
 use crate::child::Design;
 use crate::fakesqs::FakeSqs;
 use crate::measured;
-use crate::proxy::{CountingProxy, Request};
-use crate::run::{self, Options};
+use crate::options::Options;
+use crate::proxy::{CountingProxy, Request, achieved, breakdown, counted};
+use crate::queues;
 
 /// The rate the throughput and the drain are measured at: resq's maximum.
 pub const SCALE_RATE: f64 = resq::config::MAX_RATE_PER_SECOND;
@@ -395,7 +396,7 @@ impl Scale {
 }
 
 /// Runs the redrive child on `endpoint` at `rate`.
-fn child(
+pub fn child(
     endpoint: &str,
     dlq: &str,
     main: &str,
@@ -432,20 +433,7 @@ fn stand_in_run(
 ) -> Result<(RunFigures, Vec<Request>), String> {
     let name = format!("scale-{}-{}", design.name(), rand::random::<u32>());
     let (dlq, main) = (sqs.queue_url(&format!("{name}-dlq")), sqs.queue_url(&name));
-    let now = chrono::Utc::now().timestamp_millis().to_string();
-    let attr = |v: &str| serde_json::json!({"DataType": "String", "StringValue": v});
-    let bodies = (0..n)
-        .map(|i| format!("{{\"orderId\":\"scale-{i}\",\"userId\":\"u-1\",\"items\":[{{\"productId\":\"p-1\",\"quantity\":1}}]}}"))
-        .collect();
-    sqs.seed(
-        &dlq,
-        bodies,
-        &serde_json::json!({
-            resq::attributes::X_FAILURE_CLASS: attr("transient"),
-            resq::attributes::X_FAILURE_REASON: attr(run::SEED_REASON),
-            resq::attributes::X_FIRST_SENT_AT: attr(&now),
-        }),
-    );
+    queues::seed_stand_in(sqs, &dlq, "scale", n);
     let mark = sqs.mark();
     let what = format!("{} at {rate}/s, {n} messages", design.name());
     let out = child(&sqs.endpoint, &dlq, &main, rate, design)?;
@@ -460,7 +448,7 @@ fn stand_in_run(
     let seconds = checked_seconds(&out, n, &what)?;
     let requests = sqs.since(mark);
     let achieved =
-        run::achieved(&requests).ok_or_else(|| format!("{what}: fewer than two send requests"))?;
+        achieved(&requests).ok_or_else(|| format!("{what}: fewer than two send requests"))?;
     let figures = RunFigures {
         rate,
         messages: n,
@@ -529,7 +517,7 @@ pub fn stand_in(o: &Options) -> Result<(Duration, Vec<DesignFigures>), String> {
         logs[0].extend(log);
     }
     for (f, log) in figures.iter_mut().zip(&logs) {
-        f.breakdown = run::breakdown(log);
+        f.breakdown = breakdown(log);
     }
     Ok((latency, figures))
 }
@@ -572,10 +560,10 @@ fn ticks(pgid: u32) -> (u64, (u64, u64)) {
 /// each redriver through the counting proxy.
 pub fn localstack(
     o: &Options,
-    localstack: &resq_local::localstack::LocalStack,
+    localstack: &resq_local::emulator::LocalStack,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Vec<LocalStackDrain>, String> {
-    let (proxy, sqs) = run::counted(&localstack.endpoint, rt)?;
+    let (proxy, sqs) = counted(&localstack.endpoint, rt)?;
     let mut drains = Vec::new();
     for (design, n) in [
         (Design::Pipelined, o.localstack_drain),
@@ -590,7 +578,7 @@ pub fn localstack(
 }
 
 fn localstack_drain(
-    localstack: &resq_local::localstack::LocalStack,
+    localstack: &resq_local::emulator::LocalStack,
     proxy: &CountingProxy,
     sqs: &aws_sdk_sqs::Client,
     rt: &tokio::runtime::Runtime,
@@ -605,15 +593,16 @@ fn localstack_drain(
     let name = format!("drain-{}-{}", design.name(), rand::random::<u32>());
     let seeded = Instant::now();
     let (dlq, main) = rt.block_on(async {
-        let dlq = run::create_queue(sqs, &format!("{name}-dlq")).await?;
-        let main = run::create_queue(sqs, &name).await?;
+        let dlq = queues::create_queue(sqs, &format!("{name}-dlq")).await?;
+        let main = queues::create_queue(sqs, &name).await?;
         let mut seeders = tokio::task::JoinSet::new();
         let per = n.div_ceil(SEEDERS);
         for w in 0..SEEDERS {
             let (from, to) = (w * per, ((w + 1) * per).min(n));
             let (sqs, dlq) = (sqs.clone(), dlq.clone());
-            seeders
-                .spawn(async move { run::seed(&sqs, &dlq, from, to.saturating_sub(from)).await });
+            seeders.spawn(
+                async move { queues::seed(&sqs, &dlq, from, to.saturating_sub(from)).await },
+            );
         }
         while let Some(done) = seeders.join_next().await {
             done.map_err(|e| e.to_string())??;
@@ -633,7 +622,10 @@ fn localstack_drain(
     let own = crate::child::cpu_seconds() - own_before;
     let what = format!("{} on LocalStack, {n} messages", design.name());
     let (in_dlq, in_main) = rt.block_on(async {
-        Ok::<_, String>((run::depth(sqs, &dlq).await?, run::depth(sqs, &main).await?))
+        Ok::<_, String>((
+            queues::depth(sqs, &dlq).await?,
+            queues::depth(sqs, &main).await?,
+        ))
     })?;
     rt.block_on(async {
         for q in [&dlq, &main] {

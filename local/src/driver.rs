@@ -18,7 +18,6 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::CliError;
-use crate::chaos::runtime::Outcome;
 use crate::emulator::REGION;
 
 /// A function that can be invoked with an event, as Lambda invokes it.
@@ -33,12 +32,25 @@ pub trait Invoke {
         &mut self,
         event: &str,
         kill_after: Option<Duration>,
-    ) -> impl Future<Output = Result<Outcome, CliError>>;
+    ) -> impl Future<Output = Result<Ended, CliError>>;
 
     /// The run is over: stops whatever process the function holds.
     fn stop(&mut self) -> impl Future<Output = ()> {
         async {}
     }
+}
+
+/// How an invocation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// The function's response body.
+    Response(String),
+    /// The function reported an error (body of its error report).
+    Error(String),
+    /// Killed before it answered.
+    Killed,
+    /// No answer within the function's timeout.
+    TimedOut,
 }
 
 /// One invocation of the event source mapping, as the run's hooks see it.
@@ -107,7 +119,7 @@ pub trait ScheduleHooks<F> {
 
     /// How a run ended and how long it took (`function`: the live pipeline reads where it
     /// ran).
-    fn answered(&mut self, function: &F, outcome: Outcome, took: Duration);
+    fn answered(&mut self, function: &F, ended: Ended, took: Duration);
 }
 
 /// Lambda's SQS event source mapping: one poller of a queue in front of a function.
@@ -158,16 +170,16 @@ impl EventSourceMapping<'_> {
         let event = resq::sqs_event::lambda_event(&batch, self.queue_arn, REGION).to_string();
         let kill_after = hooks.invoking();
         let began = Instant::now();
-        let outcome = function.invoke(&event, kill_after).await?;
+        let ended = function.invoke(&event, kill_after).await?;
         let took = began.elapsed();
-        let settled = match outcome {
-            Outcome::Response(body) => match settle_answer(sqs, url, &batch, &body).await {
+        let settled = match ended {
+            Ended::Response(body) => match settle_answer(sqs, url, &batch, &body).await {
                 Ok(failed) => Settled::Deleted(failed),
                 Err(why) => Settled::BatchFailed(why),
             },
-            Outcome::Error(body) => Settled::Error(body),
-            Outcome::Killed => Settled::Killed,
-            Outcome::TimedOut => Settled::TimedOut,
+            Ended::Error(body) => Settled::Error(body),
+            Ended::Killed => Settled::Killed,
+            Ended::TimedOut => Settled::TimedOut,
         };
         let invoked = Invoked {
             batch: &batch,
@@ -236,8 +248,8 @@ impl Schedule<'_> {
         let kill_after = hooks.invoking();
         let event = scheduled_event(self.rule).to_string();
         let began = Instant::now();
-        let outcome = function.invoke(&event, kill_after).await?;
-        hooks.answered(function, outcome, began.elapsed());
+        let ended = function.invoke(&event, kill_after).await?;
+        hooks.answered(function, ended, began.elapsed());
         Ok(())
     }
 }
@@ -429,14 +441,14 @@ mod tests {
     }
 
     impl Invoke for Recorder {
-        async fn invoke(&mut self, event: &str, _: Option<Duration>) -> Result<Outcome, CliError> {
+        async fn invoke(&mut self, event: &str, _: Option<Duration>) -> Result<Ended, CliError> {
             let event = serde_json::from_str(event).map_err(|e| CliError::Usage(e.to_string()))?;
             self.calls.push((self.began.elapsed(), event));
             tokio::time::sleep(self.takes).await;
             if self.calls.len() >= self.runs {
                 let _ = self.stop.send(true);
             }
-            Ok(Outcome::Response("{}".into()))
+            Ok(Ended::Response("{}".into()))
         }
 
         async fn stop(&mut self) {
@@ -458,8 +470,8 @@ mod tests {
             self.ticks.get() <= self.hold
         }
 
-        fn answered(&mut self, _: &Recorder, outcome: Outcome, _: Duration) {
-            assert_eq!(outcome, Outcome::Response("{}".into()));
+        fn answered(&mut self, _: &Recorder, ended: Ended, _: Duration) {
+            assert_eq!(ended, Ended::Response("{}".into()));
             self.answered += 1;
         }
     }

@@ -13,9 +13,13 @@ pub mod emulator;
 pub mod event;
 pub mod http;
 pub mod live;
-pub mod localstack;
 pub mod pipeline;
 pub mod soak;
 pub mod stack;
 
 pub use resq_ops::CliError;
+
+/// A mutex's guard, also after a panic poisoned it: what a run counted stays readable.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

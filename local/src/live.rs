@@ -14,7 +14,7 @@
 //! live: watch rebuilds the function), else to the built binary, run by the Lambda runtime API
 //! stand-in ([`crate::chaos::runtime`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -26,10 +26,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 
 use crate::CliError;
-use crate::chaos::runtime::{Function, Outcome};
+use crate::chaos::runtime::Function;
 use crate::driver::{
-    EventSourceMapping, FirstRun, Invoke, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
-    next_tick,
+    Ended, EventSourceMapping, FirstRun, Invoke, Invoked, MappingHooks, Schedule, ScheduleHooks,
+    Settled, next_tick,
 };
 use crate::emf::MetricForwarder;
 use crate::emulator::{Emulator, EmulatorKind, Installs, REGION};
@@ -113,33 +113,36 @@ pub async fn up(
         .map_err(|e| CliError::Usage(format!("cannot create {}: {e}", opts.log_dir.display())))?;
 
     let forwarder = MetricForwarder::start(aws_sdk_cloudwatch::Client::new(&config));
-    let base_env = |own: &[(String, String)]| -> Vec<(String, String)> {
+    let lambda = |watch_name, function_name: &str, binary: &Path, own_env: &[_], timeout| {
         let mut env = aws_env(emulator.endpoint());
-        env.extend(own.iter().cloned());
+        env.extend(own_env.iter().cloned());
         env.push(("AWS_LAMBDA_LOG_FORMAT".into(), "JSON".into()));
         env.push(("AWS_LAMBDA_LOG_LEVEL".into(), around.log_level.clone()));
-        env
+        Lambda {
+            watch_name,
+            function_name: function_name.to_owned(),
+            watch_port: opts.watch_port,
+            binary: binary.to_owned(),
+            env,
+            log: opts.log_dir.join(format!("{watch_name}.log")),
+            timeout,
+            metrics: forwarder.sender(),
+        }
     };
-    let consumer = Lambda {
-        watch_name: "consumer",
-        function_name: outputs.consumer_function.clone(),
-        watch_port: opts.watch_port,
-        binary: opts.consumer_bin.clone(),
-        env: base_env(&around.consumer_env),
-        log: opts.log_dir.join("consumer.log"),
-        timeout: around.consumer_timeout,
-        metrics: forwarder.sender(),
-    };
-    let redriver = Lambda {
-        watch_name: "redriver",
-        function_name: outputs.redriver_function.clone(),
-        watch_port: opts.watch_port,
-        binary: opts.redriver_bin.clone(),
-        env: base_env(&around.redriver_env),
-        log: opts.log_dir.join("redriver.log"),
-        timeout: around.redriver_timeout,
-        metrics: forwarder.sender(),
-    };
+    let consumer = lambda(
+        "consumer",
+        &outputs.consumer_function,
+        &opts.consumer_bin,
+        &around.consumer_env,
+        around.consumer_timeout,
+    );
+    let redriver = lambda(
+        "redriver",
+        &outputs.redriver_function,
+        &opts.redriver_bin,
+        &around.redriver_env,
+        around.redriver_timeout,
+    );
     print_banner(opts, &emulator, &outputs, &around, schedule);
     if watch_listens(opts.watch_port).await {
         println!(
@@ -395,7 +398,7 @@ impl Invoker {
         &mut self,
         event: &str,
         kill_after: Option<Duration>,
-    ) -> Result<Outcome, CliError> {
+    ) -> Result<Ended, CliError> {
         let l = &self.lambda;
         let process = match self.process.take() {
             Some(p) => p,
@@ -407,7 +410,7 @@ impl Invoker {
         Ok(process
             .invoke(event, kill_after)
             .await
-            .unwrap_or_else(|e| Outcome::Error(e.to_string())))
+            .unwrap_or_else(|e| Ended::Error(e.to_string())))
     }
 }
 
@@ -419,14 +422,14 @@ impl Invoke for Invoker {
         &mut self,
         event: &str,
         kill_after: Option<Duration>,
-    ) -> Result<Outcome, CliError> {
+    ) -> Result<Ended, CliError> {
         let started = Instant::now();
         self.via = if watch_listens(self.lambda.watch_port).await {
             Via::Watch
         } else {
             Via::Binary
         };
-        let outcome = match self.via {
+        let ended = match self.via {
             Via::Watch => {
                 if let Some(mut p) = self.process.take() {
                     p.kill().await; // watch took over
@@ -434,20 +437,20 @@ impl Invoke for Invoker {
                 let l = &self.lambda;
                 invoke_watch(l.watch_port, l.watch_name, event)
                     .await
-                    .unwrap_or_else(Outcome::Error)
+                    .unwrap_or_else(Ended::Error)
             }
             Via::Binary => match self.invoke_binary(event, kill_after).await {
-                Ok(outcome) => outcome,
+                Ok(ended) => ended,
                 // not an invocation: Lambda counts none
-                Err(e) => return Ok(Outcome::Error(e.to_string())),
+                Err(e) => return Ok(Ended::Error(e.to_string())),
             },
         };
         let _ = self.lambda.metrics.send(lambda_metrics(
             &self.lambda.function_name,
-            !matches!(outcome, Outcome::Response(_)),
+            !matches!(ended, Ended::Response(_)),
             started.elapsed(),
         ));
-        Ok(outcome)
+        Ok(ended)
     }
 
     async fn stop(&mut self) {
@@ -491,7 +494,7 @@ async fn watch_listens(port: u16) -> bool {
 /// Lambda's `Invoke` against `cargo lambda watch`: 200 with the function's response, a
 /// function error as an error document (watch answers 500), anything else an error. The
 /// first invocation after an edit waits for watch to rebuild the function.
-async fn invoke_watch(port: u16, function: &str, event: &str) -> Result<Outcome, String> {
+async fn invoke_watch(port: u16, function: &str, event: &str) -> Result<Ended, String> {
     let addr = format!("127.0.0.1:{port}");
     let path = format!("/2015-03-31/functions/{function}/invocations");
     let io = post(&addr, &path, "Content-Type: application/json\r\n", event);
@@ -503,9 +506,9 @@ async fn invoke_watch(port: u16, function: &str, event: &str) -> Result<Outcome,
     let (status, body) =
         http_response(&raw).ok_or_else(|| "cargo lambda watch sent no HTTP response".to_owned())?;
     Ok(if status == 200 {
-        Outcome::Response(body)
+        Ended::Response(body)
     } else {
-        Outcome::Error(format!("HTTP {status}: {body}"))
+        Ended::Error(format!("HTTP {status}: {body}"))
     })
 }
 
@@ -536,10 +539,10 @@ impl MappingHooks<Invoker> for LiveBatches<'_> {
 
     fn answered(&mut self, invoker: &Invoker, invoked: Invoked<'_>) {
         let records = invoked.batch.len();
-        let unanswered = |outcome: Outcome| {
+        let unanswered = |ended: Ended| {
             format!(
                 "{}; nothing deleted, the {records} records come back after the visibility timeout",
-                describe(&outcome)
+                describe(&ended)
             )
         };
         let line = match invoked.settled {
@@ -551,9 +554,9 @@ impl MappingHooks<Invoker> for LiveBatches<'_> {
                 failed.len()
             ),
             Settled::BatchFailed(e) => format!("the whole batch failed: {e}; nothing deleted"),
-            Settled::Error(body) => unanswered(Outcome::Error(body)),
-            Settled::Killed => unanswered(Outcome::Killed),
-            Settled::TimedOut => unanswered(Outcome::TimedOut),
+            Settled::Error(body) => unanswered(Ended::Error(body)),
+            Settled::Killed => unanswered(Ended::Killed),
+            Settled::TimedOut => unanswered(Ended::TimedOut),
         };
         let (via, ms) = (invoker.via, invoked.took.as_millis());
         println!("consumer ({via}, {ms} ms): {line}");
@@ -583,18 +586,18 @@ async fn event_source_mapping(
         watch_port: consumer.watch_port,
         turn: None,
     };
-    // the invoker turns every failure into the invocation's outcome: nothing to pass on
+    // the invoker turns every failure into how the invocation ended: nothing to pass on
     let _ = mapping
         .run(&mut Invoker::new(consumer), &mut hooks, stop)
         .await;
 }
 
-fn describe(outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::Response(body) => body.clone(),
-        Outcome::Error(body) => format!("function error: {}", body.trim()),
-        Outcome::Killed => "killed".into(),
-        Outcome::TimedOut => "timed out".into(),
+fn describe(ended: &Ended) -> String {
+    match ended {
+        Ended::Response(body) => body.clone(),
+        Ended::Error(body) => format!("function error: {}", body.trim()),
+        Ended::Killed => "killed".into(),
+        Ended::TimedOut => "timed out".into(),
     }
 }
 
@@ -602,10 +605,10 @@ fn describe(outcome: &Outcome) -> String {
 struct LiveRuns;
 
 impl ScheduleHooks<Invoker> for LiveRuns {
-    fn answered(&mut self, invoker: &Invoker, outcome: Outcome, took: Duration) {
+    fn answered(&mut self, invoker: &Invoker, ended: Ended, took: Duration) {
         let (via, ms) = (invoker.via, took.as_millis());
-        match outcome {
-            Outcome::Response(body) => println!("redriver ({via}, {ms} ms): {}", run_line(&body)),
+        match ended {
+            Ended::Response(body) => println!("redriver ({via}, {ms} ms): {}", run_line(&body)),
             other => println!("redriver ({via}, {ms} ms): {}", describe(&other)),
         }
     }
@@ -619,7 +622,7 @@ async fn scheduler(redriver: Lambda, every: Duration, stop: watch::Receiver<bool
         first: FirstRun::AfterOnePeriod,
         rule: "resq-local-RedriverFunctionSchedule",
     };
-    // the invoker turns every failure into the invocation's outcome: nothing to pass on
+    // the invoker turns every failure into how the invocation ended: nothing to pass on
     let _ = schedule
         .run(&mut Invoker::new(redriver), &mut LiveRuns, stop)
         .await;

@@ -187,27 +187,44 @@ struct DemoArgs {
     seed: u64,
 }
 
+impl DemoArgs {
+    fn options(&self) -> resq_local::demo::DemoOptions {
+        resq_local::demo::DemoOptions {
+            orders: self.orders,
+            malformed_pct: self.malformed_pct,
+            invalid_pct: self.invalid_pct,
+            flaky_pct: self.flaky_pct,
+            doomed_pct: self.doomed_pct,
+            emulator: self.emulator.emulator,
+            installs: self.emulator.installs(),
+            template: self.template.clone(),
+            max_duration: Duration::from_secs(self.max_seconds),
+            seed: self.seed,
+        }
+    }
+}
+
+// the demo's flags, with the chaos run's defaults and meanings, then the chaos run's own
 #[derive(Args, Debug)]
+#[command(
+    mut_arg("orders", |a| a.default_value("10000")),
+    mut_arg("malformed_pct", |a| a.default_value("2.5")),
+    mut_arg("invalid_pct", |a| a.default_value("2.5")),
+    mut_arg("flaky_pct", |a| a.default_value("10").help(
+        "Percentage whose downstream fails a random number of times (1 to --max-flaky-failures)"
+    )),
+    mut_arg("doomed_pct", |a| a.default_value("3").help(
+        "Percentage whose downstream always fails (archived after the redrive cap)"
+    )),
+    mut_arg("max_seconds", |a| a.default_value("3600")),
+)]
 struct ChaosArgs {
-    /// Orders to send.
-    #[arg(long, default_value_t = 10_000)]
-    orders: usize,
-    /// Percentage that is not JSON.
-    #[arg(long, default_value_t = 2.5, value_parser = resq_ops::orders::percent)]
-    malformed_pct: f64,
-    /// Percentage that is an invalid order.
-    #[arg(long, default_value_t = 2.5, value_parser = resq_ops::orders::percent)]
-    invalid_pct: f64,
-    /// Percentage whose downstream fails a random number of times (1 to --max-flaky-failures).
-    #[arg(long, default_value_t = 10.0, value_parser = resq_ops::orders::percent)]
-    flaky_pct: f64,
+    #[command(flatten)]
+    demo: DemoArgs,
     /// A flaky order fails at most this many times (more than maxReceiveCount, 3: some go
     /// through the DLQ and back).
     #[arg(long, default_value_t = 5)]
     max_flaky_failures: u32,
-    /// Percentage whose downstream always fails (archived after the redrive cap).
-    #[arg(long, default_value_t = 3.0, value_parser = resq_ops::orders::percent)]
-    doomed_pct: f64,
     /// Percentage of the functions' SQS and S3 calls that fail (throttling, 5xx, lost answers).
     #[arg(long, default_value_t = 5.0, value_parser = resq_ops::orders::percent)]
     fault_pct: f64,
@@ -233,33 +250,11 @@ struct ChaosArgs {
     /// failures are hidden until their TTL, and the audit makes them visible first).
     #[arg(long, default_value_t = resq::config::PermanentAction::Keep)]
     permanent_action: resq::config::PermanentAction,
-    #[command(flatten)]
-    emulator: EmulatorArgs,
-    /// The translated template.
-    #[arg(long, default_value = "target/infra/template.json")]
-    template: PathBuf,
-    /// Give up waiting for the pipeline to settle after this many seconds.
-    #[arg(long, default_value_t = 3600)]
-    max_seconds: u64,
-    /// Random seed.
-    #[arg(long, default_value_t = 7)]
-    seed: u64,
 }
 
 async fn chaos(args: &ChaosArgs) -> Result<(), CliError> {
     let opts = resq_local::chaos::ChaosOptions {
-        demo: resq_local::demo::DemoOptions {
-            orders: args.orders,
-            malformed_pct: args.malformed_pct,
-            invalid_pct: args.invalid_pct,
-            flaky_pct: args.flaky_pct,
-            doomed_pct: args.doomed_pct,
-            emulator: args.emulator.emulator,
-            installs: args.emulator.installs(),
-            template: args.template.clone(),
-            max_duration: Duration::from_secs(args.max_seconds),
-            seed: args.seed,
-        },
+        demo: args.demo.options(),
         max_flaky_failures: args.max_flaky_failures,
         fault_pct: args.fault_pct,
         consumer_kills: args.consumer_kills,
@@ -270,26 +265,10 @@ async fn chaos(args: &ChaosArgs) -> Result<(), CliError> {
         sdk_attempts: args.sdk_attempts,
         permanent_action: args.permanent_action,
     };
-    // Ctrl-C drops the run: the emulator and the function processes die with their handles.
-    let report = tokio::select! {
-        report = resq_local::chaos::run(&opts) => report?,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("resq: interrupted; emulator and functions stopped");
-            std::process::exit(130);
-        }
-    };
+    let report = until_ctrl_c(resq_local::chaos::run(&opts), "emulator and functions").await?;
     println!("\n{}", resq_local::demo::table(&report.audit));
     println!("{}", report.details());
-    let failures = report.failures(&opts);
-    for f in &failures {
-        println!("FAILED: {f}");
-    }
-    println!("{}", report.summary_line());
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::Usage(failures.join("; ")))
-    }
+    verdict(report.failures(&opts), &report.summary_line())
 }
 
 async fn soak(args: &SoakArgs) -> Result<(), CliError> {
@@ -315,14 +294,7 @@ async fn soak(args: &SoakArgs) -> Result<(), CliError> {
         max_duration: Duration::from_secs(args.max_seconds),
         seed: args.seed,
     };
-    // Ctrl-C drops the run: LocalStack and the function processes die with their handles.
-    let report = tokio::select! {
-        report = resq_local::soak::run(&opts) => report?,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("resq: interrupted; LocalStack and functions stopped");
-            std::process::exit(130);
-        }
-    };
+    let report = until_ctrl_c(resq_local::soak::run(&opts), "LocalStack and functions").await?;
     println!("\n{}", resq_local::demo::table(&report.audit));
     println!(
         "alarm states (s: state): {}",
@@ -340,11 +312,30 @@ async fn soak(args: &SoakArgs) -> Result<(), CliError> {
         report.metrics_forwarded,
         report.function_errors
     );
-    let failures = report.failures();
+    verdict(report.failures(), &report.summary_line())
+}
+
+/// Runs `run` to its end; on Ctrl-C, drops it (`stopped`, the processes it started, die with
+/// their handles) and exits 130.
+async fn until_ctrl_c<T>(
+    run: impl Future<Output = Result<T, CliError>>,
+    stopped: &str,
+) -> Result<T, CliError> {
+    tokio::select! {
+        done = run => done,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("resq: interrupted; {stopped} stopped");
+            std::process::exit(130);
+        }
+    }
+}
+
+/// Prints each failure, then the summary line; an error naming the failures, if any.
+fn verdict(failures: Vec<String>, summary_line: &str) -> Result<(), CliError> {
     for f in &failures {
         println!("FAILED: {f}");
     }
-    println!("{}", report.summary_line());
+    println!("{summary_line}");
     if failures.is_empty() {
         Ok(())
     } else {
@@ -353,26 +344,8 @@ async fn soak(args: &SoakArgs) -> Result<(), CliError> {
 }
 
 async fn demo(args: &DemoArgs) -> Result<(), CliError> {
-    let opts = resq_local::demo::DemoOptions {
-        orders: args.orders,
-        malformed_pct: args.malformed_pct,
-        invalid_pct: args.invalid_pct,
-        flaky_pct: args.flaky_pct,
-        doomed_pct: args.doomed_pct,
-        emulator: args.emulator.emulator,
-        installs: args.emulator.installs(),
-        template: args.template.clone(),
-        max_duration: Duration::from_secs(args.max_seconds),
-        seed: args.seed,
-    };
-    // Ctrl-C drops the demo future: the emulator handle kills moto on the way out.
-    let audit = tokio::select! {
-        audit = resq_local::demo::run(&opts) => audit?,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("resq: interrupted; emulator stopped");
-            std::process::exit(130);
-        }
-    };
+    let opts = args.options();
+    let audit = until_ctrl_c(resq_local::demo::run(&opts), "emulator").await?;
     println!("\n{}", resq_local::demo::table(&audit));
     if !audit.lost.is_empty() {
         println!("lost orders: {}", audit.lost.join(", "));
@@ -461,4 +434,34 @@ async fn watch_logs(env_file: &std::path::Path) -> Result<(), CliError> {
         resq_local::emf::MetricForwarder::start(aws_sdk_cloudwatch::Client::new(&config));
     resq_local::live::forward_watch_logs(tokio::io::stdin(), forwarder.sender(), &renames).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn demo_flags(args: &[&str]) -> resq_local::demo::DemoOptions {
+        match Cli::parse_from(args).command {
+            Command::Demo(demo) => demo.options(),
+            Command::Chaos(chaos) => chaos.demo.options(),
+            other => panic!("not the demo's flags: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_chaos_run_takes_the_demos_flags_with_its_own_defaults() {
+        // WHEN neither command is given a flag
+        let demo = demo_flags(&["resq-local", "demo"]);
+        let chaos = demo_flags(&["resq-local", "chaos"]);
+        // THEN each has its own defaults (the chaos run names the demo's flags by id)
+        let defaults = |o: &resq_local::demo::DemoOptions| {
+            let pcts = [o.malformed_pct, o.invalid_pct, o.flaky_pct, o.doomed_pct];
+            (o.orders, pcts, o.max_duration.as_secs(), o.seed)
+        };
+        assert_eq!(defaults(&demo), (1000, [3.0, 2.0, 8.0, 2.0], 600, 7));
+        assert_eq!(defaults(&chaos), (10_000, [2.5, 2.5, 10.0, 3.0], 3600, 7));
+        // AND a flag given to the chaos run reaches its demo options
+        let given = demo_flags(&["resq-local", "chaos", "--orders", "12", "--flaky-pct", "1"]);
+        assert_eq!((given.orders, given.flaky_pct), (12, 1.0));
+    }
 }

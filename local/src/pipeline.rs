@@ -22,9 +22,9 @@ use resq_redriver::request::RunRequest;
 use tokio::sync::watch;
 
 use crate::CliError;
-use crate::chaos::runtime::Outcome;
 use crate::driver::{
-    EventSourceMapping, FirstRun, Invoke, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
+    Ended, EventSourceMapping, FirstRun, Invoke, Invoked, MappingHooks, Schedule, ScheduleHooks,
+    Settled,
 };
 use crate::stack::StackOutputs;
 
@@ -130,16 +130,16 @@ impl<H: OrderHandler> InProcessConsumer<H> {
 // Through a reference: every poller invokes the one consumer, as Lambda runs concurrent
 // invocations of one function. In-process, nothing can be killed: `kill_after` is not taken.
 impl<H: OrderHandler> Invoke for &InProcessConsumer<H> {
-    async fn invoke(&mut self, event: &str, _: Option<Duration>) -> Result<Outcome, CliError> {
+    async fn invoke(&mut self, event: &str, _: Option<Duration>) -> Result<Ended, CliError> {
         let deadline = Instant::now() + self.timeout;
         let invocation = match SqsInvocation::from_json(event) {
             Ok(invocation) => invocation,
             // the binary answers an event it cannot read with a function error
-            Err(e) => return Ok(Outcome::Error(e.to_string())),
+            Err(e) => return Ok(Ended::Error(e.to_string())),
         };
         let report = match self.consumer.handle(invocation, deadline).await {
             Ok(report) => report,
-            Err(e) => return Ok(Outcome::Error(e.to_string())),
+            Err(e) => return Ok(Ended::Error(e.to_string())),
         };
         self.counters.add_batch(&report.metrics);
         Ok(respond(&report.response))
@@ -178,7 +178,7 @@ impl InProcessRedriver {
 }
 
 impl Invoke for &InProcessRedriver {
-    async fn invoke(&mut self, event: &str, _: Option<Duration>) -> Result<Outcome, CliError> {
+    async fn invoke(&mut self, event: &str, _: Option<Duration>) -> Result<Ended, CliError> {
         let deadline = Instant::now() + self.timeout;
         let request = serde_json::from_str(event)
             .map_err(|e| e.to_string())
@@ -187,7 +187,7 @@ impl Invoke for &InProcessRedriver {
             });
         let request = match request {
             Ok(request) => request,
-            Err(e) => return Ok(Outcome::Error(e)),
+            Err(e) => return Ok(Ended::Error(e)),
         };
         let summary = self.redriver.run(&request, deadline).await;
         Ok(respond(&summary))
@@ -195,8 +195,8 @@ impl Invoke for &InProcessRedriver {
 }
 
 /// A response as the runtime would send it: the value as JSON.
-fn respond(value: &impl serde::Serialize) -> Outcome {
-    serde_json::to_string(value).map_or_else(|e| Outcome::Error(e.to_string()), Outcome::Response)
+fn respond(value: &impl serde::Serialize) -> Ended {
+    serde_json::to_string(value).map_or_else(|e| Ended::Error(e.to_string()), Ended::Response)
 }
 
 /// The redriver's response read back: its run's summary.
@@ -227,9 +227,9 @@ impl<F> MappingHooks<F> for CountBatches<'_> {
 struct CountRuns<'a>(&'a Counters);
 
 impl<F> ScheduleHooks<F> for CountRuns<'_> {
-    fn answered(&mut self, _: &F, outcome: Outcome, _: Duration) {
-        let summary = match &outcome {
-            Outcome::Response(body) => read_summary(body).map_err(|e| e.to_string()),
+    fn answered(&mut self, _: &F, ended: Ended, _: Duration) {
+        let summary = match &ended {
+            Ended::Response(body) => read_summary(body).map_err(|e| e.to_string()),
             other => Err(format!("{other:?}")),
         };
         match summary {

@@ -40,18 +40,17 @@ use rand::rngs::StdRng;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::CliError;
 use crate::chaos::faults::FaultProxy;
-use crate::chaos::runtime::{Function, Outcome};
+use crate::chaos::runtime::Function;
 use crate::demo::{self, Audit, Downstream, Plan};
 use crate::driver::{
-    EventSourceMapping, FirstRun, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
+    Ended, EventSourceMapping, FirstRun, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
 };
 use crate::emf::MetricForwarder;
-use crate::emulator::REGION;
-use crate::localstack::LocalStack;
+use crate::emulator::{LocalStack, REGION};
 use crate::pipeline::read_summary;
 use crate::stack::Resolver;
+use crate::{CliError, lock};
 use resq_ops::context::Context;
 use resq_ops::orders::{self, Outgoing};
 
@@ -293,10 +292,6 @@ struct State {
     last_run_moved: AtomicU64,
     function_errors: AtomicU64,
     alarm: Mutex<Vec<(Instant, StateValue)>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Runs the soak and reports; LocalStack and the functions stop when this returns.
@@ -652,11 +647,11 @@ impl<F> ScheduleHooks<F> for SoakRuns<'_> {
         None
     }
 
-    fn answered(&mut self, _: &F, outcome: Outcome, _: Duration) {
+    fn answered(&mut self, _: &F, ended: Ended, _: Duration) {
         let state = self.0;
         let started = lock(&state.run_started).take().unwrap_or_else(Instant::now);
-        match outcome {
-            Outcome::Response(body) => match read_summary(&body) {
+        match ended {
+            Ended::Response(body) => match read_summary(&body) {
                 Ok(s) => {
                     state.count_run(&s);
                     lock(&state.run_log).push(RunRecord {

@@ -17,10 +17,9 @@ use resq::attributes::X_REDRIVE_COUNT;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::lock;
-use crate::CliError;
 use crate::demo::{DEMO_ORDER_ATTRIBUTE, Downstream};
 use crate::http::{HttpRequest, next_request, serve_on_thread};
+use crate::{CliError, lock};
 
 /// Which API a call is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

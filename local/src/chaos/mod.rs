@@ -24,17 +24,17 @@ use resq::backoff::Backoff;
 use resq::config::{CommonConfig, ConsumerConfig, PermanentAction, RedriverConfig};
 use tokio::sync::watch;
 
-use crate::CliError;
 use crate::demo::{self, Audit, DemoOptions, Downstream, Plan};
 use crate::driver::{
-    EventSourceMapping, FirstRun, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
+    Ended, EventSourceMapping, FirstRun, Invoked, MappingHooks, Schedule, ScheduleHooks, Settled,
 };
 use crate::emulator::{Emulator, REGION};
 use crate::pipeline::read_summary;
 use crate::stack::{StackOutputs, deploy_stack};
+use crate::{CliError, lock};
 use faults::{FaultProxy, FaultStats};
 use resq_ops::context::Context;
-use runtime::{Function, Outcome};
+use runtime::Function;
 
 /// What a chaos run does.
 #[derive(Debug, Clone)]
@@ -260,10 +260,6 @@ struct State {
 
 fn get(c: &AtomicU64) -> u64 {
     c.load(Ordering::Relaxed)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Runs the chaos run and reports; the emulator and the functions stop when this returns.
@@ -670,12 +666,12 @@ impl<F> ScheduleHooks<F> for ChaosHooks<'_> {
         kill_plan(&mut self.rng, p, self.typical)
     }
 
-    fn answered(&mut self, _: &F, outcome: Outcome, took: Duration) {
+    fn answered(&mut self, _: &F, ended: Ended, took: Duration) {
         let state = self.state;
         // whatever did not end in a summary leaves the DLQ's state unknown
         let mut moved = u64::MAX;
-        match outcome {
-            Outcome::Response(body) => {
+        match ended {
+            Ended::Response(body) => {
                 self.typical = (self.typical * 3 + took) / 4;
                 match read_summary(&body) {
                     Ok(summary) => moved = state.count_run(&summary),
@@ -686,12 +682,12 @@ impl<F> ScheduleHooks<F> for ChaosHooks<'_> {
                     }
                 }
             }
-            Outcome::Killed => {
+            Ended::Killed => {
                 state.redriver_kills.fetch_add(1, Ordering::Relaxed);
                 *lock(&state.last_redriver_kill) = Some(Instant::now());
             }
-            Outcome::Error(body) => state.function_failed("redriver", Some(&body)),
-            Outcome::TimedOut => state.function_failed("redriver", None),
+            Ended::Error(body) => state.function_failed("redriver", Some(&body)),
+            Ended::TimedOut => state.function_failed("redriver", None),
         }
         state.last_run_moved.store(moved, Ordering::Relaxed);
     }

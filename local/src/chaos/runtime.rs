@@ -24,21 +24,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::CliError;
+use crate::driver::{Ended, Invoke};
 use crate::http::next_request;
+use crate::{CliError, lock};
 
-/// How an invocation ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// The function's response body.
-    Response(String),
-    /// The function reported an error (body of its error report).
-    Error(String),
-    /// Killed with SIGKILL before it answered.
-    Killed,
-    /// No answer within the timeout (the process is replaced).
-    TimedOut,
-}
+// the name tests/e2e still import (`Ended` is the driver's)
+pub use crate::driver::Ended as Outcome;
 
 type Reply = oneshot::Sender<Result<String, String>>;
 
@@ -128,7 +119,7 @@ async fn serve(mut conn: TcpStream, state: &ApiState) -> std::io::Result<()> {
                 p.trace_id,
                 p.event.len()
             );
-            super::lock(&state.waiting).insert(p.id.clone(), p.reply);
+            lock(&state.waiting).insert(p.id.clone(), p.reply);
             conn.write_all(head.as_bytes()).await?;
             conn.write_all(p.event.as_bytes()).await?;
             continue;
@@ -137,7 +128,7 @@ async fn serve(mut conn: TcpStream, state: &ApiState) -> std::io::Result<()> {
             202
         } else if let Some(rest) = path.strip_prefix(INVOCATION).filter(|_| method == "POST") {
             let (id, kind) = rest.split_once('/').unwrap_or((rest, ""));
-            let reply = super::lock(&state.waiting).remove(id);
+            let reply = lock(&state.waiting).remove(id);
             match (reply, kind) {
                 (Some(r), "response") => {
                     let _ = r.send(Ok(body));
@@ -344,7 +335,7 @@ impl Function {
         &mut self,
         event: &str,
         kill_after: Option<Duration>,
-    ) -> Result<Outcome, CliError> {
+    ) -> Result<Ended, CliError> {
         if self
             .running
             .as_mut()
@@ -370,36 +361,36 @@ impl Function {
         };
         if api.invocations.send(pending).await.is_err() {
             self.kill().await;
-            return Ok(Outcome::TimedOut);
+            return Ok(Ended::TimedOut);
         }
         let started = Instant::now();
         // Lambda gives the function its timeout; a little more covers the cold start
         let limit = self.timeout + Duration::from_secs(2);
         let kill_at = kill_after.map(|k| started + k);
-        let outcome = tokio::select! {
+        let ended = tokio::select! {
             biased;
             answer = answer => match answer {
-                Ok(Ok(body)) => Outcome::Response(body),
-                Ok(Err(body)) => Outcome::Error(body),
-                Err(_) => Outcome::TimedOut,
+                Ok(Ok(body)) => Ended::Response(body),
+                Ok(Err(body)) => Ended::Error(body),
+                Err(_) => Ended::TimedOut,
             },
-            () = sleep_until(kill_at) => Outcome::Killed,
-            () = tokio::time::sleep(limit) => Outcome::TimedOut,
+            () = sleep_until(kill_at) => Ended::Killed,
+            () = tokio::time::sleep(limit) => Ended::TimedOut,
         };
-        if matches!(outcome, Outcome::Killed | Outcome::TimedOut) {
+        if matches!(ended, Ended::Killed | Ended::TimedOut) {
             self.kill().await;
         }
-        Ok(outcome)
+        Ok(ended)
     }
 }
 
 /// The driver's function: the binary under the runtime API, killed when the run is over.
-impl crate::driver::Invoke for Function {
+impl Invoke for Function {
     async fn invoke(
         &mut self,
         event: &str,
         kill_after: Option<Duration>,
-    ) -> Result<Outcome, CliError> {
+    ) -> Result<Ended, CliError> {
         Function::invoke(self, event, kill_after).await
     }
 
@@ -433,7 +424,7 @@ async fn log_pipeline(
         if filter.is_some_and(|level| !resq::lambda::application_log_kept(&line, level)) {
             continue;
         }
-        let _ = writeln!(super::lock(&log), "{line}");
+        let _ = writeln!(lock(&log), "{line}");
         if let Some(tx) = &metrics
             && let Some(doc) = crate::emf::emf_document(&line)
         {

@@ -1,0 +1,112 @@
+//! What to run, and where things are: the flags of `resq-bench run` (and of the parts run
+//! alone).
+
+use std::path::PathBuf;
+
+/// What to run, and where things are (the flags of `resq-bench run`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Options {
+    /// Python of the bench venv (Powertools and boto3 installed).
+    #[arg(long, default_value = ".venv-bench/bin/python")]
+    pub python: PathBuf,
+    /// The baselines' scripts.
+    #[arg(long, default_value = "bench/python")]
+    pub scripts: PathBuf,
+    /// moto_server.
+    #[arg(long = "moto-server", default_value = ".venv/bin/moto_server")]
+    pub moto: PathBuf,
+    /// LocalStack's Python (its venv), for the rate rows on a real SQS API.
+    #[arg(long, default_value = ".venv-localstack/bin/python")]
+    pub localstack_python: PathBuf,
+    /// Host release build of the consumer (cold start).
+    #[arg(long, default_value = "target/release/consumer")]
+    pub consumer_bin: PathBuf,
+    /// Host release build of the redriver (cold start).
+    #[arg(long, default_value = "target/release/redriver")]
+    pub redriver_bin: PathBuf,
+    /// Where `cargo lambda build --output-format zip` left the zips.
+    #[arg(long, default_value = "target/lambda")]
+    pub zips: PathBuf,
+    /// Scratch space.
+    #[arg(long, default_value = "target/bench")]
+    pub work: PathBuf,
+    /// The results file (its generated section is replaced).
+    #[arg(long, default_value = "bench/RESULTS.md")]
+    pub results: PathBuf,
+    /// Records in the consumer's event (0: as many ~300-byte orders as fit in 6 MB, Lambda's
+    /// largest payload).
+    #[arg(long, default_value_t = 0)]
+    pub records: usize,
+    /// Interleaved consumer rounds (one process per side each).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Invocations per consumer process: the first is a warm-up, the rest are measured.
+    #[arg(long, default_value_t = 6)]
+    pub consumer_invocations: usize,
+    /// Messages each redriver replays.
+    #[arg(long, default_value_t = 2_000)]
+    pub redrive_messages: usize,
+    /// Messages per segment of the redrive comparison; segments alternate between the two.
+    #[arg(long, default_value_t = 500)]
+    pub chunk: usize,
+    /// Rates for the accuracy check.
+    #[arg(long, value_delimiter = ',', default_value = "10,50,200")]
+    pub rates: Vec<f64>,
+    /// Seconds of traffic per rate.
+    #[arg(long, default_value_t = 5.0)]
+    pub rate_seconds: f64,
+    /// Cold starts per function.
+    #[arg(long, default_value_t = 20)]
+    pub coldstart_runs: usize,
+    /// Batch sizes of the I/O-bound comparison.
+    #[arg(long, value_delimiter = ',', default_value = "10,100")]
+    pub io_batches: Vec<usize>,
+    /// The effect's latency per order in the I/O-bound comparison, ms.
+    #[arg(long, default_value_t = 20)]
+    pub io_latency_ms: u64,
+    /// Interleaved rounds of the I/O-bound comparison.
+    #[arg(long, default_value_t = 3)]
+    pub io_rounds: usize,
+    /// The redriver at scale: the stand-in SQS's latency per call, ms.
+    #[arg(long, default_value_t = 10)]
+    pub scale_latency_ms: u64,
+    /// The redriver at scale: rates for the rate error on the stand-in with latency
+    /// (`rate × rate_seconds` messages each).
+    #[arg(long, value_delimiter = ',', default_value = "100,500,1000,3000")]
+    pub scale_rates: Vec<f64>,
+    /// The redriver at scale: the sequential design's messages per rate at most (it moves a
+    /// few hundred a second, whatever the rate).
+    #[arg(long, default_value_t = 2_000)]
+    pub sequential_max_messages: usize,
+    /// The redriver at scale: messages of the pipelined drain on the stand-in at 3,000/s
+    /// (extrapolated to 1,000,000; 0: none).
+    #[arg(long, default_value_t = 200_000)]
+    pub drain_messages: usize,
+    /// The redriver at scale: messages of the pipelined drain on LocalStack (0: none).
+    #[arg(long, default_value_t = 100_000)]
+    pub localstack_drain: usize,
+    /// The redriver at scale: messages of the sequential drain on LocalStack (0: none).
+    #[arg(long, default_value_t = 30_000)]
+    pub localstack_drain_sequential: usize,
+    /// FIFO rows of the I/O-bound comparison: a batch of 10 (Lambda's FIFO maximum) dealt over
+    /// each of these numbers of message groups.
+    #[arg(long, value_delimiter = ',', default_value = "10,2")]
+    pub io_fifo_groups: Vec<usize>,
+    /// Batch sizes of the real-client I/O comparison (the S3 stand-in; each within 6 MB).
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000,5000")]
+    pub io_real_batches: Vec<usize>,
+    /// Warm rounds per side and batch size of the real-client comparison (after one warm-up).
+    #[arg(long, default_value_t = 3)]
+    pub io_real_rounds: usize,
+    /// The largest batch Powertools' sequential `BatchProcessor` + boto3 runs (each record
+    /// waits its put out: 5,000 would take about 2 minutes a round).
+    #[arg(long, default_value_t = 100)]
+    pub io_sync_max: usize,
+    /// The throttling run: the stand-in answers `503 SlowDown` above this many PUT/s (0: no
+    /// throttling run).
+    #[arg(long, default_value_t = 1000.0)]
+    pub io_throttle_rate: f64,
+    /// The throttling run's batch.
+    #[arg(long, default_value_t = 1000)]
+    pub io_throttle_records: usize,
+}
