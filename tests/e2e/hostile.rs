@@ -8,7 +8,8 @@ use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use resq::attributes::MAX_MESSAGE_BYTES;
 use resq_e2e::{REGION, Stack, StackOptions, function_binary};
-use resq_local::chaos::runtime::{Function, Outcome};
+use resq_local::chaos::runtime::Function;
+use resq_local::driver::Ended;
 use serde_json::{Value, json};
 
 use crate::helpers::{attr, number_attr, order_body, runtime_function, send, string_attr};
@@ -18,20 +19,20 @@ fn function(stack: &Stack, name: &str) -> Function {
     runtime_function(stack, name, &[], &log)
 }
 
-async fn invoke(f: &mut Function, event: &Value) -> Outcome {
+async fn invoke(f: &mut Function, event: &Value) -> Ended {
     f.invoke(&event.to_string(), None).await.unwrap()
 }
 
-fn error_text(outcome: &Outcome) -> String {
+fn error_text(outcome: &Ended) -> String {
     match outcome {
-        Outcome::Error(body) => body.clone(),
+        Ended::Error(body) => body.clone(),
         other => panic!("expected a function error, got {other:?}"),
     }
 }
 
-fn response(outcome: &Outcome) -> Value {
+fn response(outcome: &Ended) -> Value {
     match outcome {
-        Outcome::Response(body) => serde_json::from_str(body).unwrap(),
+        Ended::Response(body) => serde_json::from_str(body).unwrap(),
         other => panic!("expected a response, got {other:?}"),
     }
 }

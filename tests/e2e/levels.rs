@@ -6,7 +6,8 @@
 
 use resq::telemetry::LogLevel;
 use resq_e2e::{REGION, Stack, StackOptions, translated_template};
-use resq_local::chaos::runtime::{Function, Outcome};
+use resq_local::chaos::runtime::Function;
+use resq_local::driver::Ended;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -57,7 +58,7 @@ async fn every_metric_line_survives_every_log_level_the_template_allows() {
         let event = resq::sqs_event::lambda_event(&received, &stack.main.arn, REGION);
         // WHEN the consumer and a redriver run are invoked
         let outcome = consumer.invoke(&event.to_string(), None).await.unwrap();
-        assert!(matches!(outcome, Outcome::Response(_)), "{outcome:?}");
+        assert!(matches!(outcome, Ended::Response(_)), "{outcome:?}");
         let mut redriver = function(&stack, "redriver", level_name, &log, tx);
         let outcome = redriver
             .invoke(
@@ -66,7 +67,7 @@ async fn every_metric_line_survives_every_log_level_the_template_allows() {
             )
             .await
             .unwrap();
-        assert!(matches!(outcome, Outcome::Response(_)), "{outcome:?}");
+        assert!(matches!(outcome, Ended::Response(_)), "{outcome:?}");
         consumer.kill().await;
         redriver.kill().await;
         // THEN both functions' metric documents got through

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_cloudwatch::types::{Dimension, Statistic};
 use resq_e2e::{emulator_kind, function_binary, installs, translated_template_file};
-use resq_local::chaos::runtime::{Function, Outcome};
+use resq_local::chaos::runtime::Function;
+use resq_local::driver::Ended;
 use resq_local::live::{UpOptions, env_file_var, up};
 use resq_ops::context::Context;
 use resq_ops::orders;
@@ -114,7 +115,7 @@ async fn watch_stand_in(
                 .forward_metrics(log_pipe)
             });
             let (status, body) = match f.invoke(&event, None).await.expect("invoke") {
-                Outcome::Response(body) => ("200 OK", body),
+                Ended::Response(body) => ("200 OK", body),
                 other => ("500 Internal Server Error", format!("{other:?}")),
             };
             let response = format!(

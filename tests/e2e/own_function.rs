@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_cloudformation::types::{Capability, Parameter};
 use resq_e2e::{REGION, Stack, StackOptions, translated, translated_template, workspace_root};
-use resq_local::chaos::runtime::{Function, Outcome};
+use resq_local::chaos::runtime::Function;
+use resq_local::driver::Ended;
 use resq_local::stack::Resolver;
 use serde_json::{Value, json};
 
@@ -209,7 +210,7 @@ async fn invoke(
         .invoke(&event.to_string(), None)
         .await
         .expect("the function runs");
-    let Outcome::Response(body) = outcome else {
+    let Ended::Response(body) = outcome else {
         panic!("the function did not answer: {outcome:?}");
     };
     resq_local::driver::settle_answer(&stack.sqs, &stack.main.url, batch, &body)

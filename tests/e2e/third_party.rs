@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use aws_sdk_sqs::types::Message;
 use resq_e2e::{Stack, StackOptions, workspace_root};
-use resq_local::chaos::runtime::{Function, Outcome};
+use resq_local::chaos::runtime::Function;
+use resq_local::driver::Ended;
 use serde_json::{Value, json};
 
 use crate::helpers::{attr, runtime_function};
@@ -507,14 +508,14 @@ async fn consumer_run(stack: &Stack, window: Window) -> Vec<String> {
             _ => Vec::new(),
         };
         let line = match (&outcome, case.expect, from_dlq) {
-            (Outcome::Error(body), _, true) => {
+            (Ended::Error(body), _, true) => {
                 let (error_type, message) = function_error(body);
                 if error_type != "EventFromDeadLetterQueue" {
                     wrong.push(format!("from the DLQ, but: {error_type}: {message}"));
                 }
                 format!("refused: {error_type}")
             }
-            (Outcome::Error(body), Expect::ConsumerError(want_type, says), false) => {
+            (Ended::Error(body), Expect::ConsumerError(want_type, says), false) => {
                 let (error_type, message) = function_error(body);
                 if error_type != want_type || !message.contains(says) {
                     wrong.push(format!(
@@ -530,7 +531,7 @@ async fn consumer_run(stack: &Stack, window: Window) -> Vec<String> {
                 }
                 format!("function error {error_type}: {message}")
             }
-            (Outcome::Response(body), Expect::Records(_) | Expect::EveryRecord(_), false) => {
+            (Ended::Response(body), Expect::Records(_) | Expect::EveryRecord(_), false) => {
                 let response: Value = serde_json::from_str(body).unwrap_or(Value::Null);
                 if response != json!({"batchItemFailures": []}) {
                     wrong.push(format!("response {body}"));
@@ -700,7 +701,7 @@ async fn third_party_sqs_fixtures_through_the_consumer() {
         .expect("invoke");
     consumer.kill().await;
     let line = match &outcome {
-        Outcome::Error(body) => {
+        Ended::Error(body) => {
             let (error_type, message) = function_error(body);
             if error_type != "EventFromDeadLetterQueue" || !message.contains(&stack.dlq.arn) {
                 problems.push(format!("from the DLQ: {error_type}: {message}"));
@@ -737,7 +738,7 @@ async fn third_party_eventbridge_fixtures_through_the_redriver() {
         let outcome = redriver.invoke(&payload(case), None).await.expect("invoke");
         let mut wrong = Vec::new();
         let line = match (&outcome, case.expect) {
-            (Outcome::Response(body), Expect::Run) => {
+            (Ended::Response(body), Expect::Run) => {
                 let s: Value = serde_json::from_str(body).unwrap_or(Value::Null);
                 let ran = s["dryRun"] == json!(false)
                     && s["paused"] == json!(false)
@@ -751,7 +752,7 @@ async fn third_party_eventbridge_fixtures_through_the_redriver() {
                 }
                 format!("ran: {body}")
             }
-            (Outcome::Error(body), Expect::RedriverError(says)) => {
+            (Ended::Error(body), Expect::RedriverError(says)) => {
                 let (error_type, message) = function_error(body);
                 if error_type != "InvalidInput"
                     || !message.contains(says)
@@ -783,7 +784,7 @@ async fn third_party_eventbridge_fixtures_through_the_redriver() {
     for case in CASES.iter().filter(|c| c.expect.consumer()) {
         let outcome = redriver.invoke(&payload(case), None).await.expect("invoke");
         let (line, clear) = match &outcome {
-            Outcome::Error(body) => {
+            Ended::Error(body) => {
                 let (error_type, message) = function_error(body);
                 let clear = (error_type == "InvalidInput"
                     && message.starts_with("invalid redriver input"))

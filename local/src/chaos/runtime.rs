@@ -28,9 +28,6 @@ use crate::driver::{Ended, Invoke};
 use crate::http::next_request;
 use crate::{CliError, lock};
 
-// the name tests/e2e still import (`Ended` is the driver's)
-pub use crate::driver::Ended as Outcome;
-
 type Reply = oneshot::Sender<Result<String, String>>;
 
 struct Pending {
