@@ -73,7 +73,7 @@ pub async fn serve<H: MessageHandler>(
     // alone. A payload that is not an SQS event fails the invocation with "not an SQS event:
     // …", naming the offending field.
     run(service_fn(move |event: LambdaEvent<Invocation>| {
-        let span = resq::telemetry::invocation(&event.context);
+        let span = resq::lambda::invocation(&event.context);
         async move {
             let deadline = resq::lambda::deadline_instant(event.context.deadline);
             let invocation = event.payload.0.map_err(invocation_error)?;

@@ -33,7 +33,7 @@ async fn serve() -> Result<(), Error> {
     let redriver = Redriver::new(queues, store, alarms, config.clone());
     let (redriver, config) = (&redriver, &config);
     run(service_fn(move |event: LambdaEvent<Value>| {
-        let span = resq::telemetry::invocation(&event.context);
+        let span = resq::lambda::invocation(&event.context);
         async move {
             let request = read_request(event.payload, config)?;
             let deadline = resq::lambda::deadline_instant(event.context.deadline);

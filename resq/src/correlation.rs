@@ -15,6 +15,37 @@ use crate::config::{ConfigError, Vars};
 /// does (`set_correlation_id`): a Powertools query `filter correlation_id = "…"` finds it.
 pub const CORRELATION_ID: &str = "correlation_id";
 
+/// Powertools Logger's standard keys, which resq writes on every JSON line itself (a field of
+/// the same name on an event or a span is not written, as Powertools ignores such keys; the
+/// event's `message` is the line's), and `correlation_id`, which resq's own spans and events
+/// carry. A message type's correlation key cannot be one of them.
+pub const RESERVED_KEYS: [&str; 11] = [
+    "timestamp",
+    "level",
+    "service",
+    "cold_start",
+    "function_name",
+    "function_memory_size",
+    "function_arn",
+    "function_request_id",
+    "xray_trace_id",
+    "message",
+    CORRELATION_ID,
+];
+
+/// Keys resq writes on its lines about a message, beside [`RESERVED_KEYS`]: a message type's
+/// own correlation key cannot be one of them.
+pub const MESSAGE_KEYS: [&str; 8] = [
+    "message_id",
+    "new_message_id",
+    "error_code",
+    "error_details",
+    "failure_class",
+    "redrive_count",
+    "reason",
+    "key",
+];
+
 /// Where a message type's business id is found and logged: its own log key (`order_id`) and
 /// the body's top-level field that holds it (`orderId`). One rule for both functions: the
 /// consumer reads it from a body it could not parse, the redriver from every DLQ message.
@@ -104,9 +135,7 @@ impl CorrelationKey {
         if !snake {
             return Some("a snake_case log key: a lowercase letter, then lowercase letters, digits or _ (at most 64), e.g. payment_id".into());
         }
-        let own = crate::telemetry::RESERVED_KEYS
-            .iter()
-            .chain(&crate::telemetry::MESSAGE_KEYS);
+        let own = RESERVED_KEYS.iter().chain(&MESSAGE_KEYS);
         own.clone().any(|o| *o == k).then(|| {
             format!(
                 "a log key of the message type's own: {k} is one resq writes itself ({})",

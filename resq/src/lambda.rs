@@ -1,5 +1,6 @@
 //! Small helpers around the Lambda runtime's context.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A function's invocation error as the runtime reports it (`errorType`, `errorMessage`) and
@@ -173,6 +174,34 @@ pub fn line_level(line: &str) -> crate::telemetry::LogLevel {
         Some(level) if stamped => level,
         _ => LogLevel::Info,
     }
+}
+
+/// Whether no invocation of this process has started yet.
+static COLD: AtomicBool = AtomicBool::new(true);
+
+/// One invocation's span, for the handler's future to run in (`.instrument(span)`): every
+/// line inside it carries `cold_start` (true on the process's first invocation only),
+/// `function_arn`, `function_request_id` and `xray_trace_id` (the `Root` of Lambda's trace
+/// header, as Powertools writes it), formatted once, here. On a cold start it also writes the
+/// `ColdStart` metric, as Powertools Metrics does. At ERROR level, so whatever level is
+/// configured the keys are on every line.
+pub fn invocation(context: &lambda_runtime::Context) -> tracing::Span {
+    let cold = COLD.swap(false, Ordering::Relaxed);
+    if cold {
+        crate::metrics::emit_cold_start(crate::telemetry::current());
+    }
+    let trace = context
+        .xray_trace_id
+        .as_deref()
+        .and_then(crate::telemetry::trace_root);
+    tracing::error_span!(
+        target: crate::telemetry::INVOCATION_TARGET,
+        "invocation",
+        cold_start = cold,
+        function_arn = %context.invoked_function_arn,
+        function_request_id = %context.request_id,
+        xray_trace_id = trace,
+    )
 }
 
 #[cfg(test)]

@@ -10,9 +10,6 @@ use serde_json::{Map, Value, json};
 use crate::reason::ArchiveReason;
 use crate::telemetry::{LogLevel, Telemetry};
 
-/// The metrics' namespace unless the message type or `POWERTOOLS_METRICS_NAMESPACE` says
-/// otherwise.
-pub const DEFAULT_NAMESPACE: &str = "resq";
 /// Dimension naming the service (`POWERTOOLS_SERVICE_NAME`), on every metric.
 pub const DIMENSION_SERVICE: &str = "service";
 /// Dimension naming the function that emitted the metric, on every metric.

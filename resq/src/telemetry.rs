@@ -8,7 +8,6 @@
 
 use std::fmt;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
@@ -171,37 +170,6 @@ impl LogSettings {
     }
 }
 
-/// Powertools Logger's standard keys, which resq writes on every JSON line itself (a field of
-/// the same name on an event or a span is not written, as Powertools ignores such keys; the
-/// event's `message` is the line's), and `correlation_id`, which resq's own spans and events
-/// carry. A message type's correlation key cannot be one of them.
-pub const RESERVED_KEYS: [&str; 11] = [
-    "timestamp",
-    "level",
-    "service",
-    "cold_start",
-    "function_name",
-    "function_memory_size",
-    "function_arn",
-    "function_request_id",
-    "xray_trace_id",
-    "message",
-    crate::correlation::CORRELATION_ID,
-];
-
-/// Keys resq writes on its lines about a message, beside [`RESERVED_KEYS`]: a message type's
-/// own correlation key cannot be one of them.
-pub const MESSAGE_KEYS: [&str; 8] = [
-    "message_id",
-    "new_message_id",
-    "error_code",
-    "error_details",
-    "failure_class",
-    "redrive_count",
-    "reason",
-    "key",
-];
-
 /// How a message type names itself in logs and metrics, as declared
 /// (`MessageHandler::NAMES` in resq-consumer); the environment overrides each
 /// ([`Telemetry::from_vars`]).
@@ -223,7 +191,7 @@ impl Names {
     /// `orders`, namespace `resq`, the business id `orderId` logged as `order_id`.
     pub const ORDERS: Names = Names {
         service: "orders",
-        namespace: crate::metrics::DEFAULT_NAMESPACE,
+        namespace: "resq",
         correlation_key: "order_id",
         correlation_field: "orderId",
     };
@@ -443,33 +411,8 @@ pub fn init(names: Names) -> Result<&'static Telemetry, ConfigError> {
     Ok(telemetry)
 }
 
-/// The target of [`invocation`]'s span, which [`FlatJson`] writes as Powertools' keys.
+/// The target of the invocation's span (`resq::lambda::invocation`), which [`FlatJson`] writes as Powertools' keys.
 pub const INVOCATION_TARGET: &str = "resq::invocation";
-
-/// Whether no invocation of this process has started yet.
-static COLD: AtomicBool = AtomicBool::new(true);
-
-/// One invocation's span, for the handler's future to run in (`.instrument(span)`): every
-/// line inside it carries `cold_start` (true on the process's first invocation only),
-/// `function_arn`, `function_request_id` and `xray_trace_id` (the `Root` of Lambda's trace
-/// header, as Powertools writes it), formatted once, here. On a cold start it also writes the
-/// `ColdStart` metric, as Powertools Metrics does. At ERROR level, so whatever level is
-/// configured the keys are on every line.
-pub fn invocation(context: &lambda_runtime::Context) -> tracing::Span {
-    let cold = COLD.swap(false, Ordering::Relaxed);
-    if cold {
-        crate::metrics::emit_cold_start(current());
-    }
-    let trace = context.xray_trace_id.as_deref().and_then(trace_root);
-    tracing::error_span!(
-        target: INVOCATION_TARGET,
-        "invocation",
-        cold_start = cold,
-        function_arn = %context.invoked_function_arn,
-        function_request_id = %context.request_id,
-        xray_trace_id = trace,
-    )
-}
 
 /// The trace id of Lambda's trace header (`Root=1-5759e988-bd862e3fe1be46a994272793;
 /// Parent=…;Sampled=1`): `1-5759e988-bd862e3fe1be46a994272793`, as Powertools logs it; a
@@ -487,7 +430,7 @@ pub fn trace_root(header: &str) -> Option<&str> {
 /// with `timestamp` (RFC 3339: Lambda honours a line's `level` only next to a valid one, and
 /// files it as INFO otherwise, so a WARN setting would drop every warning), `level`, the
 /// process's keys (`service`, `function_name`, `function_memory_size`), inside an
-/// [`invocation`] its keys, then the event's fields and the fields of the spans it is in, all
+/// the invocation's span (`resq::lambda::invocation`) its keys, then the event's fields and the fields of the spans it is in, all
 /// at the top level; a `correlation_id` is written again under the message type's own key
 /// (`order_id`). So `message_id`, `correlation_id` and `order_id`, which the consumer puts on
 /// a record's span and the redriver on each line, are the same keys in both functions' logs,
@@ -542,7 +485,7 @@ where
         span_fields(ctx, event, &mut writer, &mut line)?;
         event.record(&mut FieldsInto(&mut line));
         let message = line.remove("message");
-        for key in RESERVED_KEYS {
+        for key in crate::correlation::RESERVED_KEYS {
             if key != crate::correlation::CORRELATION_ID {
                 line.remove(key);
             }
@@ -702,7 +645,7 @@ mod tests {
         tracing::info!("init");
         let trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
         for (id, trace) in [("r-1", Some(trace)), ("r-2", None)] {
-            let span = invocation(&context(id, trace));
+            let span = crate::lambda::invocation(&context(id, trace));
             span.in_scope(|| {
                 let record =
                     tracing::error_span!("record", message_id = "m", correlation_id = "p-9");

@@ -961,9 +961,9 @@ fn every_alarm_on_resqs_metrics_reads_them_as_the_functions_write_them() {
     }
     // AND no key resq writes itself can be the type's own correlation key: the template refuses
     // each one, as the functions do at start-up
-    let own: Vec<&str> = resq::telemetry::RESERVED_KEYS
+    let own: Vec<&str> = resq::correlation::RESERVED_KEYS
         .iter()
-        .chain(&resq::telemetry::MESSAGE_KEYS)
+        .chain(&resq::correlation::MESSAGE_KEYS)
         .copied()
         .collect();
     let pattern = t["Parameters"]["CorrelationKey"]["AllowedPattern"]
