@@ -145,7 +145,7 @@ pub fn permissions() -> Vec<resq::iam::Permission> {
     resq::iam::all(&[
         lambda::PERMISSIONS,
         engine::PERMISSIONS,
-        handler::PERMISSIONS,
+        order::PERMISSIONS,
         resq::archive::PERMISSIONS,
     ])
 }

@@ -8,7 +8,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::process::ExitCode;
 
-use resq_consumer::handler::RecordOrder;
+use resq_consumer::order::RecordOrder;
 
 fn main() -> ExitCode {
     resq_consumer::lambda::return_freed_memory_at_once();

@@ -1,13 +1,24 @@
-//! Orders: parsing and validation of one record's body (docs/design.md, "Record checks").
+//! Orders, resq's own message type: parsing and validation of one record's body
+//! (docs/design.md, "Record checks"), and the shipped reference handler that records each
+//! order once.
 //!
 //! A body that is not JSON is `MALFORMED_JSON`; JSON that is not a valid order is
-//! `VALIDATION_FAILED`, with every problem listed so a human can fix the producer.
+//! `VALIDATION_FAILED`, with every problem listed so a human can fix the producer. An
+//! [`OrderHandler`] is the effect alone: every `OrderHandler` is a
+//! [`MessageHandler`](crate::handler::MessageHandler) of [`Order`] that parses with
+//! [`parse_order`].
 
 use std::borrow::Cow;
+use std::future::Future;
 
+use resq::reason::FailureReason;
+use resq::store::{ObjectStore, PutOutcome};
+use resq::telemetry::Names;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
+
+use crate::handler::{HandlerError, MessageHandler, RecordMeta, Rejection};
 
 /// Longest accepted `orderId`.
 pub const MAX_ORDER_ID_LEN: usize = 128;
@@ -100,8 +111,6 @@ impl PartialEq for Order {
         )
     }
 }
-
-pub use crate::handler::Rejection;
 
 /// Parses and validates one body.
 pub fn parse_order(body: Option<&str>) -> Result<Order, Rejection> {
@@ -288,6 +297,181 @@ fn kind(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
+    }
+}
+
+/// Every order handler is a message handler of [`Order`], parsed by [`parse_order`].
+impl<H: OrderHandler> MessageHandler for H {
+    type Message = Order;
+
+    const NAMES: Names = Names::ORDERS;
+
+    fn parse(&self, body: Option<&str>) -> Result<Order, Rejection> {
+        parse_order(body)
+    }
+
+    fn business_id<'m>(&self, order: &'m Order) -> &'m str {
+        order.order_id.as_str()
+    }
+
+    fn handle(
+        &self,
+        order: &Order,
+        meta: &RecordMeta<'_>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send {
+        OrderHandler::handle(self, order, meta)
+    }
+}
+
+/// What the consumer runs for each valid order. Implementations must be idempotent by
+/// `orderId`: at-least-once delivery and redrive both deliver the same order again.
+pub trait OrderHandler: Send + Sync {
+    /// Applies the order's effect.
+    fn handle(
+        &self,
+        order: &Order,
+        meta: &RecordMeta<'_>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send;
+}
+
+/// What the reference handler needs: conditional puts of order records under `orders/`, and
+/// reading one back when it exists (is it the same order?).
+pub const PERMISSIONS: &[resq::iam::Permission] = &[
+    resq::iam::Permission::new("s3:PutObject", "ArchiveBucket/orders/*"),
+    resq::iam::Permission::new("s3:GetObject", "ArchiveBucket/orders/*"),
+];
+
+/// Where the reference handler records an order.
+pub fn order_key(order: &Order) -> String {
+    format!("orders/{}.json", order.order_id)
+}
+
+/// The reference handler: records the order once as `orders/{orderId}.json` with a
+/// conditional put. An existing record of the same order (the same `userId` and `items`) means
+/// it was already done: success (a redelivery, a replay, a producer's retry). A record of a
+/// different order under the same `orderId` is a permanent failure, `ORDER_ID_CONFLICT`: the
+/// new order goes to the DLQ, never acknowledged as done.
+#[derive(Debug, Clone)]
+pub struct RecordOrder<S> {
+    store: S,
+}
+
+impl<S: ObjectStore> RecordOrder<S> {
+    /// A handler writing through `store`.
+    pub fn new(store: S) -> Self {
+        Self { store }
+    }
+}
+
+impl<S: ObjectStore> OrderHandler for RecordOrder<S> {
+    async fn handle(&self, order: &Order, meta: &RecordMeta<'_>) -> Result<(), HandlerError> {
+        // the order as sent, byte for byte (a number no f64 holds, 1e400, stays as written:
+        // through a JSON tree it would not serialize)
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct OrderRecord<'a> {
+            order: &'a serde_json::value::RawValue,
+            message_id: &'a str,
+            recorded_at: String,
+        }
+        let record = OrderRecord {
+            order: &order.document,
+            message_id: meta.message_id,
+            recorded_at: resq::archive::timestamp(chrono::Utc::now()),
+        };
+        let body = serde_json::to_vec(&record)
+            .map_err(|e| HandlerError::transient("SERIALIZE_FAILED", e.to_string()))?;
+        match self.store.put_if_absent(&order_key(order), body).await {
+            Ok(PutOutcome::Created) => Ok(()),
+            Ok(PutOutcome::AlreadyExists) => self.already_recorded(order).await,
+            Err(e) => Err(HandlerError::transient(
+                "ORDER_RECORD_FAILED",
+                e.to_string(),
+            )),
+        }
+    }
+}
+
+impl<S: ObjectStore> RecordOrder<S> {
+    /// An order whose record exists: done when the record is of the same order, a conflict
+    /// when it is of another.
+    async fn already_recorded(&self, order: &Order) -> Result<(), HandlerError> {
+        let key = order_key(order);
+        let stored = match self.store.get(&key).await {
+            Ok(Some(stored)) => stored,
+            // gone between the two calls (its lifecycle ended): try again
+            Ok(None) => {
+                return Err(HandlerError::transient(
+                    "ORDER_RECORD_FAILED",
+                    format!("{key} existed, then could not be found"),
+                ));
+            }
+            Err(e) => {
+                return Err(HandlerError::transient(
+                    "ORDER_RECORD_FAILED",
+                    e.to_string(),
+                ));
+            }
+        };
+        match same_order(&stored, order) {
+            Ok(()) => {
+                tracing::info!("order already recorded; treating as done");
+                Ok(())
+            }
+            Err(difference) => Err(HandlerError::permanent(
+                FailureReason::OrderIdConflict.code(),
+                format!("{key} records a different order: {difference}"),
+            )),
+        }
+    }
+}
+
+/// Whether the order record `stored` is of `order`: the same `userId`, and the same `items`
+/// in any order. Otherwise, what differs.
+pub fn same_order(stored: &[u8], order: &Order) -> Result<(), String> {
+    #[derive(serde::Deserialize)]
+    struct Stored<'a> {
+        #[serde(borrow)]
+        order: &'a serde_json::value::RawValue,
+    }
+    let recorded = serde_json::from_slice::<Stored<'_>>(stored)
+        .map_err(|e| format!("the record is not an order record ({e})"))
+        .and_then(|s| {
+            parse_order(Some(s.order.get()))
+                .map_err(|r| format!("the recorded order does not read ({r})"))
+        })?;
+    if recorded.user_id != order.user_id {
+        return Err(format!(
+            "userId {:?} there, {:?} here",
+            recorded.user_id, order.user_id
+        ));
+    }
+    let sorted = |o: &Order| {
+        let mut items: Vec<(String, u64)> = o
+            .items
+            .iter()
+            .map(|i| (i.product_id.clone(), i.quantity))
+            .collect();
+        items.sort();
+        items
+    };
+    if sorted(&recorded) != sorted(order) {
+        return Err(format!(
+            "items {:?} there, {:?} here",
+            sorted(&recorded),
+            sorted(order)
+        ));
+    }
+    Ok(())
+}
+
+impl<T: OrderHandler> OrderHandler for &T {
+    fn handle(
+        &self,
+        order: &Order,
+        meta: &RecordMeta<'_>,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send {
+        (**self).handle(order, meta)
     }
 }
 

@@ -24,9 +24,10 @@ use resq_consumer::decide;
 use resq_consumer::decide::Failure;
 use resq_consumer::event::EventError;
 use resq_consumer::event::SqsInvocation;
-use resq_consumer::handler::{HandlerError, OrderHandler, RecordOrder, Rejection};
+use resq_consumer::handler::{HandlerError, Rejection};
 use resq_consumer::handler::{MessageHandler, RecordMeta};
 use resq_consumer::order::Order;
+use resq_consumer::order::{OrderHandler, RecordOrder};
 use serde_json::{Value, json};
 use std::time::Duration;
 

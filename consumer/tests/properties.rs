@@ -16,8 +16,9 @@ use resq::testing::{Call, MemorySqs, MemoryStore};
 use resq_consumer::Consumer;
 use resq_consumer::account::Outcome;
 use resq_consumer::event::SqsInvocation;
-use resq_consumer::handler::{HandlerError, OrderHandler, RecordMeta, RecordOrder, order_key};
+use resq_consumer::handler::{HandlerError, RecordMeta};
 use resq_consumer::order::{Order, parse_order};
+use resq_consumer::order::{OrderHandler, RecordOrder, order_key};
 use serde_json::{Value, json};
 
 /// The reference handler behind scripted misbehaviour, by order id prefix.

@@ -13,8 +13,9 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use resq::config::{CommonConfig, ConsumerConfig, PermanentAction, RedriverConfig};
 use resq::store::S3Store;
-use resq_consumer::handler::{HandlerError, OrderHandler, RecordMeta, RecordOrder};
+use resq_consumer::handler::{HandlerError, RecordMeta};
 use resq_consumer::order::Order;
+use resq_consumer::order::{OrderHandler, RecordOrder};
 use tokio::sync::watch;
 
 use crate::CliError;

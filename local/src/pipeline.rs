@@ -15,7 +15,7 @@ use resq::metrics::{self, Metrics};
 use resq::store::S3Store;
 use resq_consumer::Consumer;
 use resq_consumer::event::SqsInvocation;
-use resq_consumer::handler::OrderHandler;
+use resq_consumer::order::OrderHandler;
 use resq_redriver::Redriver;
 use resq_redriver::ports::CloudWatchAlarms;
 use resq_redriver::request::RunRequest;

@@ -9,8 +9,9 @@ use resq::config::{ConsumerConfig, Vars};
 use resq::store::S3Store;
 use resq_consumer::Consumer;
 use resq_consumer::event::SqsInvocation;
-use resq_consumer::handler::{HandlerError, MessageHandler, OrderHandler, RecordMeta, RecordOrder};
+use resq_consumer::handler::{HandlerError, MessageHandler, RecordMeta};
 use resq_consumer::order::Order;
+use resq_consumer::order::{OrderHandler, RecordOrder};
 use resq_e2e::{Queue, REGION, Stack};
 
 /// The reference handler, except that orders whose id starts with `transient-` fail

@@ -1521,7 +1521,7 @@ pub(crate) async fn consume_as_the_stack(
     .unwrap();
     let store = resq::store::S3Store::new(s3, &cfg.common.archive_bucket);
     let consumer = resq_consumer::Consumer::new(
-        resq_consumer::handler::RecordOrder::new(store.clone()),
+        resq_consumer::order::RecordOrder::new(store.clone()),
         sqs,
         store,
         cfg,
