@@ -1,6 +1,15 @@
 //! Where the commands act: clients and the stack's queue URLs and bucket.
 
+use std::time::{Duration, Instant};
+
+use resq::settle::{Deadlines, Pacer, Plan, Report, Settler, Unpaced};
+use resq::store::S3Store;
+
 use crate::CliError;
+
+/// How long an operator's settle may take: a command has no Lambda deadline, a minute bounds
+/// each of its plans.
+const SETTLE_WITHIN: Duration = Duration::from_secs(60);
 
 /// The resources a command works on. A command asks for the names it uses through
 /// [`Context::main_queue`], [`Context::dlq`] and [`Context::archive_bucket`], which say which
@@ -153,6 +162,26 @@ impl Context {
             "ArchiveBucketName",
             from_output!("ArchiveBucketName"),
         )
+    }
+
+    /// The archive bucket as resq's object store.
+    pub(crate) fn store(&self) -> S3Store {
+        S3Store::new(self.s3.clone(), &self.bucket)
+    }
+
+    /// Carries out an operator's plan through resq's settle executor, within
+    /// [`SETTLE_WITHIN`]; archive entries it writes are signed `resq`.
+    pub(crate) async fn settle(&self, plan: &Plan) -> Report {
+        self.settle_paced(plan, &Unpaced).await
+    }
+
+    /// [`Context::settle`], its copies paced by `pacer`.
+    pub(crate) async fn settle_paced(&self, plan: &Plan, pacer: &impl Pacer) -> Report {
+        let store = self.store();
+        let by = Deadlines::all_by(Instant::now() + SETTLE_WITHIN);
+        Settler::new(&self.sqs, &store, "resq")
+            .settle(plan, by, pacer)
+            .await
     }
 
     fn need<'a>(

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use resq::config::{CommonConfig, PermanentAction, RedriverConfig};
-use resq::settle::{Deadlines, Plan, QueueUrl, Report, Settler, Unpaced};
+use resq::settle::{Plan, QueueUrl};
 use resq::sqs::{Queues, ReceivedMessage};
 use resq::store::S3Store;
 use resq_redriver::ports::CloudWatchAlarms;
@@ -70,8 +70,7 @@ fn peeked(m: &ReceivedMessage, now_ms: u64) -> Peeked {
 /// hides them again unless something redrives them first.
 pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, CliError> {
     let (dlq_url, bucket) = (ctx.dlq()?, ctx.archive_bucket()?);
-    let store = S3Store::new(ctx.s3.clone(), bucket);
-    let hidden = resq::keep::still_hidden(&store, dlq_url, chrono::Utc::now())
+    let hidden = resq::keep::still_hidden(&ctx.store(), dlq_url, chrono::Utc::now())
         .await
         .map_err(|source| CliError::Aws {
             what: format!("reading the keep list in s3://{bucket}/kept/"),
@@ -79,17 +78,8 @@ pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, C
         })?;
     let plan = resq::keep::unhide(hidden, reason, &QueueUrl::from(dlq_url));
     // a handle that no longer works belongs to a message already visible, redriven or archived
-    let report = settle(ctx, &store, &plan).await;
+    let report = ctx.settle(&plan).await;
     Ok(report.iter().filter(|(_, c)| c.is_confirmed()).count())
-}
-
-/// Carries out an operator's plan (visibility changes only: it archives nothing, so its
-/// entries' signature, `resq`, is never written) through resq's settle executor; an
-/// operator's command has no Lambda deadline, a minute bounds it.
-async fn settle(ctx: &Context, store: &S3Store, plan: &Plan) -> Report {
-    let settler = Settler::new(&ctx.sqs, store, "resq");
-    let by = Deadlines::all_by(Instant::now() + Duration::from_secs(60));
-    settler.settle(plan, by, &Unpaced).await
 }
 
 /// What `resq dlq peek` found: the messages shown, and what to tell the operator about the
@@ -187,8 +177,8 @@ pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliErro
             break;
         }
     }
-    let store = S3Store::new(ctx.s3.clone(), &ctx.bucket);
-    settle(ctx, &store, &Plan::release(&QueueUrl::from(dlq_url), seen)).await;
+    ctx.settle(&Plan::release(&QueueUrl::from(dlq_url), seen))
+        .await;
     Ok(shown)
 }
 

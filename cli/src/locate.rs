@@ -40,7 +40,6 @@
 //! [`remaining_hide`], [`Look::of`] and [`Look::unseen`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -48,9 +47,9 @@ use resq::archive::{ARCHIVE_PREFIX, ArchiveEnvelope};
 use resq::attributes::{MessageAttributes, X_FAILURE_CLASS, X_FAILURE_REASON, X_REDRIVE_COUNT};
 use resq::correlation::CorrelationKey;
 use resq::keep::KeptMessage;
-use resq::settle::{Action, Deadlines, Plan, QueueUrl, Settler, Unpaced};
+use resq::settle::{Action, Plan, QueueUrl};
 use resq::sqs::{Queues, ReceivedMessage};
-use resq::store::S3Store;
+use resq::store::ObjectStore;
 use serde::Serialize;
 
 use crate::CliError;
@@ -554,7 +553,7 @@ pub async fn locate(
     let mut look = Look::default();
     look.coverage.id_field = options.identity.correlation.body_field().to_owned();
     records(ctx, &bucket, wanted, &mut look).await?;
-    archive(ctx, &bucket, wanted, options, &mut look).await?;
+    archive(ctx, wanted, options, &mut look).await?;
     if let Some(url) = &main_url {
         let limits = resq::source::read_limits(&ctx.sqs, url)
             .await
@@ -763,7 +762,6 @@ type EntryRead = (String, Option<u64>, Option<ArchiveEnvelope>);
 /// time.
 async fn archive(
     ctx: &Context,
-    bucket: &str,
     wanted: &Wanted,
     options: &LookOptions,
     look: &mut Look,
@@ -777,16 +775,15 @@ async fn archive(
             .into_iter()
             .partition(|(_, modified)| since.is_none_or(|s| modified.is_none_or(|m| m >= s)));
     look.coverage.archive_not_read = before.len();
+    let store = &ctx.store();
+    // an entry gone between the listing and the read expired meanwhile
     let read: Vec<Result<Option<EntryRead>, CliError>> = futures::stream::iter(keys)
         .map(|(key, modified)| async move {
-            match read_object(ctx, bucket, &key).await? {
-                None => Ok(None),
-                Some(bytes) => Ok(Some((
-                    key,
-                    modified,
-                    serde_json::from_slice::<ArchiveEnvelope>(&bytes).ok(),
-                ))),
-            }
+            let bytes = store.get(&key).await.map_err(CliError::Read)?;
+            Ok(bytes.map(|b| {
+                let envelope = serde_json::from_slice::<ArchiveEnvelope>(&b).ok();
+                (key, modified, envelope)
+            }))
         })
         .buffer_unordered(READS_IN_FLIGHT)
         .collect()
@@ -832,21 +829,6 @@ async fn archive(
         });
     }
     Ok(())
-}
-
-/// An object's bytes; `None` when it is gone (expired between the listing and the read).
-async fn read_object(ctx: &Context, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, CliError> {
-    let out = match ctx.s3.get_object().bucket(bucket).key(key).send().await {
-        Ok(out) => out,
-        Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_key()) => return Ok(None),
-        Err(e) => return Err(CliError::aws(format!("reading s3://{bucket}/{key}"), e)),
-    };
-    let bytes = out.body.collect().await.map_err(|e| CliError::Download {
-        bucket: bucket.to_owned(),
-        key: key.to_owned(),
-        message: e.to_string(),
-    })?;
-    Ok(Some(bytes.into_bytes().to_vec()))
 }
 
 /// Receives up to `how.limit` messages of `url`, each once, hidden for `how.visibility`
@@ -917,17 +899,8 @@ async fn release(ctx: &Context, url: &str, handles: Vec<String>) -> usize {
         return 0;
     }
     let plan = Plan::release(&QueueUrl::from(url), handles);
-    let report = settle(ctx, &plan).await;
+    let report = ctx.settle(&plan).await;
     report.iter().filter(|(_, c)| !c.is_confirmed()).count()
-}
-
-/// Carries out visibility changes through resq's settle executor (it archives nothing), a
-/// minute at most.
-async fn settle(ctx: &Context, plan: &Plan) -> resq::settle::Report {
-    let store = S3Store::new(ctx.s3.clone(), &ctx.bucket);
-    let settler = Settler::new(&ctx.sqs, &store, "resq");
-    let by = Deadlines::all_by(Instant::now() + Duration::from_secs(60));
-    settler.settle(plan, by, &Unpaced).await
 }
 
 /// The kept messages of the orders wanted, from the keep lists: those seen visible in the DLQ
@@ -941,8 +914,7 @@ async fn kept(
     seen_in_dlq: &HashSet<String>,
     look: &mut Look,
 ) -> Result<(), CliError> {
-    let store = S3Store::new(ctx.s3.clone(), bucket);
-    let listed = resq::keep::still_hidden(&store, dlq_url, Utc::now())
+    let listed = resq::keep::still_hidden(&ctx.store(), dlq_url, Utc::now())
         .await
         .map_err(aws(format!(
             "reading the keep lists in s3://{bucket}/kept/"
@@ -984,7 +956,7 @@ async fn kept(
     if plan.is_empty() {
         return Ok(());
     }
-    let report = settle(ctx, &plan).await;
+    let report = ctx.settle(&plan).await;
     for (id, k) in checks {
         if !report.is_confirmed(id) {
             // its handle no longer holds it: visible again, replayed or archived since
