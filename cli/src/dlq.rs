@@ -8,6 +8,7 @@ use resq::sqs::{Queues, ReceivedMessage};
 use resq::store::S3Store;
 use resq_redriver::ports::CloudWatchAlarms;
 use resq_redriver::request::RunRequest;
+use resq_redriver::summary::Replayed;
 use resq_redriver::{Redriver, StopReason, Summary};
 
 use crate::CliError;
@@ -238,6 +239,17 @@ impl RedriveOptions {
     }
 }
 
+/// `--canary N --min-success P --canary-timeout-seconds T` (see [`crate::canary`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CanaryOptions {
+    /// Canaries to replay first.
+    pub count: u32,
+    /// Go on only when at least this percentage of them succeeded.
+    pub min_success: f64,
+    /// Wait at most this long for their outcomes.
+    pub timeout: Duration,
+}
+
 /// What `resq dlq redrive` was asked to do, by its flags.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Mode {
@@ -249,7 +261,7 @@ pub enum Mode {
         to: String,
     },
     /// Canary replay (`--canary N --min-success P`).
-    Canary(crate::canary::CanaryOptions),
+    Canary(CanaryOptions),
 }
 
 /// The flags that choose the [`Mode`].
@@ -296,7 +308,7 @@ pub fn mode(flags: &ModeFlags) -> Result<Mode, CliError> {
         (None, false, Some(_)) if flags.dry_run => {
             usage("--canary replays for real: run --dry-run alone first, then --canary")
         }
-        (None, false, Some(count)) => Ok(Mode::Canary(crate::canary::CanaryOptions {
+        (None, false, Some(count)) => Ok(Mode::Canary(CanaryOptions {
             count,
             min_success: flags.min_success.unwrap_or(100.0),
             timeout: flags.canary_timeout,
@@ -339,6 +351,41 @@ pub async fn redrive(
     archive_after: Duration,
     permanent_action: PermanentAction,
 ) -> Summary {
+    redriver(ctx, &request, cap, archive_after, permanent_action)
+        .run(&request, Instant::now() + RUN_WITHIN)
+        .await
+}
+
+/// [`redrive`] as `options` ask, with the replays it confirmed.
+pub(crate) async fn redrive_listed(
+    ctx: &Context,
+    options: &RedriveOptions,
+) -> (Summary, Vec<Replayed>) {
+    let request = options.run_request();
+    let cap = options.max_redrive_attempts;
+    redriver(
+        ctx,
+        &request,
+        cap,
+        options.archive_after,
+        options.permanent_action,
+    )
+    .run_listed(&request, Instant::now() + RUN_WITHIN, true)
+    .await
+}
+
+/// How long an operator's redrive may run: it has no Lambda deadline, an hour bounds it.
+const RUN_WITHIN: Duration = Duration::from_secs(3600);
+
+/// The redriver engine as an operator runs it: the scheduled function's configuration for
+/// `request`, without a breaker, a receive wait or metrics.
+fn redriver(
+    ctx: &Context,
+    request: &RunRequest,
+    cap: u32,
+    archive_after: Duration,
+    permanent_action: PermanentAction,
+) -> Redriver<aws_sdk_sqs::Client, S3Store, CloudWatchAlarms> {
     let config = RedriverConfig {
         common: CommonConfig {
             main_queue_url: ctx.main_queue_url.clone(),
@@ -354,20 +401,11 @@ pub async fn redrive(
         permanent_action,
         pause_on_alarms: Vec::new(),
     };
-    let store = S3Store::new(ctx.s3.clone(), &ctx.bucket);
-    let redriver = Redriver::new(
-        ctx.sqs.clone(),
-        store,
-        CloudWatchAlarms::new(ctx.cloudwatch.clone()),
-        config,
-    )
-    .with_receive_wait(0)
-    // an operator's run prints its summary; EMF lines on a terminal reach no CloudWatch
-    .with_metrics(false);
-    // an operator's run has no Lambda deadline; an hour bounds it
-    redriver
-        .run(&request, Instant::now() + Duration::from_secs(3600))
-        .await
+    let alarms = CloudWatchAlarms::new(ctx.cloudwatch.clone());
+    Redriver::new(ctx.sqs.clone(), ctx.store(), alarms, config)
+        .with_receive_wait(0)
+        // an operator's run prints its summary; EMF lines on a terminal reach no CloudWatch
+        .with_metrics(false)
 }
 
 #[cfg(test)]
@@ -454,7 +492,7 @@ mod tests {
         };
         assert_eq!(
             mode(&canary).unwrap(),
-            Mode::Canary(crate::canary::CanaryOptions {
+            Mode::Canary(CanaryOptions {
                 count: 5,
                 min_success: 80.0,
                 timeout: Duration::from_secs(300)

@@ -13,14 +13,10 @@ use resq::correlation::CorrelationKey;
 
 use crate::CliError;
 use crate::context::Context;
+pub use crate::locate::{DEFAULT_DLQ_LIMIT, DEFAULT_MAIN_QUEUE_LIMIT};
 use crate::locate::{
     DLQ_VISIBILITY, Identity, Look, LookOptions, MAIN_QUEUE_VISIBILITY, Place, QueueLook, Wanted,
 };
-
-/// The main queue's messages `resq find --main-queue` receives at most.
-pub const DEFAULT_MAIN_QUEUE_LIMIT: usize = 100;
-/// The DLQ's messages `resq find` receives at most by default.
-pub const DEFAULT_DLQ_LIMIT: usize = 10_000;
 
 /// `resq find`'s flags.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -62,6 +62,11 @@ pub const RECORD_PREFIX: &str = "orders/";
 pub const MAIN_QUEUE_VISIBILITY: i32 = 30;
 /// How long a look hides the DLQ's messages at most.
 pub const DLQ_VISIBILITY: i32 = 120;
+/// The main queue's messages a look asked to look into it receives at most (`resq find
+/// --main-queue`).
+pub const DEFAULT_MAIN_QUEUE_LIMIT: usize = 100;
+/// The DLQ's messages a look receives at most by default.
+pub const DEFAULT_DLQ_LIMIT: usize = 10_000;
 /// Archive entries read at once.
 const READS_IN_FLIGHT: usize = 16;
 
@@ -439,7 +444,7 @@ impl Look {
                         "the {name} was not looked into: it holds about {} visible and {} in flight (`resq find --main-queue` receives up to {} of the visible ones; each receive raises a message's ApproximateReceiveCount toward maxReceiveCount)",
                         q.visible_before,
                         q.in_flight,
-                        crate::find::DEFAULT_MAIN_QUEUE_LIMIT
+                        DEFAULT_MAIN_QUEUE_LIMIT
                     ));
                 }
                 continue;
