@@ -1,9 +1,9 @@
-//! `resq stack check` (SPEC §7, §9): a parameter set evaluated against the template before
-//! deploy. CloudFormation's `Rules` cannot compare numbers, so resq does it: a set that could
-//! lose messages (the retry horizon against the main queue's retention), double an effect (the
-//! order-record lifetime against a message's longest life) or stall (a breaker that can never
-//! trip, a batch whose tail can never start before the deadline) is refused, naming the
-//! parameters in conflict.
+//! `resq stack check`, which `make deploy` runs first: a parameter set evaluated against the
+//! template (`infra/template.yaml`) before deploy. CloudFormation's `Rules` cannot compare
+//! numbers, so resq does it: a set that could lose messages (the retry horizon against the
+//! main queue's retention), double an effect (the order-record lifetime against a message's
+//! longest life) or stall (a breaker that can never trip, a batch whose tail can never start
+//! before the deadline) is refused, naming the parameters in conflict.
 //!
 //! Everything here is pure ([`Template::parse`], [`parse_overrides`], [`samconfig_overrides`],
 //! [`resolve`], [`refusals`], [`Settings::from_set`], [`evaluate`]) except [`load`], which reads
