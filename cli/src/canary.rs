@@ -220,30 +220,7 @@ pub async fn run(
         None => Vec::new(),
     };
     let since = now_ms().saturating_sub(CLOCK_SKEW.as_millis() as u64);
-    let first = RedriveOptions {
-        max_messages: canary.count.min(options.max_messages),
-        ..options.clone()
-    };
-    let (canary_run, replayed) = redrive_listed(ctx, &first).await;
-    let mut report = CanaryReport {
-        kept_made_visible: canary_run.unhidden,
-        canary_run,
-        canaries: replayed
-            .into_iter()
-            .map(|replayed| CanaryResult {
-                replayed,
-                outcome: Outcome::Pending {
-                    why: "not looked for yet".into(),
-                },
-            })
-            .collect(),
-        succeeded: 0,
-        min_success: canary.min_success,
-        waited_ms: 0,
-        decision: "go",
-        rest: None,
-        kept_left_visible: Vec::new(),
-    };
+    let mut report = replay_canaries(ctx, options, canary).await;
     if report.canaries.is_empty() {
         progress(
             "canary: nothing was replayed (nothing selected in the DLQ, or the sends failed)"
@@ -288,6 +265,39 @@ pub async fn run(
     }
     leave(&mut report, &kept, replayed, options, &mut progress);
     Ok(report)
+}
+
+/// Replays the canaries (at most `--max-messages`): the report of their run, each canary's
+/// outcome not looked for yet.
+async fn replay_canaries(
+    ctx: &Context,
+    options: &RedriveOptions,
+    canary: &CanaryOptions,
+) -> CanaryReport {
+    let first = RedriveOptions {
+        max_messages: canary.count.min(options.max_messages),
+        ..options.clone()
+    };
+    let (canary_run, replayed) = redrive_listed(ctx, &first).await;
+    CanaryReport {
+        kept_made_visible: canary_run.unhidden,
+        canary_run,
+        canaries: replayed
+            .into_iter()
+            .map(|replayed| CanaryResult {
+                replayed,
+                outcome: Outcome::Pending {
+                    why: "not looked for yet".into(),
+                },
+            })
+            .collect(),
+        succeeded: 0,
+        min_success: canary.min_success,
+        waited_ms: 0,
+        decision: "go",
+        rest: None,
+        kept_left_visible: Vec::new(),
+    }
 }
 
 /// Waits for the canaries' outcomes: looks every [`POLL`] until each is decided or the

@@ -434,9 +434,18 @@ impl Look {
 
     /// What the look could not see, in words (empty: it saw everything there was).
     pub fn unseen(&self) -> Vec<String> {
-        let c = &self.coverage;
+        let mut out = self.coverage.queues_unseen();
+        out.extend(self.coverage.orders_unseen());
+        out
+    }
+}
+
+impl Coverage {
+    /// What the look could not see of the queues: those not looked into or past its limit,
+    /// and their messages in flight.
+    fn queues_unseen(&self) -> Vec<String> {
         let mut out = Vec::new();
-        for (name, q) in [("main queue", &c.main_queue), ("DLQ", &c.dlq)] {
+        for (name, q) in [("main queue", &self.main_queue), ("DLQ", &self.dlq)] {
             if q.counted {
                 // not looked into, but counted: an empty queue holds no copy of anything
                 if q.visible_before + q.in_flight > 0 {
@@ -460,42 +469,57 @@ impl Look {
                 ));
             }
         }
-        let main_in_flight = c.main_queue.in_flight;
-        if c.main_queue.looked && main_in_flight > 0 {
+        let main_in_flight = self.main_queue.in_flight;
+        if self.main_queue.looked && main_in_flight > 0 {
             out.push(format!(
                 "{main_in_flight} messages in flight in the main queue (being processed or backed off) cannot be received"
             ));
         }
         // the DLQ's in-flight messages the keep lists account for are not unseen
-        let kept = if c.kept_read { c.kept_listed as u64 } else { 0 };
-        let dlq_in_flight = c.dlq.in_flight.saturating_sub(kept);
-        if c.dlq.looked && dlq_in_flight > 0 {
+        let kept = if self.kept_read {
+            self.kept_listed as u64
+        } else {
+            0
+        };
+        let dlq_in_flight = self.dlq.in_flight.saturating_sub(kept);
+        if self.dlq.looked && dlq_in_flight > 0 {
             out.push(format!(
                 "{dlq_in_flight} messages in flight in the DLQ (held by a redriver run, or kept) cannot be received"
             ));
         }
-        if c.kept_unknown_order > 0 {
+        out
+    }
+
+    /// What the look could not see of the orders: kept messages listed without theirs,
+    /// messages and entries whose order could not be read, archive entries not read.
+    fn orders_unseen(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.kept_unknown_order > 0 {
             out.push(format!(
                 "{} kept messages are listed without their order (`resq dlq peek --kept` shows them)",
-                c.kept_unknown_order
+                self.kept_unknown_order
             ));
         }
-        let field = if c.id_field.is_empty() {
+        let field = if self.id_field.is_empty() {
             "its order id field"
         } else {
-            c.id_field.as_str()
+            self.id_field.as_str()
         };
         for (what, unknown, by_text) in [
             (
                 "main-queue messages",
-                c.main_queue.order_unknown,
-                c.main_queue.matched_by_text,
+                self.main_queue.order_unknown,
+                self.main_queue.matched_by_text,
             ),
-            ("DLQ messages", c.dlq.order_unknown, c.dlq.matched_by_text),
+            (
+                "DLQ messages",
+                self.dlq.order_unknown,
+                self.dlq.matched_by_text,
+            ),
             (
                 "archive entries",
-                c.archive_order_unknown,
-                c.archive_matched_by_text,
+                self.archive_order_unknown,
+                self.archive_matched_by_text,
             ),
         ] {
             let n = unknown.saturating_sub(by_text);
@@ -505,16 +529,16 @@ impl Look {
                 ));
             }
         }
-        if c.archive_unreadable > 0 {
+        if self.archive_unreadable > 0 {
             out.push(format!(
                 "{} objects under archive/ are not archive entries that could be read",
-                c.archive_unreadable
+                self.archive_unreadable
             ));
         }
-        if c.archive_not_read > 0 {
+        if self.archive_not_read > 0 {
             out.push(format!(
                 "{} archive entries written before --archive-since were not read",
-                c.archive_not_read
+                self.archive_not_read
             ));
         }
         out

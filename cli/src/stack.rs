@@ -977,8 +977,16 @@ fn breaker(s: &Settings) -> Vec<Verdict> {
         figure(threshold),
         figure(probe)
     );
-    let mut out = Vec::new();
-    out.push(match s.max_messages_per_run {
+    vec![
+        replay_budget(s, probe, &probe_text),
+        replay_rate(s),
+        replay_run(s, probe, &probe_text),
+    ]
+}
+
+/// The breaker: a numeric budget must hold a probe (`probe_text` says it).
+fn replay_budget(s: &Settings, probe: f64, probe_text: &str) -> Verdict {
+    match s.max_messages_per_run {
         None => Verdict::Holds {
             rule: Rule::ReplayBudget,
             figures: "MaxMessagesPerRun auto: a run replays what the rate allows in its time"
@@ -995,7 +1003,12 @@ fn breaker(s: &Settings) -> Vec<Verdict> {
             figures: format!("MaxMessagesPerRun {} < {probe_text}", figure(budget)),
             consequence: "a run's failing replays may never exceed the threshold within one period: the breaker cannot trip, and replay goes on into a consumer that fails them".into(),
         }),
-    });
+    }
+}
+
+/// The breaker: a period at the rate must hold more than the threshold.
+fn replay_rate(s: &Settings) -> Verdict {
+    let threshold = s.replays_failing_threshold;
     let per_period = s.rate_per_second * ALARM_PERIOD_SECONDS;
     let rate_figures = |cmp: &str| {
         format!(
@@ -1006,7 +1019,7 @@ fn breaker(s: &Settings) -> Vec<Verdict> {
             figure(threshold)
         )
     };
-    out.push(if per_period > threshold {
+    if per_period > threshold {
         Verdict::Holds {
             rule: Rule::ReplayRate,
             figures: rate_figures(">"),
@@ -1019,7 +1032,11 @@ fn breaker(s: &Settings) -> Vec<Verdict> {
             figures: rate_figures("≤"),
             consequence: "even if every replay fails, no period holds more than the threshold: the breaker never trips".into(),
         })
-    });
+    }
+}
+
+/// The breaker: a run's replay time at the rate must hold a probe (`probe_text` says it).
+fn replay_run(s: &Settings, probe: f64, probe_text: &str) -> Verdict {
     let replay_time = s.redriver_timeout - s.deadline_margin_ms / 1000.0;
     let replays = s.rate_per_second * replay_time.max(0.0);
     // a numeric budget below the probe is the replay budget's conflict: here, the run's time
@@ -1032,7 +1049,7 @@ fn breaker(s: &Settings) -> Vec<Verdict> {
             figure(replays)
         )
     };
-    out.push(if replays >= probe {
+    if replays >= probe {
         Verdict::Holds {
             rule: Rule::ReplayRun,
             figures: run_figures("≥"),
@@ -1050,8 +1067,7 @@ fn breaker(s: &Settings) -> Vec<Verdict> {
             figures: run_figures("<"),
             consequence: "a run's failing replays, spread over two periods, may never exceed the threshold in either: the breaker cannot trip".into(),
         })
-    });
-    out
+    }
 }
 
 /// Stall: a full batch must be able to start before the consumer's deadline margin. A margin
