@@ -70,6 +70,19 @@ impl Endpoint {
         }
         loader.load().await
     }
+
+    /// [`Endpoint::sdk_config`], which must know its region.
+    pub async fn regional_config(&self) -> Result<aws_config::SdkConfig, CliError> {
+        let config = self.sdk_config().await;
+        match config.region() {
+            Some(_) => Ok(config),
+            None => Err(CliError::Missing {
+                flag: "--region",
+                var: "AWS_REGION",
+                hint: "the region the stack is deployed in (or a region in your AWS profile)",
+            }),
+        }
+    }
 }
 
 /// Where to find a name: the stack output that holds it.
@@ -94,14 +107,7 @@ impl Context {
         bucket: Option<String>,
     ) -> Result<Self, CliError> {
         let given = |v: Option<String>| v.map(|s| s.trim().to_owned()).unwrap_or_default();
-        let config = endpoint.sdk_config().await;
-        if config.region().is_none() {
-            return Err(CliError::Missing {
-                flag: "--region",
-                var: "AWS_REGION",
-                hint: "the region the stack is deployed in (or a region in your AWS profile)",
-            });
-        }
+        let config = endpoint.regional_config().await?;
         Ok(Self::from_config(
             &config,
             given(main_queue_url),

@@ -1307,6 +1307,21 @@ pub fn samconfig_stack_name(text: &str) -> Option<String> {
     })
 }
 
+/// The stack `--deployed` reads: the one `given` (`--stack-name`, else a `--stack` typed on the
+/// command line), else samconfig.toml's `stack_name` (`samconfig` reads its text).
+pub fn deployed_stack_name(
+    given: Option<String>,
+    samconfig: impl FnOnce() -> Option<String>,
+) -> Result<String, CliError> {
+    given
+        .or_else(|| samconfig().as_deref().and_then(samconfig_stack_name))
+        .ok_or_else(|| {
+            CliError::Usage(
+                "--deployed needs the stack's name: samconfig.toml has no stack_name; pass --stack-name".into(),
+            )
+        })
+}
+
 /// The deployed stack's parameters (what `sam deploy` keeps for a parameter it is not given);
 /// none when the stack does not exist yet (a first deploy).
 pub async fn deployed_parameters(
@@ -2387,5 +2402,21 @@ CreateOrdersTopic = true
             samconfig_stack_name(&std::fs::read_to_string(repo).unwrap()).as_deref(),
             Some("resq")
         );
+    }
+
+    #[test]
+    fn deployed_reads_the_stack_named_else_samconfigs() {
+        let samconfig = || Some("[default.deploy.parameters]\nstack_name = \"prod\"\n".to_owned());
+        // a name given wins, and samconfig.toml is not read
+        let unread = || -> Option<String> { panic!("samconfig.toml read") };
+        assert_eq!(
+            deployed_stack_name(Some("resq-b".into()), unread).unwrap(),
+            "resq-b"
+        );
+        assert_eq!(deployed_stack_name(None, samconfig).unwrap(), "prod");
+        // neither: a usage error saying what to pass
+        let e = deployed_stack_name(None, || None).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("pass --stack-name"), "{e}");
     }
 }
