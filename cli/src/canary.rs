@@ -432,7 +432,7 @@ pub fn line(c: &CanaryResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::locate::{Archived, Queued, Recorded, Sighting};
+    use crate::locate::{Archived, Queued, Recorded};
 
     fn canary(order: Option<&str>) -> Replayed {
         Replayed {
@@ -467,16 +467,7 @@ mod tests {
     }
 
     fn look(places: Vec<Place>) -> Look {
-        Look {
-            sightings: places
-                .into_iter()
-                .map(|place| Sighting {
-                    order_id: Some("A".into()),
-                    place,
-                })
-                .collect(),
-            ..Look::default()
-        }
+        Look::of_one("A", &places)
     }
 
     #[test]

@@ -146,20 +146,14 @@ pub async fn find(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::locate::{Coverage, Recorded, Sighting};
+    use crate::locate::{Coverage, Recorded};
 
     fn finding(places: Vec<Place>, coverage: Coverage) -> Finding {
         Finding {
             order_id: "ORD-1".into(),
             look: Look {
-                sightings: places
-                    .iter()
-                    .map(|p| Sighting {
-                        order_id: Some("ORD-1".into()),
-                        place: p.clone(),
-                    })
-                    .collect(),
                 coverage,
+                ..Look::of_one("ORD-1", &places)
             },
             places,
         }

@@ -424,6 +424,19 @@ pub struct Look {
 }
 
 impl Look {
+    /// A look that saw `places`, each of order `order_id` (for tests).
+    #[cfg(test)]
+    pub(crate) fn of_one(order_id: &str, places: &[Place]) -> Self {
+        let sightings = places.iter().map(|place| Sighting {
+            order_id: Some(order_id.to_owned()),
+            place: place.clone(),
+        });
+        Self {
+            sightings: sightings.collect(),
+            ..Self::default()
+        }
+    }
+
     /// The places of order `id`.
     pub fn of<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a Place> + 'a {
         self.sightings

@@ -23,23 +23,13 @@ struct Cli {
     #[arg(long, global = true, env = "AWS_REGION")]
     region: Option<String>,
     /// The main queue URL (stack output OrdersQueueUrl).
-    #[arg(
-        long = "main-queue-url",
-        alias = "queue-url",
-        global = true,
-        env = "MAIN_QUEUE_URL"
-    )]
+    #[arg(long, alias = "queue-url", global = true, env = "MAIN_QUEUE_URL")]
     main_queue_url: Option<String>,
     /// The DLQ URL (stack output DeadLetterQueueUrl).
     #[arg(long, global = true, env = "DLQ_URL")]
     dlq_url: Option<String>,
     /// The archive bucket (stack output ArchiveBucketName).
-    #[arg(
-        long = "archive-bucket",
-        alias = "bucket",
-        global = true,
-        env = "ARCHIVE_BUCKET"
-    )]
+    #[arg(long, alias = "bucket", global = true, env = "ARCHIVE_BUCKET")]
     archive_bucket: Option<String>,
     /// The deployed stack to operate (CloudFormation): its outputs and parameters give the
     /// queue URLs, the bucket, the alarm prefix, the redrive cap, the TTL, the permanent
@@ -579,24 +569,18 @@ async fn redrive(
         canary_timeout: Duration::from_secs(args.canary_timeout_seconds),
         dry_run: args.dry_run,
     })?;
+    let cap = from_stack.max_redrive_attempts;
+    let ttl = from_stack.archive_after_seconds;
+    let permanent_action = from_stack.permanent_action.unwrap_or(args.permanent_action);
     let options = dlq::RedriveOptions {
         dry_run: args.dry_run,
         failure_reason: args.failure_reason,
         older_than: args.older_than_seconds.map(Duration::from_secs),
         max_messages: args.max_messages,
         rate_per_second: args.rate_per_second,
-        max_redrive_attempts: from_stack
-            .max_redrive_attempts
-            .unwrap_or(args.max_redrive_attempts),
-        archive_after: Duration::from_secs(
-            from_stack
-                .archive_after_seconds
-                .unwrap_or(args.archive_after_seconds),
-        ),
-        permanent_action: dlq::permanent_action(
-            from_stack.permanent_action.unwrap_or(args.permanent_action),
-            args.archive_permanent,
-        ),
+        max_redrive_attempts: cap.unwrap_or(args.max_redrive_attempts),
+        archive_after: Duration::from_secs(ttl.unwrap_or(args.archive_after_seconds)),
+        permanent_action: dlq::permanent_action(permanent_action, args.archive_permanent),
     };
     match mode {
         dlq::Mode::Replay => {
@@ -646,17 +630,11 @@ async fn restore(
     from_stack: &FromStack,
     json: bool,
 ) -> Result<(), CliError> {
+    let window = from_stack.idempotency_window_seconds;
+    let ttl = from_stack.archive_after_seconds;
     let window = (!args.force).then(|| archive::RestoreWindow {
-        window: Duration::from_secs(
-            from_stack
-                .idempotency_window_seconds
-                .unwrap_or(args.idempotency_window_seconds),
-        ),
-        ttl: Duration::from_secs(
-            from_stack
-                .archive_after_seconds
-                .unwrap_or(args.archive_after_seconds),
-        ),
+        window: Duration::from_secs(window.unwrap_or(args.idempotency_window_seconds)),
+        ttl: Duration::from_secs(ttl.unwrap_or(args.archive_after_seconds)),
     });
     let Some(path) = &args.patch else {
         for key in &args.keys {

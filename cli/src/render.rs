@@ -899,7 +899,7 @@ mod tests {
     }
 
     fn finding() -> crate::find::Finding {
-        use crate::locate::{Kept, Look, Queued, Recorded, Sighting};
+        use crate::locate::{Kept, Look, Queued, Recorded};
         let places = vec![
             Place::Recorded(Recorded {
                 key: "orders/ORD-1.json".into(),
@@ -923,16 +923,7 @@ mod tests {
                 hidden_until: 1_795_086_400_000,
             }),
         ];
-        let mut look = Look {
-            sightings: places
-                .iter()
-                .map(|p| Sighting {
-                    order_id: Some("ORD-1".into()),
-                    place: p.clone(),
-                })
-                .collect(),
-            ..Look::default()
-        };
+        let mut look = Look::of_one("ORD-1", &places);
         look.coverage.main_queue.looked = true;
         look.coverage.main_queue.received = 12;
         look.coverage.main_queue.max_receive_count = Some(5);
