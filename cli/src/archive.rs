@@ -372,8 +372,7 @@ pub async fn restore(
     let bucket = ctx.archive_bucket()?;
     let port = AwsRestore(ctx);
     let (_, envelope) = entry(&port, bucket, key).await?;
-    let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
-    check_window(&port, key, queue_url, &envelope, window, now_ms).await?;
+    check_window(&port, key, queue_url, &envelope, window, crate::now_ms()).await?;
     let message =
         restore_message(&envelope, queue_url, None).map_err(|why| CliError::NotPatchable {
             key: key.to_owned(),

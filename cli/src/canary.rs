@@ -29,7 +29,6 @@ use resq_redriver::Summary;
 use resq_redriver::summary::Replayed;
 use serde::Serialize;
 
-use crate::CliError;
 use crate::context::Context;
 pub use crate::dlq::CanaryOptions;
 use crate::dlq::{RedriveOptions, ready_to_redrive, redrive_failure, redrive_listed};
@@ -37,6 +36,7 @@ use crate::locate::{
     DEFAULT_DLQ_LIMIT, DLQ_VISIBILITY, Identity, Look, LookOptions, Place, QueueLook, Wanted,
     locate,
 };
+use crate::{CliError, now_ms};
 
 /// How often a canary's outcome is looked for.
 pub const POLL: Duration = Duration::from_secs(2);
@@ -201,10 +201,6 @@ impl CanaryReport {
     }
 }
 
-fn now_ms() -> u64 {
-    chrono::Utc::now().timestamp_millis().max(0) as u64
-}
-
 /// The canary replay. `progress` is told what happens as it happens (a line each, for
 /// stderr).
 pub async fn run(
@@ -215,8 +211,10 @@ pub async fn run(
 ) -> Result<CanaryReport, CliError> {
     ready_to_redrive(ctx).await?;
     // the kept messages the selective run will make visible, to say which it leaves so
-    let kept = match options.failure_reason.as_deref() {
-        Some(reason) => kept_of(ctx, reason).await?,
+    let kept: Vec<KeptMessage> = match options.failure_reason.as_deref() {
+        Some(reason) => (ctx.kept().await?.into_iter())
+            .filter(|k| k.failure_reason.as_deref() == Some(reason))
+            .collect(),
         None => Vec::new(),
     };
     let since = now_ms().saturating_sub(CLOCK_SKEW.as_millis() as u64);
@@ -359,21 +357,6 @@ async fn follow(
         progress(line(c));
     }
     Ok(waited_ms)
-}
-
-/// The kept messages of `reason` the keep lists name as hidden.
-async fn kept_of(ctx: &Context, reason: &str) -> Result<Vec<KeptMessage>, CliError> {
-    let (dlq_url, bucket) = (ctx.dlq()?, ctx.archive_bucket()?);
-    let hidden = resq::keep::still_hidden(&ctx.store(), dlq_url, chrono::Utc::now())
-        .await
-        .map_err(|source| CliError::Aws {
-            what: format!("reading the keep lists in s3://{bucket}/kept/"),
-            source,
-        })?;
-    Ok(hidden
-        .into_iter()
-        .filter(|k| k.failure_reason.as_deref() == Some(reason))
-        .collect())
 }
 
 /// Names the kept messages the canary run made visible that the runs did not replay

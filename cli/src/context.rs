@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use resq::keep::KeptMessage;
 use resq::settle::{Deadlines, Pacer, Plan, Report, Settler, Unpaced};
 use resq::store::S3Store;
 
@@ -173,6 +174,17 @@ impl Context {
     /// The archive bucket as resq's object store.
     pub(crate) fn store(&self) -> S3Store {
         S3Store::new(self.s3.clone(), &self.bucket)
+    }
+
+    /// The kept messages the DLQ's keep lists (in the bucket) name as still hidden.
+    pub(crate) async fn kept(&self) -> Result<Vec<KeptMessage>, CliError> {
+        let (dlq_url, bucket) = (self.dlq()?, self.archive_bucket()?);
+        resq::keep::still_hidden(&self.store(), dlq_url, chrono::Utc::now())
+            .await
+            .map_err(|source| CliError::Aws {
+                what: format!("reading the keep lists in s3://{bucket}/kept/"),
+                source,
+            })
     }
 
     /// Carries out an operator's plan through resq's settle executor, within

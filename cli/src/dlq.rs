@@ -142,7 +142,7 @@ pub async fn reach(ctx: &Context) -> Result<(u64, u64), CliError> {
 /// Lists DLQ messages without removing any: each is received, shown, and made visible again.
 pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliError> {
     let dlq_url = ctx.dlq()?;
-    let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    let now_ms = crate::now_ms();
     let mut shown = Vec::new();
     let mut seen = Vec::new();
     // hidden while peeking, so each is seen once; released at the end

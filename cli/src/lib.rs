@@ -44,6 +44,11 @@ pub fn init_stderr_tracing() {
         .try_init();
 }
 
+/// This machine's clock in epoch milliseconds, as the times SQS and S3 write are compared.
+pub fn now_ms() -> u64 {
+    chrono::Utc::now().timestamp_millis().max(0) as u64
+}
+
 /// A command failed; the message says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {

@@ -52,8 +52,8 @@ use resq::sqs::{Queues, ReceivedMessage};
 use resq::store::ObjectStore;
 use serde::Serialize;
 
-use crate::CliError;
 use crate::context::Context;
+use crate::{CliError, now_ms};
 
 /// Where order records live: `orders/{orderId}.json`.
 pub const RECORD_PREFIX: &str = "orders/";
@@ -567,10 +567,6 @@ pub fn remaining_hide(hidden_until: u64, now_ms: u64) -> Option<i32> {
     Some(secs.min(resq::backoff::MAX_VISIBILITY_TIMEOUT.as_secs()) as i32)
 }
 
-fn now_ms() -> u64 {
-    Utc::now().timestamp_millis().max(0) as u64
-}
-
 fn aws(what: String) -> impl FnOnce(resq::sqs::AwsError) -> CliError {
     move |source| CliError::Aws { what, source }
 }
@@ -650,7 +646,7 @@ pub async fn locate(
     if options.kept
         && let Some(url) = &dlq_url
     {
-        kept(ctx, &bucket, url, wanted, &seen_in_dlq, &mut look).await?;
+        kept(ctx, url, wanted, &seen_in_dlq, &mut look).await?;
     }
     Ok(look)
 }
@@ -950,17 +946,12 @@ async fn release(ctx: &Context, url: &str, handles: Vec<String>) -> usize {
 /// the time its hide has left.
 async fn kept(
     ctx: &Context,
-    bucket: &str,
     dlq_url: &str,
     wanted: &Wanted,
     seen_in_dlq: &HashSet<String>,
     look: &mut Look,
 ) -> Result<(), CliError> {
-    let listed = resq::keep::still_hidden(&ctx.store(), dlq_url, Utc::now())
-        .await
-        .map_err(aws(format!(
-            "reading the keep lists in s3://{bucket}/kept/"
-        )))?;
+    let listed = ctx.kept().await?;
     let c = &mut look.coverage;
     c.kept_read = true;
     c.kept_listed = listed.len();

@@ -535,8 +535,7 @@ async fn find(
         archive_since: args.archive_since,
     };
     let finding = find::find(ctx, &args.order_id, &options).await?;
-    let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
-    print!("{}", render::find(&finding, now_ms, json));
+    print!("{}", render::find(&finding, resq_ops::now_ms(), json));
     eprint!("{}", render::find_notes(&finding, json));
     finding.failure().map_or(Ok(()), Err)
 }

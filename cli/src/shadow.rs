@@ -34,10 +34,10 @@ use resq_redriver::plan::PendingKeep;
 use resq_redriver::ratelimit::ReplayPace;
 use serde::Serialize;
 
-use crate::CliError;
 use crate::context::Context;
 use crate::dlq::RedriveOptions;
 use crate::locate::remaining_hide;
+use crate::{CliError, now_ms};
 
 /// What the shadow replay does with one DLQ message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,10 +171,6 @@ impl ShadowReport {
             count: self.failed.len() as u64,
         })
     }
-}
-
-fn now_ms() -> u64 {
-    chrono::Utc::now().timestamp_millis().max(0) as u64
 }
 
 /// Received messages a shadow replay does not copy (not selected, kept, past their TTL or the
@@ -321,13 +317,7 @@ async fn unhide(
     budget: u64,
     report: &mut ShadowReport,
 ) -> Result<HashMap<String, KeptMessage>, CliError> {
-    let bucket = ctx.archive_bucket()?;
-    let hidden = resq::keep::still_hidden(&ctx.store(), dlq, chrono::Utc::now())
-        .await
-        .map_err(|source| CliError::Aws {
-            what: format!("reading the keep lists in s3://{bucket}/kept/"),
-            source,
-        })?;
+    let hidden = ctx.kept().await?;
     report.kept_listed = hidden
         .iter()
         .filter(|k| k.failure_reason.as_deref() == Some(reason))
