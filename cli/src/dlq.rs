@@ -362,16 +362,10 @@ pub(crate) async fn redrive_listed(
     options: &RedriveOptions,
 ) -> (Summary, Vec<Replayed>) {
     let request = options.run_request();
-    let cap = options.max_redrive_attempts;
-    redriver(
-        ctx,
-        &request,
-        cap,
-        options.archive_after,
-        options.permanent_action,
-    )
-    .run_listed(&request, Instant::now() + RUN_WITHIN, true)
-    .await
+    let (cap, ttl) = (options.max_redrive_attempts, options.archive_after);
+    redriver(ctx, &request, cap, ttl, options.permanent_action)
+        .run_listed(&request, Instant::now() + RUN_WITHIN, true)
+        .await
 }
 
 /// How long an operator's redrive may run: it has no Lambda deadline, an hour bounds it.
