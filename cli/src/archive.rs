@@ -6,6 +6,8 @@ use std::future::Future;
 
 use resq::archive::{ARCHIVE_PREFIX, ArchiveEnvelope, RestoreRecord, RestoreStatus};
 use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT, X_REDRIVE_COUNT};
+use resq::settle::{Action, Confirmation, Plan, QueueUrl, SettleError};
+use resq::sqs::{AwsError, OutgoingMessage};
 use serde_json::Value;
 
 use crate::CliError;
@@ -80,25 +82,8 @@ pub async fn list_objects(
 
 /// One archive entry.
 pub async fn show(ctx: &Context, key: &str) -> Result<ArchiveEnvelope, CliError> {
+    let bytes = AwsRestore(ctx).read(key).await?;
     let bucket = ctx.archive_bucket()?;
-    let out = ctx
-        .s3
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .send()
-        .await
-        .map_err(|e| CliError::aws(format!("reading s3://{bucket}/{key}"), e))?;
-    let bytes = out
-        .body
-        .collect()
-        .await
-        .map_err(|e| CliError::Download {
-            bucket: bucket.to_owned(),
-            key: key.to_owned(),
-            message: e.to_string(),
-        })?
-        .into_bytes();
     serde_json::from_slice(&bytes).map_err(|e| CliError::NotAnArchiveEntry {
         bucket: bucket.to_owned(),
         key: key.to_owned(),
@@ -201,29 +186,16 @@ pub fn patch_body(body: &str, patch: &Value) -> Result<String, String> {
     Ok(doc.to_string())
 }
 
-/// What a restore sends to the main queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RestoreMessage {
-    /// The body: as archived, or patched.
-    pub body: String,
-    /// The attributes as archived, without `x-redrive-count`, the failure marks and
-    /// `x-first-sent-at` (a restore starts afresh: with the old send time, a restored message
-    /// that failed again would be archived as `TTL_EXPIRED` at once).
-    pub attributes: resq::attributes::MessageAttributes,
-    /// `MessageGroupId` for a FIFO queue.
-    pub group_id: Option<String>,
-    /// `MessageDeduplicationId` for a FIFO queue.
-    pub deduplication_id: Option<String>,
-}
-
 /// The message restoring `envelope` to `queue_url`, its body patched by `patch` when given;
 /// `Err` says why it cannot be (a body that is not JSON cannot be patched; the patched
-/// message must fit in SQS).
+/// message must fit in SQS). Its attributes are those archived, without `x-redrive-count`,
+/// the failure marks and `x-first-sent-at` (a restore starts afresh: with the old send time,
+/// a restored message that failed again would be archived as `TTL_EXPIRED` at once).
 pub fn restore_message(
     envelope: &ArchiveEnvelope,
     queue_url: &str,
     patch: Option<&Value>,
-) -> Result<RestoreMessage, String> {
+) -> Result<OutgoingMessage, String> {
     let original = &envelope.original_message;
     let body = match patch {
         Some(p) => patch_body(&original.body, p)?,
@@ -261,7 +233,7 @@ pub fn restore_message(
         Some(_) => deduplication_id.map(|id| format!("{id}-patch-{:016x}", fnv1a(body.as_bytes()))),
         None => deduplication_id,
     };
-    Ok(RestoreMessage {
+    Ok(OutgoingMessage {
         body,
         attributes,
         group_id,
@@ -288,7 +260,7 @@ pub trait RestorePort {
     fn send(
         &self,
         queue_url: &str,
-        message: &RestoreMessage,
+        message: &OutgoingMessage,
     ) -> impl Future<Output = Result<String, CliError>>;
     /// The queue's retention.
     fn retention(&self, queue_url: &str) -> impl Future<Output = Result<Duration, CliError>>;
@@ -299,22 +271,8 @@ pub struct AwsRestore<'a>(pub &'a Context);
 
 impl RestorePort for AwsRestore<'_> {
     async fn read(&self, key: &str) -> Result<Vec<u8>, CliError> {
-        let bucket = self.0.archive_bucket()?;
-        let out = self
-            .0
-            .s3
-            .get_object()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| CliError::aws(format!("reading s3://{bucket}/{key}"), e))?;
-        let bytes = out.body.collect().await.map_err(|e| CliError::Download {
-            bucket: bucket.to_owned(),
-            key: key.to_owned(),
-            message: e.to_string(),
-        })?;
-        Ok(bytes.into_bytes().to_vec())
+        self.0.archive_bucket()?;
+        self.0.store().read(key).await.map_err(CliError::Read)
     }
 
     async fn write(&self, key: &str, body: Vec<u8>) -> Result<(), CliError> {
@@ -332,25 +290,22 @@ impl RestorePort for AwsRestore<'_> {
         Ok(())
     }
 
-    async fn send(&self, queue_url: &str, message: &RestoreMessage) -> Result<String, CliError> {
-        let sdk_attrs =
-            resq::sqs::sdk_attributes(&message.attributes).map_err(|source| CliError::Aws {
-                what: format!("restoring to {queue_url}"),
-                source,
-            })?;
-        let out = self
-            .0
-            .sqs
-            .send_message()
-            .queue_url(queue_url)
-            .message_body(&message.body)
-            .set_message_attributes(Some(sdk_attrs).filter(|a| !a.is_empty()))
-            .set_message_group_id(message.group_id.clone())
-            .set_message_deduplication_id(message.deduplication_id.clone())
-            .send()
-            .await
-            .map_err(|e| CliError::aws(format!("sending to {queue_url}"), e))?;
-        Ok(out.message_id.unwrap_or_default())
+    async fn send(&self, queue_url: &str, message: &OutgoingMessage) -> Result<String, CliError> {
+        let mut plan = Plan::new();
+        let id = plan.push(Action::Copy {
+            to: QueueUrl::from(queue_url),
+            message: message.clone(),
+        });
+        let source = match self.0.settle(&plan).await.get(id) {
+            Confirmation::Confirmed(sent) => return Ok(sent.clone().unwrap_or_default()),
+            Confirmation::Failed(SettleError::Refused(e)) => e.clone(),
+            Confirmation::Failed(e) => AwsError::local(e.to_string()),
+            Confirmation::NotAttempted(_) => AwsError::local("not attempted"),
+        };
+        Err(CliError::Aws {
+            what: format!("sending to {queue_url}"),
+            source,
+        })
     }
 
     async fn retention(&self, queue_url: &str) -> Result<Duration, CliError> {
@@ -417,8 +372,7 @@ pub async fn restore(
     let bucket = ctx.archive_bucket()?;
     let port = AwsRestore(ctx);
     let (_, envelope) = entry(&port, bucket, key).await?;
-    let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
-    check_window(&port, key, queue_url, &envelope, window, now_ms).await?;
+    check_window(&port, key, queue_url, &envelope, window, crate::now_ms()).await?;
     let message =
         restore_message(&envelope, queue_url, None).map_err(|why| CliError::NotPatchable {
             key: key.to_owned(),
@@ -804,7 +758,7 @@ mod tests {
     struct Memory {
         entry: std::sync::Mutex<Vec<u8>>,
         versions: std::sync::Mutex<Vec<Vec<u8>>>,
-        sent: std::sync::Mutex<Vec<RestoreMessage>>,
+        sent: std::sync::Mutex<Vec<OutgoingMessage>>,
         /// Writes that succeed before the rest fail (`None`: all succeed).
         writes_ok: Option<usize>,
         send_fails: bool,
@@ -842,7 +796,7 @@ mod tests {
             *self.entry.lock().unwrap() = body;
             Ok(())
         }
-        async fn send(&self, _queue: &str, message: &RestoreMessage) -> Result<String, CliError> {
+        async fn send(&self, _queue: &str, message: &OutgoingMessage) -> Result<String, CliError> {
             if self.send_fails {
                 return Err(CliError::Aws {
                     what: "sending to q".into(),

@@ -24,34 +24,24 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use resq::config::{CommonConfig, RedriverConfig};
 use resq::keep::KeptMessage;
-use resq::store::S3Store;
-use resq_redriver::ports::CloudWatchAlarms;
+use resq_redriver::Summary;
 use resq_redriver::summary::Replayed;
-use resq_redriver::{Redriver, Summary};
 use serde::Serialize;
 
-use crate::CliError;
 use crate::context::Context;
-use crate::dlq::RedriveOptions;
-use crate::locate::{DLQ_VISIBILITY, Identity, Look, LookOptions, Place, QueueLook, Wanted};
+pub use crate::dlq::CanaryOptions;
+use crate::dlq::{RedriveOptions, ready_to_redrive, redrive_failure, redrive_listed};
+use crate::locate::{
+    DEFAULT_DLQ_LIMIT, DLQ_VISIBILITY, Identity, Look, LookOptions, Place, QueueLook, Wanted,
+    locate,
+};
+use crate::{CliError, now_ms};
 
 /// How often a canary's outcome is looked for.
 pub const POLL: Duration = Duration::from_secs(2);
 /// Times written by S3 and SQS are compared with this machine's clock, less this much.
 pub const CLOCK_SKEW: Duration = Duration::from_secs(2);
-
-/// `--canary N --min-success P --canary-timeout-seconds T`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CanaryOptions {
-    /// Canaries to replay first.
-    pub count: u32,
-    /// Go on only when at least this percentage of them succeeded.
-    pub min_success: f64,
-    /// Wait at most this long for their outcomes.
-    pub timeout: Duration,
-}
 
 /// What became of one canary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -207,45 +197,8 @@ impl CanaryReport {
                 min_success: self.min_success,
             });
         }
-        crate::dlq::redrive_failure(&self.canary_run)
-            .or_else(|| self.rest.as_ref().and_then(crate::dlq::redrive_failure))
+        redrive_failure(&self.canary_run).or_else(|| self.rest.as_ref().and_then(redrive_failure))
     }
-}
-
-fn now_ms() -> u64 {
-    chrono::Utc::now().timestamp_millis().max(0) as u64
-}
-
-/// The redriver for an operator's run (as `resq dlq redrive` runs it).
-fn redriver(
-    ctx: &Context,
-    options: &RedriveOptions,
-) -> Redriver<aws_sdk_sqs::Client, S3Store, CloudWatchAlarms> {
-    let config = RedriverConfig {
-        common: CommonConfig {
-            main_queue_url: ctx.main_queue_url.clone(),
-            dlq_url: ctx.dlq_url.clone(),
-            archive_bucket: ctx.bucket.clone(),
-            max_redrive_attempts: options.max_redrive_attempts,
-            deadline_margin: Duration::from_secs(1),
-        },
-        rate_per_second: options.rate_per_second,
-        max_messages_per_run: Some(options.max_messages),
-        kept_in_flight_max: resq::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
-        archive_after: options.archive_after,
-        permanent_action: options.permanent_action,
-        pause_on_alarms: Vec::new(),
-    };
-    let store = S3Store::new(ctx.s3.clone(), &ctx.bucket);
-    Redriver::new(
-        ctx.sqs.clone(),
-        store,
-        CloudWatchAlarms::new(ctx.cloudwatch.clone()),
-        config,
-    )
-    .with_receive_wait(0)
-    // an operator's run prints its summary; EMF lines on a terminal reach no CloudWatch
-    .with_metrics(false)
 }
 
 /// The canary replay. `progress` is told what happens as it happens (a line each, for
@@ -256,60 +209,105 @@ pub async fn run(
     canary: &CanaryOptions,
     mut progress: impl FnMut(String),
 ) -> Result<CanaryReport, CliError> {
-    crate::dlq::ready_to_redrive(ctx).await?;
+    ready_to_redrive(ctx).await?;
     // the kept messages the selective run will make visible, to say which it leaves so
-    let kept = match options.failure_reason.as_deref() {
-        Some(reason) => kept_of(ctx, reason).await?,
+    let kept: Vec<KeptMessage> = match options.failure_reason.as_deref() {
+        Some(reason) => (ctx.kept().await?.into_iter())
+            .filter(|k| k.failure_reason.as_deref() == Some(reason))
+            .collect(),
         None => Vec::new(),
     };
-    let count = canary.count.min(options.max_messages);
     let since = now_ms().saturating_sub(CLOCK_SKEW.as_millis() as u64);
+    let mut report = replay_canaries(ctx, options, canary).await;
+    if report.canaries.is_empty() {
+        progress(
+            "canary: nothing was replayed (nothing selected in the DLQ, or the sends failed)"
+                .into(),
+        );
+        if redrive_failure(&report.canary_run).is_some() {
+            report.decision = "stop";
+        }
+        leave(&mut report, &kept, Vec::new(), options, &mut progress);
+        return Ok(report);
+    }
+    report.waited_ms = follow(ctx, &mut report.canaries, canary, since, &mut progress).await?;
+    report.succeeded = report
+        .canaries
+        .iter()
+        .filter(|c| c.outcome.succeeded())
+        .count();
+    let total = report.canaries.len();
+    let mut replayed: Vec<String> = report
+        .canaries
+        .iter()
+        .map(|c| c.replayed.dlq_message_id.clone())
+        .collect();
+    if !go_on(report.succeeded, total, canary.min_success) {
+        report.decision = "stop";
+        leave(&mut report, &kept, replayed, options, &mut progress);
+        return Ok(report);
+    }
+    progress(format!(
+        "canary: {} of {total} succeeded (at least {} %): replaying the rest of the selection",
+        report.succeeded, canary.min_success
+    ));
+    let left = options.max_messages.saturating_sub(total as u32);
+    if left > 0 {
+        let rest = RedriveOptions {
+            max_messages: left,
+            ..options.clone()
+        };
+        let (summary, rest_replayed) = redrive_listed(ctx, &rest).await;
+        replayed.extend(rest_replayed.into_iter().map(|r| r.dlq_message_id));
+        report.rest = Some(summary);
+    }
+    leave(&mut report, &kept, replayed, options, &mut progress);
+    Ok(report)
+}
+
+/// Replays the canaries (at most `--max-messages`): the report of their run, each canary's
+/// outcome not looked for yet.
+async fn replay_canaries(
+    ctx: &Context,
+    options: &RedriveOptions,
+    canary: &CanaryOptions,
+) -> CanaryReport {
     let first = RedriveOptions {
-        max_messages: count,
+        max_messages: canary.count.min(options.max_messages),
         ..options.clone()
     };
-    let (canary_run, replayed) = redriver(ctx, &first)
-        .run_listed(
-            &first.run_request(),
-            Instant::now() + Duration::from_secs(3600),
-            true,
-        )
-        .await;
-    let mut canaries: Vec<CanaryResult> = replayed
-        .into_iter()
-        .map(|replayed| CanaryResult {
-            replayed,
-            outcome: Outcome::Pending {
-                why: "not looked for yet".into(),
-            },
-        })
-        .collect();
-    let mut report = CanaryReport {
+    let (canary_run, replayed) = redrive_listed(ctx, &first).await;
+    CanaryReport {
+        kept_made_visible: canary_run.unhidden,
         canary_run,
-        canaries: Vec::new(),
+        canaries: replayed
+            .into_iter()
+            .map(|replayed| CanaryResult {
+                replayed,
+                outcome: Outcome::Pending {
+                    why: "not looked for yet".into(),
+                },
+            })
+            .collect(),
         succeeded: 0,
         min_success: canary.min_success,
         waited_ms: 0,
         decision: "go",
         rest: None,
-        kept_made_visible: 0,
         kept_left_visible: Vec::new(),
-    };
-    report.kept_made_visible = report.canary_run.unhidden;
-    if canaries.is_empty() {
-        progress(
-            "canary: nothing was replayed (nothing selected in the DLQ, or the sends failed)"
-                .into(),
-        );
-        report.decision = if crate::dlq::redrive_failure(&report.canary_run).is_some() {
-            "stop"
-        } else {
-            "go"
-        };
-        report.kept_left_visible = left_after(&report, &kept, &[]);
-        say_left(&report, options, &mut progress);
-        return Ok(report);
     }
+}
+
+/// Waits for the canaries' outcomes: looks every [`POLL`] until each is decided or the
+/// canary's timeout is over, telling `progress` each outcome. Returns how long it waited, in
+/// milliseconds.
+async fn follow(
+    ctx: &Context,
+    canaries: &mut [CanaryResult],
+    canary: &CanaryOptions,
+    since: u64,
+    progress: &mut impl FnMut(String),
+) -> Result<u64, CliError> {
     progress(format!(
         "canary: replayed {} ({}); waiting up to {} s for their outcome …",
         canaries.len(),
@@ -325,7 +323,7 @@ pub async fn run(
         main_queue: QueueLook::SKIP,
         count_main_queue: false,
         dlq: QueueLook {
-            limit: crate::find::DEFAULT_DLQ_LIMIT,
+            limit: DEFAULT_DLQ_LIMIT,
             visibility: DLQ_VISIBILITY,
         },
         kept: false,
@@ -343,7 +341,7 @@ pub async fn run(
             break;
         }
         tokio::time::sleep(POLL.min(canary.timeout.saturating_sub(started.elapsed()))).await;
-        let look = crate::locate::locate(ctx, &Wanted::Orders(pending), &look_options).await?;
+        let look = locate(ctx, &Wanted::Orders(pending), &look_options).await?;
         for c in canaries.iter_mut().filter(|c| !c.outcome.decided()) {
             c.outcome = outcome(&c.replayed, &look, since);
             if c.outcome.decided() {
@@ -351,78 +349,28 @@ pub async fn run(
             }
         }
     }
-    report.waited_ms = started.elapsed().as_millis() as u64;
+    let waited_ms = started.elapsed().as_millis() as u64;
     for c in canaries.iter_mut().filter(|c| !c.outcome.decided()) {
         if c.replayed.order_id.is_none() {
             c.outcome = outcome(&c.replayed, &Look::default(), since);
         }
         progress(line(c));
     }
-    report.succeeded = canaries.iter().filter(|c| c.outcome.succeeded()).count();
-    let total = canaries.len();
-    report.canaries = canaries;
-    let mut replayed: Vec<String> = report
-        .canaries
-        .iter()
-        .map(|c| c.replayed.dlq_message_id.clone())
-        .collect();
-    if !go_on(report.succeeded, total, canary.min_success) {
-        report.decision = "stop";
-        report.kept_left_visible = left_after(&report, &kept, &replayed);
-        say_left(&report, options, &mut progress);
-        return Ok(report);
-    }
-    progress(format!(
-        "canary: {} of {total} succeeded (at least {} %): replaying the rest of the selection",
-        report.succeeded, canary.min_success
-    ));
-    let left = options.max_messages.saturating_sub(total as u32);
-    if left > 0 {
-        let rest = RedriveOptions {
-            max_messages: left,
-            ..options.clone()
-        };
-        let (summary, rest_replayed) = redriver(ctx, &rest)
-            .run_listed(
-                &rest.run_request(),
-                Instant::now() + Duration::from_secs(3600),
-                true,
-            )
-            .await;
-        replayed.extend(rest_replayed.into_iter().map(|r| r.dlq_message_id));
-        report.rest = Some(summary);
-    }
-    report.kept_left_visible = left_after(&report, &kept, &replayed);
-    say_left(&report, options, &mut progress);
-    Ok(report)
+    Ok(waited_ms)
 }
 
-/// The kept messages of `reason` the keep lists name as hidden.
-async fn kept_of(ctx: &Context, reason: &str) -> Result<Vec<KeptMessage>, CliError> {
-    let (dlq_url, bucket) = (ctx.dlq()?, ctx.archive_bucket()?);
-    let store = S3Store::new(ctx.s3.clone(), bucket);
-    let hidden = resq::keep::still_hidden(&store, dlq_url, chrono::Utc::now())
-        .await
-        .map_err(|source| CliError::Aws {
-            what: format!("reading the keep lists in s3://{bucket}/kept/"),
-            source,
-        })?;
-    Ok(hidden
-        .into_iter()
-        .filter(|k| k.failure_reason.as_deref() == Some(reason))
-        .collect())
-}
-
-/// [`left_visible`], when the canary run made any kept message visible.
-fn left_after(report: &CanaryReport, kept: &[KeptMessage], replayed: &[String]) -> Vec<String> {
-    if report.kept_made_visible == 0 {
-        return Vec::new();
+/// Names the kept messages the canary run made visible that the runs did not replay
+/// (`replayed`, DLQ message ids: [`left_visible`]), in the report and to `progress`.
+fn leave(
+    report: &mut CanaryReport,
+    kept: &[KeptMessage],
+    replayed: Vec<String>,
+    options: &RedriveOptions,
+    progress: &mut impl FnMut(String),
+) {
+    if report.kept_made_visible > 0 {
+        report.kept_left_visible = left_visible(kept, replayed.iter().map(String::as_str));
     }
-    left_visible(kept, replayed.iter().map(String::as_str))
-}
-
-/// The progress line about the kept messages left visible, if any.
-fn say_left(report: &CanaryReport, options: &RedriveOptions, progress: &mut impl FnMut(String)) {
     if report.kept_left_visible.is_empty() {
         return;
     }
@@ -467,7 +415,7 @@ pub fn line(c: &CanaryResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::locate::{Archived, Queued, Recorded, Sighting};
+    use crate::locate::{Archived, Queued, Recorded};
 
     fn canary(order: Option<&str>) -> Replayed {
         Replayed {
@@ -502,16 +450,7 @@ mod tests {
     }
 
     fn look(places: Vec<Place>) -> Look {
-        Look {
-            sightings: places
-                .into_iter()
-                .map(|place| Sighting {
-                    order_id: Some("A".into()),
-                    place,
-                })
-                .collect(),
-            ..Look::default()
-        }
+        Look::of_one("A", &places)
     }
 
     #[test]

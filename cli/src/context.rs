@@ -1,6 +1,16 @@
 //! Where the commands act: clients and the stack's queue URLs and bucket.
 
+use std::time::{Duration, Instant};
+
+use resq::keep::KeptMessage;
+use resq::settle::{Deadlines, Pacer, Plan, Report, Settler, Unpaced};
+use resq::store::S3Store;
+
 use crate::CliError;
+
+/// How long an operator's settle may take: a command has no Lambda deadline, a minute bounds
+/// each of its plans.
+const SETTLE_WITHIN: Duration = Duration::from_secs(60);
 
 /// The resources a command works on. A command asks for the names it uses through
 /// [`Context::main_queue`], [`Context::dlq`] and [`Context::archive_bucket`], which say which
@@ -61,6 +71,19 @@ impl Endpoint {
         }
         loader.load().await
     }
+
+    /// [`Endpoint::sdk_config`], which must know its region.
+    pub async fn regional_config(&self) -> Result<aws_config::SdkConfig, CliError> {
+        let config = self.sdk_config().await;
+        match config.region() {
+            Some(_) => Ok(config),
+            None => Err(CliError::Missing {
+                flag: "--region",
+                var: "AWS_REGION",
+                hint: "the region the stack is deployed in (or a region in your AWS profile)",
+            }),
+        }
+    }
 }
 
 /// Where to find a name: the stack output that holds it.
@@ -85,14 +108,7 @@ impl Context {
         bucket: Option<String>,
     ) -> Result<Self, CliError> {
         let given = |v: Option<String>| v.map(|s| s.trim().to_owned()).unwrap_or_default();
-        let config = endpoint.sdk_config().await;
-        if config.region().is_none() {
-            return Err(CliError::Missing {
-                flag: "--region",
-                var: "AWS_REGION",
-                hint: "the region the stack is deployed in (or a region in your AWS profile)",
-            });
-        }
+        let config = endpoint.regional_config().await?;
         Ok(Self::from_config(
             &config,
             given(main_queue_url),
@@ -153,6 +169,37 @@ impl Context {
             "ArchiveBucketName",
             from_output!("ArchiveBucketName"),
         )
+    }
+
+    /// The archive bucket as resq's object store.
+    pub(crate) fn store(&self) -> S3Store {
+        S3Store::new(self.s3.clone(), &self.bucket)
+    }
+
+    /// The kept messages the DLQ's keep lists (in the bucket) name as still hidden.
+    pub(crate) async fn kept(&self) -> Result<Vec<KeptMessage>, CliError> {
+        let (dlq_url, bucket) = (self.dlq()?, self.archive_bucket()?);
+        resq::keep::still_hidden(&self.store(), dlq_url, chrono::Utc::now())
+            .await
+            .map_err(|source| CliError::Aws {
+                what: format!("reading the keep lists in s3://{bucket}/kept/"),
+                source,
+            })
+    }
+
+    /// Carries out an operator's plan through resq's settle executor, within
+    /// [`SETTLE_WITHIN`]; archive entries it writes are signed `resq`.
+    pub(crate) async fn settle(&self, plan: &Plan) -> Report {
+        self.settle_paced(plan, &Unpaced).await
+    }
+
+    /// [`Context::settle`], its copies paced by `pacer`.
+    pub(crate) async fn settle_paced(&self, plan: &Plan, pacer: &impl Pacer) -> Report {
+        let store = self.store();
+        let by = Deadlines::all_by(Instant::now() + SETTLE_WITHIN);
+        Settler::new(&self.sqs, &store, "resq")
+            .settle(plan, by, pacer)
+            .await
     }
 
     fn need<'a>(

@@ -3,7 +3,7 @@
 //! outputs; the redrive cap, the TTL, the permanent action and the idempotency window from its
 //! outputs or parameters. An operator with a stack name needs nothing else.
 //!
-//! Which value wins ([`pick`]): a flag on the command line, then the stack's, then an
+//! Which value wins ([`FromStack`]): a flag on the command line, then the stack's, then an
 //! environment variable, then the built-in default. (A stack named on purpose is not
 //! overridden by a variable left in the shell; a flag typed is.)
 
@@ -188,12 +188,77 @@ pub async fn read(
         })
 }
 
-/// The value a command uses: the flag's when it was typed on the command line, else the
-/// stack's when it has one, else the flag's (from its environment variable or its default).
-pub fn pick<T>(typed: bool, flag: T, stack: Option<T>) -> T {
-    match (typed, stack) {
-        (false, Some(from_stack)) => from_stack,
-        _ => flag,
+/// Which of the flags a deployed stack's value stands in for were typed on the command line
+/// (not taken from their environment variable or their default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Typed {
+    /// `--stack` itself (`resq stack check --deployed` takes it only typed).
+    pub stack: bool,
+    /// `--main-queue-url`.
+    pub main_queue_url: bool,
+    /// `--dlq-url`.
+    pub dlq_url: bool,
+    /// `--archive-bucket`.
+    pub archive_bucket: bool,
+    /// `--alarm-prefix` (`resq status`).
+    pub alarm_prefix: bool,
+    /// `--max-redrive-attempts` (`resq dlq redrive`).
+    pub max_redrive_attempts: bool,
+    /// `--archive-after-seconds` (`resq dlq redrive`, `resq archive restore`).
+    pub archive_after_seconds: bool,
+    /// `--permanent-action` (`resq dlq redrive`).
+    pub permanent_action: bool,
+    /// `--idempotency-window-seconds` (`resq archive restore`).
+    pub idempotency_window_seconds: bool,
+}
+
+/// The settings a command takes from the deployed stack instead of its flags: each value the
+/// stack has whose flag was not typed. A command uses each of them, else its flag's value
+/// (from the environment variable or the default): so a flag typed wins, then the stack, then
+/// the environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FromStack {
+    /// `OrdersQueueUrl`.
+    pub main_queue_url: Option<String>,
+    /// `DeadLetterQueueUrl`.
+    pub dlq_url: Option<String>,
+    /// `ArchiveBucketName`.
+    pub archive_bucket: Option<String>,
+    /// [`Deployed::alarm_prefix`].
+    pub alarm_prefix: Option<String>,
+    /// `MaxRedriveAttempts`.
+    pub max_redrive_attempts: Option<u32>,
+    /// `ArchiveAfterSeconds`.
+    pub archive_after_seconds: Option<u64>,
+    /// `PermanentAction`.
+    pub permanent_action: Option<PermanentAction>,
+    /// [`Deployed::idempotency_window_seconds`].
+    pub idempotency_window_seconds: Option<u64>,
+}
+
+impl FromStack {
+    /// The values of `stack` (none without one) whose flags were not `typed`.
+    pub fn new(stack: Option<&Deployed>, typed: Typed) -> Self {
+        let Some(d) = stack else {
+            return Self::default();
+        };
+        fn unless<T>(typed: bool, value: Option<T>) -> Option<T> {
+            value.filter(|_| !typed)
+        }
+        let owned = |v: Option<&str>| v.map(str::to_owned);
+        Self {
+            main_queue_url: unless(typed.main_queue_url, owned(d.main_queue_url())),
+            dlq_url: unless(typed.dlq_url, owned(d.dlq_url())),
+            archive_bucket: unless(typed.archive_bucket, owned(d.bucket())),
+            alarm_prefix: unless(typed.alarm_prefix, Some(d.alarm_prefix())),
+            max_redrive_attempts: unless(typed.max_redrive_attempts, d.max_redrive_attempts()),
+            archive_after_seconds: unless(typed.archive_after_seconds, d.archive_after_seconds()),
+            permanent_action: unless(typed.permanent_action, d.permanent_action()),
+            idempotency_window_seconds: unless(
+                typed.idempotency_window_seconds,
+                d.idempotency_window_seconds(),
+            ),
+        }
     }
 }
 
@@ -364,9 +429,26 @@ mod tests {
 
     #[test]
     fn a_typed_flag_beats_the_stack_which_beats_the_environment_and_defaults() {
-        assert_eq!(pick(true, "typed", Some("stack")), "typed");
-        assert_eq!(pick(false, "env or default", Some("stack")), "stack");
-        assert_eq!(pick(false, "env or default", None), "env or default");
-        assert_eq!(pick(true, 3, None), 3);
+        let d = deployed(
+            &[("DeadLetterQueueUrl", "https://sqs/1/dlq")],
+            &[("MaxRedriveAttempts", "5"), ("ArchiveAfterSeconds", "3600")],
+        );
+        // GIVEN --max-redrive-attempts typed, the rest from the environment or defaults
+        let typed = Typed {
+            max_redrive_attempts: true,
+            ..Typed::default()
+        };
+        let s = FromStack::new(Some(&d), typed);
+        // THEN the typed flag wins: the stack gives no cap
+        assert_eq!(s.max_redrive_attempts.unwrap_or(3), 3);
+        // AND the stack's values stand in for the flags not typed
+        assert_eq!(s.archive_after_seconds.unwrap_or(86_400), 3600);
+        assert_eq!(s.dlq_url.as_deref(), Some("https://sqs/1/dlq"));
+        assert_eq!(s.alarm_prefix.as_deref(), Some("resq-prod-"));
+        // AND what the stack lacks is left to the flag (its environment variable or default)
+        assert_eq!(s.main_queue_url, None);
+        assert_eq!(s.permanent_action, None);
+        // AND without a stack every flag stands
+        assert_eq!(FromStack::new(None, Typed::default()), FromStack::default());
     }
 }

@@ -3,11 +3,12 @@
 use std::time::{Duration, Instant};
 
 use resq::config::{CommonConfig, PermanentAction, RedriverConfig};
-use resq::settle::{Deadlines, Plan, QueueUrl, Report, Settler, Unpaced};
+use resq::settle::{Plan, QueueUrl};
 use resq::sqs::{Queues, ReceivedMessage};
 use resq::store::S3Store;
 use resq_redriver::ports::CloudWatchAlarms;
 use resq_redriver::request::RunRequest;
+use resq_redriver::summary::Replayed;
 use resq_redriver::{Redriver, StopReason, Summary};
 
 use crate::CliError;
@@ -70,8 +71,7 @@ fn peeked(m: &ReceivedMessage, now_ms: u64) -> Peeked {
 /// hides them again unless something redrives them first.
 pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, CliError> {
     let (dlq_url, bucket) = (ctx.dlq()?, ctx.archive_bucket()?);
-    let store = S3Store::new(ctx.s3.clone(), bucket);
-    let hidden = resq::keep::still_hidden(&store, dlq_url, chrono::Utc::now())
+    let hidden = resq::keep::still_hidden(&ctx.store(), dlq_url, chrono::Utc::now())
         .await
         .map_err(|source| CliError::Aws {
             what: format!("reading the keep list in s3://{bucket}/kept/"),
@@ -79,17 +79,8 @@ pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, C
         })?;
     let plan = resq::keep::unhide(hidden, reason, &QueueUrl::from(dlq_url));
     // a handle that no longer works belongs to a message already visible, redriven or archived
-    let report = settle(ctx, &store, &plan).await;
+    let report = ctx.settle(&plan).await;
     Ok(report.iter().filter(|(_, c)| c.is_confirmed()).count())
-}
-
-/// Carries out an operator's plan (visibility changes only: it archives nothing, so its
-/// entries' signature, `resq`, is never written) through resq's settle executor; an
-/// operator's command has no Lambda deadline, a minute bounds it.
-async fn settle(ctx: &Context, store: &S3Store, plan: &Plan) -> Report {
-    let settler = Settler::new(&ctx.sqs, store, "resq");
-    let by = Deadlines::all_by(Instant::now() + Duration::from_secs(60));
-    settler.settle(plan, by, &Unpaced).await
 }
 
 /// What `resq dlq peek` found: the messages shown, and what to tell the operator about the
@@ -151,7 +142,7 @@ pub async fn reach(ctx: &Context) -> Result<(u64, u64), CliError> {
 /// Lists DLQ messages without removing any: each is received, shown, and made visible again.
 pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliError> {
     let dlq_url = ctx.dlq()?;
-    let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    let now_ms = crate::now_ms();
     let mut shown = Vec::new();
     let mut seen = Vec::new();
     // hidden while peeking, so each is seen once; released at the end
@@ -187,8 +178,8 @@ pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliErro
             break;
         }
     }
-    let store = S3Store::new(ctx.s3.clone(), &ctx.bucket);
-    settle(ctx, &store, &Plan::release(&QueueUrl::from(dlq_url), seen)).await;
+    ctx.settle(&Plan::release(&QueueUrl::from(dlq_url), seen))
+        .await;
     Ok(shown)
 }
 
@@ -248,6 +239,17 @@ impl RedriveOptions {
     }
 }
 
+/// `--canary N --min-success P --canary-timeout-seconds T` (see [`crate::canary`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CanaryOptions {
+    /// Canaries to replay first.
+    pub count: u32,
+    /// Go on only when at least this percentage of them succeeded.
+    pub min_success: f64,
+    /// Wait at most this long for their outcomes.
+    pub timeout: Duration,
+}
+
 /// What `resq dlq redrive` was asked to do, by its flags.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Mode {
@@ -259,7 +261,7 @@ pub enum Mode {
         to: String,
     },
     /// Canary replay (`--canary N --min-success P`).
-    Canary(crate::canary::CanaryOptions),
+    Canary(CanaryOptions),
 }
 
 /// The flags that choose the [`Mode`].
@@ -306,7 +308,7 @@ pub fn mode(flags: &ModeFlags) -> Result<Mode, CliError> {
         (None, false, Some(_)) if flags.dry_run => {
             usage("--canary replays for real: run --dry-run alone first, then --canary")
         }
-        (None, false, Some(count)) => Ok(Mode::Canary(crate::canary::CanaryOptions {
+        (None, false, Some(count)) => Ok(Mode::Canary(CanaryOptions {
             count,
             min_success: flags.min_success.unwrap_or(100.0),
             timeout: flags.canary_timeout,
@@ -349,6 +351,35 @@ pub async fn redrive(
     archive_after: Duration,
     permanent_action: PermanentAction,
 ) -> Summary {
+    redriver(ctx, &request, cap, archive_after, permanent_action)
+        .run(&request, Instant::now() + RUN_WITHIN)
+        .await
+}
+
+/// [`redrive`] as `options` ask, with the replays it confirmed.
+pub(crate) async fn redrive_listed(
+    ctx: &Context,
+    options: &RedriveOptions,
+) -> (Summary, Vec<Replayed>) {
+    let request = options.run_request();
+    let (cap, ttl) = (options.max_redrive_attempts, options.archive_after);
+    redriver(ctx, &request, cap, ttl, options.permanent_action)
+        .run_listed(&request, Instant::now() + RUN_WITHIN, true)
+        .await
+}
+
+/// How long an operator's redrive may run: it has no Lambda deadline, an hour bounds it.
+const RUN_WITHIN: Duration = Duration::from_secs(3600);
+
+/// The redriver engine as an operator runs it: the scheduled function's configuration for
+/// `request`, without a breaker, a receive wait or metrics.
+fn redriver(
+    ctx: &Context,
+    request: &RunRequest,
+    cap: u32,
+    archive_after: Duration,
+    permanent_action: PermanentAction,
+) -> Redriver<aws_sdk_sqs::Client, S3Store, CloudWatchAlarms> {
     let config = RedriverConfig {
         common: CommonConfig {
             main_queue_url: ctx.main_queue_url.clone(),
@@ -364,20 +395,11 @@ pub async fn redrive(
         permanent_action,
         pause_on_alarms: Vec::new(),
     };
-    let store = S3Store::new(ctx.s3.clone(), &ctx.bucket);
-    let redriver = Redriver::new(
-        ctx.sqs.clone(),
-        store,
-        CloudWatchAlarms::new(ctx.cloudwatch.clone()),
-        config,
-    )
-    .with_receive_wait(0)
-    // an operator's run prints its summary; EMF lines on a terminal reach no CloudWatch
-    .with_metrics(false);
-    // an operator's run has no Lambda deadline; an hour bounds it
-    redriver
-        .run(&request, Instant::now() + Duration::from_secs(3600))
-        .await
+    let alarms = CloudWatchAlarms::new(ctx.cloudwatch.clone());
+    Redriver::new(ctx.sqs.clone(), ctx.store(), alarms, config)
+        .with_receive_wait(0)
+        // an operator's run prints its summary; EMF lines on a terminal reach no CloudWatch
+        .with_metrics(false)
 }
 
 #[cfg(test)]
@@ -464,7 +486,7 @@ mod tests {
         };
         assert_eq!(
             mode(&canary).unwrap(),
-            Mode::Canary(crate::canary::CanaryOptions {
+            Mode::Canary(CanaryOptions {
                 count: 5,
                 min_success: 80.0,
                 timeout: Duration::from_secs(300)

@@ -65,7 +65,7 @@ fn is_access_denied(code: &str) -> bool {
 /// The problem behind a command's error, when it is one of those an operator can act on.
 pub fn classify(err: &CliError) -> Option<Problem> {
     match err {
-        CliError::Aws { source, .. } => classify_aws(source),
+        CliError::Aws { source, .. } | CliError::Read(source) => classify_aws(source),
         _ => None,
     }
 }

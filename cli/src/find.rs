@@ -13,14 +13,10 @@ use resq::correlation::CorrelationKey;
 
 use crate::CliError;
 use crate::context::Context;
+pub use crate::locate::{DEFAULT_DLQ_LIMIT, DEFAULT_MAIN_QUEUE_LIMIT};
 use crate::locate::{
     DLQ_VISIBILITY, Identity, Look, LookOptions, MAIN_QUEUE_VISIBILITY, Place, QueueLook, Wanted,
 };
-
-/// The main queue's messages `resq find --main-queue` receives at most.
-pub const DEFAULT_MAIN_QUEUE_LIMIT: usize = 100;
-/// The DLQ's messages `resq find` receives at most by default.
-pub const DEFAULT_DLQ_LIMIT: usize = 10_000;
 
 /// `resq find`'s flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,20 +146,14 @@ pub async fn find(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::locate::{Coverage, Recorded, Sighting};
+    use crate::locate::{Coverage, Recorded};
 
     fn finding(places: Vec<Place>, coverage: Coverage) -> Finding {
         Finding {
             order_id: "ORD-1".into(),
             look: Look {
-                sightings: places
-                    .iter()
-                    .map(|p| Sighting {
-                        order_id: Some("ORD-1".into()),
-                        place: p.clone(),
-                    })
-                    .collect(),
                 coverage,
+                ..Look::of_one("ORD-1", &places)
             },
             places,
         }

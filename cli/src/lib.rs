@@ -44,6 +44,11 @@ pub fn init_stderr_tracing() {
         .try_init();
 }
 
+/// This machine's clock in epoch milliseconds, as the times SQS and S3 write are compared.
+pub fn now_ms() -> u64 {
+    chrono::Utc::now().timestamp_millis().max(0) as u64
+}
+
 /// A command failed; the message says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -85,16 +90,10 @@ pub enum CliError {
         /// The SDK error chain.
         source: resq::sqs::AwsError,
     },
-    /// An object's body broke off while it was read. Exit status 1.
-    #[error("reading s3://{bucket}/{key}: {message}")]
-    Download {
-        /// The bucket.
-        bucket: String,
-        /// The object's key.
-        key: String,
-        /// What the SDK said.
-        message: String,
-    },
+    /// An object in the bucket could not be read (the call failed, or its body broke off);
+    /// the error names the object. Exit status 1.
+    #[error("reading {0}")]
+    Read(resq::store::StoreError),
     /// The object at a key is not an archive entry (not JSON, or not an envelope). Exit
     /// status 1.
     #[error(
@@ -274,7 +273,7 @@ impl CliError {
             Self::NotSeen { .. } => 4,
             Self::CanaryStopped { .. } => 5,
             Self::Aws { .. }
-            | Self::Download { .. }
+            | Self::Read(_)
             | Self::NotAnArchiveEntry { .. }
             | Self::Request { .. }
             | Self::NotAccepted { .. }
@@ -338,13 +337,9 @@ mod tests {
             not_entry.to_string(),
             "s3://b/archive/x.json is not an archive entry (expected value at line 1 column 1): `resq archive ls` lists the entries"
         );
-        let download = CliError::Download {
-            bucket: "b".into(),
-            key: "k".into(),
-            message: "connection reset".into(),
-        };
+        let read = CliError::Read(resq::sqs::AwsError::local("s3://b/k: connection reset"));
         assert_eq!(
-            (download.exit_code(), download.to_string().as_str()),
+            (read.exit_code(), read.to_string().as_str()),
             (1, "reading s3://b/k: connection reset")
         );
         let request = CliError::Request {

@@ -40,7 +40,6 @@
 //! [`remaining_hide`], [`Look::of`] and [`Look::unseen`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -48,13 +47,13 @@ use resq::archive::{ARCHIVE_PREFIX, ArchiveEnvelope};
 use resq::attributes::{MessageAttributes, X_FAILURE_CLASS, X_FAILURE_REASON, X_REDRIVE_COUNT};
 use resq::correlation::CorrelationKey;
 use resq::keep::KeptMessage;
-use resq::settle::{Action, Deadlines, Plan, QueueUrl, Settler, Unpaced};
+use resq::settle::{Action, Plan, QueueUrl};
 use resq::sqs::{Queues, ReceivedMessage};
-use resq::store::S3Store;
+use resq::store::ObjectStore;
 use serde::Serialize;
 
-use crate::CliError;
 use crate::context::Context;
+use crate::{CliError, now_ms};
 
 /// Where order records live: `orders/{orderId}.json`.
 pub const RECORD_PREFIX: &str = "orders/";
@@ -63,6 +62,11 @@ pub const RECORD_PREFIX: &str = "orders/";
 pub const MAIN_QUEUE_VISIBILITY: i32 = 30;
 /// How long a look hides the DLQ's messages at most.
 pub const DLQ_VISIBILITY: i32 = 120;
+/// The main queue's messages a look asked to look into it receives at most (`resq find
+/// --main-queue`).
+pub const DEFAULT_MAIN_QUEUE_LIMIT: usize = 100;
+/// The DLQ's messages a look receives at most by default.
+pub const DEFAULT_DLQ_LIMIT: usize = 10_000;
 /// Archive entries read at once.
 const READS_IN_FLIGHT: usize = 16;
 
@@ -420,6 +424,19 @@ pub struct Look {
 }
 
 impl Look {
+    /// A look that saw `places`, each of order `order_id` (for tests).
+    #[cfg(test)]
+    pub(crate) fn of_one(order_id: &str, places: &[Place]) -> Self {
+        let sightings = places.iter().map(|place| Sighting {
+            order_id: Some(order_id.to_owned()),
+            place: place.clone(),
+        });
+        Self {
+            sightings: sightings.collect(),
+            ..Self::default()
+        }
+    }
+
     /// The places of order `id`.
     pub fn of<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a Place> + 'a {
         self.sightings
@@ -430,9 +447,18 @@ impl Look {
 
     /// What the look could not see, in words (empty: it saw everything there was).
     pub fn unseen(&self) -> Vec<String> {
-        let c = &self.coverage;
+        let mut out = self.coverage.queues_unseen();
+        out.extend(self.coverage.orders_unseen());
+        out
+    }
+}
+
+impl Coverage {
+    /// What the look could not see of the queues: those not looked into or past its limit,
+    /// and their messages in flight.
+    fn queues_unseen(&self) -> Vec<String> {
         let mut out = Vec::new();
-        for (name, q) in [("main queue", &c.main_queue), ("DLQ", &c.dlq)] {
+        for (name, q) in [("main queue", &self.main_queue), ("DLQ", &self.dlq)] {
             if q.counted {
                 // not looked into, but counted: an empty queue holds no copy of anything
                 if q.visible_before + q.in_flight > 0 {
@@ -440,7 +466,7 @@ impl Look {
                         "the {name} was not looked into: it holds about {} visible and {} in flight (`resq find --main-queue` receives up to {} of the visible ones; each receive raises a message's ApproximateReceiveCount toward maxReceiveCount)",
                         q.visible_before,
                         q.in_flight,
-                        crate::find::DEFAULT_MAIN_QUEUE_LIMIT
+                        DEFAULT_MAIN_QUEUE_LIMIT
                     ));
                 }
                 continue;
@@ -456,42 +482,57 @@ impl Look {
                 ));
             }
         }
-        let main_in_flight = c.main_queue.in_flight;
-        if c.main_queue.looked && main_in_flight > 0 {
+        let main_in_flight = self.main_queue.in_flight;
+        if self.main_queue.looked && main_in_flight > 0 {
             out.push(format!(
                 "{main_in_flight} messages in flight in the main queue (being processed or backed off) cannot be received"
             ));
         }
         // the DLQ's in-flight messages the keep lists account for are not unseen
-        let kept = if c.kept_read { c.kept_listed as u64 } else { 0 };
-        let dlq_in_flight = c.dlq.in_flight.saturating_sub(kept);
-        if c.dlq.looked && dlq_in_flight > 0 {
+        let kept = if self.kept_read {
+            self.kept_listed as u64
+        } else {
+            0
+        };
+        let dlq_in_flight = self.dlq.in_flight.saturating_sub(kept);
+        if self.dlq.looked && dlq_in_flight > 0 {
             out.push(format!(
                 "{dlq_in_flight} messages in flight in the DLQ (held by a redriver run, or kept) cannot be received"
             ));
         }
-        if c.kept_unknown_order > 0 {
+        out
+    }
+
+    /// What the look could not see of the orders: kept messages listed without theirs,
+    /// messages and entries whose order could not be read, archive entries not read.
+    fn orders_unseen(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.kept_unknown_order > 0 {
             out.push(format!(
                 "{} kept messages are listed without their order (`resq dlq peek --kept` shows them)",
-                c.kept_unknown_order
+                self.kept_unknown_order
             ));
         }
-        let field = if c.id_field.is_empty() {
+        let field = if self.id_field.is_empty() {
             "its order id field"
         } else {
-            c.id_field.as_str()
+            self.id_field.as_str()
         };
         for (what, unknown, by_text) in [
             (
                 "main-queue messages",
-                c.main_queue.order_unknown,
-                c.main_queue.matched_by_text,
+                self.main_queue.order_unknown,
+                self.main_queue.matched_by_text,
             ),
-            ("DLQ messages", c.dlq.order_unknown, c.dlq.matched_by_text),
+            (
+                "DLQ messages",
+                self.dlq.order_unknown,
+                self.dlq.matched_by_text,
+            ),
             (
                 "archive entries",
-                c.archive_order_unknown,
-                c.archive_matched_by_text,
+                self.archive_order_unknown,
+                self.archive_matched_by_text,
             ),
         ] {
             let n = unknown.saturating_sub(by_text);
@@ -501,16 +542,16 @@ impl Look {
                 ));
             }
         }
-        if c.archive_unreadable > 0 {
+        if self.archive_unreadable > 0 {
             out.push(format!(
                 "{} objects under archive/ are not archive entries that could be read",
-                c.archive_unreadable
+                self.archive_unreadable
             ));
         }
-        if c.archive_not_read > 0 {
+        if self.archive_not_read > 0 {
             out.push(format!(
                 "{} archive entries written before --archive-since were not read",
-                c.archive_not_read
+                self.archive_not_read
             ));
         }
         out
@@ -524,10 +565,6 @@ pub fn remaining_hide(hidden_until: u64, now_ms: u64) -> Option<i32> {
     let left = hidden_until.checked_sub(now_ms).filter(|&ms| ms > 0)?;
     let secs = left.div_ceil(1000);
     Some(secs.min(resq::backoff::MAX_VISIBILITY_TIMEOUT.as_secs()) as i32)
-}
-
-fn now_ms() -> u64 {
-    Utc::now().timestamp_millis().max(0) as u64
 }
 
 fn aws(what: String) -> impl FnOnce(resq::sqs::AwsError) -> CliError {
@@ -554,7 +591,7 @@ pub async fn locate(
     let mut look = Look::default();
     look.coverage.id_field = options.identity.correlation.body_field().to_owned();
     records(ctx, &bucket, wanted, &mut look).await?;
-    archive(ctx, &bucket, wanted, options, &mut look).await?;
+    archive(ctx, wanted, options, &mut look).await?;
     if let Some(url) = &main_url {
         let limits = resq::source::read_limits(&ctx.sqs, url)
             .await
@@ -609,7 +646,7 @@ pub async fn locate(
     if options.kept
         && let Some(url) = &dlq_url
     {
-        kept(ctx, &bucket, url, wanted, &seen_in_dlq, &mut look).await?;
+        kept(ctx, url, wanted, &seen_in_dlq, &mut look).await?;
     }
     Ok(look)
 }
@@ -763,7 +800,6 @@ type EntryRead = (String, Option<u64>, Option<ArchiveEnvelope>);
 /// time.
 async fn archive(
     ctx: &Context,
-    bucket: &str,
     wanted: &Wanted,
     options: &LookOptions,
     look: &mut Look,
@@ -777,16 +813,15 @@ async fn archive(
             .into_iter()
             .partition(|(_, modified)| since.is_none_or(|s| modified.is_none_or(|m| m >= s)));
     look.coverage.archive_not_read = before.len();
+    let store = &ctx.store();
+    // an entry gone between the listing and the read expired meanwhile
     let read: Vec<Result<Option<EntryRead>, CliError>> = futures::stream::iter(keys)
         .map(|(key, modified)| async move {
-            match read_object(ctx, bucket, &key).await? {
-                None => Ok(None),
-                Some(bytes) => Ok(Some((
-                    key,
-                    modified,
-                    serde_json::from_slice::<ArchiveEnvelope>(&bytes).ok(),
-                ))),
-            }
+            let bytes = store.get(&key).await.map_err(CliError::Read)?;
+            Ok(bytes.map(|b| {
+                let envelope = serde_json::from_slice::<ArchiveEnvelope>(&b).ok();
+                (key, modified, envelope)
+            }))
         })
         .buffer_unordered(READS_IN_FLIGHT)
         .collect()
@@ -832,21 +867,6 @@ async fn archive(
         });
     }
     Ok(())
-}
-
-/// An object's bytes; `None` when it is gone (expired between the listing and the read).
-async fn read_object(ctx: &Context, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, CliError> {
-    let out = match ctx.s3.get_object().bucket(bucket).key(key).send().await {
-        Ok(out) => out,
-        Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_key()) => return Ok(None),
-        Err(e) => return Err(CliError::aws(format!("reading s3://{bucket}/{key}"), e)),
-    };
-    let bytes = out.body.collect().await.map_err(|e| CliError::Download {
-        bucket: bucket.to_owned(),
-        key: key.to_owned(),
-        message: e.to_string(),
-    })?;
-    Ok(Some(bytes.into_bytes().to_vec()))
 }
 
 /// Receives up to `how.limit` messages of `url`, each once, hidden for `how.visibility`
@@ -917,17 +937,8 @@ async fn release(ctx: &Context, url: &str, handles: Vec<String>) -> usize {
         return 0;
     }
     let plan = Plan::release(&QueueUrl::from(url), handles);
-    let report = settle(ctx, &plan).await;
+    let report = ctx.settle(&plan).await;
     report.iter().filter(|(_, c)| !c.is_confirmed()).count()
-}
-
-/// Carries out visibility changes through resq's settle executor (it archives nothing), a
-/// minute at most.
-async fn settle(ctx: &Context, plan: &Plan) -> resq::settle::Report {
-    let store = S3Store::new(ctx.s3.clone(), &ctx.bucket);
-    let settler = Settler::new(&ctx.sqs, &store, "resq");
-    let by = Deadlines::all_by(Instant::now() + Duration::from_secs(60));
-    settler.settle(plan, by, &Unpaced).await
 }
 
 /// The kept messages of the orders wanted, from the keep lists: those seen visible in the DLQ
@@ -935,18 +946,12 @@ async fn settle(ctx: &Context, plan: &Plan) -> resq::settle::Report {
 /// the time its hide has left.
 async fn kept(
     ctx: &Context,
-    bucket: &str,
     dlq_url: &str,
     wanted: &Wanted,
     seen_in_dlq: &HashSet<String>,
     look: &mut Look,
 ) -> Result<(), CliError> {
-    let store = S3Store::new(ctx.s3.clone(), bucket);
-    let listed = resq::keep::still_hidden(&store, dlq_url, Utc::now())
-        .await
-        .map_err(aws(format!(
-            "reading the keep lists in s3://{bucket}/kept/"
-        )))?;
+    let listed = ctx.kept().await?;
     let c = &mut look.coverage;
     c.kept_read = true;
     c.kept_listed = listed.len();
@@ -984,7 +989,7 @@ async fn kept(
     if plan.is_empty() {
         return Ok(());
     }
-    let report = settle(ctx, &plan).await;
+    let report = ctx.settle(&plan).await;
     for (id, k) in checks {
         if !report.is_confirmed(id) {
             // its handle no longer holds it: visible again, replayed or archived since

@@ -9,7 +9,7 @@ use clap::parser::ValueSource;
 use clap::{ArgGroup, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use resq::config::PermanentAction;
 use resq_ops::context::{Context, Endpoint};
-use resq_ops::deployed::{self, Deployed, pick};
+use resq_ops::deployed::{self, Deployed, FromStack, Typed};
 use resq_ops::{CliError, archive, canary, dlq, find, orders, render, shadow, stack, status};
 
 /// Keep SQS order pipelines flowing: inspect and operate a resq stack (AWS or a local emulator).
@@ -23,23 +23,13 @@ struct Cli {
     #[arg(long, global = true, env = "AWS_REGION")]
     region: Option<String>,
     /// The main queue URL (stack output OrdersQueueUrl).
-    #[arg(
-        long = "main-queue-url",
-        alias = "queue-url",
-        global = true,
-        env = "MAIN_QUEUE_URL"
-    )]
+    #[arg(long, alias = "queue-url", global = true, env = "MAIN_QUEUE_URL")]
     main_queue_url: Option<String>,
     /// The DLQ URL (stack output DeadLetterQueueUrl).
     #[arg(long, global = true, env = "DLQ_URL")]
     dlq_url: Option<String>,
     /// The archive bucket (stack output ArchiveBucketName).
-    #[arg(
-        long = "archive-bucket",
-        alias = "bucket",
-        global = true,
-        env = "ARCHIVE_BUCKET"
-    )]
+    #[arg(long, alias = "bucket", global = true, env = "ARCHIVE_BUCKET")]
     archive_bucket: Option<String>,
     /// The deployed stack to operate (CloudFormation): its outputs and parameters give the
     /// queue URLs, the bucket, the alarm prefix, the redrive cap, the TTL, the permanent
@@ -114,8 +104,8 @@ struct FindArgs {
     correlation_field: Option<String>,
     /// Read only the archive entries written since this day (YYYY-MM-DD, UTC): the archive is
     /// keyed by message, not by order, so without it every entry is read.
-    #[arg(long, value_name = "YYYY-MM-DD", value_parser = day)]
-    archive_since: Option<String>,
+    #[arg(long, value_name = "YYYY-MM-DD", value_parser = day_start)]
+    archive_since: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -187,24 +177,27 @@ struct SendArgs {
 #[derive(Subcommand, Debug)]
 enum DlqCommand {
     /// Show DLQ messages without removing them.
-    Peek {
-        /// Only this failure reason (x-failure-reason: MALFORMED_JSON, VALIDATION_FAILED, …).
-        #[arg(long = "failure-reason", alias = "reason")]
-        failure_reason: Option<String>,
-        /// Only messages at least this many seconds old.
-        #[arg(long = "older-than-seconds", alias = "older-than")]
-        older_than_seconds: Option<u64>,
-        /// At most this many.
-        #[arg(long, default_value_t = 20)]
-        limit: usize,
-        /// Include the kept messages (permanent failures the redriver hides until their TTL):
-        /// makes them visible first (with --failure-reason, those of that reason only).
-        #[arg(long)]
-        kept: bool,
-    },
+    Peek(PeekArgs),
     /// Redrive DLQ messages into the main queue through the redriver's rules.
     #[command(alias = "replay")]
     Redrive(RedriveArgs),
+}
+
+#[derive(Args, Debug)]
+struct PeekArgs {
+    /// Only this failure reason (x-failure-reason: MALFORMED_JSON, VALIDATION_FAILED, …).
+    #[arg(long = "failure-reason", alias = "reason")]
+    failure_reason: Option<String>,
+    /// Only messages at least this many seconds old.
+    #[arg(long = "older-than-seconds", alias = "older-than")]
+    older_than_seconds: Option<u64>,
+    /// At most this many.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// Include the kept messages (permanent failures the redriver hides until their TTL):
+    /// makes them visible first (with --failure-reason, those of that reason only).
+    #[arg(long)]
+    kept: bool,
 }
 
 #[derive(Args, Debug)]
@@ -282,30 +275,33 @@ enum ArchiveCommand {
         key: String,
     },
     /// Send archived messages back to the main queue (redrive count reset).
-    Restore {
-        /// Their keys.
-        #[arg(required = true)]
-        keys: Vec<String>,
-        /// Check the entries; send nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// The consumer's idempotency window in seconds (its IDEMPOTENCY_WINDOW_SECONDS, the
-        /// order records' lifetime): an entry first sent longer ago is refused, since its
-        /// order could run again.
-        #[arg(long, env = "IDEMPOTENCY_WINDOW_SECONDS", default_value_t = resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS)]
-        idempotency_window_seconds: u64,
-        /// The redriver's TTL in seconds (its ARCHIVE_AFTER_SECONDS): with the main queue's
-        /// retention, how long a restored copy may still run.
-        #[arg(long, env = "ARCHIVE_AFTER_SECONDS", default_value_t = resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS)]
-        archive_after_seconds: u64,
-        /// Restore even past the idempotency window.
-        #[arg(long)]
-        force: bool,
-        /// Repair the message first: a JSON merge patch (RFC 7396) applied to its body; the
-        /// patch, who and when are recorded in the entry (one key only).
-        #[arg(long, value_name = "FILE")]
-        patch: Option<PathBuf>,
-    },
+    Restore(RestoreArgs),
+}
+
+#[derive(Args, Debug)]
+struct RestoreArgs {
+    /// Their keys.
+    #[arg(required = true)]
+    keys: Vec<String>,
+    /// Check the entries; send nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// The consumer's idempotency window in seconds (its IDEMPOTENCY_WINDOW_SECONDS, the
+    /// order records' lifetime): an entry first sent longer ago is refused, since its
+    /// order could run again.
+    #[arg(long, env = "IDEMPOTENCY_WINDOW_SECONDS", default_value_t = resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS)]
+    idempotency_window_seconds: u64,
+    /// The redriver's TTL in seconds (its ARCHIVE_AFTER_SECONDS): with the main queue's
+    /// retention, how long a restored copy may still run.
+    #[arg(long, env = "ARCHIVE_AFTER_SECONDS", default_value_t = resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS)]
+    archive_after_seconds: u64,
+    /// Restore even past the idempotency window.
+    #[arg(long)]
+    force: bool,
+    /// Repair the message first: a JSON merge patch (RFC 7396) applied to its body; the
+    /// patch, who and when are recorded in the entry (one key only).
+    #[arg(long, value_name = "FILE")]
+    patch: Option<PathBuf>,
 }
 
 fn rate(s: &str) -> Result<f64, String> {
@@ -330,10 +326,17 @@ fn archive_reason(s: &str) -> Result<String, String> {
     }
 }
 
-fn day(s: &str) -> Result<String, String> {
+fn date(s: &str) -> Result<chrono::NaiveDate, String> {
     chrono::NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d")
-        .map(|d| d.format("%Y-%m-%d").to_string())
         .map_err(|_| format!("\"{s}\" is not a day written YYYY-MM-DD"))
+}
+
+fn day(s: &str) -> Result<String, String> {
+    date(s).map(|d| d.format("%Y-%m-%d").to_string())
+}
+
+fn day_start(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    date(s).map(|d| d.and_time(chrono::NaiveTime::MIN).and_utc())
 }
 
 #[tokio::main]
@@ -349,13 +352,28 @@ async fn main() -> ExitCode {
     // the functions' own warnings (failed records, retries) on stderr; RUST_LOG to see more
     resq_ops::init_stderr_tracing();
     let endpoint_url = cli.endpoint_url.clone();
-    let typed = |id: &str| typed(&matches, id);
-    match run(cli, &typed).await {
+    match run(cli, typed_flags(&matches)).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprint!("{}", render::error(&e, endpoint_url.as_deref()));
             ExitCode::from(e.exit_code())
         }
+    }
+}
+
+/// Which of the flags the precedence of a setting turns on were typed on the command line.
+fn typed_flags(matches: &ArgMatches) -> Typed {
+    let typed = |id: &str| typed(matches, id);
+    Typed {
+        stack: typed("stack"),
+        main_queue_url: typed("main_queue_url"),
+        dlq_url: typed("dlq_url"),
+        archive_bucket: typed("archive_bucket"),
+        alarm_prefix: typed("alarm_prefix"),
+        max_redrive_attempts: typed("max_redrive_attempts"),
+        archive_after_seconds: typed("archive_after_seconds"),
+        permanent_action: typed("permanent_action"),
+        idempotency_window_seconds: typed("idempotency_window_seconds"),
     }
 }
 
@@ -367,7 +385,65 @@ fn typed(matches: &ArgMatches, id: &str) -> bool {
     here || matches.subcommand().is_some_and(|(_, sub)| typed(sub, id))
 }
 
-/// `resq stack check`: no AWS, only the files.
+/// Resolves where the command acts (the stack's values over the flags not typed, the
+/// context) and runs it.
+async fn run(cli: Cli, typed: Typed) -> Result<(), CliError> {
+    let endpoint = Endpoint {
+        endpoint_url: cli.endpoint_url,
+        region: cli.region,
+    };
+    // the one command that needs no AWS configuration (nor a region) unless --deployed
+    let command = match cli.command {
+        Command::Stack(StackCommand::Check(args)) => {
+            return stack_check(args, &endpoint, cli.stack.filter(|_| typed.stack)).await;
+        }
+        other => other,
+    };
+    let config = endpoint.regional_config().await?;
+    let deployed = match &cli.stack {
+        Some(name) => {
+            let cloudformation = aws_sdk_cloudformation::Client::new(&config);
+            Some(deployed::read(&cloudformation, name).await?)
+        }
+        None => None,
+    };
+    let from_stack = FromStack::new(deployed.as_ref(), typed);
+    let ctx = Context::new(
+        &endpoint,
+        from_stack.main_queue_url.clone().or(cli.main_queue_url),
+        from_stack.dlq_url.clone().or(cli.dlq_url),
+        from_stack.archive_bucket.clone().or(cli.archive_bucket),
+    )
+    .await?
+    .from_stack(deployed.as_ref().map(|d| d.name.clone()));
+    let json = cli.json;
+    match command {
+        Command::Send(args) => send(&ctx, args, json).await,
+        Command::Status { alarm_prefix } => {
+            let alarm_prefix = from_stack.alarm_prefix.unwrap_or(alarm_prefix);
+            status(&ctx, &alarm_prefix, json).await
+        }
+        Command::Find(args) => find(&ctx, args, deployed.as_ref(), json).await,
+        Command::Dlq(DlqCommand::Peek(args)) => peek(&ctx, args, json).await,
+        Command::Dlq(DlqCommand::Redrive(args)) => redrive(&ctx, args, &from_stack, json).await,
+        Command::Archive(ArchiveCommand::Ls {
+            archive_reason,
+            date,
+        }) => archive_ls(&ctx, archive_reason, date, json).await,
+        Command::Archive(ArchiveCommand::Show { key }) => {
+            let envelope = archive::show(&ctx, &key).await?;
+            print!("{}", render::archive_entry(&envelope));
+            Ok(())
+        }
+        Command::Archive(ArchiveCommand::Restore(args)) => {
+            restore(&ctx, &config, args, &from_stack, json).await
+        }
+        Command::Stack(_) => unreachable!("handled before the context is built"),
+    }
+}
+
+/// `resq stack check`: no AWS, only the files (and the deployed stack's parameters with
+/// `--deployed`).
 async fn stack_check(
     args: StackCheckArgs,
     endpoint: &Endpoint,
@@ -380,18 +456,9 @@ async fn stack_check(
     let deployed = if args.deployed {
         // a --stack typed on the command line names it too (not RESQ_STACK: a variable left in
         // the shell must not make `make deploy` check another stack than the one it deploys)
-        let stack_name = match args.stack_name.or(typed_stack) {
-            Some(name) => name,
-            None => samconfig
-                .as_deref()
-                .and_then(|path| std::fs::read_to_string(path).ok())
-                .and_then(|text| stack::samconfig_stack_name(&text))
-                .ok_or_else(|| {
-                    CliError::Usage(
-                        "--deployed needs the stack's name: samconfig.toml has no stack_name; pass --stack-name".into(),
-                    )
-                })?,
-        };
+        let stack_name = stack::deployed_stack_name(args.stack_name.or(typed_stack), || {
+            std::fs::read_to_string(samconfig.as_deref()?).ok()
+        })?;
         let config = endpoint.sdk_config().await;
         let cloudformation = aws_sdk_cloudformation::Client::new(&config);
         stack::deployed_parameters(&cloudformation, &stack_name).await?
@@ -412,274 +479,260 @@ async fn stack_check(
     if let Some(e) = report.failure() {
         return Err(e);
     }
-    if let Some(path) = args.write_overrides {
-        let written = path
-            .parent()
-            .filter(|dir| !dir.as_os_str().is_empty())
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&path, report.set.sam_overrides()));
-        written.map_err(|e| CliError::Usage(format!("cannot write {}: {e}", path.display())))?;
+    let Some(path) = args.write_overrides else {
+        return Ok(());
+    };
+    path.parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&path, report.set.sam_overrides()))
+        .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", path.display())))
+}
+
+/// `resq send`.
+async fn send(ctx: &Context, args: SendArgs, json: bool) -> Result<(), CliError> {
+    let queue_url = ctx.main_queue()?;
+    // clap requires one of --file and --count
+    let source = match args.file {
+        Some(path) => orders::Source::File(path),
+        None => orders::Source::Generated {
+            prefix: args.prefix,
+            count: args.count.unwrap_or_default() as usize,
+            malformed_pct: args.malformed_pct,
+            invalid_pct: args.invalid_pct,
+        },
+    };
+    let batch = source.load(&mut rand::rng())?;
+    let report = status::send(ctx, &batch, |_| Default::default()).await?;
+    print!("{}", render::send(&report, batch.len(), queue_url, json));
+    report.failure(batch.len()).map_or(Ok(()), Err)
+}
+
+/// `resq status`.
+async fn status(ctx: &Context, alarm_prefix: &str, json: bool) -> Result<(), CliError> {
+    let s = status::status(ctx, alarm_prefix).await?;
+    print!("{}", render::status(&s, json));
+    Ok(())
+}
+
+/// `resq find`: the business id's field by the flag, the stack, then the environment.
+async fn find(
+    ctx: &Context,
+    args: FindArgs,
+    deployed: Option<&Deployed>,
+    json: bool,
+) -> Result<(), CliError> {
+    let correlation = deployed::correlation(args.correlation_field.as_deref(), deployed, |var| {
+        std::env::var(var).ok()
+    })?;
+    // --no-main-queue: the default now (clap refuses it beside the other two)
+    let _ = args.no_main_queue;
+    let options = find::FindOptions {
+        main_queue_limit: find::main_queue_limit(args.main_queue, args.main_queue_limit),
+        dlq_limit: args.dlq_limit,
+        order_id_attribute: args.order_id_attribute,
+        correlation,
+        archive_since: args.archive_since,
+    };
+    let finding = find::find(ctx, &args.order_id, &options).await?;
+    print!("{}", render::find(&finding, resq_ops::now_ms(), json));
+    eprint!("{}", render::find_notes(&finding, json));
+    finding.failure().map_or(Ok(()), Err)
+}
+
+/// `resq dlq peek`.
+async fn peek(ctx: &Context, args: PeekArgs, json: bool) -> Result<(), CliError> {
+    let filter = dlq::Filter {
+        reason: args.failure_reason,
+        older_than: args.older_than_seconds.map(Duration::from_secs),
+        limit: args.limit,
+    };
+    let report = dlq::peek_report(ctx, &filter, args.kept).await?;
+    eprint!("{}", render::peek_notes(&report));
+    print!("{}", render::peek(&report.shown, json));
+    Ok(())
+}
+
+/// `resq dlq redrive`: a replay, a shadow replay or a canary replay, as the flags say.
+async fn redrive(
+    ctx: &Context,
+    args: RedriveArgs,
+    from_stack: &FromStack,
+    json: bool,
+) -> Result<(), CliError> {
+    let mode = dlq::mode(&dlq::ModeFlags {
+        to: args.to,
+        keep_source: args.keep_source,
+        canary: args.canary,
+        min_success: args.min_success,
+        canary_timeout: Duration::from_secs(args.canary_timeout_seconds),
+        dry_run: args.dry_run,
+    })?;
+    let cap = from_stack.max_redrive_attempts;
+    let ttl = from_stack.archive_after_seconds;
+    let permanent_action = from_stack.permanent_action.unwrap_or(args.permanent_action);
+    let options = dlq::RedriveOptions {
+        dry_run: args.dry_run,
+        failure_reason: args.failure_reason,
+        older_than: args.older_than_seconds.map(Duration::from_secs),
+        max_messages: args.max_messages,
+        rate_per_second: args.rate_per_second,
+        max_redrive_attempts: cap.unwrap_or(args.max_redrive_attempts),
+        archive_after: Duration::from_secs(ttl.unwrap_or(args.archive_after_seconds)),
+        permanent_action: dlq::permanent_action(permanent_action, args.archive_permanent),
+    };
+    match mode {
+        dlq::Mode::Replay => {
+            let summary = dlq::run_redrive(ctx, &options).await?;
+            print!("{}", render::redrive(&summary));
+            dlq::redrive_failure(&summary).map_or(Ok(()), Err)?;
+            eprint!("{}", render::redrive_notes(&summary, json));
+        }
+        dlq::Mode::Shadow { to } => {
+            let report = shadow::shadow(ctx, &options, &to).await?;
+            print!("{}", render::shadow(&report));
+            eprint!("{}", render::shadow_notes(&report, json));
+            report.failure().map_or(Ok(()), Err)?;
+        }
+        dlq::Mode::Canary(how) => {
+            let progress = |line| {
+                if !json {
+                    eprintln!("{line}");
+                }
+            };
+            let report = canary::run(ctx, &options, &how, progress).await?;
+            print!("{}", render::canary(&report));
+            report.failure().map_or(Ok(()), Err)?;
+        }
     }
     Ok(())
 }
 
-async fn run(cli: Cli, typed: &dyn Fn(&str) -> bool) -> Result<(), CliError> {
-    let endpoint = Endpoint {
-        endpoint_url: cli.endpoint_url.clone(),
-        region: cli.region.clone(),
-    };
-    // the one command that needs no AWS configuration (nor a region) unless --deployed
-    let command = match cli.command {
-        Command::Stack(StackCommand::Check(args)) => {
-            let typed_stack = cli.stack.filter(|_| typed("stack"));
-            return stack_check(args, &endpoint, typed_stack).await;
-        }
-        other => other,
-    };
-    let config = endpoint.sdk_config().await;
-    let deployed = match &cli.stack {
-        Some(name) => {
-            if config.region().is_none() {
-                return Err(missing_region());
-            }
-            let cloudformation = aws_sdk_cloudformation::Client::new(&config);
-            Some(deployed::read(&cloudformation, name).await?)
-        }
-        None => None,
-    };
-    let from_stack =
-        |f: fn(&Deployed) -> Option<&str>| deployed.as_ref().and_then(f).map(str::to_owned);
-    let main_queue_url = pick(
-        typed("main_queue_url"),
-        cli.main_queue_url,
-        from_stack(Deployed::main_queue_url).map(Some),
-    );
-    let dlq_url = pick(
-        typed("dlq_url"),
-        cli.dlq_url,
-        from_stack(Deployed::dlq_url).map(Some),
-    );
-    let archive_bucket = pick(
-        typed("archive_bucket"),
-        cli.archive_bucket,
-        from_stack(Deployed::bucket).map(Some),
-    );
-    let ctx = Context::new(&endpoint, main_queue_url, dlq_url, archive_bucket)
-        .await?
-        .from_stack(deployed.as_ref().map(|d| d.name.clone()));
-    let json = cli.json;
-    match command {
-        Command::Send(args) => {
-            let queue_url = ctx.main_queue()?;
-            // clap requires one of --file and --count
-            let source = match args.file {
-                Some(path) => orders::Source::File(path),
-                None => orders::Source::Generated {
-                    prefix: args.prefix,
-                    count: args.count.unwrap_or_default() as usize,
-                    malformed_pct: args.malformed_pct,
-                    invalid_pct: args.invalid_pct,
-                },
-            };
-            let batch = source.load(&mut rand::rng())?;
-            let report = status::send(&ctx, &batch, |_| Default::default()).await?;
-            print!("{}", render::send(&report, batch.len(), queue_url, json));
-            if let Some(e) = report.failure(batch.len()) {
-                return Err(e);
-            }
-        }
-        Command::Status { alarm_prefix } => {
-            let alarm_prefix = pick(
-                typed("alarm_prefix"),
-                alarm_prefix,
-                deployed.as_ref().map(Deployed::alarm_prefix),
-            );
-            let s = status::status(&ctx, &alarm_prefix).await?;
-            print!("{}", render::status(&s, json));
-        }
-        Command::Find(args) => {
-            let correlation = deployed::correlation(
-                args.correlation_field.as_deref(),
-                deployed.as_ref(),
-                |var| std::env::var(var).ok(),
-            )?;
-            // --no-main-queue: the default now (clap refuses it beside the other two)
-            let _ = args.no_main_queue;
-            let options = find::FindOptions {
-                main_queue_limit: find::main_queue_limit(args.main_queue, args.main_queue_limit),
-                dlq_limit: args.dlq_limit,
-                order_id_attribute: args.order_id_attribute,
-                correlation,
-                archive_since: args
-                    .archive_since
-                    .as_deref()
-                    .and_then(|d| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").ok())
-                    .and_then(|d| d.and_hms_opt(0, 0, 0))
-                    .map(|t| t.and_utc()),
-            };
-            let finding = find::find(&ctx, &args.order_id, &options).await?;
-            let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
-            print!("{}", render::find(&finding, now_ms, json));
-            eprint!("{}", render::find_notes(&finding, json));
-            if let Some(e) = finding.failure() {
-                return Err(e);
-            }
-        }
-        Command::Dlq(DlqCommand::Peek {
-            failure_reason,
-            older_than_seconds,
-            limit,
-            kept,
-        }) => {
-            let filter = dlq::Filter {
-                reason: failure_reason,
-                older_than: older_than_seconds.map(Duration::from_secs),
-                limit,
-            };
-            let report = dlq::peek_report(&ctx, &filter, kept).await?;
-            eprint!("{}", render::peek_notes(&report));
-            print!("{}", render::peek(&report.shown, json));
-        }
-        Command::Dlq(DlqCommand::Redrive(args)) => {
-            let mode = dlq::mode(&dlq::ModeFlags {
-                to: args.to,
-                keep_source: args.keep_source,
-                canary: args.canary,
-                min_success: args.min_success,
-                canary_timeout: Duration::from_secs(args.canary_timeout_seconds),
-                dry_run: args.dry_run,
-            })?;
-            let d = deployed.as_ref();
-            let options = dlq::RedriveOptions {
-                dry_run: args.dry_run,
-                failure_reason: args.failure_reason,
-                older_than: args.older_than_seconds.map(Duration::from_secs),
-                max_messages: args.max_messages,
-                rate_per_second: args.rate_per_second,
-                max_redrive_attempts: pick(
-                    typed("max_redrive_attempts"),
-                    args.max_redrive_attempts,
-                    d.and_then(Deployed::max_redrive_attempts),
-                ),
-                archive_after: Duration::from_secs(pick(
-                    typed("archive_after_seconds"),
-                    args.archive_after_seconds,
-                    d.and_then(Deployed::archive_after_seconds),
-                )),
-                permanent_action: dlq::permanent_action(
-                    pick(
-                        typed("permanent_action"),
-                        args.permanent_action,
-                        d.and_then(Deployed::permanent_action),
-                    ),
-                    args.archive_permanent,
-                ),
-            };
-            match mode {
-                dlq::Mode::Replay => {
-                    let summary = dlq::run_redrive(&ctx, &options).await?;
-                    print!("{}", render::redrive(&summary));
-                    if let Some(e) = dlq::redrive_failure(&summary) {
-                        return Err(e);
-                    }
-                    eprint!("{}", render::redrive_notes(&summary, json));
-                }
-                dlq::Mode::Shadow { to } => {
-                    let report = shadow::shadow(&ctx, &options, &to).await?;
-                    print!("{}", render::shadow(&report));
-                    eprint!("{}", render::shadow_notes(&report, json));
-                    if let Some(e) = report.failure() {
-                        return Err(e);
-                    }
-                }
-                dlq::Mode::Canary(how) => {
-                    let report = canary::run(&ctx, &options, &how, |line| {
-                        if !json {
-                            eprintln!("{line}");
-                        }
-                    })
-                    .await?;
-                    print!("{}", render::canary(&report));
-                    if let Some(e) = report.failure() {
-                        return Err(e);
-                    }
-                }
-            }
-        }
-        Command::Archive(ArchiveCommand::Ls {
-            archive_reason,
-            date,
-        }) => {
-            let keys = archive::list(&ctx, archive_reason.as_deref(), date.as_deref()).await?;
-            print!("{}", render::archive_keys(&keys, json));
-            eprint!("{}", render::archive_keys_notes(&keys, json));
-        }
-        Command::Archive(ArchiveCommand::Show { key }) => {
-            let envelope = archive::show(&ctx, &key).await?;
-            print!("{}", render::archive_entry(&envelope));
-        }
-        Command::Archive(ArchiveCommand::Restore {
-            keys,
-            dry_run,
-            idempotency_window_seconds,
-            archive_after_seconds,
-            force,
-            patch,
-        }) => {
-            let d = deployed.as_ref();
-            let window = (!force).then(|| archive::RestoreWindow {
-                window: Duration::from_secs(pick(
-                    typed("idempotency_window_seconds"),
-                    idempotency_window_seconds,
-                    d.and_then(Deployed::idempotency_window_seconds),
-                )),
-                ttl: Duration::from_secs(pick(
-                    typed("archive_after_seconds"),
-                    archive_after_seconds,
-                    d.and_then(Deployed::archive_after_seconds),
-                )),
-            });
-            if let Some(path) = patch {
-                let [key] = keys.as_slice() else {
-                    return Err(CliError::Usage(format!(
-                        "--patch repairs one archived message: give one key, not {}",
-                        keys.len()
-                    )));
-                };
-                // the patch is read (and must be JSON) before anything is read from AWS
-                let patch = archive::read_patch(&path)?;
-                let (queue_url, bucket) = (ctx.main_queue()?, ctx.archive_bucket()?);
-                let by = archive::caller(&config).await;
-                let request = archive::PatchRequest {
-                    key,
-                    bucket,
-                    queue_url,
-                    patch: &patch,
-                    by: &by,
-                    dry_run,
-                    window,
-                    now: chrono::Utc::now(),
-                    id: archive::restore_id(),
-                };
-                let done = archive::restore_patched(&archive::AwsRestore(&ctx), &request).await?;
-                print!("{}", render::patched(&done, json));
-                eprint!("{}", render::patched_notes(&done, json));
-            } else {
-                for key in keys {
-                    let id = archive::restore(&ctx, &key, dry_run, window).await?;
-                    print!("{}", render::restored(&key, id.as_deref(), json));
-                }
-            }
-        }
-        Command::Stack(_) => unreachable!("handled before the context is built"),
-    }
+/// `resq archive ls`.
+async fn archive_ls(
+    ctx: &Context,
+    reason: Option<String>,
+    date: Option<String>,
+    json: bool,
+) -> Result<(), CliError> {
+    let keys = archive::list(ctx, reason.as_deref(), date.as_deref()).await?;
+    print!("{}", render::archive_keys(&keys, json));
+    eprint!("{}", render::archive_keys_notes(&keys, json));
     Ok(())
 }
 
-fn missing_region() -> CliError {
-    CliError::Missing {
-        flag: "--region",
-        var: "AWS_REGION",
-        hint: "the region the stack is deployed in (or a region in your AWS profile)",
+/// `resq archive restore`: each key as it is, or one key patched (`--patch`).
+async fn restore(
+    ctx: &Context,
+    config: &aws_config::SdkConfig,
+    args: RestoreArgs,
+    from_stack: &FromStack,
+    json: bool,
+) -> Result<(), CliError> {
+    let window = from_stack.idempotency_window_seconds;
+    let ttl = from_stack.archive_after_seconds;
+    let window = (!args.force).then(|| archive::RestoreWindow {
+        window: Duration::from_secs(window.unwrap_or(args.idempotency_window_seconds)),
+        ttl: Duration::from_secs(ttl.unwrap_or(args.archive_after_seconds)),
+    });
+    let Some(path) = &args.patch else {
+        for key in &args.keys {
+            let id = archive::restore(ctx, key, args.dry_run, window).await?;
+            print!("{}", render::restored(key, id.as_deref(), json));
+        }
+        return Ok(());
+    };
+    let [key] = args.keys.as_slice() else {
+        return Err(CliError::Usage(format!(
+            "--patch repairs one archived message: give one key, not {}",
+            args.keys.len()
+        )));
+    };
+    // the patch is read (and must be JSON) before anything is read from AWS
+    let patch = archive::read_patch(path)?;
+    let (queue_url, bucket) = (ctx.main_queue()?, ctx.archive_bucket()?);
+    let by = archive::caller(config).await;
+    let request = archive::PatchRequest {
+        key,
+        bucket,
+        queue_url,
+        patch: &patch,
+        by: &by,
+        dry_run: args.dry_run,
+        window,
+        now: chrono::Utc::now(),
+        id: archive::restore_id(),
+    };
+    let done = archive::restore_patched(&archive::AwsRestore(ctx), &request).await?;
+    print!("{}", render::patched(&done, json));
+    eprint!("{}", render::patched_notes(&done, json));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn typed_in(args: &[&str]) -> Typed {
+        typed_flags(&Cli::command().get_matches_from(args))
+    }
+
+    #[test]
+    fn the_flags_typed_are_found_at_any_level() {
+        // GIVEN every flag a stack's value stands in for, typed
+        let redrive = typed_in(&[
+            "resq",
+            "--stack",
+            "s",
+            "--main-queue-url",
+            "q",
+            "--dlq-url",
+            "d",
+            "dlq",
+            "redrive",
+            "--archive-bucket",
+            "b",
+            "--max-redrive-attempts",
+            "3",
+            "--archive-after-seconds",
+            "3600",
+            "--permanent-action",
+            "keep",
+        ]);
+        let status = typed_in(&["resq", "status", "--alarm-prefix", "x-"]);
+        let restore = typed_in(&[
+            "resq",
+            "archive",
+            "restore",
+            "k",
+            "--idempotency-window-seconds",
+            "9",
+        ]);
+        // THEN each is seen typed (its id is the argument's)
+        assert_eq!(
+            redrive,
+            Typed {
+                alarm_prefix: false,
+                idempotency_window_seconds: false,
+                ..typed_everything()
+            }
+        );
+        assert!(status.alarm_prefix && restore.idempotency_window_seconds);
+        // AND one left to its default or environment variable is not
+        assert_eq!(typed_in(&["resq", "dlq", "redrive"]), Typed::default());
+    }
+
+    fn typed_everything() -> Typed {
+        Typed {
+            stack: true,
+            main_queue_url: true,
+            dlq_url: true,
+            archive_bucket: true,
+            alarm_prefix: true,
+            max_redrive_attempts: true,
+            archive_after_seconds: true,
+            permanent_action: true,
+            idempotency_window_seconds: true,
+        }
     }
 }

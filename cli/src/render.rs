@@ -10,7 +10,7 @@ use crate::archive::{Audit, PatchedRestore};
 use crate::canary::CanaryReport;
 use crate::dlq::{PeekReport, Peeked};
 use crate::find::{self, Finding};
-use crate::locate::Place;
+use crate::locate::{Coverage, Place, Queued};
 use crate::shadow::ShadowReport;
 use crate::stack::{Report, Source, Verdict};
 use crate::status::{SendReport, Status};
@@ -310,17 +310,30 @@ fn at(ms: u64) -> String {
 }
 
 /// What a place line adds for a message matched by its text, not by its id.
-const BY_TEXT: &str =
-    " (matched by text: its order id could not be read, and its body holds this id as a string)";
+fn by_text(matched: bool) -> &'static str {
+    if matched {
+        " (matched by text: its order id could not be read, and its body holds this id as a string)"
+    } else {
+        ""
+    }
+}
+
+/// A copy in a queue (`label`), in a line: its id, what `marks` say of it, its redrives and
+/// its age at `now_ms`.
+fn queued(label: &str, q: &Queued, marks: String, now_ms: u64) -> String {
+    let age = q.first_sent_at.map_or_else(String::new, |t| {
+        format!(" age={}s", now_ms.saturating_sub(t) / 1000)
+    });
+    format!(
+        "{label:<11} message {} {marks} redrives={}{age}{}",
+        q.message_id,
+        q.redrive_count.as_deref().unwrap_or("0"),
+        by_text(q.matched_by_text)
+    )
+}
 
 /// One place an order was seen, in a line (without the order).
 pub fn place(p: &Place, now_ms: u64) -> String {
-    let by_text = |matched: bool| if matched { BY_TEXT } else { "" };
-    let age = |sent: Option<u64>| {
-        sent.map_or_else(String::new, |t| {
-            format!(" age={}s", now_ms.saturating_sub(t) / 1000)
-        })
-    };
     match p {
         Place::Recorded(r) => {
             let times = match r.writes {
@@ -338,25 +351,15 @@ pub fn place(p: &Place, now_ms: u64) -> String {
             };
             format!("{:<11} {} {times}{last}{gone}", "recorded", r.key)
         }
-        Place::MainQueue(q) => format!(
-            "{:<11} message {} receives={} redrives={}{}{}",
-            "main queue",
-            q.message_id,
-            q.receive_count.map_or("?".into(), |n| n.to_string()),
-            q.redrive_count.as_deref().unwrap_or("0"),
-            age(q.first_sent_at),
-            by_text(q.matched_by_text)
-        ),
-        Place::Dlq(q) => format!(
-            "{:<11} message {} class={} reason={} redrives={}{}{}",
-            "DLQ",
-            q.message_id,
-            q.failure_class.as_deref().unwrap_or("-"),
-            q.failure_reason.as_deref().unwrap_or("-"),
-            q.redrive_count.as_deref().unwrap_or("0"),
-            age(q.first_sent_at),
-            by_text(q.matched_by_text)
-        ),
+        Place::MainQueue(q) => {
+            let receives = q.receive_count.map_or("?".into(), |n| n.to_string());
+            queued("main queue", q, format!("receives={receives}"), now_ms)
+        }
+        Place::Dlq(q) => {
+            let class = q.failure_class.as_deref().unwrap_or("-");
+            let reason = q.failure_reason.as_deref().unwrap_or("-");
+            queued("DLQ", q, format!("class={class} reason={reason}"), now_ms)
+        }
         Place::Kept(k) => format!(
             "{:<11} message {} reason={}: a permanent failure kept in the DLQ for a human, hidden by the redriver until {} (`resq dlq peek --kept` shows it)",
             "kept",
@@ -428,6 +431,37 @@ pub fn find_notes(f: &Finding, as_json: bool) -> String {
         return String::new();
     }
     let c = &f.look.coverage;
+    let main = &c.main_queue;
+    let mut out = looked_at(c);
+    if main.last_receive_used > 0 {
+        out.push_str(&format!(
+            "warning: this look used the last allowed receive of {} main-queue message(s): SQS moves them to the DLQ, without a reason, on their next receive (the redriver replays them)\n",
+            main.last_receive_used
+        ));
+    }
+    for q in [("main queue", main), ("DLQ", &c.dlq)] {
+        if q.1.not_released > 0 {
+            out.push_str(&format!(
+                "warning: {} {} messages could not be released; they come back by themselves within {} s\n",
+                q.1.not_released, q.0, q.1.hidden_for_seconds
+            ));
+        }
+    }
+    let by_text = main.matched_by_text + c.dlq.matched_by_text + c.archive_matched_by_text;
+    if by_text > 0 {
+        out.push_str(&format!(
+            "note: {by_text} of the places were matched by text: their order id (`{}`) could not be read (a body that is not JSON, or without the field), and their body holds this id as a string value\n",
+            c.id_field
+        ));
+    }
+    for u in f.look.unseen() {
+        out.push_str(&format!("not seen: {u}\n"));
+    }
+    out
+}
+
+/// `resq find`'s line of what the look covered, and what it cost.
+fn looked_at(c: &Coverage) -> String {
     let mut out = format!(
         "looked at: the order records; {} archive entries",
         c.archive_read
@@ -478,30 +512,6 @@ pub fn find_notes(f: &Finding, as_json: bool) -> String {
         out.push(')');
     }
     out.push('\n');
-    if main.last_receive_used > 0 {
-        out.push_str(&format!(
-            "warning: this look used the last allowed receive of {} main-queue message(s): SQS moves them to the DLQ, without a reason, on their next receive (the redriver replays them)\n",
-            main.last_receive_used
-        ));
-    }
-    for q in [("main queue", main), ("DLQ", &c.dlq)] {
-        if q.1.not_released > 0 {
-            out.push_str(&format!(
-                "warning: {} {} messages could not be released; they come back by themselves within {} s\n",
-                q.1.not_released, q.0, q.1.hidden_for_seconds
-            ));
-        }
-    }
-    let by_text = main.matched_by_text + c.dlq.matched_by_text + c.archive_matched_by_text;
-    if by_text > 0 {
-        out.push_str(&format!(
-            "note: {by_text} of the places were matched by text: their order id (`{}`) could not be read (a body that is not JSON, or without the field), and their body holds this id as a string value\n",
-            c.id_field
-        ));
-    }
-    for u in f.look.unseen() {
-        out.push_str(&format!("not seen: {u}\n"));
-    }
     out
 }
 
@@ -889,7 +899,7 @@ mod tests {
     }
 
     fn finding() -> crate::find::Finding {
-        use crate::locate::{Kept, Look, Queued, Recorded, Sighting};
+        use crate::locate::{Kept, Look, Queued, Recorded};
         let places = vec![
             Place::Recorded(Recorded {
                 key: "orders/ORD-1.json".into(),
@@ -913,16 +923,7 @@ mod tests {
                 hidden_until: 1_795_086_400_000,
             }),
         ];
-        let mut look = Look {
-            sightings: places
-                .iter()
-                .map(|p| Sighting {
-                    order_id: Some("ORD-1".into()),
-                    place: p.clone(),
-                })
-                .collect(),
-            ..Look::default()
-        };
+        let mut look = Look::of_one("ORD-1", &places);
         look.coverage.main_queue.looked = true;
         look.coverage.main_queue.received = 12;
         look.coverage.main_queue.max_receive_count = Some(5);

@@ -24,22 +24,20 @@
 //! resq knows of. A real move is `resq dlq redrive` without `--to`, into the main queue.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use resq::keep::KeptMessage;
-
-use crate::locate::remaining_hide;
-use resq::settle::{Action, ActionId, Confirmation, Deadlines, Plan, QueueUrl, Settler, Unpaced};
+use resq::settle::{Action, ActionId, Confirmation, Plan, QueueUrl, Report};
 use resq::sqs::{OutgoingMessage, Queues, ReceivedMessage};
-use resq::store::S3Store;
 use resq_redriver::classify::{self, Rules, Verdict};
 use resq_redriver::plan::PendingKeep;
 use resq_redriver::ratelimit::ReplayPace;
 use serde::Serialize;
 
-use crate::CliError;
 use crate::context::Context;
 use crate::dlq::RedriveOptions;
+use crate::locate::remaining_hide;
+use crate::{CliError, now_ms};
 
 /// What the shadow replay does with one DLQ message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,10 +173,6 @@ impl ShadowReport {
     }
 }
 
-fn now_ms() -> u64 {
-    chrono::Utc::now().timestamp_millis().max(0) as u64
-}
-
 /// Received messages a shadow replay does not copy (not selected, kept, past their TTL or the
 /// cap, over the budget), at most: each is hidden for the run, so a DLQ of messages of other
 /// reasons is not hidden whole from the redriver (nor pushed toward SQS's in-flight quota).
@@ -268,16 +262,38 @@ pub async fn shadow(
     to: &str,
 ) -> Result<ShadowReport, CliError> {
     let dlq_url = ctx.dlq()?.to_owned();
-    let bucket = ctx.archive_bucket()?.to_owned();
+    ctx.archive_bucket()?;
+    staging(ctx, to, &dlq_url).await?;
+    let dlq = QueueUrl::from(dlq_url.as_str());
+    let mut report = ShadowReport {
+        to: to.to_owned(),
+        ..Default::default()
+    };
+    // a replay selected by reason brings back the kept ones of that reason: so does its
+    // shadow, as many as its budget can copy
+    let unhidden = match options.failure_reason.as_deref() {
+        Some(reason) => {
+            let budget = u64::from(options.max_messages);
+            unhide(ctx, &dlq, reason, budget, &mut report).await?
+        }
+        None => HashMap::new(),
+    };
+    let held = copy(ctx, &dlq_url, options, to, &unhidden, &mut report).await;
+    leave_as_found(ctx, &dlq, held, &unhidden, &mut report).await;
+    Ok(report)
+}
+
+/// Checks the staging queue before anything is changed: it exists (and says where it
+/// dead-letters), the DLQ answers, and [`check_staging`] takes it.
+async fn staging(ctx: &Context, to: &str, dlq_url: &str) -> Result<(), CliError> {
     let main = (!ctx.main_queue_url.trim().is_empty()).then_some(ctx.main_queue_url.trim());
-    // the staging queue exists (and says where it dead-letters), the DLQ answers
     let to_limits = resq::source::read_limits(&ctx.sqs, to)
         .await
         .map_err(|source| CliError::Aws {
             what: format!("reading the staging queue {to}"),
             source,
         })?;
-    let dlq_arn = resq::sqs::queue_arn(&ctx.sqs, &dlq_url)
+    let dlq_arn = resq::sqs::queue_arn(&ctx.sqs, dlq_url)
         .await
         .map_err(|source| CliError::Aws {
             what: format!("reading {dlq_url}"),
@@ -286,67 +302,57 @@ pub async fn shadow(
     check_staging(
         to,
         main,
-        &dlq_url,
+        dlq_url,
         Some(&dlq_arn),
         to_limits.dead_letter_target.as_deref(),
-    )?;
-    let store = S3Store::new(ctx.s3.clone(), &bucket);
-    let dlq = QueueUrl::from(dlq_url.as_str());
-    let mut report = ShadowReport {
-        to: to.to_owned(),
-        ..Default::default()
-    };
-    let budget = u64::from(options.max_messages);
-    // a replay selected by reason brings back the kept ones of that reason: so does its
-    // shadow, as many as its budget can copy
-    let mut unhidden: HashMap<String, KeptMessage> = HashMap::new();
-    if let Some(reason) = options.failure_reason.as_deref() {
-        let hidden = resq::keep::still_hidden(&store, &dlq_url, chrono::Utc::now())
-            .await
-            .map_err(|source| CliError::Aws {
-                what: format!("reading the keep lists in s3://{bucket}/kept/"),
-                source,
-            })?;
-        report.kept_listed = hidden
-            .iter()
-            .filter(|k| k.failure_reason.as_deref() == Some(reason))
-            .count() as u64;
-        let chosen = to_unhide(hidden, reason, budget);
-        let plan = Plan::release(&dlq, chosen.iter().map(|k| k.receipt_handle.clone()));
-        let done = settle(ctx, &store, &plan).await;
-        for ((_, c), k) in done.iter().zip(chosen) {
-            if c.is_confirmed() {
-                unhidden.insert(k.message_id.clone(), k);
-            }
-        }
-        report.unhidden = unhidden.len() as u64;
-    }
-    let rules = Rules {
-        max_redrive_attempts: options.max_redrive_attempts,
-        archive_after: options.archive_after,
-        permanent_action: options.permanent_action,
-        reason: options.failure_reason.clone(),
-        older_than: options.older_than,
-        paused: false,
-    };
-    let to_fifo = resq::fifo::is_fifo(to);
+    )
+}
+
+/// Makes visible the kept messages of `reason` that a copy budget of `budget` can take
+/// ([`to_unhide`]); those made visible, by DLQ message id.
+async fn unhide(
+    ctx: &Context,
+    dlq: &QueueUrl,
+    reason: &str,
+    budget: u64,
+    report: &mut ShadowReport,
+) -> Result<HashMap<String, KeptMessage>, CliError> {
+    let hidden = ctx.kept().await?;
+    report.kept_listed = hidden
+        .iter()
+        .filter(|k| k.failure_reason.as_deref() == Some(reason))
+        .count() as u64;
+    let chosen = to_unhide(hidden, reason, budget);
+    let plan = Plan::release(dlq, chosen.iter().map(|k| k.receipt_handle.clone()));
+    let done = ctx.settle(&plan).await;
+    let unhidden: HashMap<String, KeptMessage> = done
+        .iter()
+        .zip(chosen)
+        .filter(|((_, c), _)| c.is_confirmed())
+        .map(|(_, k)| (k.message_id.clone(), k))
+        .collect();
+    report.unhidden = unhidden.len() as u64;
+    Ok(unhidden)
+}
+
+/// A message received: its id, its receipt handle, and when.
+type Held = (String, String, Instant);
+
+/// Receives from the DLQ and copies what a replay would send, within the budget, until
+/// [`Receiving::next`] says to stop; returns every message received, to be left as found.
+async fn copy(
+    ctx: &Context,
+    dlq_url: &str,
+    options: &RedriveOptions,
+    to: &str,
+    unhidden: &HashMap<String, KeptMessage>,
+    report: &mut ShadowReport,
+) -> Vec<Held> {
     let visibility = hide_for(options.max_messages, options.rate_per_second);
     let pace = ReplayPace::new(options.rate_per_second, to);
-    let settler = Settler::new(&ctx.sqs, &store, "resq");
-    let to_url = QueueUrl::from(to);
-    let mut seen: HashSet<String> = HashSet::new();
-    // (message id, receipt handle, when received) of everything received
-    let mut held: Vec<(String, String, Instant)> = Vec::new();
-    let mut planned = 0u64;
-    let mut not_copied = 0u64;
+    let mut copying = Copying::new(options, to);
     loop {
-        let receiving = Receiving {
-            planned,
-            budget,
-            not_copied,
-            unhidden_out: unhidden.keys().filter(|id| !seen.contains(*id)).count(),
-        };
-        let want = match receiving.next() {
+        let want = match copying.receiving(unhidden).next() {
             Next::Receive(want) => want,
             Next::Done => break,
             Next::NotCopiedLimit => {
@@ -354,7 +360,7 @@ pub async fn shadow(
                 break;
             }
         };
-        let batch = match ctx.sqs.receive(&dlq_url, want, Some(visibility), 1).await {
+        let batch = match ctx.sqs.receive(dlq_url, want, Some(visibility), 1).await {
             Ok(batch) => batch,
             Err(e) => {
                 // what was received is still left as found, and the report says so
@@ -362,22 +368,90 @@ pub async fn shadow(
                 break;
             }
         };
-        let received_at = Instant::now();
+        let (plan, copies, new) = copying.plan(batch, Instant::now(), report);
+        if new == 0 {
+            break;
+        }
+        if !plan.is_empty() {
+            account(&ctx.settle_paced(&plan, &pace).await, copies, report);
+        }
+    }
+    report.budget_reached = copying.planned >= copying.budget;
+    copying.held
+}
+
+/// A shadow replay's copying as it goes: the redriver's rules, the staging queue, the budget
+/// and what it received so far.
+struct Copying {
+    rules: Rules,
+    to: QueueUrl,
+    to_fifo: bool,
+    budget: u64,
+    planned: u64,
+    not_copied: u64,
+    seen: HashSet<String>,
+    held: Vec<Held>,
+}
+
+impl Copying {
+    fn new(options: &RedriveOptions, to: &str) -> Self {
+        Self {
+            rules: Rules {
+                max_redrive_attempts: options.max_redrive_attempts,
+                archive_after: options.archive_after,
+                permanent_action: options.permanent_action,
+                reason: options.failure_reason.clone(),
+                older_than: options.older_than,
+                paused: false,
+            },
+            to: QueueUrl::from(to),
+            to_fifo: resq::fifo::is_fifo(to),
+            budget: u64::from(options.max_messages),
+            planned: 0,
+            not_copied: 0,
+            seen: HashSet::new(),
+            held: Vec::new(),
+        }
+    }
+
+    /// Where its receiving stands, with the kept messages it made visible (`unhidden`).
+    fn receiving(&self, unhidden: &HashMap<String, KeptMessage>) -> Receiving {
+        Receiving {
+            planned: self.planned,
+            budget: self.budget,
+            not_copied: self.not_copied,
+            unhidden_out: unhidden
+                .keys()
+                .filter(|id| !self.seen.contains(*id))
+                .count(),
+        }
+    }
+
+    /// Holds a batch received at `received_at` and plans the copies of the messages it had not
+    /// seen ([`decide`], within the budget): the plan, each copy's action and message, and how
+    /// many messages were new.
+    fn plan(
+        &mut self,
+        batch: Vec<ReceivedMessage>,
+        received_at: Instant,
+        report: &mut ShadowReport,
+    ) -> (Plan, Vec<(ActionId, ReceivedMessage)>, usize) {
         let mut plan = Plan::new();
         let mut copies = Vec::new();
         let mut new = 0;
         for m in batch {
-            held.push((m.message_id.clone(), m.receipt_handle.clone(), received_at));
-            if !seen.insert(m.message_id.clone()) {
+            let (id, handle) = (m.message_id.clone(), m.receipt_handle.clone());
+            self.held.push((id, handle, received_at));
+            if !self.seen.insert(m.message_id.clone()) {
                 continue;
             }
             new += 1;
             report.received += 1;
-            match decide(&m, &rules, now_ms(), to_fifo) {
-                Shadow::Copy(message) if planned < budget => {
-                    planned += 1;
+            let why = match decide(&m, &self.rules, now_ms(), self.to_fifo) {
+                Shadow::Copy(message) if self.planned < self.budget => {
+                    self.planned += 1;
                     let action = Action::Copy {
-                        to: to_url.clone(),
+                        to: self.to.clone(),
                         message,
                     };
                     let id = match m.group_id() {
@@ -385,61 +459,41 @@ pub async fn shadow(
                         None => plan.push(action),
                     };
                     copies.push((id, m));
+                    continue;
                 }
-                Shadow::Copy(_) => {
-                    not_copied += 1;
-                    *report.skipped.entry("overBudget".into()).or_default() += 1;
-                }
-                Shadow::Skip(why) => {
-                    not_copied += 1;
-                    *report.skipped.entry(why).or_default() += 1;
-                }
-            }
+                Shadow::Copy(_) => "overBudget".to_owned(),
+                Shadow::Skip(why) => why,
+            };
+            self.not_copied += 1;
+            *report.skipped.entry(why).or_default() += 1;
         }
-        if new == 0 {
-            break;
-        }
-        if plan.is_empty() {
-            continue;
-        }
-        let by = Instant::now() + Duration::from_secs(60);
-        let done = settler
-            .settle(
-                &plan,
-                Deadlines {
-                    start_by: by,
-                    move_by: by,
-                    settle_by: by,
-                },
-                &pace,
-            )
-            .await;
-        for (id, m) in copies {
-            match done.get(id) {
-                Confirmation::Confirmed(message_id) => {
-                    report.copied += 1;
-                    report.copies.push(Copied {
-                        dlq_message_id: m.message_id.clone(),
-                        message_id: message_id.clone(),
-                        order_id: resq::correlation::order_id(&m.body),
-                    });
-                }
-                other => report.failed.push(NotCopied {
+        (plan, copies, new)
+    }
+}
+
+/// Notes what became of each copy sent: copied when SQS reported it `Successful`, else not,
+/// with why.
+fn account(done: &Report, copies: Vec<(ActionId, ReceivedMessage)>, report: &mut ShadowReport) {
+    for (id, m) in copies {
+        match done.get(id) {
+            Confirmation::Confirmed(message_id) => {
+                report.copied += 1;
+                report.copies.push(Copied {
                     dlq_message_id: m.message_id.clone(),
-                    error: match other {
-                        Confirmation::Failed(e) => e.to_string(),
-                        _ => {
-                            "not attempted (behind a failed copy of its FIFO group, or out of time)"
-                                .to_owned()
-                        }
-                    },
-                }),
+                    message_id: message_id.clone(),
+                    order_id: resq::correlation::order_id(&m.body),
+                });
             }
+            other => report.failed.push(NotCopied {
+                dlq_message_id: m.message_id.clone(),
+                error: match other {
+                    Confirmation::Failed(e) => e.to_string(),
+                    _ => "not attempted (behind a failed copy of its FIFO group, or out of time)"
+                        .to_owned(),
+                },
+            }),
         }
     }
-    report.budget_reached = planned >= budget;
-    leave_as_found(ctx, &store, &dlq, held, &unhidden, &mut report).await;
-    Ok(report)
 }
 
 /// Releases what the shadow received, except the kept messages it made visible: those are
@@ -449,9 +503,8 @@ pub async fn shadow(
 /// are named.
 async fn leave_as_found(
     ctx: &Context,
-    store: &S3Store,
     dlq: &QueueUrl,
-    held: Vec<(String, String, Instant)>,
+    held: Vec<Held>,
     unhidden: &HashMap<String, KeptMessage>,
     report: &mut ShadowReport,
 ) {
@@ -481,7 +534,7 @@ async fn leave_as_found(
     let pending: Vec<PendingKeep> = pending.into_values().collect();
     if !pending.is_empty() {
         let (plan, entries) = resq_redriver::plan::keep(pending, dlq, now_ms(), Instant::now());
-        let done = settle(ctx, store, &plan).await;
+        let done = ctx.settle(&plan).await;
         for (_, listed, hidden) in entries {
             if done.is_confirmed(listed) && done.is_confirmed(hidden) {
                 report.hidden_again += 1;
@@ -506,7 +559,7 @@ async fn leave_as_found(
                 (id, k.message_id)
             })
             .collect();
-        let done = settle(ctx, store, &plan).await;
+        let done = ctx.settle(&plan).await;
         for (id, message_id) in ids {
             if done.is_confirmed(id) {
                 report.hidden_again_by_keep_list += 1;
@@ -516,16 +569,10 @@ async fn leave_as_found(
         }
     }
     let count = release.len() as u64;
-    let done = settle(ctx, store, &Plan::release(dlq, release)).await;
+    let done = ctx.settle(&Plan::release(dlq, release)).await;
     let failed = done.iter().filter(|(_, c)| !c.is_confirmed()).count() as u64;
     report.released = count - failed;
     report.not_released += failed;
-}
-
-async fn settle(ctx: &Context, store: &S3Store, plan: &Plan) -> resq::settle::Report {
-    let settler = Settler::new(&ctx.sqs, store, "resq");
-    let by = Deadlines::all_by(Instant::now() + Duration::from_secs(60));
-    settler.settle(plan, by, &Unpaced).await
 }
 
 #[cfg(test)]
@@ -534,6 +581,7 @@ mod tests {
     use resq::attributes::{AttributeValue, MessageAttributes};
     use resq::config::PermanentAction;
     use std::collections::BTreeMap;
+    use std::time::Duration;
 
     const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/1/orders-dlq";
     const MAIN: &str = "https://sqs.us-east-1.amazonaws.com/1/orders";

@@ -1,9 +1,9 @@
-//! `resq stack check` (SPEC §7, §9): a parameter set evaluated against the template before
-//! deploy. CloudFormation's `Rules` cannot compare numbers, so resq does it: a set that could
-//! lose messages (the retry horizon against the main queue's retention), double an effect (the
-//! order-record lifetime against a message's longest life) or stall (a breaker that can never
-//! trip, a batch whose tail can never start before the deadline) is refused, naming the
-//! parameters in conflict.
+//! `resq stack check`, which `make deploy` runs first: a parameter set evaluated against the
+//! template (`infra/template.yaml`) before deploy. CloudFormation's `Rules` cannot compare
+//! numbers, so resq does it: a set that could lose messages (the retry horizon against the
+//! main queue's retention), double an effect (the order-record lifetime against a message's
+//! longest life) or stall (a breaker that can never trip, a batch whose tail can never start
+//! before the deadline) is refused, naming the parameters in conflict.
 //!
 //! Everything here is pure ([`Template::parse`], [`parse_overrides`], [`samconfig_overrides`],
 //! [`resolve`], [`refusals`], [`Settings::from_set`], [`evaluate`]) except [`load`], which reads
@@ -977,8 +977,16 @@ fn breaker(s: &Settings) -> Vec<Verdict> {
         figure(threshold),
         figure(probe)
     );
-    let mut out = Vec::new();
-    out.push(match s.max_messages_per_run {
+    vec![
+        replay_budget(s, probe, &probe_text),
+        replay_rate(s),
+        replay_run(s, probe, &probe_text),
+    ]
+}
+
+/// The breaker: a numeric budget must hold a probe (`probe_text` says it).
+fn replay_budget(s: &Settings, probe: f64, probe_text: &str) -> Verdict {
+    match s.max_messages_per_run {
         None => Verdict::Holds {
             rule: Rule::ReplayBudget,
             figures: "MaxMessagesPerRun auto: a run replays what the rate allows in its time"
@@ -995,7 +1003,12 @@ fn breaker(s: &Settings) -> Vec<Verdict> {
             figures: format!("MaxMessagesPerRun {} < {probe_text}", figure(budget)),
             consequence: "a run's failing replays may never exceed the threshold within one period: the breaker cannot trip, and replay goes on into a consumer that fails them".into(),
         }),
-    });
+    }
+}
+
+/// The breaker: a period at the rate must hold more than the threshold.
+fn replay_rate(s: &Settings) -> Verdict {
+    let threshold = s.replays_failing_threshold;
     let per_period = s.rate_per_second * ALARM_PERIOD_SECONDS;
     let rate_figures = |cmp: &str| {
         format!(
@@ -1006,7 +1019,7 @@ fn breaker(s: &Settings) -> Vec<Verdict> {
             figure(threshold)
         )
     };
-    out.push(if per_period > threshold {
+    if per_period > threshold {
         Verdict::Holds {
             rule: Rule::ReplayRate,
             figures: rate_figures(">"),
@@ -1019,7 +1032,11 @@ fn breaker(s: &Settings) -> Vec<Verdict> {
             figures: rate_figures("≤"),
             consequence: "even if every replay fails, no period holds more than the threshold: the breaker never trips".into(),
         })
-    });
+    }
+}
+
+/// The breaker: a run's replay time at the rate must hold a probe (`probe_text` says it).
+fn replay_run(s: &Settings, probe: f64, probe_text: &str) -> Verdict {
     let replay_time = s.redriver_timeout - s.deadline_margin_ms / 1000.0;
     let replays = s.rate_per_second * replay_time.max(0.0);
     // a numeric budget below the probe is the replay budget's conflict: here, the run's time
@@ -1032,7 +1049,7 @@ fn breaker(s: &Settings) -> Vec<Verdict> {
             figure(replays)
         )
     };
-    out.push(if replays >= probe {
+    if replays >= probe {
         Verdict::Holds {
             rule: Rule::ReplayRun,
             figures: run_figures("≥"),
@@ -1050,8 +1067,7 @@ fn breaker(s: &Settings) -> Vec<Verdict> {
             figures: run_figures("<"),
             consequence: "a run's failing replays, spread over two periods, may never exceed the threshold in either: the breaker cannot trip".into(),
         })
-    });
-    out
+    }
 }
 
 /// Stall: a full batch must be able to start before the consumer's deadline margin. A margin
@@ -1289,6 +1305,21 @@ pub fn samconfig_stack_name(text: &str) -> Option<String> {
             .as_str()
             .map(str::to_owned)
     })
+}
+
+/// The stack `--deployed` reads: the one `given` (`--stack-name`, else a `--stack` typed on the
+/// command line), else samconfig.toml's `stack_name` (`samconfig` reads its text).
+pub fn deployed_stack_name(
+    given: Option<String>,
+    samconfig: impl FnOnce() -> Option<String>,
+) -> Result<String, CliError> {
+    given
+        .or_else(|| samconfig().as_deref().and_then(samconfig_stack_name))
+        .ok_or_else(|| {
+            CliError::Usage(
+                "--deployed needs the stack's name: samconfig.toml has no stack_name; pass --stack-name".into(),
+            )
+        })
 }
 
 /// The deployed stack's parameters (what `sam deploy` keeps for a parameter it is not given);
@@ -2371,5 +2402,21 @@ CreateOrdersTopic = true
             samconfig_stack_name(&std::fs::read_to_string(repo).unwrap()).as_deref(),
             Some("resq")
         );
+    }
+
+    #[test]
+    fn deployed_reads_the_stack_named_else_samconfigs() {
+        let samconfig = || Some("[default.deploy.parameters]\nstack_name = \"prod\"\n".to_owned());
+        // a name given wins, and samconfig.toml is not read
+        let unread = || -> Option<String> { panic!("samconfig.toml read") };
+        assert_eq!(
+            deployed_stack_name(Some("resq-b".into()), unread).unwrap(),
+            "resq-b"
+        );
+        assert_eq!(deployed_stack_name(None, samconfig).unwrap(), "prod");
+        // neither: a usage error saying what to pass
+        let e = deployed_stack_name(None, || None).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("pass --stack-name"), "{e}");
     }
 }

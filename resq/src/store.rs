@@ -65,10 +65,19 @@ impl S3Store {
             bucket: bucket.into(),
         }
     }
-}
 
-impl ObjectStore for S3Store {
-    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    /// Reads an object that should be there: a missing one is the service's `NoSuchKey`
+    /// error, where [`ObjectStore::get`] answers `None` (the operator's `resq archive show`).
+    pub async fn read(&self, key: &str) -> Result<Vec<u8>, StoreError> {
+        Ok(self.object(key, false).await?.unwrap_or_default())
+    }
+
+    /// An object's bytes; `None` for a missing one when `missing_is_none`.
+    async fn object(
+        &self,
+        key: &str,
+        missing_is_none: bool,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
         match self
             .client
             .get_object()
@@ -83,9 +92,20 @@ impl ObjectStore for S3Store {
                 .await
                 .map(|b| Some(b.into_bytes().to_vec()))
                 .map_err(|e| StoreError::local(format!("s3://{}/{key}: {e}", self.bucket))),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_no_such_key()) => Ok(None),
+            Err(err)
+                if missing_is_none
+                    && err.as_service_error().is_some_and(|e| e.is_no_such_key()) =>
+            {
+                Ok(None)
+            }
             Err(err) => Err(store_error(&err, format!("s3://{}/{key}", self.bucket))),
         }
+    }
+}
+
+impl ObjectStore for S3Store {
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.object(key, true).await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
