@@ -77,7 +77,10 @@ pub async fn unhide_kept(ctx: &Context, reason: Option<&str>) -> Result<usize, C
             what: format!("reading the keep list in s3://{bucket}/kept/"),
             source,
         })?;
-    let plan = resq::keep::unhide(hidden, reason, &QueueUrl::from(dlq_url));
+    let plan = Plan::release(
+        &QueueUrl::from(dlq_url),
+        resq::keep::handles(hidden, reason),
+    );
     // a handle that no longer works belongs to a message already visible, redriven or archived
     let report = ctx.settle(&plan).await;
     Ok(report.iter().filter(|(_, c)| c.is_confirmed()).count())

@@ -28,7 +28,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use resq::config::RedriverConfig;
-use resq::keep::{KeptMessage, MAX_ENTRIES_PER_LIST};
+use resq::keep::{self, KeptMessage, MAX_ENTRIES_PER_LIST};
 use resq::reason::{ArchiveReason, ErrorCode};
 use resq::settle::{ActionId, Confirmation, Deadlines, Plan, Report, SettleError, Unattempted};
 use resq::sqs::{MAX_BATCH, ReceivedMessage};
@@ -446,10 +446,7 @@ impl Run {
         let count = hidden.as_ref().map(|h| h.len() as u64);
         let unhide = match (&self.rules.reason, hidden) {
             (Some(reason), Some(hidden)) if !self.rules.paused => {
-                let selected = hidden
-                    .into_iter()
-                    .filter(|k| k.failure_reason.as_deref() == Some(reason.as_str()));
-                Plan::release(&self.queues.dlq, selected.map(|k| k.receipt_handle))
+                Plan::release(&self.queues.dlq, keep::handles(hidden, Some(reason)))
             }
             _ => Plan::new(),
         };

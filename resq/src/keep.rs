@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use chrono::{DateTime, Duration as ChronoDuration, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::settle::{Plan, QueueUrl};
 use crate::store::{ObjectStore, StoreError};
 
 /// Where keep lists live in the bucket.
@@ -99,14 +98,15 @@ pub async fn write_list(
     Ok(key)
 }
 
-/// The plan that makes `hidden` kept messages (those of `reason`, or all) of `queue` visible
-/// again: a redriver run selected by reason, an operator's `resq dlq peek --kept`. A receipt
-/// handle that no longer works belongs to a message already visible, replayed or archived.
-pub fn unhide(hidden: Vec<KeptMessage>, reason: Option<&str>, queue: &QueueUrl) -> Plan {
+/// The receipt handles of the `hidden` kept messages of `reason` (all of them without one):
+/// what a redriver run selected by reason, or an operator's `resq dlq peek --kept`, makes
+/// visible again. A receipt handle that no longer works belongs to a message already visible,
+/// replayed or archived.
+pub fn handles(hidden: Vec<KeptMessage>, reason: Option<&str>) -> impl Iterator<Item = String> {
     let selected = hidden
         .into_iter()
-        .filter(|k| reason.is_none_or(|r| k.failure_reason.as_deref() == Some(r)));
-    Plan::release(queue, selected.map(|k| k.receipt_handle))
+        .filter(move |k| reason.is_none_or(|r| k.failure_reason.as_deref() == Some(r)));
+    selected.map(|k| k.receipt_handle)
 }
 
 /// The messages of `queue_url` that keep lists say are hidden at `now`: the newest entry per
