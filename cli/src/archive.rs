@@ -6,8 +6,9 @@ use std::future::Future;
 
 use resq::archive::{ARCHIVE_PREFIX, ArchiveEnvelope, RestoreRecord, RestoreStatus};
 use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT, X_REDRIVE_COUNT};
+use resq::error::AwsError;
 use resq::settle::{Action, Confirmation, Plan, QueueUrl, SettleError};
-use resq::sqs::{AwsError, OutgoingMessage};
+use resq::sqs::OutgoingMessage;
 use serde_json::Value;
 
 use crate::CliError;
@@ -786,7 +787,7 @@ mod tests {
             if self.writes_ok.is_some_and(|n| versions.len() >= n) {
                 return Err(CliError::Aws {
                     what: "writing s3://b/k".into(),
-                    source: resq::sqs::AwsError::service(
+                    source: resq::error::AwsError::service(
                         "SlowDown",
                         "please reduce your request rate",
                     ),
@@ -800,7 +801,7 @@ mod tests {
             if self.send_fails {
                 return Err(CliError::Aws {
                     what: "sending to q".into(),
-                    source: resq::sqs::AwsError::service("AccessDenied", "no"),
+                    source: resq::error::AwsError::service("AccessDenied", "no"),
                 });
             }
             self.sent.lock().unwrap().push(message.clone());

@@ -2,11 +2,11 @@
 //! answer, a missing permission.
 //!
 //! The SDK reports a missing credential and a refused connection the same way, as a "dispatch
-//! failure" (the request was never answered); [`resq::sqs::AwsError::kind`] tells them apart
+//! failure" (the request was never answered); [`resq::error::AwsError::kind`] tells them apart
 //! by the cause under it. Credentials are resolved before anything is sent, so without
 //! credentials the credentials problem is the one reported, whatever the endpoint.
 
-use resq::sqs::{AwsError, AwsErrorKind};
+use resq::error::{AwsError, AwsErrorKind};
 
 use crate::CliError;
 

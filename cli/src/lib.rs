@@ -88,7 +88,7 @@ pub enum CliError {
         /// What was being done.
         what: String,
         /// The SDK error chain.
-        source: resq::sqs::AwsError,
+        source: resq::error::AwsError,
     },
     /// An object in the bucket could not be read (the call failed, or its body broke off);
     /// the error names the object. Exit status 1.
@@ -255,7 +255,7 @@ impl CliError {
     ) -> Self {
         Self::Aws {
             what: what.into(),
-            source: resq::sqs::AwsError::from_sdk(err),
+            source: resq::error::AwsError::from_sdk(err),
         }
     }
 
@@ -323,7 +323,7 @@ mod tests {
 
         let aws = CliError::Aws {
             what: "reading q".into(),
-            source: resq::sqs::AwsError::service("AccessDenied", "no"),
+            source: resq::error::AwsError::service("AccessDenied", "no"),
         };
         assert_eq!(aws.exit_code(), 1);
         assert_eq!(aws.to_string(), "reading q: no");
@@ -337,7 +337,7 @@ mod tests {
             not_entry.to_string(),
             "s3://b/archive/x.json is not an archive entry (expected value at line 1 column 1): `resq archive ls` lists the entries"
         );
-        let read = CliError::Read(resq::sqs::AwsError::local("s3://b/k: connection reset"));
+        let read = CliError::Read(resq::error::AwsError::local("s3://b/k: connection reset"));
         assert_eq!(
             (read.exit_code(), read.to_string().as_str()),
             (1, "reading s3://b/k: connection reset")

@@ -567,7 +567,7 @@ pub fn remaining_hide(hidden_until: u64, now_ms: u64) -> Option<i32> {
     Some(secs.min(resq::backoff::MAX_VISIBILITY_TIMEOUT.as_secs()) as i32)
 }
 
-fn aws(what: String) -> impl FnOnce(resq::sqs::AwsError) -> CliError {
+fn aws(what: String) -> impl FnOnce(resq::error::AwsError) -> CliError {
     move |source| CliError::Aws { what, source }
 }
 

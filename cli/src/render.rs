@@ -870,10 +870,10 @@ mod tests {
     fn errors_with_and_without_a_hint() {
         let refused = CliError::Aws {
             what: "reading http://127.0.0.1:9/1/dlq".into(),
-            source: resq::sqs::AwsError {
+            source: resq::error::AwsError {
                 code: None,
                 message: "dispatch failure: Connection refused".into(),
-                kind: resq::sqs::AwsErrorKind::Unreachable,
+                kind: resq::error::AwsErrorKind::Unreachable,
             },
         };
         let text = error(&refused, Some("http://127.0.0.1:9"));

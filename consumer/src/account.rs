@@ -147,7 +147,7 @@ pub fn answer(records: &[Record], outcomes: Vec<Outcome>) -> BatchReport {
 mod tests {
     use super::*;
     use crate::fixtures::fifo_records;
-    use resq::sqs::AwsError;
+    use resq::error::AwsError;
 
     #[test]
     fn response_lists_each_failed_id_once_in_order() {

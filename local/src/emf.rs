@@ -118,7 +118,7 @@ impl MetricForwarder {
                             s.fetch_add(n, Ordering::Relaxed);
                         }
                         Err(e) => {
-                            tracing::warn!(error = %resq::sqs::AwsError::from_sdk(e), "metric forwarding: PutMetricData failed");
+                            tracing::warn!(error = %resq::error::AwsError::from_sdk(e), "metric forwarding: PutMetricData failed");
                         }
                     }
                 }

@@ -715,7 +715,7 @@ async fn sqs_metrics(
             .send()
             .await
         {
-            tracing::warn!(error = %resq::sqs::AwsError::from_sdk(e), "SQS metrics: PutMetricData failed");
+            tracing::warn!(error = %resq::error::AwsError::from_sdk(e), "SQS metrics: PutMetricData failed");
         }
     }
 }

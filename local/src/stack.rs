@@ -820,10 +820,10 @@ mod tests {
     fn only_an_existing_stack_lets_a_create_go_on_to_wait() {
         let refused = |code: Option<&str>| CliError::Aws {
             what: "creating stack resq-live".into(),
-            source: resq::sqs::AwsError {
+            source: resq::error::AwsError {
                 code: code.map(str::to_owned),
                 message: "service error".into(),
-                kind: resq::sqs::AwsErrorKind::default(),
+                kind: resq::error::AwsErrorKind::default(),
             },
         };
         assert!(already_exists(&refused(Some("AlreadyExistsException"))));

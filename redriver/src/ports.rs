@@ -9,7 +9,7 @@ use aws_sdk_cloudwatch::types::{AlarmType, HistoryItemType, ScanBy, StateValue};
 pub use crate::breaker::AlarmState;
 
 /// A call that did not go through.
-pub type PortError = resq::sqs::AwsError;
+pub type PortError = resq::error::AwsError;
 
 /// Alarm states for the circuit breaker.
 pub trait Alarms: Send + Sync {

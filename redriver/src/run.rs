@@ -1050,8 +1050,9 @@ mod tests {
     use super::*;
     use crate::fixtures::{DLQ, HOUR_MS, MAIN, config, dlq_message, permanent, unexplained};
     use resq::attributes::{AttributeValue, X_REDRIVE_COUNT};
+    use resq::error::AwsError;
     use resq::settle::Action;
-    use resq::sqs::{AwsError, OutgoingMessage};
+    use resq::sqs::OutgoingMessage;
     use resq::testing::report;
 
     /// The fake clock's start: epoch millis of 2027-01-15.

@@ -138,7 +138,7 @@ where
     match served {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{function}: {}", crate::sqs::error_chain(e.as_ref()));
+            eprintln!("{function}: {}", crate::error::error_chain(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }

@@ -61,6 +61,7 @@ pub mod backoff;
 pub mod concurrency;
 pub mod config;
 pub mod correlation;
+pub mod error;
 pub mod fifo;
 pub mod iam;
 pub mod keep;

@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 
 use crate::archive::{ArchiveEntry, Archiver};
+use crate::error::AwsError;
 use crate::keep::{KeptMessage, MAX_ENTRIES_PER_LIST};
-use crate::sqs::{AwsError, CALLS_IN_FLIGHT, MAX_BATCH, OutgoingMessage, Queues};
+use crate::sqs::{CALLS_IN_FLIGHT, MAX_BATCH, OutgoingMessage, Queues};
 use crate::store::ObjectStore;
 
 /// A queue's URL, shared by the actions on it.
@@ -491,7 +492,7 @@ async fn answered<T>(
             .collect(),
         // only the service's own answer is a refusal; a call that timed out (the SDK's
         // operation timeout), broke or could not be read may have been carried out
-        Ok(Err(e)) if e.kind == crate::sqs::AwsErrorKind::Service => {
+        Ok(Err(e)) if e.kind == crate::error::AwsErrorKind::Service => {
             vec![Confirmation::Failed(SettleError::Refused(e)); ids.len()]
         }
         Ok(Err(_)) | Err(_) => vec![Confirmation::Failed(SettleError::Unanswered); ids.len()],

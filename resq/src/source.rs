@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::sqs::AwsError;
+use crate::error::AwsError;
 
 /// What SQS does with a message in a queue: how often it may be received before SQS moves it
 /// to the DLQ, and how long it is kept.

@@ -4,7 +4,7 @@ use std::future::Future;
 
 use aws_sdk_s3::error::ProvideErrorMetadata;
 
-use crate::sqs::error_chain;
+use crate::error::error_chain;
 use aws_sdk_s3::primitives::ByteStream;
 
 /// What a conditional put found.
@@ -19,7 +19,7 @@ pub enum PutOutcome {
 /// A read or write that did not happen: the one AWS error type of resq, its message naming the
 /// object. Always worth retrying from resq's point of view: the caller reports the message
 /// failed rather than dropping it.
-pub type StoreError = crate::sqs::AwsError;
+pub type StoreError = crate::error::AwsError;
 
 /// Writes objects that must never be overwritten (archive entries, order records, keep
 /// lists), and reads them back.
@@ -44,7 +44,7 @@ where
 {
     let code = err.code().map(str::to_owned);
     StoreError {
-        kind: crate::sqs::kind_of(err, code.is_some()),
+        kind: crate::error::kind_of(err, code.is_some()),
         code,
         message: format!("{what}: {}", error_chain(err)),
     }
@@ -153,7 +153,7 @@ impl ObjectStore for S3Store {
                     return Ok(PutOutcome::AlreadyExists);
                 }
                 Err(StoreError {
-                    kind: crate::sqs::kind_of(&err, err.code().is_some() || status.is_some()),
+                    kind: crate::error::kind_of(&err, err.code().is_some() || status.is_some()),
                     code: err
                         .code()
                         .map(str::to_owned)

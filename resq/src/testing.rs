@@ -28,7 +28,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::backoff::MAX_VISIBILITY_TIMEOUT;
-use crate::sqs::{AwsError, EntryResults, OutgoingMessage, Queues, ReceivedMessage};
+use crate::error::AwsError;
+use crate::sqs::{EntryResults, OutgoingMessage, Queues, ReceivedMessage};
 use crate::store::{ObjectStore, PutOutcome, StoreError};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -263,7 +264,7 @@ impl MemorySqs {
             return Err(AwsError {
                 code: None,
                 message: "operation timed out: injected".into(),
-                kind: crate::sqs::AwsErrorKind::Timeout,
+                kind: crate::error::AwsErrorKind::Timeout,
             });
         }
         Ok(())
