@@ -5,7 +5,7 @@
 //! A body that is not JSON is `MALFORMED_JSON`; JSON that is not a valid order is
 //! `VALIDATION_FAILED`, with every problem listed so a human can fix the producer. An
 //! [`OrderHandler`] is the effect alone: every `OrderHandler` is a
-//! [`MessageHandler`](crate::handler::MessageHandler) of [`Order`] that parses with
+//! [`MessageHandler`] of [`Order`] that parses with
 //! [`parse_order`].
 
 use std::borrow::Cow;

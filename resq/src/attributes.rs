@@ -82,7 +82,7 @@ impl AttributeValue {
     }
 
     /// From the Lambda SQS event form; `None` when it carries no scalar value (list-only).
-    pub fn from_lambda(attr: &SqsMessageAttribute) -> Option<Self> {
+    pub(crate) fn from_lambda(attr: &SqsMessageAttribute) -> Option<Self> {
         let data_type = attr.data_type.clone().filter(|t| !t.is_empty())?;
         let string_value = attr.string_value.clone();
         let binary_value = attr.binary_value.as_ref().map(|b| b.0.clone());
@@ -105,7 +105,7 @@ impl AttributeValue {
     }
 
     /// To the SDK form, for `SendMessage` / `SendMessageBatch`.
-    pub fn to_sdk(&self) -> Result<MessageAttributeValue, aws_sdk_sqs::error::BuildError> {
+    pub(crate) fn to_sdk(&self) -> Result<MessageAttributeValue, aws_sdk_sqs::error::BuildError> {
         MessageAttributeValue::builder()
             .data_type(&self.data_type)
             .set_string_value(self.string_value.clone())
@@ -252,7 +252,7 @@ mod base64_opt {
     use base64::engine::general_purpose::STANDARD;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(bytes) => s.serialize_str(&STANDARD.encode(bytes)),
             None => s.serialize_none(),

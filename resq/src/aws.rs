@@ -17,13 +17,13 @@ use tokio::sync::Semaphore;
 use crate::concurrency::{Throttling, is_throttling};
 
 /// How long a connection may take to open.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long one attempt of an AWS call may take (a long poll gets its wait on top, see
 /// [`long_poll_timeouts`]): a call that hangs fails and is retried, or gives up, instead of
 /// holding a run until its deadline.
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an AWS call may take, its retries included.
-pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The timeouts of every AWS call resq makes (both functions, the CLI, the tools).
 pub fn timeouts() -> TimeoutConfig {
@@ -36,7 +36,7 @@ pub fn timeouts() -> TimeoutConfig {
 
 /// The timeouts of a long poll that waits up to `wait_seconds` for its first message: the
 /// wait on top of [`timeouts`].
-pub fn long_poll_timeouts(wait_seconds: i32) -> TimeoutConfig {
+pub(crate) fn long_poll_timeouts(wait_seconds: i32) -> TimeoutConfig {
     let wait = Duration::from_secs(wait_seconds.max(0) as u64);
     TimeoutConfig::builder()
         .connect_timeout(CONNECT_TIMEOUT)
@@ -67,7 +67,7 @@ pub fn config_loader_for(downstream: &Downstream) -> aws_config::ConfigLoader {
 
 /// HTTPS (and plain HTTP, for a local emulator) over rustls with ring: one TLS stack, and a
 /// much smaller one than the SDK's default (aws-lc).
-pub fn https_client() -> SharedHttpClient {
+pub(crate) fn https_client() -> SharedHttpClient {
     https_keeping(None)
 }
 
@@ -82,7 +82,7 @@ fn https_keeping(idle_per_host: Option<usize>) -> SharedHttpClient {
         .build_https()
 }
 
-/// What every call of a client built over [`Downstream::https_client`] goes through: at most
+/// What every call of a client built over `Downstream::https_client` goes through: at most
 /// `connections_per_host` requests at once to one host (so about that many connections: one
 /// opens only for a request and goes back to the pool when its answer is read; hyper returns
 /// it from a task of its own, so a request that starts meanwhile may briefly open one more),
@@ -116,7 +116,7 @@ impl Downstream {
     /// keeps at most [`IDLE_PER_HOST_MAX`] idle connections: a handler that calls several hosts
     /// at a high fixed limit, then the settle phase's calls, stay within Lambda's 1,024 file
     /// descriptors.
-    pub fn https_client(&self) -> SharedHttpClient {
+    pub(crate) fn https_client(&self) -> SharedHttpClient {
         let inner = https_keeping(Some(self.connections_per_host.min(self.idle_per_host_max)));
         SharedHttpClient::new(Gated {
             inner,
@@ -138,14 +138,14 @@ impl Downstream {
 /// 768 requests at once), the settle phase's calls (up to 64 to S3 and 16 to SQS, after the
 /// records) and the process's own (standard streams, the runtime API, epoll, the log pipes:
 /// about 15). At 900 the bench saw 1,006 descriptors open at once.
-pub const CONNECTIONS_MAX: usize = 512;
+pub(crate) const CONNECTIONS_MAX: usize = 512;
 
 /// Idle connections a host keeps, at most: a batch's burst of connections is not kept open
 /// after it (a warm invocation opens again what it needs beyond these), and a handler that
 /// calls several hosts keeps at most this many for each. Keeping as many as a host may have
 /// requests at once (tried) spares a fixed limit above 64 its closing and opening, but lets
 /// two busy hosts at 500 keep 1,000 open between them.
-pub const IDLE_PER_HOST_MAX: usize = 64;
+pub(crate) const IDLE_PER_HOST_MAX: usize = 64;
 
 /// An HTTP client whose connectors go through the hosts' gates.
 #[derive(Debug)]

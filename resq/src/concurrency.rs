@@ -2,7 +2,7 @@
 //!
 //! [`Concurrency`] is the setting: `auto` (the default) or a fixed number. Under `auto`, an
 //! invocation starts with as many records in flight as the batch has, up to
-//! [`AUTO_CONCURRENCY_MAX`]; [`Limit`] halves that when a downstream throttles (floor 1) and
+//! `AUTO_CONCURRENCY_MAX`; [`Limit`] halves that when a downstream throttles (floor 1) and
 //! raises it again one at a time as calls succeed. The downstream's answers reach it through
 //! [`Throttling`], which the HTTPS client (`crate::aws::Downstream`) feeds with every response
 //! it reads: a throttled one (S3 `SlowDown`, HTTP 503 or 429, SQS's throttling errors) or one
@@ -13,21 +13,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// `CONSUMER_CONCURRENCY=auto`: records in flight at most (and connections per host).
-pub const AUTO_CONCURRENCY_MAX: usize = 64;
+pub(crate) const AUTO_CONCURRENCY_MAX: usize = 64;
 
 /// The largest number `CONSUMER_CONCURRENCY` takes.
-pub const FIXED_CONCURRENCY_MAX: usize = 1000;
+pub(crate) const FIXED_CONCURRENCY_MAX: usize = 1000;
 
 /// The settle executor's calls in flight at most ([`Concurrency::settle_calls_in_flight`]).
-pub const SETTLE_CALLS_MAX: usize = 64;
+pub(crate) const SETTLE_CALLS_MAX: usize = 64;
 
 /// `CONSUMER_CONCURRENCY`: `auto`, or a number that fixes the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Concurrency {
-    /// As many as the batch has records, up to [`AUTO_CONCURRENCY_MAX`], adapted to throttling.
+    /// As many as the batch has records, up to `AUTO_CONCURRENCY_MAX`, adapted to throttling.
     #[default]
     Auto,
-    /// Exactly this many (1–[`FIXED_CONCURRENCY_MAX`]), whatever the downstream answers.
+    /// Exactly this many (1–`FIXED_CONCURRENCY_MAX`), whatever the downstream answers.
     Fixed(usize),
 }
 
@@ -43,14 +43,14 @@ impl Concurrency {
 
     /// Requests (so connections) the consumer's HTTPS client lets run at once to one host:
     /// the cap, and never fewer than the settle executor's calls in flight
-    /// ([`crate::sqs::CALLS_IN_FLIGHT`]), which run after the records (or one at a time in a
+    /// (`crate::sqs::CALLS_IN_FLIGHT`), which run after the records (or one at a time in a
     /// FIFO lane) and must not queue behind a small fixed limit.
     pub fn connections_per_host(self) -> usize {
         self.cap().max(crate::sqs::CALLS_IN_FLIGHT)
     }
 
     /// The settle executor's calls in flight (DLQ copies, archive writes, backoff): the
-    /// connections per host, at most [`SETTLE_CALLS_MAX`]. They run after the records, while
+    /// connections per host, at most `SETTLE_CALLS_MAX`. They run after the records, while
     /// the records' connections may still be open (idle, to other hosts): a few dozen batch
     /// calls settle a 10,000-record batch within a second, and more would only add sockets.
     pub fn settle_calls_in_flight(self) -> usize {
@@ -78,7 +78,7 @@ impl std::fmt::Display for Concurrency {
 impl std::str::FromStr for Concurrency {
     type Err = String;
 
-    /// `auto` in any case, or a whole number from 1 to [`FIXED_CONCURRENCY_MAX`]; surrounding
+    /// `auto` in any case, or a whole number from 1 to `FIXED_CONCURRENCY_MAX`; surrounding
     /// whitespace ignored.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let t = s.trim();
@@ -138,7 +138,7 @@ impl Throttling {
 
     /// A throttled answer to a retry of a call (the SDK's attempt 2 or later): counted, but it
     /// says nothing about the limit now (the call was first sent at an earlier limit).
-    pub fn throttled_retry(&self) {
+    pub(crate) fn throttled_retry(&self) {
         self.0.throttled.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -167,7 +167,7 @@ impl Throttling {
 /// service's `ServiceUnavailable`) or 429, or an error code naming throttling in the headers
 /// the AWS protocols carry it in (`x-amzn-query-error` for SQS's JSON protocol,
 /// `x-amzn-errortype` for the other JSON protocols).
-pub fn is_throttling(status: u16, header: impl Fn(&str) -> Option<String>) -> bool {
+pub(crate) fn is_throttling(status: u16, header: impl Fn(&str) -> Option<String>) -> bool {
     const CODES: &[&str] = &[
         "throttl",
         "slowdown",

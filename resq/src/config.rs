@@ -134,9 +134,9 @@ pub const DEFAULT_DEADLINE_MARGIN_MS: u64 = 1000;
 /// lifetime (`OrderRecordRetentionDays`), which sets the variable.
 pub const DEFAULT_IDEMPOTENCY_WINDOW_SECONDS: u64 = 90 * 86_400;
 /// `BACKOFF_BASE_SECONDS` when unset.
-pub const DEFAULT_BACKOFF_BASE_SECONDS: u64 = 2;
+pub(crate) const DEFAULT_BACKOFF_BASE_SECONDS: u64 = 2;
 /// `BACKOFF_MAX_SECONDS` when unset.
-pub const DEFAULT_BACKOFF_MAX_SECONDS: u64 = 300;
+pub(crate) const DEFAULT_BACKOFF_MAX_SECONDS: u64 = 300;
 /// `REDRIVE_RATE_PER_SECOND` when unset.
 pub const DEFAULT_RATE_PER_SECOND: f64 = 10.0;
 /// `KEPT_IN_FLIGHT_MAX` when unset.
@@ -144,7 +144,7 @@ pub const DEFAULT_KEPT_IN_FLIGHT_MAX: u64 = 50_000;
 /// Highest accepted `KEPT_IN_FLIGHT_MAX`: SQS stops handing out messages of a standard queue
 /// at about 120,000 in flight (long polling then returns nothing, with no error), and a run's
 /// own receives need room beside the kept ones.
-pub const MAX_KEPT_IN_FLIGHT: u64 = 100_000;
+pub(crate) const MAX_KEPT_IN_FLIGHT: u64 = 100_000;
 /// `ARCHIVE_AFTER_SECONDS` when unset: a day.
 pub const DEFAULT_ARCHIVE_AFTER_SECONDS: u64 = 86_400;
 
@@ -155,11 +155,11 @@ pub const MAX_RATE_PER_SECOND: f64 = 3000.0;
 pub const MIN_DEADLINE_MARGIN_MS: u64 = 200;
 
 /// The DLQ's message retention (the template's, and SQS's maximum): 14 days.
-pub const DLQ_RETENTION_SECONDS: u64 = 1_209_600;
+pub(crate) const DLQ_RETENTION_SECONDS: u64 = 1_209_600;
 /// How long before the DLQ's retention ends a message must be past its TTL, so that scheduled
 /// runs (and the hide of a kept message, which ends at its TTL) archive it before SQS would
 /// delete it: one day.
-pub const TTL_MARGIN_SECONDS: u64 = 86_400;
+pub(crate) const TTL_MARGIN_SECONDS: u64 = 86_400;
 /// Highest accepted `ARCHIVE_AFTER_SECONDS`: the DLQ's retention less the margin (13 days).
 pub const MAX_ARCHIVE_AFTER_SECONDS: u64 = DLQ_RETENTION_SECONDS - TTL_MARGIN_SECONDS;
 

@@ -13,7 +13,7 @@ use crate::config::{ConfigError, Vars};
 
 /// The key every line about a message carries its business id under, as Powertools Logger
 /// does (`set_correlation_id`): a Powertools query `filter correlation_id = "…"` finds it.
-pub const CORRELATION_ID: &str = "correlation_id";
+pub(crate) const CORRELATION_ID: &str = "correlation_id";
 
 /// Powertools Logger's standard keys, which resq writes on every JSON line itself (a field of
 /// the same name on an event or a span is not written, as Powertools ignores such keys; the
@@ -68,7 +68,7 @@ impl CorrelationKey {
     }
 
     /// The message type's own log key (`order_id`), written beside `correlation_id`.
-    pub fn log_key(&self) -> &str {
+    pub(crate) fn log_key(&self) -> &str {
         &self.log_key
     }
 
@@ -146,7 +146,7 @@ impl CorrelationKey {
 }
 
 /// `snake_case` as `camelCase`: `payment_id` → `paymentId`.
-pub fn camel_case(snake: &str) -> String {
+pub(crate) fn camel_case(snake: &str) -> String {
     let mut out = String::with_capacity(snake.len());
     let mut upper = false;
     for c in snake.chars() {

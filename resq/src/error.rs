@@ -12,7 +12,7 @@ use aws_sdk_sqs::error::{ConnectorError, ErrorMetadata, ProvideErrorMetadata};
 pub struct AwsError {
     /// The service's error code when there was one (`RequestThrottled`, `AccessDenied`, …).
     pub code: Option<String>,
-    /// The error and its causes, each as its message (see [`error_chain`]).
+    /// The error and its causes, each as its message (see `error_chain`).
     pub message: String,
     /// Why the call did not go through, as far as the SDK tells.
     pub kind: AwsErrorKind,
@@ -73,7 +73,7 @@ impl AwsError {
 /// nothing repeats. Only messages: never Rust's debug form of the error (which the SDK's
 /// `DisplayErrorContext` appends, struct fields and all), and a service's error metadata as
 /// its code and message (its own Display is a struct: `Error { code: …, message: … }`).
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut text = err.to_string();
     let mut previous = text.clone();
     let mut next = err.source();

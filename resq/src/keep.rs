@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 use crate::store::{ObjectStore, StoreError};
 
 /// Where keep lists live in the bucket.
-pub const KEEP_PREFIX: &str = "kept/";
+pub(crate) const KEEP_PREFIX: &str = "kept/";
 
-/// What keep lists need: written once, read back, and listed by day, under [`KEEP_PREFIX`].
+/// What keep lists need: written once, read back, and listed by day, under `KEEP_PREFIX`.
 pub const PERMISSIONS: &[crate::iam::Permission] = &[
     crate::iam::Permission::new("s3:PutObject", "ArchiveBucket/kept/*"),
     crate::iam::Permission::new("s3:GetObject", "ArchiveBucket/kept/*"),
@@ -50,7 +50,7 @@ pub struct KeptMessage {
 /// One run's list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct KeepList {
+pub(crate) struct KeepList {
     /// The DLQ the messages are in.
     pub queue_url: String,
     /// Epoch millis of writing.
@@ -60,7 +60,7 @@ pub struct KeepList {
 }
 
 /// The key of a run's `part`-th list written at `at`.
-pub fn keep_key(at: DateTime<Utc>, run: &str, part: usize) -> String {
+pub(crate) fn keep_key(at: DateTime<Utc>, run: &str, part: usize) -> String {
     let safe: String = run
         .chars()
         .map(|c| {
@@ -79,7 +79,7 @@ pub fn keep_key(at: DateTime<Utc>, run: &str, part: usize) -> String {
 
 /// Writes one list, the `part`-th of run `run` (at most [`MAX_ENTRIES_PER_LIST`] messages:
 /// the settle executor splits a run's kept messages into lists); returns its key.
-pub async fn write_list(
+pub(crate) async fn write_list(
     store: &impl ObjectStore,
     queue_url: &str,
     run: &str,

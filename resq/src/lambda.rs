@@ -36,7 +36,7 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
 }
 
 /// Lambda's longest timeout: the budget assumed when a runtime gives no usable deadline.
-pub const MAX_LAMBDA_TIMEOUT: Duration = Duration::from_secs(900);
+pub(crate) const MAX_LAMBDA_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// The `Instant` of a Lambda deadline given as epoch millis (the runtime's `context.deadline`).
 pub fn deadline_instant(deadline_epoch_ms: u64) -> Instant {
@@ -50,7 +50,7 @@ pub fn deadline_instant(deadline_epoch_ms: u64) -> Instant {
 /// has passed; a deadline at or before the start means the runtime sent no real one (local
 /// emulators: `cargo lambda watch` sends its timeout, 600000, instead of an epoch time), and
 /// then Lambda's longest timeout is assumed.
-pub fn deadline_from(deadline_epoch_ms: u64, now_epoch_ms: u64, now: Instant) -> Instant {
+pub(crate) fn deadline_from(deadline_epoch_ms: u64, now_epoch_ms: u64, now: Instant) -> Instant {
     if deadline_epoch_ms <= now_epoch_ms {
         tracing::debug!(
             deadline_epoch_ms,
@@ -66,7 +66,7 @@ pub fn deadline_from(deadline_epoch_ms: u64, now_epoch_ms: u64, now: Instant) ->
 /// would otherwise warn on every start that it runs sequentially. Any other value stays (the
 /// warning is then right). Call it first thing in `main`, before the async runtime starts any
 /// thread: changing the environment is only sound while a single thread runs.
-pub fn drop_sequential_concurrency_setting() {
+pub(crate) fn drop_sequential_concurrency_setting() {
     const NAME: &str = "AWS_LAMBDA_MAX_CONCURRENCY";
     if std::env::var(NAME).is_ok_and(|v| v.trim() == "1") {
         // SAFETY: called before any other thread exists (see above), so nothing reads the
@@ -117,7 +117,7 @@ fn missing_ca_bundle(
 }
 
 /// A function's `main`: drops the sequential concurrency setting (see
-/// [`drop_sequential_concurrency_setting`]) and a CA bundle that is not there (see
+/// `drop_sequential_concurrency_setting`) and a CA bundle that is not there (see
 /// `drop_missing_ca_bundle`) while one thread runs, then runs `serve` on a
 /// multi-threaded tokio runtime. An error ends the process with exit code 1 and
 /// `{function}: {the messages of the error and its causes}` on stderr, never Rust's debug form
@@ -155,7 +155,7 @@ pub fn application_log_kept(line: &str, configured: crate::telemetry::LogLevel) 
 }
 
 /// The level Lambda files a line under (see [`application_log_kept`]).
-pub fn line_level(line: &str) -> crate::telemetry::LogLevel {
+pub(crate) fn line_level(line: &str) -> crate::telemetry::LogLevel {
     use crate::telemetry::LogLevel;
     #[derive(serde::Deserialize)]
     struct Head<'a> {

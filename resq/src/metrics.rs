@@ -15,10 +15,10 @@ pub const DIMENSION_SERVICE: &str = "service";
 /// Dimension naming the function that emitted the metric, on every metric.
 pub const DIMENSION_FUNCTION: &str = "function_name";
 /// Dimension of `Archived` by reason.
-pub const DIMENSION_REASON: &str = "reason";
+pub(crate) const DIMENSION_REASON: &str = "reason";
 /// 1 for an invocation that started a new process (a cold start), in a document of its own
 /// with the dimensions `function_name` and `service`, as Powertools Metrics writes it.
-pub const COLD_START: &str = "ColdStart";
+pub(crate) const COLD_START: &str = "ColdStart";
 
 /// Records handled successfully.
 pub const PROCESSED: &str = "Processed";
@@ -126,7 +126,7 @@ impl Metrics {
     }
 
     /// The EMF documents as log lines, each with a `level` and an RFC 3339 `timestamp` so that
-    /// Lambda's log-level filter files it under `level` (see [`LogLevel::for_metrics`]).
+    /// Lambda's log-level filter files it under `level` (see `LogLevel::for_metrics`).
     pub fn to_lines(
         &self,
         t: &Telemetry,
@@ -153,7 +153,7 @@ impl Metrics {
 
 /// The `ColdStart` document: `ColdStart` 1 by `function_name` and `service`, as Powertools
 /// Metrics writes it on a cold start.
-pub fn cold_start_emf(t: &Telemetry, timestamp_ms: i64) -> Value {
+pub(crate) fn cold_start_emf(t: &Telemetry, timestamp_ms: i64) -> Value {
     json!({
         "_aws": aws_block(&t.namespace, timestamp_ms, &[DIMENSION_FUNCTION, DIMENSION_SERVICE], vec![json!({"Name": COLD_START, "Unit": "Count"})]),
         DIMENSION_FUNCTION: t.function_name,
@@ -172,7 +172,7 @@ pub fn cold_start_line(
 }
 
 /// Prints the `ColdStart` line on stdout, as [`Metrics::emit`] prints its lines.
-pub fn emit_cold_start(t: &Telemetry) {
+pub(crate) fn emit_cold_start(t: &Telemetry) {
     let level = LogLevel::for_metrics(LogLevel::configured());
     println!("{}", cold_start_line(t, chrono::Utc::now(), level));
 }

@@ -163,13 +163,13 @@ codes! {
 }
 
 /// The longest `x-failure-reason` resq writes, in characters.
-pub const MAX_FAILURE_REASON_CHARS: usize = 128;
+pub(crate) const MAX_FAILURE_REASON_CHARS: usize = 128;
 
 /// A failure code as it can travel in `x-failure-reason`. SQS rejects an empty attribute value
 /// and characters outside its set (control characters other than tab, newline and carriage
 /// return; U+FFFE and U+FFFF), so a copy carrying such a code could never be sent and the
 /// message would fail every retry. Such characters become `_`, surrounding whitespace goes, the
-/// code is cut at [`MAX_FAILURE_REASON_CHARS`], and an empty code becomes [`FailureReason::Unspecified`].
+/// code is cut at `MAX_FAILURE_REASON_CHARS`, and an empty code becomes [`FailureReason::Unspecified`].
 pub fn failure_reason(code: &str) -> String {
     let cleaned: String = code
         .trim()

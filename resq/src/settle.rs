@@ -306,8 +306,8 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
         }
     }
 
-    /// At most `n` S3 calls at once (default [`CALLS_IN_FLIGHT`]); SQS calls, at most
-    /// [`CALLS_IN_FLIGHT`] (or `n`, if fewer), have slots of their own.
+    /// At most `n` S3 calls at once (default `CALLS_IN_FLIGHT`); SQS calls, at most
+    /// `CALLS_IN_FLIGHT` (or `n`, if fewer), have slots of their own.
     pub fn with_calls_in_flight(mut self, n: usize) -> Self {
         self.calls_in_flight = n.max(1);
         self

@@ -38,7 +38,7 @@ impl QueueLimits {
     /// The limits in a queue's attributes, by name as `GetQueueAttributes` returns them
     /// (`RedrivePolicy` is JSON, its `maxReceiveCount` a number or a string of one). A missing
     /// retention or visibility timeout is SQS's default; one that does not read is an error.
-    pub fn from_attributes(attributes: &HashMap<String, String>) -> Result<Self, String> {
+    pub(crate) fn from_attributes(attributes: &HashMap<String, String>) -> Result<Self, String> {
         let defaults = Self::sqs_defaults();
         let seconds = |name: &str, default: Duration| match attributes.get(name) {
             None => Ok(default),

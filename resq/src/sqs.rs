@@ -24,7 +24,7 @@ pub const MAX_BATCH: usize = 10;
 
 /// Batch calls of one operation in flight at once (a settling step of a 10,000-record batch
 /// makes up to 1,000 of them).
-pub const CALLS_IN_FLIGHT: usize = 16;
+pub(crate) const CALLS_IN_FLIGHT: usize = 16;
 
 /// A message to send: a consumer's DLQ copy or a redriver's replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,7 +169,7 @@ impl ReceivedMessage {
 
 /// Per entry of a batch call: `Ok` when SQS reported it `Successful` (for a send, with the
 /// copy's new message id), else why not.
-pub type EntryResults<T> = Vec<Result<T, AwsError>>;
+pub(crate) type EntryResults<T> = Vec<Result<T, AwsError>>;
 
 /// The SQS calls resq makes, one call each (the batch calls take at most [`MAX_BATCH`]
 /// entries; [`crate::settle`] splits and paces them). Implemented on the SDK's client, and on
@@ -408,7 +408,7 @@ impl<T: Queues> Queues for &T {
 }
 
 /// The SDK form of a message's attributes.
-pub fn sdk_attributes(
+pub(crate) fn sdk_attributes(
     attrs: &MessageAttributes,
 ) -> Result<HashMap<String, MessageAttributeValue>, AwsError> {
     attrs

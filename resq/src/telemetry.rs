@@ -48,7 +48,7 @@ pub enum LogLevel {
 
 impl LogLevel {
     /// Every level, least severe first.
-    pub const ALL: [LogLevel; 6] = [
+    pub(crate) const ALL: [LogLevel; 6] = [
         LogLevel::Trace,
         LogLevel::Debug,
         LogLevel::Info,
@@ -78,7 +78,7 @@ impl LogLevel {
 
     /// A level as Powertools' `POWERTOOLS_LOG_LEVEL` names it: Lambda's names, and Python's
     /// `WARNING` and `CRITICAL` (`SILENT` is [`LogSettings`]'s to read: no level at all).
-    pub fn parse_powertools(name: &str) -> Option<Self> {
+    pub(crate) fn parse_powertools(name: &str) -> Option<Self> {
         match name.trim().to_ascii_uppercase().as_str() {
             "WARNING" => Some(LogLevel::Warn),
             "CRITICAL" => Some(LogLevel::Fatal),
@@ -112,14 +112,14 @@ impl LogLevel {
     /// higher. Lambda keeps a JSON line only at or above the configured level (and counts a
     /// line without one as INFO), so a metric line at this level reaches CloudWatch whatever
     /// the setting, and resq's metrics, alarms and breaker with it.
-    pub fn for_metrics(configured: LogLevel) -> Self {
+    pub(crate) fn for_metrics(configured: LogLevel) -> Self {
         configured.max(LogLevel::Info)
     }
 }
 
 /// The resolved logging settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogSettings {
+pub(crate) struct LogSettings {
     /// Line format.
     pub format: LogFormat,
     /// Filter directives, as [`Targets`] reads them: a level (`info`), or `target=level` pairs
@@ -132,7 +132,7 @@ impl LogSettings {
     /// `AWS_LAMBDA_LOG_LEVEL`, then `POWERTOOLS_LOG_LEVEL` (used only without Lambda's, as
     /// Powertools ranks them; `SILENT` writes no log line, metric lines still go), then
     /// `RUST_LOG` over both.
-    pub fn from_values(
+    pub(crate) fn from_values(
         format: Option<&str>,
         level: Option<&str>,
         powertools_level: Option<&str>,
@@ -412,7 +412,7 @@ pub fn init(names: Names) -> Result<&'static Telemetry, ConfigError> {
 }
 
 /// The target of the invocation's span (`resq::lambda::invocation`), which [`FlatJson`] writes as Powertools' keys.
-pub const INVOCATION_TARGET: &str = "resq::invocation";
+pub(crate) const INVOCATION_TARGET: &str = "resq::invocation";
 
 /// The trace id of Lambda's trace header (`Root=1-5759e988-bd862e3fe1be46a994272793;
 /// Parent=…;Sampled=1`): `1-5759e988-bd862e3fe1be46a994272793`, as Powertools logs it; a
@@ -435,7 +435,10 @@ pub fn trace_root(header: &str) -> Option<&str> {
 /// (`order_id`). So `message_id`, `correlation_id` and `order_id`, which the consumer puts on
 /// a record's span and the redriver on each line, are the same keys in both functions' logs,
 /// and a Logs Insights query (a Powertools one too) filters on them directly.
-pub fn json_layer<S, W>(telemetry: &Telemetry, writer: W) -> impl tracing_subscriber::Layer<S>
+pub(crate) fn json_layer<S, W>(
+    telemetry: &Telemetry,
+    writer: W,
+) -> impl tracing_subscriber::Layer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
@@ -454,7 +457,7 @@ where
 /// The Lambda runtime's own span (`requestId`, `xrayTraceId`) is left out: its keys are
 /// written as Powertools names them.
 #[derive(Debug, Clone, Default)]
-pub struct FlatJson {
+pub(crate) struct FlatJson {
     /// The process's keys, formatted once (no braces).
     process_keys: String,
     /// The message type's own key for `correlation_id`.

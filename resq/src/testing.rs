@@ -526,11 +526,6 @@ impl MemoryStore {
         keys.cloned().collect()
     }
 
-    /// Put attempts so far (written, found existing or failed).
-    pub fn puts(&self) -> u64 {
-        self.puts.load(Ordering::SeqCst)
-    }
-
     /// Makes every put take this long before it answers (a slow S3).
     pub fn set_delay(&self, delay: Duration) {
         *lock(&self.delay) = delay;
@@ -574,7 +569,7 @@ impl ObjectStore for MemoryStore {
     }
 }
 
-/// A log sink for tests: the JSON lines [`crate::telemetry::json_layer`] writes, kept in
+/// A log sink for tests: the JSON lines `crate::telemetry::json_layer` writes, kept in
 /// memory while the returned guard is the thread's default subscriber.
 #[derive(Clone, Default)]
 pub struct CapturedLogs(std::sync::Arc<Mutex<Vec<u8>>>);
