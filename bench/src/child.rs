@@ -4,14 +4,16 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use resq::config::{ConsumerConfig, RedriverConfig, Vars};
+use resq::config::Vars;
 use resq::testing::{MemorySqs, MemoryStore};
 use resq_consumer::Consumer;
+use resq_consumer::config::ConsumerConfig;
 use resq_consumer::event::SqsInvocation;
 use resq_consumer::handler::{HandlerError, RecordMeta};
 use resq_consumer::order::Order;
 use resq_consumer::order::OrderHandler;
 use resq_redriver::Redriver;
+use resq_redriver::config::RedriverConfig;
 use resq_redriver::ports::CloudWatchAlarms;
 use resq_redriver::request::RunRequest;
 use serde_json::{Value, json};

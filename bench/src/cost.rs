@@ -318,7 +318,7 @@ pub fn per_million(
     let backoff = invocations_with_any(invocations, b, share_of(tr, deliveries), tr);
     let dlq_send = invocations_with_any(invocations, b, share_of(p, deliveries), p);
     let consumer_ms = invocations * m.resq_batch_ms.ceil() + (backoff + dlq_send) * a.sqs_call_ms;
-    let max_hide = resq::backoff::MAX_VISIBILITY_TIMEOUT.as_secs_f64();
+    let max_hide = resq::sqs::MAX_VISIBILITY_TIMEOUT.as_secs_f64();
     let hides = (t.archive_after_seconds / max_hide).ceil().max(1.0);
     let visits = hides + 1.0; // each hide, then the archive
     // The measured requests less a SendMessageBatch and a DeleteMessageBatch per ten; every

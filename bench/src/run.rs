@@ -21,7 +21,7 @@ use crate::scale;
 /// Dollars per million SQS requests (standard queue, first tier).
 pub const DOLLARS_PER_MILLION_REQUESTS: f64 = 0.40;
 /// A replay rate that does not bind in the throughput comparison (resq's maximum).
-pub const UNBOUND_RATE: f64 = resq::config::MAX_RATE_PER_SECOND;
+pub const UNBOUND_RATE: f64 = resq_redriver::config::MAX_RATE_PER_SECOND;
 
 /// One batch size of the I/O-bound comparison: median batch wall times in seconds.
 #[derive(Debug, Clone)]

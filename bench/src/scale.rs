@@ -25,7 +25,7 @@ use crate::proxy::{CountingProxy, Request, achieved, breakdown, counted};
 use crate::queues;
 
 /// The rate the throughput and the drain are measured at: resq's maximum.
-pub const SCALE_RATE: f64 = resq::config::MAX_RATE_PER_SECOND;
+pub const SCALE_RATE: f64 = resq_redriver::config::MAX_RATE_PER_SECOND;
 /// The drain the bench extrapolates to.
 pub const MILLION: f64 = 1_000_000.0;
 

@@ -9,8 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use resq::config::{PermanentAction, Vars};
+use resq::config::Vars;
 use resq::correlation::CorrelationKey;
+use resq_redriver::config::PermanentAction;
 
 use crate::CliError;
 

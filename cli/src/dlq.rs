@@ -2,10 +2,11 @@
 
 use std::time::{Duration, Instant};
 
-use resq::config::{CommonConfig, PermanentAction, RedriverConfig};
+use resq::config::CommonConfig;
 use resq::settle::{Plan, QueueUrl};
 use resq::sqs::{Queues, ReceivedMessage};
 use resq::store::S3Store;
+use resq_redriver::config::{PermanentAction, RedriverConfig};
 use resq_redriver::ports::CloudWatchAlarms;
 use resq_redriver::request::RunRequest;
 use resq_redriver::summary::Replayed;
@@ -393,7 +394,7 @@ fn redriver(
         },
         rate_per_second: request.rate_per_second,
         max_messages_per_run: request.max_messages,
-        kept_in_flight_max: resq::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
+        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
         archive_after,
         permanent_action,
         pause_on_alarms: Vec::new(),

@@ -564,7 +564,7 @@ impl Coverage {
 pub fn remaining_hide(hidden_until: u64, now_ms: u64) -> Option<i32> {
     let left = hidden_until.checked_sub(now_ms).filter(|&ms| ms > 0)?;
     let secs = left.div_ceil(1000);
-    Some(secs.min(resq::backoff::MAX_VISIBILITY_TIMEOUT.as_secs()) as i32)
+    Some(secs.min(resq::sqs::MAX_VISIBILITY_TIMEOUT.as_secs()) as i32)
 }
 
 fn aws(what: String) -> impl FnOnce(resq::error::AwsError) -> CliError {

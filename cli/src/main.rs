@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use clap::parser::ValueSource;
 use clap::{ArgGroup, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use resq::config::PermanentAction;
 use resq_ops::context::{Context, Endpoint};
 use resq_ops::deployed::{self, Deployed, FromStack, Typed};
 use resq_ops::{CliError, archive, canary, dlq, find, orders, render, shadow, stack, status};
+use resq_redriver::config::PermanentAction;
 
 /// Keep SQS order pipelines flowing: inspect and operate a resq stack (AWS or a local emulator).
 #[derive(Parser, Debug)]
@@ -215,13 +215,13 @@ struct RedriveArgs {
     #[arg(long = "max-messages", alias = "max", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     max_messages: u32,
     /// Redriven messages per second.
-    #[arg(long = "rate-per-second", alias = "rate", default_value_t = resq::config::DEFAULT_RATE_PER_SECOND, value_parser = rate)]
+    #[arg(long = "rate-per-second", alias = "rate", default_value_t = resq_redriver::config::DEFAULT_RATE_PER_SECOND, value_parser = rate)]
     rate_per_second: f64,
     /// The redrive cap (MAX_REDRIVE_ATTEMPTS).
     #[arg(long = "max-redrive-attempts", alias = "cap", env = "MAX_REDRIVE_ATTEMPTS", default_value_t = resq::config::DEFAULT_MAX_REDRIVE_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
     max_redrive_attempts: u32,
     /// The TTL (ARCHIVE_AFTER_SECONDS), as the stack's redriver has it.
-    #[arg(long = "archive-after-seconds", alias = "archive-after", env = "ARCHIVE_AFTER_SECONDS", default_value_t = resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS, value_parser = clap::value_parser!(u64).range(60..=resq::config::MAX_ARCHIVE_AFTER_SECONDS))]
+    #[arg(long = "archive-after-seconds", alias = "archive-after", env = "ARCHIVE_AFTER_SECONDS", default_value_t = resq_redriver::config::DEFAULT_ARCHIVE_AFTER_SECONDS, value_parser = clap::value_parser!(u64).range(60..=resq_redriver::config::MAX_ARCHIVE_AFTER_SECONDS))]
     archive_after_seconds: u64,
     /// What to do with permanent failures: keep them in the DLQ, or archive them.
     #[arg(long = "permanent-action", value_name = "keep|archive", default_value_t = PermanentAction::default())]
@@ -289,11 +289,11 @@ struct RestoreArgs {
     /// The consumer's idempotency window in seconds (its IDEMPOTENCY_WINDOW_SECONDS, the
     /// order records' lifetime): an entry first sent longer ago is refused, since its
     /// order could run again.
-    #[arg(long, env = "IDEMPOTENCY_WINDOW_SECONDS", default_value_t = resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS)]
+    #[arg(long, env = "IDEMPOTENCY_WINDOW_SECONDS", default_value_t = resq_consumer::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS)]
     idempotency_window_seconds: u64,
     /// The redriver's TTL in seconds (its ARCHIVE_AFTER_SECONDS): with the main queue's
     /// retention, how long a restored copy may still run.
-    #[arg(long, env = "ARCHIVE_AFTER_SECONDS", default_value_t = resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS)]
+    #[arg(long, env = "ARCHIVE_AFTER_SECONDS", default_value_t = resq_redriver::config::DEFAULT_ARCHIVE_AFTER_SECONDS)]
     archive_after_seconds: u64,
     /// Restore even past the idempotency window.
     #[arg(long)]
@@ -306,10 +306,10 @@ struct RestoreArgs {
 
 fn rate(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
-        Ok(r) if r > 0.0 && r <= resq::config::MAX_RATE_PER_SECOND => Ok(r),
+        Ok(r) if r > 0.0 && r <= resq_redriver::config::MAX_RATE_PER_SECOND => Ok(r),
         _ => Err(format!(
             "\"{s}\" is not a rate above 0 and at most {}",
-            resq::config::MAX_RATE_PER_SECOND
+            resq_redriver::config::MAX_RATE_PER_SECOND
         )),
     }
 }

@@ -252,7 +252,7 @@ pub fn hide_again(
 /// minute, within SQS's 12 h (everything is released at the end).
 pub fn hide_for(max_messages: u32, rate_per_second: f64) -> i32 {
     let run = f64::from(max_messages) / rate_per_second.max(f64::MIN_POSITIVE);
-    (run.ceil() + 60.0).clamp(60.0, resq::backoff::MAX_VISIBILITY_TIMEOUT.as_secs() as f64) as i32
+    (run.ceil() + 60.0).clamp(60.0, resq::sqs::MAX_VISIBILITY_TIMEOUT.as_secs() as f64) as i32
 }
 
 /// The shadow replay: checks the staging queue, copies, then leaves the DLQ as it found it.
@@ -579,7 +579,7 @@ async fn leave_as_found(
 mod tests {
     use super::*;
     use resq::attributes::{AttributeValue, MessageAttributes};
-    use resq::config::PermanentAction;
+    use resq_redriver::config::PermanentAction;
     use std::collections::BTreeMap;
     use std::time::Duration;
 

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::CliError;
-use resq::concurrency::Concurrency;
+use resq_consumer::concurrency::Concurrency;
 
 /// The template's `Parameters` that the rules read.
 pub mod names {
@@ -54,7 +54,7 @@ pub mod names {
 use names::*;
 
 /// SQS hides a message for at most 12 hours: no backoff is longer.
-const LONGEST_BACKOFF_SECONDS: f64 = resq::backoff::MAX_VISIBILITY_TIMEOUT.as_secs() as f64;
+const LONGEST_BACKOFF_SECONDS: f64 = resq::sqs::MAX_VISIBILITY_TIMEOUT.as_secs() as f64;
 /// The main queue's visibility timeout is this many consumer timeouts (the template's
 /// `ConsumerTimeouts` mapping).
 pub const VISIBILITY_PER_TIMEOUT: f64 = 6.0;

@@ -6,14 +6,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::backoff::Backoff;
+use crate::config::ConsumerConfig;
 use rand::Rng;
 use resq::archive::{ArchiveEntry, OriginalMessage};
 use resq::attributes::{
     self, AttributeLimitExceeded, AttributeValue, FAILURE_CLASS_PERMANENT, FAILURE_CLASS_TRANSIENT,
     MAX_MESSAGE_BYTES, X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT,
 };
-use resq::backoff::Backoff;
-use resq::config::ConsumerConfig;
 use resq::reason::{ArchiveReason, ErrorCode, FailureReason};
 use resq::settle::{Action, QueueUrl};
 use resq::source::QueueLimits;
@@ -536,7 +536,7 @@ mod tests {
                 max_redrive_attempts: 3,
                 deadline_margin: Duration::from_secs(1),
             },
-            concurrency: resq::concurrency::Concurrency::Fixed(4),
+            concurrency: crate::concurrency::Concurrency::Fixed(4),
             backoff: Backoff::default(),
             // the fixtures were sent in 2023: a window that holds them
             idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),

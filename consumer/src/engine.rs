@@ -14,10 +14,11 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::concurrency::Limit;
+use crate::config::ConsumerConfig;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use resq::concurrency::{Limit, Throttling};
-use resq::config::ConsumerConfig;
+use resq::aws::Throttling;
 use resq::correlation::CorrelationKey;
 use resq::metrics;
 use resq::settle::{Action, Confirmation, Deadlines, QueueUrl, Settler};

@@ -3,8 +3,8 @@
 //! own function (`examples/payments`, docs/own-function.md) are each a one-line `main` over
 //! [`serve`].
 
+use crate::config::ConsumerConfig;
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
-use resq::config::ConsumerConfig;
 use resq::lambda::InvocationError;
 use resq::store::S3Store;
 use tracing::Instrument;

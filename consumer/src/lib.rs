@@ -44,7 +44,8 @@
 //! use std::time::{Duration, Instant};
 //!
 //! use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON};
-//! use resq::config::{ConsumerConfig, Vars};
+//! use resq::config::Vars;
+//! use resq_consumer::config::ConsumerConfig;
 //! use resq::testing::{MemorySqs, MemoryStore};
 //! use resq_consumer::Consumer;
 //! use resq_consumer::event::SqsInvocation;
@@ -127,6 +128,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod account;
+pub mod backoff;
+pub mod concurrency;
+pub mod config;
 pub mod decide;
 pub mod engine;
 pub mod event;

@@ -72,7 +72,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         received_at: Instant,
         settle_by: Instant,
     ) {
-        let ceiling = resq::backoff::visibility_left(received_at.elapsed());
+        let ceiling = resq::sqs::visibility_left(received_at.elapsed());
         let failures: Vec<Option<&Failure>> = outcomes.iter().map(Outcome::failure).collect();
         let backoff = &self.config.backoff;
         let delays = decide::backoff(

@@ -7,10 +7,8 @@ use std::time::Instant;
 
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON};
-use resq::concurrency::Concurrency;
-use resq::concurrency::Throttling;
+use resq::aws::Throttling;
 use resq::config::CommonConfig;
-use resq::config::ConsumerConfig;
 use resq::metrics;
 use resq::reason::ArchiveReason;
 use resq::sqs::OutgoingMessage;
@@ -20,6 +18,8 @@ use resq::testing::{Call, MemorySqs, MemoryStore};
 use resq_consumer::Consumer;
 use resq_consumer::account::BatchReport;
 use resq_consumer::account::Outcome;
+use resq_consumer::concurrency::Concurrency;
+use resq_consumer::config::ConsumerConfig;
 use resq_consumer::decide;
 use resq_consumer::decide::Failure;
 use resq_consumer::event::EventError;
@@ -101,7 +101,7 @@ fn config(dlq: &str) -> ConsumerConfig {
             deadline_margin: Duration::from_millis(200),
         },
         concurrency: Concurrency::Fixed(4),
-        backoff: resq::backoff::Backoff::default(),
+        backoff: resq_consumer::backoff::Backoff::default(),
         // the fixtures were sent in 2023: a window that holds them
         idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),
     }

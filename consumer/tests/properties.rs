@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use proptest::prelude::*;
 use resq::attributes::{MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, X_FAILURE_REASON, message_size};
-use resq::config::{CommonConfig, ConsumerConfig};
+use resq::config::CommonConfig;
 use resq::testing::{Call, MemorySqs, MemoryStore};
 use resq_consumer::Consumer;
 use resq_consumer::account::Outcome;
+use resq_consumer::config::ConsumerConfig;
 use resq_consumer::event::SqsInvocation;
 use resq_consumer::handler::{HandlerError, RecordMeta};
 use resq_consumer::order::{Order, parse_order};
@@ -263,8 +264,8 @@ fn config(dlq: &str) -> ConsumerConfig {
             max_redrive_attempts: 3,
             deadline_margin: Duration::from_millis(200),
         },
-        concurrency: resq::concurrency::Concurrency::Fixed(4),
-        backoff: resq::backoff::Backoff::default(),
+        concurrency: resq_consumer::concurrency::Concurrency::Fixed(4),
+        backoff: resq_consumer::backoff::Backoff::default(),
         // the fixtures were sent in 2023: a window that holds them
         idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),
     }

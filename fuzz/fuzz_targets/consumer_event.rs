@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
 use resq::attributes::{MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, message_size};
-use resq::config::{CommonConfig, ConsumerConfig};
+use resq::config::CommonConfig;
+use resq_consumer::config::ConsumerConfig;
 use resq::testing::{MemorySqs, MemoryStore};
 use resq_consumer::Consumer;
 use resq_consumer::event::{EventError, SqsInvocation};
@@ -23,8 +24,8 @@ fn config() -> ConsumerConfig {
             max_redrive_attempts: 3,
             deadline_margin: Duration::from_millis(200),
         },
-        concurrency: resq::concurrency::Concurrency::Fixed(4),
-        backoff: resq::backoff::Backoff::default(),
+        concurrency: resq_consumer::concurrency::Concurrency::Fixed(4),
+        backoff: resq_consumer::backoff::Backoff::default(),
         // the fixtures were sent in 2023: a window that holds them
         idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),
     }

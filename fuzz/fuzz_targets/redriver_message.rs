@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use resq::attributes::{
     AttributeValue, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, RedriveCount, message_size,
 };
-use resq::config::PermanentAction;
+use resq_redriver::config::PermanentAction;
 use resq::sqs::{MAX_BATCH, pack};
 use resq_redriver::classify::{ReceivedMessage, Rules, Verdict, classify, replay};
 

@@ -11,11 +11,13 @@ use aws_sdk_sqs::types::MessageAttributeValue;
 use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use resq::config::{CommonConfig, ConsumerConfig, PermanentAction, RedriverConfig};
+use resq::config::CommonConfig;
 use resq::store::S3Store;
+use resq_consumer::config::ConsumerConfig;
 use resq_consumer::handler::{HandlerError, RecordMeta};
 use resq_consumer::order::Order;
 use resq_consumer::order::{OrderHandler, RecordOrder};
+use resq_redriver::config::{PermanentAction, RedriverConfig};
 use tokio::sync::watch;
 
 use crate::CliError;
@@ -331,18 +333,20 @@ pub async fn run(opts: &DemoOptions) -> Result<Audit, CliError> {
     };
     let consumer_config = ConsumerConfig {
         common: common.clone(),
-        concurrency: resq::concurrency::Concurrency::Auto,
-        backoff: resq::backoff::Backoff {
+        concurrency: resq_consumer::concurrency::Concurrency::Auto,
+        backoff: resq_consumer::backoff::Backoff {
             base: Duration::from_secs(1),
             cap: Duration::from_secs(2),
         },
-        idempotency_window: Duration::from_secs(resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
+        idempotency_window: Duration::from_secs(
+            resq_consumer::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS,
+        ),
     };
     let redriver_config = RedriverConfig {
         common,
         rate_per_second: 200.0,
         max_messages_per_run: None,
-        kept_in_flight_max: resq::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
+        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
         archive_after: Duration::from_secs(86_400),
         permanent_action: PermanentAction::Keep,
         pause_on_alarms: Vec::new(),

@@ -10,6 +10,7 @@ pub mod demo;
 pub mod driver;
 pub mod emf;
 pub mod emulator;
+pub mod env;
 pub mod event;
 pub mod http;
 pub mod live;

@@ -248,8 +248,8 @@ struct ChaosArgs {
     sdk_attempts: u32,
     /// The redriver's PERMANENT_ACTION (the template's default, `keep`: the kept permanent
     /// failures are hidden until their TTL, and the audit makes them visible first).
-    #[arg(long, default_value_t = resq::config::PermanentAction::Keep)]
-    permanent_action: resq::config::PermanentAction,
+    #[arg(long, default_value_t = resq_redriver::config::PermanentAction::Keep)]
+    permanent_action: resq_redriver::config::PermanentAction,
 }
 
 async fn chaos(args: &ChaosArgs) -> Result<(), CliError> {

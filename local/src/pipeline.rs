@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use resq::config::{ConsumerConfig, RedriverConfig};
 use resq::metrics::{self, Metrics};
 use resq::store::S3Store;
 use resq_consumer::Consumer;
+use resq_consumer::config::ConsumerConfig;
 use resq_consumer::event::SqsInvocation;
 use resq_consumer::order::OrderHandler;
 use resq_redriver::Redriver;
+use resq_redriver::config::RedriverConfig;
 use resq_redriver::ports::CloudWatchAlarms;
 use resq_redriver::request::RunRequest;
 use tokio::sync::watch;

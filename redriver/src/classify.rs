@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
+use crate::config::PermanentAction;
 use resq::attributes::{
     self, AttributeValue, MAX_MESSAGE_BYTES, MessageAttributes, RedriveCount, X_FAILURE_CLASS,
     X_FAILURE_REASON, X_FIRST_SENT_AT, X_REDRIVE_COUNT,
 };
-use resq::config::PermanentAction;
 use resq::reason::{ArchiveReason, FailureReason};
 pub use resq::sqs::{OutgoingMessage, ReceivedMessage};
 
@@ -85,7 +85,10 @@ pub struct Rules {
 
 impl Rules {
     /// The rules of a run of `request` under `config`, before the breaker is read.
-    pub fn of(request: &crate::request::RunRequest, config: &resq::config::RedriverConfig) -> Self {
+    pub fn of(
+        request: &crate::request::RunRequest,
+        config: &crate::config::RedriverConfig,
+    ) -> Self {
         Self {
             max_redrive_attempts: config.common.max_redrive_attempts,
             archive_after: config.archive_after,
@@ -190,7 +193,7 @@ pub fn keep_until(m: &ReceivedMessage, rules: &Rules, fifo: bool) -> Option<u64>
 /// SQS's 12 h counted from its receive `since_receive` ago.
 pub fn keep_hidden_for(until_ms: u64, now_ms: u64, since_receive: Duration) -> i32 {
     let until_ttl = until_ms.saturating_sub(now_ms).div_ceil(1000) + 1;
-    let limit = resq::backoff::visibility_left(since_receive).max(0) as u64;
+    let limit = resq::sqs::visibility_left(since_receive).max(0) as u64;
     until_ttl.min(limit) as i32
 }
 

@@ -5,10 +5,10 @@
 
 use std::time::Instant;
 
+use crate::config::RedriverConfig;
 use futures::StreamExt;
 use futures::future::LocalBoxFuture;
 use futures::stream::FuturesUnordered;
-use resq::config::RedriverConfig;
 use resq::keep::{self, KeptMessage};
 use resq::reason::ErrorCode;
 use resq::settle::{Deadlines, Plan, Report, Settler};

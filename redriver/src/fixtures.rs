@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::config::RedriverConfig;
 use resq::attributes::{AttributeValue, MessageAttributes, X_FAILURE_CLASS, X_FAILURE_REASON};
-use resq::config::{RedriverConfig, Vars};
+use resq::config::Vars;
 use resq::sqs::ReceivedMessage;
 
 use crate::ports::{AlarmState, Alarms, PortError};

@@ -14,7 +14,8 @@
 //! use std::time::{Duration, Instant};
 //!
 //! use resq::attributes::X_REDRIVE_COUNT;
-//! use resq::config::{RedriverConfig, Vars};
+//! use resq::config::Vars;
+//! use resq_redriver::config::RedriverConfig;
 //! use resq::sqs::ReceivedMessage;
 //! use resq::testing::{MemorySqs, MemoryStore};
 //! use resq_redriver::Redriver;
@@ -74,6 +75,7 @@
 
 pub mod breaker;
 pub mod classify;
+pub mod config;
 pub mod engine;
 #[cfg(test)]
 mod fixtures;

@@ -9,10 +9,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
-use resq::config::RedriverConfig;
 use resq::lambda::InvocationError;
 use resq::store::S3Store;
 use resq_redriver::Redriver;
+use resq_redriver::config::RedriverConfig;
 use resq_redriver::ports::CloudWatchAlarms;
 use resq_redriver::request::RunRequest;
 use serde_json::Value;

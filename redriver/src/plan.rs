@@ -361,7 +361,7 @@ pub fn keep(
 pub fn receive_visibility(until_deadline: Duration, hold_past_deadline: Duration) -> i32 {
     (until_deadline + hold_past_deadline)
         .as_secs()
-        .clamp(30, resq::backoff::MAX_VISIBILITY_TIMEOUT.as_secs()) as i32
+        .clamp(30, resq::sqs::MAX_VISIBILITY_TIMEOUT.as_secs()) as i32
 }
 
 /// `MAX_MESSAGES_PER_RUN=auto`: what the rate allows in `time`, the token bucket's first batch

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use resq::config::{MAX_RATE_PER_SECOND, RedriverConfig};
+use crate::config::{MAX_RATE_PER_SECOND, RedriverConfig};
 use serde_json::Value;
 
 /// A manual payload: `{"dryRun", "maxMessages", "ratePerSecond", "reason", "olderThanSeconds"}`,
@@ -14,7 +14,7 @@ pub struct Overrides {
     pub dry_run: Option<bool>,
     /// Handle at most this many messages (at least 1).
     pub max_messages: Option<u32>,
-    /// Replay rate for this run (above 0, at most [`resq::config::MAX_RATE_PER_SECOND`]).
+    /// Replay rate for this run (above 0, at most [`crate::config::MAX_RATE_PER_SECOND`]).
     pub rate_per_second: Option<f64>,
     /// Only messages whose `x-failure-reason` is this (permanent ones included: replaying a
     /// permanent failure after a fix is what this is for); not empty, trimmed.

@@ -27,7 +27,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use resq::config::RedriverConfig;
+use crate::config::RedriverConfig;
 use resq::keep::{self, KeptMessage, MAX_ENTRIES_PER_LIST};
 use resq::reason::{ArchiveReason, ErrorCode};
 use resq::settle::{ActionId, Confirmation, Deadlines, Plan, Report, SettleError, Unattempted};
@@ -1334,7 +1334,7 @@ mod tests {
         assert_eq!((summary.redriven, summary.kept), (20, 2000), "{summary:?}");
         assert_eq!(summary.kept_in_flight, Some(2000));
         assert_eq!(world.hidden.len(), 2000);
-        let twelve_hours = resq::backoff::visibility_left(Duration::ZERO);
+        let twelve_hours = resq::sqs::visibility_left(Duration::ZERO);
         assert!(world.hidden.iter().all(|(_, s)| *s == twelve_hours));
         // the full keep list (2,000) was written while the cycles went on, not at the end
         let list = world.commands.iter().position(|c| *c == "keep list");

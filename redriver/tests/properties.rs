@@ -13,9 +13,9 @@ use resq::attributes::{
     MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, RedriveCount, X_FAILURE_CLASS, X_FAILURE_REASON,
     X_FIRST_SENT_AT, X_REDRIVE_COUNT, message_size, parse_count_value,
 };
-use resq::config::PermanentAction;
 use resq::reason::ArchiveReason;
 use resq_redriver::classify::{ReceivedMessage, Rules, Verdict, classify, replay};
+use resq_redriver::config::PermanentAction;
 
 fn attribute_name() -> impl Strategy<Value = String> {
     prop_oneof![

@@ -1,6 +1,7 @@
 //! AWS client construction shared by the functions and the tools.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,8 +14,6 @@ use aws_smithy_runtime_api::client::http::{
 use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use tokio::sync::Semaphore;
-
-use crate::concurrency::{Throttling, is_throttling};
 
 /// How long a connection may take to open.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -86,7 +85,7 @@ fn https_keeping(idle_per_host: Option<usize>) -> SharedHttpClient {
 /// `connections_per_host` requests at once to one host (so about that many connections: one
 /// opens only for a request and goes back to the pool when its answer is read; hyper returns
 /// it from a task of its own, so a request that starts meanwhile may briefly open one more),
-/// and each answer counted in `throttling`, throttled or not (SPEC §3, `CONSUMER_CONCURRENCY`).
+/// and each answer counted in `throttling`, throttled or not (`CONSUMER_CONCURRENCY`).
 #[derive(Debug, Clone)]
 pub struct Downstream {
     /// Requests (connections) to one host at once, at most.
@@ -251,6 +250,99 @@ pub fn s3_client(config: &SdkConfig) -> aws_sdk_s3::Client {
     let builder =
         aws_sdk_s3::config::Builder::from(config).force_path_style(config.endpoint_url().is_some());
     aws_sdk_s3::Client::from_conf(builder.build())
+}
+
+/// What the downstream answered so far, as [`Throttling::seen`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Seen {
+    /// Responses that went through (not throttled).
+    pub ok: u64,
+    /// Throttled responses.
+    pub throttled: u64,
+    /// When the latest call that was throttled was sent, if any was.
+    pub last_throttled_sent: Option<Instant>,
+}
+
+/// The downstream's answers as the HTTPS client reads them: shared between the client (which
+/// counts) and the consumer (which adapts its limit of records in flight). Cloning shares the counts.
+#[derive(Debug, Clone)]
+pub struct Throttling(Arc<Counts>);
+
+#[derive(Debug)]
+struct Counts {
+    ok: AtomicU64,
+    throttled: AtomicU64,
+    /// Nanoseconds after `epoch` at which the latest throttled call was sent (0: none).
+    last_throttled_sent_ns: AtomicU64,
+    epoch: Instant,
+}
+
+impl Default for Throttling {
+    fn default() -> Self {
+        Self(Arc::new(Counts {
+            ok: AtomicU64::new(0),
+            throttled: AtomicU64::new(0),
+            last_throttled_sent_ns: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }))
+    }
+}
+
+impl Throttling {
+    /// A response that went through.
+    pub fn went_through(&self) {
+        self.0.ok.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A throttled answer to a retry of a call (the SDK's attempt 2 or later): counted, but it
+    /// says nothing about the limit now (the call was first sent at an earlier limit).
+    pub fn throttled_retry(&self) {
+        self.0.throttled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A throttled answer to a call first sent at `sent`.
+    pub fn throttled(&self, sent: Instant) {
+        let ns = sent.saturating_duration_since(self.0.epoch).as_nanos() as u64;
+        self.0
+            .last_throttled_sent_ns
+            .fetch_max(ns.max(1), Ordering::Relaxed);
+        self.0.throttled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts so far.
+    pub fn seen(&self) -> Seen {
+        let ns = self.0.last_throttled_sent_ns.load(Ordering::Relaxed);
+        Seen {
+            ok: self.0.ok.load(Ordering::Relaxed),
+            throttled: self.0.throttled.load(Ordering::Relaxed),
+            last_throttled_sent: (ns > 0)
+                .then(|| self.0.epoch + std::time::Duration::from_nanos(ns)),
+        }
+    }
+}
+
+/// Whether a response says the caller is going too fast: HTTP 503 (S3's `SlowDown`, a
+/// service's `ServiceUnavailable`) or 429, or an error code naming throttling in the headers
+/// the AWS protocols carry it in (`x-amzn-query-error` for SQS's JSON protocol,
+/// `x-amzn-errortype` for the other JSON protocols).
+pub(crate) fn is_throttling(status: u16, header: impl Fn(&str) -> Option<String>) -> bool {
+    const CODES: &[&str] = &[
+        "throttl",
+        "slowdown",
+        "requestlimitexceeded",
+        "toomanyrequests",
+        "provisionedthroughputexceeded",
+    ];
+    if status == 503 || status == 429 {
+        return true;
+    }
+    ["x-amzn-query-error", "x-amzn-errortype"]
+        .iter()
+        .filter_map(|h| header(h))
+        .any(|v| {
+            let v = v.to_ascii_lowercase();
+            CODES.iter().any(|c| v.contains(c))
+        })
 }
 
 #[cfg(test)]
@@ -589,6 +681,52 @@ mod tests {
         assert!(
             format!("{err:?}").to_lowercase().contains("timeout"),
             "{err:?}"
+        );
+    }
+
+    #[test]
+    fn throttling_is_read_off_the_status_and_the_error_headers() {
+        let none = |_: &str| None;
+        assert!(is_throttling(503, none));
+        assert!(is_throttling(429, none));
+        assert!(!is_throttling(200, none));
+        assert!(!is_throttling(500, none));
+        assert!(!is_throttling(412, none));
+        let sqs = |h: &str| {
+            (h == "x-amzn-query-error")
+                .then(|| "AWS.SimpleQueueService.RequestThrottled;Sender".into())
+        };
+        assert!(is_throttling(400, sqs));
+        let json = |h: &str| {
+            (h == "x-amzn-errortype").then(|| "ThrottlingException:http://internal".into())
+        };
+        assert!(is_throttling(400, json));
+        let other = |h: &str| (h == "x-amzn-errortype").then(|| "AccessDeniedException".into());
+        assert!(!is_throttling(400, other));
+    }
+
+    #[test]
+    fn the_signal_counts_and_keeps_the_latest_throttled_send() {
+        let t = Throttling::default();
+        assert_eq!(t.seen(), Seen::default());
+        let shared = t.clone();
+        let t0 = Instant::now();
+        shared.went_through();
+        shared.throttled(t0 + Duration::from_millis(30));
+        shared.throttled(t0 + Duration::from_millis(10));
+        let seen = t.seen();
+        assert_eq!((seen.ok, seen.throttled), (1, 2));
+        let sent = seen.last_throttled_sent.unwrap();
+        let ms = |n| t0 + Duration::from_millis(n);
+        assert!(sent >= ms(29) && sent <= ms(31), "{sent:?}");
+        // a retry's throttle is counted, and moves nothing else
+        shared.throttled_retry();
+        assert_eq!(
+            t.seen(),
+            Seen {
+                throttled: 3,
+                ..seen
+            }
         );
     }
 }

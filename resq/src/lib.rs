@@ -7,8 +7,8 @@
 //! - the message attribute contract ([`attributes`]: `x-redrive-count`, `x-failure-class`,
 //!   `x-failure-reason`, `x-first-sent-at`) and the failure and archive reasons ([`reason`]);
 //! - the S3 archive envelope and its write-once writer ([`archive`], [`store`]);
-//! - full-jitter backoff ([`backoff`]), typed configuration from the environment
-//!   ([`config`]), JSON logs ([`telemetry`]) and CloudWatch EMF metrics ([`metrics`]);
+//! - typed configuration from the environment ([`config`]), JSON logs ([`telemetry`]) and
+//!   CloudWatch EMF metrics ([`metrics`]);
 //! - the SQS and S3 adapters behind small ports ([`sqs::Queues`], [`store::ObjectStore`]), the
 //!   AWS clients every function builds ([`aws`]) and the one settle executor both functions
 //!   use ([`settle`]);
@@ -28,7 +28,7 @@
 //!
 //! use resq::archive::archive_key;
 //! use resq::attributes::{cap_on_delivery, cap_on_replay, parse_count_value};
-//! use resq::backoff::Backoff;
+//! use resq::sqs::visibility_left;
 //! use resq::reason::ArchiveReason;
 //!
 //! let max_redrive_attempts = 3;
@@ -46,9 +46,9 @@
 //!     "archive/REDRIVE_CAP/2026/11/26/m-1.json"
 //! );
 //!
-//! // full jitter: a retry waits a random time up to min(300 s, 2 s x 2^(receives - 1))
-//! assert_eq!(Backoff::default().ceiling(3), Duration::from_secs(8));
-//! assert_eq!(Backoff::default().ceiling(20), Duration::from_secs(300));
+//! // SQS's 12 h visibility limit counts from the receive: a message held an hour can be
+//! // hidden for at most 11 more (a second kept in hand for the call)
+//! assert_eq!(visibility_left(Duration::from_secs(3600)), 39_599);
 //! # Ok::<(), chrono::ParseError>(())
 //! ```
 #![warn(missing_docs)]
@@ -57,8 +57,6 @@
 pub mod archive;
 pub mod attributes;
 pub mod aws;
-pub mod backoff;
-pub mod concurrency;
 pub mod config;
 pub mod correlation;
 pub mod error;

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::ops::Range;
+use std::time::Duration;
 
 use crate::error::AwsError;
 use aws_sdk_sqs::types::{
@@ -24,7 +25,21 @@ pub const MAX_BATCH: usize = 10;
 
 /// Batch calls of one operation in flight at once (a settling step of a 10,000-record batch
 /// makes up to 1,000 of them).
-pub(crate) const CALLS_IN_FLIGHT: usize = 16;
+pub const CALLS_IN_FLIGHT: usize = 16;
+
+/// SQS never accepts a visibility timeout beyond 12 hours.
+pub const MAX_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(12 * 60 * 60);
+
+/// The longest visibility timeout SQS still accepts for a message received `since_receive`
+/// ago, in whole seconds: its 12 h limit counts from the receive, not from the change, so a
+/// message already held for an hour can be hidden for at most 11 more. A second is kept in
+/// hand for the time the call takes.
+pub fn visibility_left(since_receive: Duration) -> i32 {
+    MAX_VISIBILITY_TIMEOUT
+        .saturating_sub(since_receive)
+        .saturating_sub(Duration::from_secs(1))
+        .as_secs() as i32
+}
 
 /// A message to send: a consumer's DLQ copy or a redriver's replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -488,6 +503,15 @@ pub async fn depth(client: &aws_sdk_sqs::Client, queue_url: &str) -> Result<(u64
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_twelve_hours_count_from_the_receive() {
+        assert_eq!(visibility_left(Duration::ZERO), 43_199);
+        assert_eq!(visibility_left(Duration::from_secs(3600)), 39_599);
+        assert_eq!(visibility_left(Duration::from_millis(3_600_400)), 39_598);
+        assert_eq!(visibility_left(MAX_VISIBILITY_TIMEOUT), 0);
+        assert_eq!(visibility_left(Duration::from_secs(100_000)), 0);
+    }
 
     #[test]
     fn packing_respects_count_and_bytes() {

@@ -27,8 +27,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::backoff::MAX_VISIBILITY_TIMEOUT;
 use crate::error::AwsError;
+use crate::sqs::MAX_VISIBILITY_TIMEOUT;
 use crate::sqs::{EntryResults, OutgoingMessage, Queues, ReceivedMessage};
 use crate::store::{ObjectStore, PutOutcome, StoreError};
 

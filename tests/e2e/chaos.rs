@@ -39,7 +39,7 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
         log_dir: dir.clone(),
         sdk_attempts: 1,
         // the default: permanent failures wait in the DLQ for a human
-        permanent_action: resq::config::PermanentAction::Keep,
+        permanent_action: resq_redriver::config::PermanentAction::Keep,
     };
     let report = chaos::run(&opts).await.unwrap();
     println!("{}\n{}", report.details(), report.summary_line());

@@ -13,8 +13,8 @@ use crate::helpers::*;
 
 /// The consumer's default idempotency window (90 days) and the redriver's TTL (a day).
 const WINDOW: archive::RestoreWindow = archive::RestoreWindow {
-    window: Duration::from_secs(resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
-    ttl: Duration::from_secs(resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
+    window: Duration::from_secs(resq_consumer::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
+    ttl: Duration::from_secs(resq_redriver::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
 };
 
 #[tokio::test]
@@ -265,7 +265,7 @@ async fn dlq_redrive_dry_run_first_then_selectively() {
         request(true),
         3,
         Duration::from_secs(86_400),
-        resq::config::PermanentAction::Keep,
+        resq_redriver::config::PermanentAction::Keep,
     )
     .await;
     assert_eq!((dry.dry_run, dry.redriven, dry.skipped), (true, 1, 1));
@@ -276,7 +276,7 @@ async fn dlq_redrive_dry_run_first_then_selectively() {
         request(false),
         3,
         Duration::from_secs(86_400),
-        resq::config::PermanentAction::Keep,
+        resq_redriver::config::PermanentAction::Keep,
     )
     .await;
     assert_eq!((real.redriven, real.skipped, real.failed), (1, 1, 0));

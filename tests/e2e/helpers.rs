@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use aws_sdk_sqs::types::{Message, MessageAttributeValue};
-use resq::config::{ConsumerConfig, Vars};
+use resq::config::Vars;
 use resq::store::S3Store;
 use resq_consumer::Consumer;
+use resq_consumer::config::ConsumerConfig;
 use resq_consumer::event::SqsInvocation;
 use resq_consumer::handler::{HandlerError, MessageHandler, RecordMeta};
 use resq_consumer::order::Order;
@@ -174,10 +175,13 @@ pub fn sys_attr(m: &Message, name: aws_sdk_sqs::types::MessageSystemAttributeNam
 pub type StackRedriver =
     resq_redriver::Redriver<aws_sdk_sqs::Client, S3Store, resq_redriver::ports::CloudWatchAlarms>;
 
-pub fn redriver_config(stack: &Stack, extra: &[(&str, &str)]) -> resq::config::RedriverConfig {
+pub fn redriver_config(
+    stack: &Stack,
+    extra: &[(&str, &str)],
+) -> resq_redriver::config::RedriverConfig {
     let mut env = stack.env();
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    resq::config::RedriverConfig::from_vars(&Vars(move |k: &str| env.get(k).cloned()))
+    resq_redriver::config::RedriverConfig::from_vars(&Vars(move |k: &str| env.get(k).cloned()))
         .expect("config")
 }
 

@@ -488,7 +488,7 @@ async fn a_shadow_replay_copies_to_staging_and_leaves_the_dlq_as_it_was() {
         rate_per_second: 100.0,
         max_redrive_attempts: 3,
         archive_after: Duration::from_secs(86_400),
-        permanent_action: resq::config::PermanentAction::Keep,
+        permanent_action: resq_redriver::config::PermanentAction::Keep,
     };
 
     // WHEN the DLQ is shadow-replayed to the staging queue
@@ -617,7 +617,7 @@ async fn a_shadow_replay_on_a_small_budget_leaves_every_kept_message_hidden() {
         rate_per_second: 100.0,
         max_redrive_attempts: 3,
         archive_after: Duration::from_secs(86_400),
-        permanent_action: resq::config::PermanentAction::Keep,
+        permanent_action: resq_redriver::config::PermanentAction::Keep,
     };
     let report = shadow::shadow(&ctx, &options, &staging).await.unwrap();
     // THEN one copy was made, and only as many kept messages as it could copy were made
@@ -677,7 +677,7 @@ fn canary_options(reason: &str) -> dlq::RedriveOptions {
         rate_per_second: 100.0,
         max_redrive_attempts: 3,
         archive_after: Duration::from_secs(86_400),
-        permanent_action: resq::config::PermanentAction::Keep,
+        permanent_action: resq_redriver::config::PermanentAction::Keep,
     }
 }
 
@@ -865,8 +865,8 @@ async fn a_patched_restore_repairs_the_message_and_records_who_when_and_the_patc
         by: &by,
         dry_run,
         window: Some(archive::RestoreWindow {
-            window: Duration::from_secs(resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
-            ttl: Duration::from_secs(resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
+            window: Duration::from_secs(resq_consumer::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
+            ttl: Duration::from_secs(resq_redriver::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
         }),
         now: chrono::Utc::now(),
         id: archive::restore_id(),

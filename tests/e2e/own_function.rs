@@ -599,10 +599,11 @@ async fn function_yaml_deploys_a_teams_function_on_a_resq_stack() {
         .iter()
         .map(|(k, v)| (k.clone(), text(v)))
         .collect();
-    let consumer = resq::config::ConsumerConfig::from_vars(&resq::config::Vars(|k: &str| {
-        vars.get(k).cloned()
-    }))
-    .expect("the consumer's configuration");
+    let consumer =
+        resq_consumer::config::ConsumerConfig::from_vars(&resq::config::Vars(|k: &str| {
+            vars.get(k).cloned()
+        }))
+        .expect("the consumer's configuration");
     assert_eq!(consumer.common.max_redrive_attempts, 4);
     crate::helpers::assert_reports_batch_item_failures(
         &lambda,

@@ -516,7 +516,7 @@ fn the_redriver_gets_its_budget_auto_by_default_and_at_most_kept_in_flight_max_k
 fn redriver_config(
     t: &Value,
     params: &[(&str, &str)],
-) -> Result<resq::config::RedriverConfig, resq::config::ConfigError> {
+) -> Result<resq_redriver::config::RedriverConfig, resq::config::ConfigError> {
     let r = resq_local::stack::Resolver::new(t, "stk", params)
         .with_resource("OrdersQueue", "https://sqs.example/stk-orders")
         .with_resource("DeadLetterQueue", "https://sqs.example/stk-orders-dlq")
@@ -528,7 +528,9 @@ fn redriver_config(
             .iter()
             .map(|(k, v)| (k.clone(), r.value(v).unwrap_or_else(|| panic!("{k}: {v}"))))
             .collect();
-    resq::config::RedriverConfig::from_vars(&resq::config::Vars(move |k: &str| env.get(k).cloned()))
+    resq_redriver::config::RedriverConfig::from_vars(&resq::config::Vars(move |k: &str| {
+        env.get(k).cloned()
+    }))
 }
 
 #[test]
@@ -1116,7 +1118,7 @@ fn queue_settings_follow_the_rules() {
     );
     assert_eq!(
         number(&ttl["MaxValue"]),
-        resq::config::MAX_ARCHIVE_AFTER_SECONDS as f64,
+        resq_redriver::config::MAX_ARCHIVE_AFTER_SECONDS as f64,
         "the template and the function accept the same TTLs"
     );
     // deleting the stack, or replacing a queue (a QueueType switch), keeps the orders waiting
@@ -1515,10 +1517,11 @@ pub(crate) async fn consume_as_the_stack(
         ("DLQ_URL", outputs.dlq_url.clone()),
         ("ARCHIVE_BUCKET", outputs.bucket.clone()),
     ]);
-    let cfg = resq::config::ConsumerConfig::from_vars(&resq::config::Vars(move |k: &str| {
-        env.get(k).cloned()
-    }))
-    .unwrap();
+    let cfg =
+        resq_consumer::config::ConsumerConfig::from_vars(&resq::config::Vars(move |k: &str| {
+            env.get(k).cloned()
+        }))
+        .unwrap();
     let store = resq::store::S3Store::new(s3, &cfg.common.archive_bucket);
     let consumer = resq_consumer::Consumer::new(
         resq_consumer::order::RecordOrder::new(store.clone()),

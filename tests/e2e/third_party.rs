@@ -348,7 +348,7 @@ fn home_under(window: Window, record: &Value, read: Home) -> Home {
     let sent = record["attributes"]["SentTimestamp"]
         .as_str()
         .and_then(|t| t.trim().parse::<u64>().ok());
-    let window_ms = resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS * 1000;
+    let window_ms = resq_consumer::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS * 1000;
     match sent {
         Some(sent) if crate::helpers::now_ms().saturating_sub(sent) > window_ms => {
             Home::Archived("IDEMPOTENCY_WINDOW")

@@ -4,9 +4,10 @@
 use std::time::{Duration, Instant};
 
 use payments::RecordPayment;
-use resq::config::{ConsumerConfig, Vars};
+use resq::config::Vars;
 use resq::store::S3Store;
 use resq_consumer::Consumer;
+use resq_consumer::config::ConsumerConfig;
 use resq_consumer::event::SqsInvocation;
 use resq_e2e::{Stack, StackOptions};
 

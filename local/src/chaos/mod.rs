@@ -20,8 +20,10 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use resq::backoff::Backoff;
-use resq::config::{CommonConfig, ConsumerConfig, PermanentAction, RedriverConfig};
+use resq::config::CommonConfig;
+use resq_consumer::backoff::Backoff;
+use resq_consumer::config::ConsumerConfig;
+use resq_redriver::config::{PermanentAction, RedriverConfig};
 use tokio::sync::watch;
 
 use crate::demo::{self, Audit, DemoOptions, Downstream, Plan};
@@ -517,19 +519,21 @@ fn function_env(
     // would, in the environment
     let consumer = ConsumerConfig {
         common: common.clone(),
-        concurrency: resq::concurrency::Concurrency::Auto,
+        concurrency: resq_consumer::concurrency::Concurrency::Auto,
         backoff: Backoff {
             base: Duration::from_secs(1),
             cap: Duration::from_secs(2),
         },
-        idempotency_window: Duration::from_secs(resq::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
+        idempotency_window: Duration::from_secs(
+            resq_consumer::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS,
+        ),
     };
     let redriver = RedriverConfig {
         common,
         rate_per_second: 200.0,
         max_messages_per_run: None,
-        kept_in_flight_max: resq::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
-        archive_after: Duration::from_secs(resq::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
+        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
+        archive_after: Duration::from_secs(resq_redriver::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
         permanent_action,
         pause_on_alarms: Vec::new(),
     };
@@ -553,8 +557,8 @@ fn function_env(
             .collect()
     };
     FunctionEnv {
-        consumer: with(consumer.to_vars(), CONSUMER_KEY),
-        redriver: with(redriver.to_vars(), REDRIVER_KEY),
+        consumer: with(crate::env::consumer(&consumer), CONSUMER_KEY),
+        redriver: with(crate::env::redriver(&redriver), REDRIVER_KEY),
     }
 }
 

@@ -1,22 +1,10 @@
-//! Full-jitter exponential backoff for visibility timeouts.
+//! Full-jitter exponential backoff of failed records (`BACKOFF_BASE_SECONDS`,
+//! `BACKOFF_MAX_SECONDS`), within SQS's 12 h visibility limit.
 
 use std::time::Duration;
 
 use rand::Rng;
-
-/// SQS never accepts a visibility timeout beyond 12 hours.
-pub const MAX_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(12 * 60 * 60);
-
-/// The longest visibility timeout SQS still accepts for a message received `since_receive`
-/// ago, in whole seconds: its 12 h limit counts from the receive, not from the change, so a
-/// message already held for an hour can be hidden for at most 11 more. A second is kept in
-/// hand for the time the call takes.
-pub fn visibility_left(since_receive: Duration) -> i32 {
-    MAX_VISIBILITY_TIMEOUT
-        .saturating_sub(since_receive)
-        .saturating_sub(Duration::from_secs(1))
-        .as_secs() as i32
-}
+use resq::sqs::MAX_VISIBILITY_TIMEOUT;
 
 /// Backoff settings: `BACKOFF_BASE_SECONDS` and `BACKOFF_MAX_SECONDS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,15 +81,6 @@ mod tests {
         // full jitter: both ends of the window are reached
         assert!(draws.contains(&0));
         assert!(draws.contains(&16));
-    }
-
-    #[test]
-    fn the_twelve_hours_count_from_the_receive() {
-        assert_eq!(visibility_left(Duration::ZERO), 43_199);
-        assert_eq!(visibility_left(Duration::from_secs(3600)), 39_599);
-        assert_eq!(visibility_left(Duration::from_millis(3_600_400)), 39_598);
-        assert_eq!(visibility_left(MAX_VISIBILITY_TIMEOUT), 0);
-        assert_eq!(visibility_left(Duration::from_secs(100_000)), 0);
     }
 
     #[test]

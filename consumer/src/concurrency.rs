@@ -1,16 +1,16 @@
-//! `CONSUMER_CONCURRENCY`: how many records are in flight at once (SPEC §3).
+//! `CONSUMER_CONCURRENCY`: how many records are in flight at once (docs/design.md, "Consumer").
 //!
 //! [`Concurrency`] is the setting: `auto` (the default) or a fixed number. Under `auto`, an
 //! invocation starts with as many records in flight as the batch has, up to
 //! `AUTO_CONCURRENCY_MAX`; [`Limit`] halves that when a downstream throttles (floor 1) and
 //! raises it again one at a time as calls succeed. The downstream's answers reach it through
-//! [`Throttling`], which the HTTPS client (`crate::aws::Downstream`) feeds with every response
+//! [`Throttling`], which the HTTPS client ([`resq::aws::Downstream`]) feeds with every response
 //! it reads: a throttled one (S3 `SlowDown`, HTTP 503 or 429, SQS's throttling errors) or one
 //! that went through. The same client holds at most [`Concurrency::cap`] connections per host.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+
+use resq::aws::Seen;
 
 /// `CONSUMER_CONCURRENCY=auto`: records in flight at most (and connections per host).
 pub(crate) const AUTO_CONCURRENCY_MAX: usize = 64;
@@ -43,10 +43,10 @@ impl Concurrency {
 
     /// Requests (so connections) the consumer's HTTPS client lets run at once to one host:
     /// the cap, and never fewer than the settle executor's calls in flight
-    /// (`crate::sqs::CALLS_IN_FLIGHT`), which run after the records (or one at a time in a
+    /// (`resq::sqs::CALLS_IN_FLIGHT`), which run after the records (or one at a time in a
     /// FIFO lane) and must not queue behind a small fixed limit.
     pub fn connections_per_host(self) -> usize {
-        self.cap().max(crate::sqs::CALLS_IN_FLIGHT)
+        self.cap().max(resq::sqs::CALLS_IN_FLIGHT)
     }
 
     /// The settle executor's calls in flight (DLQ copies, archive writes, backoff): the
@@ -92,99 +92,6 @@ impl std::str::FromStr for Concurrency {
             )),
         }
     }
-}
-
-/// What the downstream answered so far, as [`Throttling::seen`] reads it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Seen {
-    /// Responses that went through (not throttled).
-    pub ok: u64,
-    /// Throttled responses.
-    pub throttled: u64,
-    /// When the latest call that was throttled was sent, if any was.
-    pub last_throttled_sent: Option<Instant>,
-}
-
-/// The downstream's answers as the HTTPS client reads them: shared between the client (which
-/// counts) and the consumer (which adapts its [`Limit`]). Cloning shares the counts.
-#[derive(Debug, Clone)]
-pub struct Throttling(Arc<Counts>);
-
-#[derive(Debug)]
-struct Counts {
-    ok: AtomicU64,
-    throttled: AtomicU64,
-    /// Nanoseconds after `epoch` at which the latest throttled call was sent (0: none).
-    last_throttled_sent_ns: AtomicU64,
-    epoch: Instant,
-}
-
-impl Default for Throttling {
-    fn default() -> Self {
-        Self(Arc::new(Counts {
-            ok: AtomicU64::new(0),
-            throttled: AtomicU64::new(0),
-            last_throttled_sent_ns: AtomicU64::new(0),
-            epoch: Instant::now(),
-        }))
-    }
-}
-
-impl Throttling {
-    /// A response that went through.
-    pub fn went_through(&self) {
-        self.0.ok.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A throttled answer to a retry of a call (the SDK's attempt 2 or later): counted, but it
-    /// says nothing about the limit now (the call was first sent at an earlier limit).
-    pub(crate) fn throttled_retry(&self) {
-        self.0.throttled.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A throttled answer to a call first sent at `sent`.
-    pub fn throttled(&self, sent: Instant) {
-        let ns = sent.saturating_duration_since(self.0.epoch).as_nanos() as u64;
-        self.0
-            .last_throttled_sent_ns
-            .fetch_max(ns.max(1), Ordering::Relaxed);
-        self.0.throttled.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The counts so far.
-    pub fn seen(&self) -> Seen {
-        let ns = self.0.last_throttled_sent_ns.load(Ordering::Relaxed);
-        Seen {
-            ok: self.0.ok.load(Ordering::Relaxed),
-            throttled: self.0.throttled.load(Ordering::Relaxed),
-            last_throttled_sent: (ns > 0)
-                .then(|| self.0.epoch + std::time::Duration::from_nanos(ns)),
-        }
-    }
-}
-
-/// Whether a response says the caller is going too fast: HTTP 503 (S3's `SlowDown`, a
-/// service's `ServiceUnavailable`) or 429, or an error code naming throttling in the headers
-/// the AWS protocols carry it in (`x-amzn-query-error` for SQS's JSON protocol,
-/// `x-amzn-errortype` for the other JSON protocols).
-pub(crate) fn is_throttling(status: u16, header: impl Fn(&str) -> Option<String>) -> bool {
-    const CODES: &[&str] = &[
-        "throttl",
-        "slowdown",
-        "requestlimitexceeded",
-        "toomanyrequests",
-        "provisionedthroughputexceeded",
-    ];
-    if status == 503 || status == 429 {
-        return true;
-    }
-    ["x-amzn-query-error", "x-amzn-errortype"]
-        .iter()
-        .filter_map(|h| header(h))
-        .any(|v| {
-            let v = v.to_ascii_lowercase();
-            CODES.iter().any(|c| v.contains(c))
-        })
 }
 
 /// The limit of one invocation: starts at [`Concurrency::initial`]; under `auto`, halved
@@ -267,6 +174,7 @@ impl Limit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use resq::aws::Throttling;
     use std::time::Duration;
 
     fn ms(t0: Instant, n: u64) -> Instant {
@@ -305,11 +213,11 @@ mod tests {
         assert_eq!(Concurrency::Auto.settle_calls_in_flight(), 64);
         assert_eq!(
             Concurrency::Fixed(1).settle_calls_in_flight(),
-            crate::sqs::CALLS_IN_FLIGHT
+            resq::sqs::CALLS_IN_FLIGHT
         );
         assert_eq!(
             Concurrency::Fixed(1).connections_per_host(),
-            crate::sqs::CALLS_IN_FLIGHT
+            resq::sqs::CALLS_IN_FLIGHT
         );
     }
 
@@ -413,51 +321,6 @@ mod tests {
         let seen = after(Seen::default(), 50, 20, Some(ms(t0, 5)));
         f.observe(seen, ms(t0, 10));
         assert_eq!((f.current(), f.lowest(), f.throttles()), (10, 10, 20));
-    }
-
-    #[test]
-    fn throttling_is_read_off_the_status_and_the_error_headers() {
-        let none = |_: &str| None;
-        assert!(is_throttling(503, none));
-        assert!(is_throttling(429, none));
-        assert!(!is_throttling(200, none));
-        assert!(!is_throttling(500, none));
-        assert!(!is_throttling(412, none));
-        let sqs = |h: &str| {
-            (h == "x-amzn-query-error")
-                .then(|| "AWS.SimpleQueueService.RequestThrottled;Sender".into())
-        };
-        assert!(is_throttling(400, sqs));
-        let json = |h: &str| {
-            (h == "x-amzn-errortype").then(|| "ThrottlingException:http://internal".into())
-        };
-        assert!(is_throttling(400, json));
-        let other = |h: &str| (h == "x-amzn-errortype").then(|| "AccessDeniedException".into());
-        assert!(!is_throttling(400, other));
-    }
-
-    #[test]
-    fn the_signal_counts_and_keeps_the_latest_throttled_send() {
-        let t = Throttling::default();
-        assert_eq!(t.seen(), Seen::default());
-        let shared = t.clone();
-        let t0 = Instant::now();
-        shared.went_through();
-        shared.throttled(ms(t0, 30));
-        shared.throttled(ms(t0, 10));
-        let seen = t.seen();
-        assert_eq!((seen.ok, seen.throttled), (1, 2));
-        let sent = seen.last_throttled_sent.unwrap();
-        assert!(sent >= ms(t0, 29) && sent <= ms(t0, 31), "{sent:?}");
-        // a retry's throttle is counted, and moves nothing else
-        shared.throttled_retry();
-        assert_eq!(
-            t.seen(),
-            Seen {
-                throttled: 3,
-                ..seen
-            }
-        );
     }
 
     #[test]
