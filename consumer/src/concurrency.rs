@@ -4,7 +4,7 @@
 //! invocation starts with as many records in flight as the batch has, up to
 //! `AUTO_CONCURRENCY_MAX`; [`Limit`] halves that when a downstream throttles (floor 1) and
 //! raises it again one at a time as calls succeed. The downstream's answers reach it through
-//! [`Throttling`], which the HTTPS client ([`resq::aws::Downstream`]) feeds with every response
+//! [`resq::aws::Throttling`], which the HTTPS client ([`resq::aws::Downstream`]) feeds with every response
 //! it reads: a throttled one (S3 `SlowDown`, HTTP 503 or 429, SQS's throttling errors) or one
 //! that went through. The same client holds at most [`Concurrency::cap`] connections per host.
 
