@@ -13,6 +13,16 @@ use resq::settle::{Confirmation, SettleError};
 use crate::decide::{Failure, Fate};
 use crate::event::Record;
 
+/// Records handled successfully.
+pub const PROCESSED: &str = "Processed";
+/// Records reported for retry.
+pub const RETRIED: &str = "Retried";
+/// Records the consumer sent to the DLQ itself (permanent failures).
+pub const DEAD_LETTERED: &str = "DeadLettered";
+/// A replay that failed again, counted once per failed replay by the consumer, the moment the
+/// replayed copy first fails (the replays-failing alarm, and so the breaker, watch it).
+pub const REDRIVE_RETURNED: &str = "RedriveReturned";
+
 /// What happened to one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -115,21 +125,21 @@ pub fn answer(records: &[Record], outcomes: Vec<Outcome>) -> BatchReport {
     let mut response = SqsBatchResponse::default();
     let mut seen = HashSet::new();
     let names = [
-        metrics::PROCESSED,
-        metrics::RETRIED,
-        metrics::DEAD_LETTERED,
+        PROCESSED,
+        RETRIED,
+        DEAD_LETTERED,
         metrics::ARCHIVED,
-        metrics::REDRIVE_RETURNED,
+        REDRIVE_RETURNED,
     ];
     let mut m = Metrics::new(&names);
     for (r, o) in records.iter().zip(&outcomes) {
         match o {
-            Outcome::Processed => m.add(metrics::PROCESSED, 1),
+            Outcome::Processed => m.add(PROCESSED, 1),
             Outcome::Archived(reason) => m.add_archived(*reason),
-            Outcome::DeadLettered(_) => m.add(metrics::DEAD_LETTERED, 1),
-            Outcome::Failed(_) => m.add(metrics::RETRIED, 1),
+            Outcome::DeadLettered(_) => m.add(DEAD_LETTERED, 1),
+            Outcome::Failed(_) => m.add(RETRIED, 1),
         }
-        m.add(metrics::REDRIVE_RETURNED, u64::from(returned_replay(r, o)));
+        m.add(REDRIVE_RETURNED, u64::from(returned_replay(r, o)));
         if o.is_failed() && seen.insert(r.message_id.as_str()) {
             let mut f = BatchItemFailure::default();
             f.item_identifier = r.message_id.clone();

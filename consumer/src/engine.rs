@@ -160,11 +160,11 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         let m = &report.metrics;
         tracing::info!(
             records = records.len(),
-            processed = m.get(metrics::PROCESSED),
-            retried = m.get(metrics::RETRIED),
-            dead_lettered = m.get(metrics::DEAD_LETTERED),
+            processed = m.get(crate::account::PROCESSED),
+            retried = m.get(crate::account::RETRIED),
+            dead_lettered = m.get(crate::account::DEAD_LETTERED),
             archived = m.get(metrics::ARCHIVED),
-            returned = m.get(metrics::REDRIVE_RETURNED),
+            returned = m.get(crate::account::REDRIVE_RETURNED),
             concurrency_lowest = limit.lowest(),
             throttles = limit.throttles(),
             "batch done"

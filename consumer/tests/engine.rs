@@ -211,9 +211,9 @@ async fn mixed_batch_gets_one_outcome_per_record() {
     assert_eq!(store.keys("archive/REDRIVE_CAP/").len(), 1);
     assert_eq!(store.keys("archive/INVALID_REDRIVE_COUNT/").len(), 1);
     assert_eq!(backed_off(&queues), vec!["transient", "panic"]);
-    assert_eq!(report.metrics.get(metrics::PROCESSED), 1);
-    assert_eq!(report.metrics.get(metrics::RETRIED), 2);
-    assert_eq!(report.metrics.get(metrics::DEAD_LETTERED), 3);
+    assert_eq!(report.metrics.get(resq_consumer::account::PROCESSED), 1);
+    assert_eq!(report.metrics.get(resq_consumer::account::RETRIED), 2);
+    assert_eq!(report.metrics.get(resq_consumer::account::DEAD_LETTERED), 3);
     assert_eq!(report.metrics.get(metrics::ARCHIVED), 2);
 }
 
@@ -940,7 +940,10 @@ async fn a_failing_replay_is_counted_once_the_moment_it_fails() {
     fine["attributes"]["ApproximateReceiveCount"] = json!("1");
     let event = json!({"Records": [first, permanent, again, original, fine]});
     let report = consumer.process(event, later()).await.unwrap();
-    assert_eq!(report.metrics.get(metrics::REDRIVE_RETURNED), 2);
+    assert_eq!(
+        report.metrics.get(resq_consumer::account::REDRIVE_RETURNED),
+        2
+    );
     let t = resq::telemetry::Telemetry::of(resq::telemetry::Names::ORDERS, "c", None).unwrap();
     let line = &report.metrics.to_emf(&t, 0)[0];
     assert_eq!(

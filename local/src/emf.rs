@@ -159,8 +159,11 @@ mod tests {
     fn a_functions_metric_lines_become_the_metric_data_cloudwatch_would_extract() {
         // GIVEN the lines the consumer prints for one invocation, a cold one
         let t = Telemetry::of(Names::ORDERS, "resq-soak-consumer", Some(256)).unwrap();
-        let mut m = Metrics::new(&[metrics::PROCESSED, metrics::REDRIVE_RETURNED]);
-        m.add(metrics::REDRIVE_RETURNED, 3);
+        let mut m = Metrics::new(&[
+            resq_consumer::account::PROCESSED,
+            resq_consumer::account::REDRIVE_RETURNED,
+        ]);
+        m.add(resq_consumer::account::REDRIVE_RETURNED, 3);
         m.add_archived(ArchiveReason::RedriveCap);
         let at = chrono::Utc::now();
         let mut lines = m.to_lines(&t, at, LogLevel::Warn);

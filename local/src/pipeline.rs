@@ -62,9 +62,12 @@ impl Counters {
 
     /// Adds one consumer invocation's metrics.
     fn add_batch(&self, m: &Metrics) {
-        Self::add(&self.processed, m.get(metrics::PROCESSED));
-        Self::add(&self.retried, m.get(metrics::RETRIED));
-        Self::add(&self.dead_lettered, m.get(metrics::DEAD_LETTERED));
+        Self::add(&self.processed, m.get(resq_consumer::account::PROCESSED));
+        Self::add(&self.retried, m.get(resq_consumer::account::RETRIED));
+        Self::add(
+            &self.dead_lettered,
+            m.get(resq_consumer::account::DEAD_LETTERED),
+        );
         Self::add(&self.archived, m.get(metrics::ARCHIVED));
     }
 

@@ -239,7 +239,6 @@ mod tests {
     };
     use crate::ports::PortError;
     use resq::attributes::{AttributeValue, X_FIRST_SENT_AT, X_REDRIVE_COUNT};
-    use resq::metrics;
     use resq::reason::ArchiveReason;
     use resq::sqs::ReceivedMessage;
     use resq::testing::{Call, MemorySqs, MemoryStore};
@@ -379,7 +378,7 @@ mod tests {
             "the held message is visible again for the next run"
         );
         let m = summary.metrics();
-        assert_eq!(m.get(metrics::REDRIVE_PAUSED), 1);
+        assert_eq!(m.get(crate::summary::REDRIVE_PAUSED), 1);
     }
 
     /// A DLQ and main queue, a bucket and alarms, in memory.
@@ -833,7 +832,7 @@ mod tests {
         );
         assert_eq!(first.redriven, 50);
         assert_eq!(dlq.in_flight(DLQ), 100);
-        assert_eq!(first.metrics().get(metrics::KEPT), 100);
+        assert_eq!(first.metrics().get(crate::summary::KEPT), 100);
         // AND later kept ones are archived while 100 are hidden; replay goes on
         kept(&dlq, 400, 20);
         fill(&dlq, 5, 0);
@@ -854,7 +853,12 @@ mod tests {
         let first = scheduled(&dlq, &store, &alarms, &paused).await;
         // THEN the run counts them, and leaves in their place copies that say why
         assert_eq!(first.unexplained, 5, "{first:?}");
-        assert_eq!(first.metrics().get(metrics::DEAD_LETTERED_UNEXPLAINED), 5);
+        assert_eq!(
+            first
+                .metrics()
+                .get(crate::summary::DEAD_LETTERED_UNEXPLAINED),
+            5
+        );
         assert_eq!((dlq.len(DLQ), dlq.visible(DLQ)), (5, 5));
         // AND a later run counts them no more; once replay resumes, they are replayed
         let second = scheduled(&dlq, &store, &alarms, &paused).await;
@@ -941,12 +945,22 @@ mod tests {
         alarms.set("replays-failing", true, Duration::from_secs(600), 10.0);
         let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
         assert!(summary.paused && !summary.paused_too_long, "{summary:?}");
-        assert_eq!(summary.metrics().get(metrics::REDRIVE_PAUSED_TOO_LONG), 0);
+        assert_eq!(
+            summary
+                .metrics()
+                .get(crate::summary::REDRIVE_PAUSED_TOO_LONG),
+            0
+        );
         // in ALARM for an hour: too long
         alarms.set("replays-failing", true, Duration::from_secs(3600), 10.0);
         let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
         assert!(summary.paused_too_long, "{summary:?}");
-        assert_eq!(summary.metrics().get(metrics::REDRIVE_PAUSED_TOO_LONG), 1);
+        assert_eq!(
+            summary
+                .metrics()
+                .get(crate::summary::REDRIVE_PAUSED_TOO_LONG),
+            1
+        );
         // an alarm that cannot be read: paused, and loudly
         alarms.fail(PortError::service("AccessDenied", "not allowed"));
         let summary = scheduled(&dlq, &store, &alarms, &cfg).await;

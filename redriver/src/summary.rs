@@ -7,6 +7,25 @@ use resq::metrics::{self, Metrics};
 use resq::reason::ArchiveReason;
 use serde::{Deserialize, Serialize};
 
+/// Messages replayed from the DLQ.
+pub const REDRIVEN: &str = "Redriven";
+/// DLQ messages left in place (permanent failures kept for a human).
+pub const REDRIVE_SKIPPED: &str = "RedriveSkipped";
+/// DLQ messages whose replay did not complete (left in the DLQ).
+pub const REDRIVE_FAILED: &str = "RedriveFailed";
+/// 1 for a redriver run the circuit breaker paused (it archived but replayed nothing), else 0.
+pub const REDRIVE_PAUSED: &str = "RedrivePaused";
+/// Kept permanent failures hidden in the DLQ now (a gauge, one value per redriver run): DLQ
+/// depth less this is what waits for replay.
+pub const KEPT: &str = "Kept";
+/// Dead letters that reached the DLQ without `x-failure-class` (SQS moved them after
+/// invocations that crashed or timed out), counted once by the redriver, the first time it
+/// sees each; the replays-failing alarm counts them as failed replays.
+pub const DEAD_LETTERED_UNEXPLAINED: &str = "DeadLetteredUnexplained";
+/// 1 for a redriver run whose replay has been paused longer than the pausing alarm's hold, or
+/// paused by an alarm it cannot read; else 0.
+pub const REDRIVE_PAUSED_TOO_LONG: &str = "RedrivePausedTooLong";
+
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -171,26 +190,23 @@ impl Summary {
     /// The run's metrics.
     pub fn metrics(&self) -> Metrics {
         let names = [
-            metrics::REDRIVEN,
-            metrics::REDRIVE_SKIPPED,
-            metrics::REDRIVE_FAILED,
-            metrics::REDRIVE_PAUSED,
+            REDRIVEN,
+            REDRIVE_SKIPPED,
+            REDRIVE_FAILED,
+            REDRIVE_PAUSED,
             metrics::ARCHIVED,
-            metrics::DEAD_LETTERED_UNEXPLAINED,
-            metrics::REDRIVE_PAUSED_TOO_LONG,
+            DEAD_LETTERED_UNEXPLAINED,
+            REDRIVE_PAUSED_TOO_LONG,
         ];
         let mut m = Metrics::new(&names);
-        m.add(metrics::REDRIVEN, self.redriven);
-        m.add(metrics::REDRIVE_SKIPPED, self.skipped);
-        m.add(metrics::REDRIVE_FAILED, self.failed);
-        m.add(metrics::REDRIVE_PAUSED, u64::from(self.paused));
-        m.add(metrics::DEAD_LETTERED_UNEXPLAINED, self.unexplained);
-        m.add(
-            metrics::REDRIVE_PAUSED_TOO_LONG,
-            u64::from(self.paused_too_long),
-        );
+        m.add(REDRIVEN, self.redriven);
+        m.add(REDRIVE_SKIPPED, self.skipped);
+        m.add(REDRIVE_FAILED, self.failed);
+        m.add(REDRIVE_PAUSED, u64::from(self.paused));
+        m.add(DEAD_LETTERED_UNEXPLAINED, self.unexplained);
+        m.add(REDRIVE_PAUSED_TOO_LONG, u64::from(self.paused_too_long));
         if let Some(kept) = self.kept_in_flight {
-            m.add(metrics::KEPT, kept);
+            m.add(KEPT, kept);
         }
         for (reason, n) in &self.archived {
             m.add_archived_n(*reason, *n);

@@ -20,36 +20,8 @@ pub(crate) const DIMENSION_REASON: &str = "reason";
 /// with the dimensions `function_name` and `service`, as Powertools Metrics writes it.
 pub(crate) const COLD_START: &str = "ColdStart";
 
-/// Records handled successfully.
-pub const PROCESSED: &str = "Processed";
-/// Records reported for retry.
-pub const RETRIED: &str = "Retried";
-/// Records the consumer sent to the DLQ itself (permanent failures).
-pub const DEAD_LETTERED: &str = "DeadLettered";
 /// Messages archived to S3 (also emitted per `Reason`).
 pub const ARCHIVED: &str = "Archived";
-/// Messages replayed from the DLQ.
-pub const REDRIVEN: &str = "Redriven";
-/// DLQ messages left in place (permanent failures kept for a human).
-pub const REDRIVE_SKIPPED: &str = "RedriveSkipped";
-/// DLQ messages whose replay did not complete (left in the DLQ).
-pub const REDRIVE_FAILED: &str = "RedriveFailed";
-/// 1 for a redriver run the circuit breaker paused (it archived but replayed nothing), else 0.
-pub const REDRIVE_PAUSED: &str = "RedrivePaused";
-/// A replay that failed again, counted once per failed replay by the consumer, the moment the
-/// replayed copy first fails (the replays-failing alarm, and so the breaker, watch it).
-pub const REDRIVE_RETURNED: &str = "RedriveReturned";
-
-/// Kept permanent failures hidden in the DLQ now (a gauge, one value per redriver run): DLQ
-/// depth less this is what waits for replay.
-pub const KEPT: &str = "Kept";
-/// Dead letters that reached the DLQ without `x-failure-class` (SQS moved them after
-/// invocations that crashed or timed out), counted once by the redriver, the first time it
-/// sees each; the replays-failing alarm counts them as failed replays.
-pub const DEAD_LETTERED_UNEXPLAINED: &str = "DeadLetteredUnexplained";
-/// 1 for a redriver run whose replay has been paused longer than the pausing alarm's hold, or
-/// paused by an alarm it cannot read; else 0.
-pub const REDRIVE_PAUSED_TOO_LONG: &str = "RedrivePausedTooLong";
 
 /// Counts for one invocation, written out as EMF lines.
 #[derive(Debug, Clone)]
@@ -209,8 +181,8 @@ mod tests {
     #[test]
     fn emf_documents_declare_what_they_carry() {
         let t = Telemetry::of(Names::ORDERS, "orders-consumer", Some(256)).unwrap();
-        let mut m = Metrics::new(&[PROCESSED, RETRIED]);
-        m.add(PROCESSED, 3);
+        let mut m = Metrics::new(&["Processed", "Retried"]);
+        m.add("Processed", 3);
         m.add_archived(ArchiveReason::RedriveCap);
         m.add_archived(ArchiveReason::RedriveCap);
         m.add_archived(ArchiveReason::InvalidRedriveCount);
@@ -263,7 +235,7 @@ mod tests {
             ..Names::ORDERS
         };
         let t = Telemetry::of(names, "payments-consumer", None).unwrap();
-        let mut m = Metrics::new(&[PROCESSED]);
+        let mut m = Metrics::new(&["Processed"]);
         m.add_archived(ArchiveReason::TtlExpired);
         // THEN every document is in its namespace, by its service
         for doc in m.to_emf(&t, 1) {
@@ -290,7 +262,7 @@ mod tests {
     fn metric_lines_survive_every_lambda_log_level() {
         // GIVEN the metric lines a function prints under each application log level
         let t = Telemetry::of(Names::ORDERS, "orders-consumer", None).unwrap();
-        let mut m = Metrics::new(&[PROCESSED]);
+        let mut m = Metrics::new(&["Processed"]);
         m.add_archived(ArchiveReason::TtlExpired);
         let at = chrono::Utc::now();
         for configured in LogLevel::ALL {
