@@ -129,7 +129,7 @@ fn build(
         QUEUE_ARN
     };
     BenchEvent {
-        event: resq::sqs_event::lambda_event(&messages, arn, "us-east-1"),
+        event: resq_local::event::lambda_event(&messages, arn, "us-east-1"),
         rejected,
     }
 }

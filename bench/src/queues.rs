@@ -23,7 +23,7 @@ pub async fn create_queue(sqs: &aws_sdk_sqs::Client, name: &str) -> Result<Strin
 
 /// Messages in a queue, visible plus in flight.
 pub async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<usize, String> {
-    resq::sqs::depth(sqs, url)
+    resq_ops::status::depth(sqs, url)
         .await
         .map(|(visible, in_flight)| (visible + in_flight) as usize)
         .map_err(|e| format!("depth of {url}: {e}"))

@@ -135,7 +135,7 @@ pub async fn peek_report(
 /// it; returns its depth (visible, in flight).
 pub async fn reach(ctx: &Context) -> Result<(u64, u64), CliError> {
     let dlq_url = ctx.dlq()?;
-    resq::sqs::depth(&ctx.sqs, dlq_url)
+    crate::status::depth(&ctx.sqs, dlq_url)
         .await
         .map_err(|source| CliError::Aws {
             what: format!("reading {dlq_url}"),
@@ -167,7 +167,7 @@ pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliErro
             let age = m
                 .first_sent_at()
                 .map(|sent| Duration::from_millis(now_ms.saturating_sub(sent)));
-            let selected = resq::select::selects(
+            let selected = resq_redriver::classify::selects(
                 filter.reason.as_deref(),
                 filter.older_than,
                 m.failure_reason(),

@@ -620,7 +620,7 @@ pub async fn locate(
         && let Ok(url) = ctx.main_queue()
     {
         // not looked into: its counts say whether it holds anything, without a receive
-        let (visible, in_flight) = resq::sqs::depth(&ctx.sqs, url)
+        let (visible, in_flight) = crate::status::depth(&ctx.sqs, url)
             .await
             .map_err(aws(format!("reading {url}")))?;
         let cover = &mut look.coverage.main_queue;
@@ -883,7 +883,7 @@ async fn scan(
     }
     cover.looked = true;
     cover.hidden_for_seconds = how.visibility;
-    let (visible, _) = resq::sqs::depth(&ctx.sqs, url)
+    let (visible, _) = crate::status::depth(&ctx.sqs, url)
         .await
         .map_err(aws(format!("reading {url}")))?;
     cover.visible_before = visible;
@@ -924,7 +924,7 @@ async fn scan(
         received?;
     }
     cover.received = seen.len();
-    let (_, in_flight) = resq::sqs::depth(&ctx.sqs, url)
+    let (_, in_flight) = crate::status::depth(&ctx.sqs, url)
         .await
         .map_err(aws(format!("reading {url}")))?;
     cover.in_flight = in_flight;

@@ -293,7 +293,7 @@ async fn staging(ctx: &Context, to: &str, dlq_url: &str) -> Result<(), CliError>
             what: format!("reading the staging queue {to}"),
             source,
         })?;
-    let dlq_arn = resq::sqs::queue_arn(&ctx.sqs, dlq_url)
+    let dlq_arn = crate::status::queue_arn(&ctx.sqs, dlq_url)
         .await
         .map_err(|source| CliError::Aws {
             what: format!("reading {dlq_url}"),

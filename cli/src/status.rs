@@ -1,4 +1,4 @@
-//! `resq send` and `resq status`.
+//! `resq send` and `resq status`, and the queue facts they read (a queue's depth, its ARN).
 
 use std::collections::HashMap;
 
@@ -122,13 +122,12 @@ pub struct Status {
 pub async fn status(ctx: &Context, alarm_prefix: &str) -> Result<Status, CliError> {
     let mut queues = Vec::new();
     for (label, url) in [("main", ctx.main_queue()?), ("dlq", ctx.dlq()?)] {
-        let (visible, in_flight) =
-            resq::sqs::depth(&ctx.sqs, url)
-                .await
-                .map_err(|source| CliError::Aws {
-                    what: format!("reading {url}"),
-                    source,
-                })?;
+        let (visible, in_flight) = crate::status::depth(&ctx.sqs, url)
+            .await
+            .map_err(|source| CliError::Aws {
+                what: format!("reading {url}"),
+                source,
+            })?;
         let name = url.rsplit('/').next().unwrap_or_default().to_owned();
         let now =
             aws_sdk_cloudwatch::primitives::DateTime::from_secs(chrono::Utc::now().timestamp());
@@ -186,4 +185,47 @@ pub async fn status(ctx: &Context, alarm_prefix: &str) -> Result<Status, CliErro
         })
         .collect();
     Ok(Status { queues, alarms })
+}
+
+/// A queue's ARN.
+pub async fn queue_arn(
+    client: &aws_sdk_sqs::Client,
+    queue_url: &str,
+) -> Result<String, resq::error::AwsError> {
+    client
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(resq::error::AwsError::from_sdk)?
+        .attributes
+        .and_then(|mut a| a.remove(&aws_sdk_sqs::types::QueueAttributeName::QueueArn))
+        .ok_or_else(|| resq::error::AwsError::local(format!("{queue_url} has no QueueArn")))
+}
+
+/// A queue's depth: (`ApproximateNumberOfMessages`, `ApproximateNumberOfMessagesNotVisible`).
+pub async fn depth(
+    client: &aws_sdk_sqs::Client,
+    queue_url: &str,
+) -> Result<(u64, u64), resq::error::AwsError> {
+    use aws_sdk_sqs::types::QueueAttributeName as Q;
+    let out = client
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(Q::ApproximateNumberOfMessages)
+        .attribute_names(Q::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .map_err(resq::error::AwsError::from_sdk)?;
+    let get = |n: Q| {
+        out.attributes()
+            .and_then(|a| a.get(&n))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((
+        get(Q::ApproximateNumberOfMessages),
+        get(Q::ApproximateNumberOfMessagesNotVisible),
+    ))
 }

@@ -278,7 +278,7 @@ pub fn order_tag(o: &Outgoing) -> HashMap<String, MessageAttributeValue> {
 }
 
 async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
-    resq::sqs::depth(sqs, url).await.unwrap_or((0, 0))
+    resq_ops::status::depth(sqs, url).await.unwrap_or((0, 0))
 }
 
 /// Runs the demo and returns its audit. The emulator stops when this returns (or is dropped

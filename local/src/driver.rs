@@ -167,7 +167,7 @@ impl EventSourceMapping<'_> {
         if batch.is_empty() {
             return Ok(());
         }
-        let event = resq::sqs_event::lambda_event(&batch, self.queue_arn, REGION).to_string();
+        let event = crate::event::lambda_event(&batch, self.queue_arn, REGION).to_string();
         let kill_after = hooks.invoking();
         let began = Instant::now();
         let ended = function.invoke(&event, kill_after).await?;

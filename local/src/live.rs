@@ -673,7 +673,7 @@ async fn sqs_metrics(
         let mut data = Vec::new();
         for url in queues {
             let name = url.rsplit('/').next().unwrap_or_default();
-            let Ok((visible, hidden)) = resq::sqs::depth(&ctx.sqs, url).await else {
+            let Ok((visible, hidden)) = resq_ops::status::depth(&ctx.sqs, url).await else {
                 continue;
             };
             let mut push = |metric: &str, value: f64, unit: StandardUnit| {

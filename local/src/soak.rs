@@ -493,7 +493,7 @@ async fn deploy(config: &aws_config::SdkConfig) -> Result<Context, CliError> {
 }
 
 async fn queue_arn(ctx: &Context, url: &str) -> Result<String, CliError> {
-    resq::sqs::queue_arn(&ctx.sqs, url)
+    resq_ops::status::queue_arn(&ctx.sqs, url)
         .await
         .map_err(|source| CliError::Aws {
             what: format!("reading {url}"),
@@ -760,7 +760,7 @@ struct Driven {
 }
 
 async fn depth(ctx: &Context, url: &str) -> u64 {
-    resq::sqs::depth(&ctx.sqs, url)
+    resq_ops::status::depth(&ctx.sqs, url)
         .await
         .map_or(u64::MAX, |(v, h)| v + h)
 }

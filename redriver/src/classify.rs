@@ -100,6 +100,20 @@ impl Rules {
     }
 }
 
+/// Selection, one rule for the redriver's selective runs and the operator tool's peek: whether a
+/// message with failure reason `reason` and age `age` (from the producer's send;
+/// `None` when unknown) is selected by `failure_reason` and `older_than` (`None`: any). A
+/// message of unknown age is never selected by age.
+pub fn selects(
+    failure_reason: Option<&str>,
+    older_than: Option<Duration>,
+    reason: Option<&str>,
+    age: Option<Duration>,
+) -> bool {
+    failure_reason.is_none_or(|wanted| reason == Some(wanted))
+        && older_than.is_none_or(|min| age.is_some_and(|a| a >= min))
+}
+
 /// Classifies one message at `now_ms` (epoch millis). Selection comes first: a selective run
 /// touches nothing outside it. Then the archive reasons that are the message's own and never
 /// change (an unreadable count, the redrive cap: a count at the cap has had its last replay;
@@ -113,7 +127,7 @@ pub fn classify(m: &ReceivedMessage, rules: &Rules, now_ms: u64) -> Verdict {
     let age = m
         .first_sent_at()
         .map(|sent| Duration::from_millis(now_ms.saturating_sub(sent)));
-    if !resq::select::selects(
+    if !selects(
         rules.reason.as_deref(),
         rules.older_than,
         m.failure_reason(),
@@ -225,6 +239,22 @@ pub fn replay(m: &ReceivedMessage, main_is_fifo: bool) -> Result<OutgoingMessage
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reason_and_age_both_select() {
+        let min = Some(Duration::from_secs(60));
+        let (old, young) = (Some(Duration::from_secs(61)), Some(Duration::from_secs(59)));
+        assert!(selects(None, None, None, None));
+        assert!(selects(Some("A"), None, Some("A"), None));
+        assert!(!selects(Some("A"), None, Some("B"), old));
+        assert!(!selects(Some("A"), None, None, old));
+        assert!(selects(None, min, None, old));
+        assert!(selects(None, min, None, Some(Duration::from_secs(60))));
+        assert!(!selects(None, min, None, young));
+        assert!(!selects(None, min, Some("A"), None), "unknown age");
+        assert!(selects(Some("A"), min, Some("A"), old));
+        assert!(!selects(Some("A"), min, Some("A"), young));
+    }
     use std::collections::BTreeMap;
 
     const NOW: u64 = 1_800_000_000_000;

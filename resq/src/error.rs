@@ -143,7 +143,6 @@ fn is_credentials_error(e: &(dyn std::error::Error + 'static)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sqs::queue_arn;
 
     /// Rust's debug form of an SDK error shows struct names and fields: none of it may reach a
     /// message.
@@ -172,6 +171,12 @@ mod tests {
             .http_client(crate::aws::https_client())
             .build();
         aws_sdk_sqs::Client::from_conf(config)
+    }
+
+    /// One SQS call through `client`, its error as resq reads it.
+    async fn queue_arn(client: &aws_sdk_sqs::Client, queue_url: &str) -> Result<(), AwsError> {
+        let call = client.get_queue_attributes().queue_url(queue_url).send();
+        call.await.map(|_| ()).map_err(AwsError::from_sdk)
     }
 
     #[tokio::test]

@@ -66,11 +66,9 @@ pub mod keep;
 pub mod lambda;
 pub mod metrics;
 pub mod reason;
-pub mod select;
 pub mod settle;
 pub mod source;
 pub mod sqs;
-pub mod sqs_event;
 pub mod store;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]

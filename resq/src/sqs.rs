@@ -463,43 +463,6 @@ fn entry_results<T>(
     results
 }
 
-/// A queue's ARN.
-pub async fn queue_arn(client: &aws_sdk_sqs::Client, queue_url: &str) -> Result<String, AwsError> {
-    client
-        .get_queue_attributes()
-        .queue_url(queue_url)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .map_err(AwsError::from_sdk)?
-        .attributes
-        .and_then(|mut a| a.remove(&aws_sdk_sqs::types::QueueAttributeName::QueueArn))
-        .ok_or_else(|| AwsError::local(format!("{queue_url} has no QueueArn")))
-}
-
-/// A queue's depth: (`ApproximateNumberOfMessages`, `ApproximateNumberOfMessagesNotVisible`).
-pub async fn depth(client: &aws_sdk_sqs::Client, queue_url: &str) -> Result<(u64, u64), AwsError> {
-    use aws_sdk_sqs::types::QueueAttributeName as Q;
-    let out = client
-        .get_queue_attributes()
-        .queue_url(queue_url)
-        .attribute_names(Q::ApproximateNumberOfMessages)
-        .attribute_names(Q::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-        .map_err(AwsError::from_sdk)?;
-    let get = |n: Q| {
-        out.attributes()
-            .and_then(|a| a.get(&n))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    Ok((
-        get(Q::ApproximateNumberOfMessages),
-        get(Q::ApproximateNumberOfMessagesNotVisible),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

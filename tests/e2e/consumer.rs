@@ -357,7 +357,7 @@ async fn a_consumer_wired_to_its_own_dlq_is_refused() {
     let stack = Stack::start(StackOptions::default()).await;
     send(&stack, &stack.dlq, "{not json", &[], None).await;
     let messages = stack.receive_n(&stack.dlq, 1).await;
-    let event = resq::sqs_event::lambda_event(&messages, &stack.dlq.arn, "us-east-1");
+    let event = resq_local::event::lambda_event(&messages, &stack.dlq.arn, "us-east-1");
     let invocation = resq_consumer::event::SqsInvocation::from_json(&event.to_string()).unwrap();
     // WHEN the consumer is invoked THEN the invocation fails, naming the DLQ
     let err = consumer(&stack, &NO_BACKOFF)

@@ -78,7 +78,7 @@ pub async fn invoke(
     queue: &Queue,
     messages: &[Message],
 ) -> SqsBatchResponse {
-    let event = resq::sqs_event::lambda_event(messages, &queue.arn, REGION);
+    let event = resq_local::event::lambda_event(messages, &queue.arn, REGION);
     let response = answer(consumer, &event).await;
     let failed: Vec<&str> = response
         .batch_item_failures

@@ -43,7 +43,7 @@ async fn event_of(stack: &Stack, messages: &[(&str, Vec<(&str, MessageAttributeV
         send(stack, &stack.main, body, attrs, None).await;
     }
     let received = stack.receive_n(&stack.main, messages.len()).await;
-    resq::sqs_event::lambda_event(&received, &stack.main.arn, REGION)
+    resq_local::event::lambda_event(&received, &stack.main.arn, REGION)
 }
 
 async fn archived_under(stack: &Stack, reason: &str) -> Vec<String> {

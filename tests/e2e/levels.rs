@@ -55,7 +55,7 @@ async fn every_metric_line_survives_every_log_level_the_template_allows() {
         .await;
         send(&stack, &stack.main, "{not json", &[], None).await;
         let received = stack.receive_n(&stack.main, 2).await;
-        let event = resq::sqs_event::lambda_event(&received, &stack.main.arn, REGION);
+        let event = resq_local::event::lambda_event(&received, &stack.main.arn, REGION);
         // WHEN the consumer and a redriver run are invoked
         let outcome = consumer.invoke(&event.to_string(), None).await.unwrap();
         assert!(matches!(outcome, Ended::Response(_)), "{outcome:?}");

@@ -271,7 +271,7 @@ async fn the_live_pipeline_processes_orders_dead_letters_bad_ones_and_follows_wa
 
     // the three bad ones are in the DLQ, marked permanent (the redriver keeps them hidden)
     wait_for("3 messages in the DLQ", Duration::from_secs(30), || async {
-        resq::sqs::depth(&ctx.sqs, &ctx.dlq_url)
+        resq_ops::status::depth(&ctx.sqs, &ctx.dlq_url)
             .await
             .is_ok_and(|(v, h)| v + h == 3)
     })
@@ -357,7 +357,7 @@ async fn the_live_pipeline_processes_orders_dead_letters_bad_ones_and_follows_wa
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        resq::sqs::depth(&ctx.sqs, &ctx.main_queue_url)
+        resq_ops::status::depth(&ctx.sqs, &ctx.main_queue_url)
             .await
             .unwrap(),
         (0, 1),

@@ -205,7 +205,7 @@ async fn invoke(
     function: &mut Function,
     batch: &[aws_sdk_sqs::types::Message],
 ) -> BTreeSet<String> {
-    let event = resq::sqs_event::lambda_event(batch, &stack.main.arn, REGION);
+    let event = resq_local::event::lambda_event(batch, &stack.main.arn, REGION);
     let outcome = function
         .invoke(&event.to_string(), None)
         .await

@@ -1529,7 +1529,7 @@ pub(crate) async fn consume_as_the_stack(
         store,
         cfg,
     );
-    let event = resq::sqs_event::lambda_event(received, &outputs.main_queue_arn, REGION);
+    let event = resq_local::event::lambda_event(received, &outputs.main_queue_arn, REGION);
     crate::helpers::answer(&consumer, &event).await
 }
 

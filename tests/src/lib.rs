@@ -213,7 +213,7 @@ impl Stack {
 
     /// `ApproximateNumberOfMessages` + `…NotVisible` of a queue.
     pub async fn depth(&self, queue: &Queue) -> (u64, u64) {
-        resq::sqs::depth(&self.sqs, &queue.url)
+        resq_ops::status::depth(&self.sqs, &queue.url)
             .await
             .expect("queue attributes")
     }
@@ -277,7 +277,9 @@ async fn create_queue(
         .expect("create queue")
         .queue_url
         .expect("queue url");
-    let arn = resq::sqs::queue_arn(sqs, &url).await.expect("queue arn");
+    let arn = resq_ops::status::queue_arn(sqs, &url)
+        .await
+        .expect("queue arn");
     Queue { url, arn }
 }
 

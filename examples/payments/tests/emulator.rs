@@ -49,7 +49,7 @@ async fn payments_are_recorded_once_and_bad_ones_reach_the_dlq_marked_permanent(
     assert_eq!(messages.len(), 4);
 
     // WHEN Lambda delivers them as one batch
-    let event = resq::sqs_event::lambda_event(&messages, &stack.main.arn, "us-east-1");
+    let event = resq_local::event::lambda_event(&messages, &stack.main.arn, "us-east-1");
     let invocation = SqsInvocation::from_json(&event.to_string()).unwrap();
     let report = consumer
         .handle(invocation, Instant::now() + Duration::from_secs(30))

@@ -482,10 +482,10 @@ pub async fn ensure_versioned(ctx: &Context) -> Result<(), CliError> {
 async fn wait_until_nothing_in_flight(ctx: &Context, at_most: Duration) {
     let until = Instant::now() + at_most;
     while Instant::now() < until {
-        let (_, main) = resq::sqs::depth(&ctx.sqs, &ctx.main_queue_url)
+        let (_, main) = resq_ops::status::depth(&ctx.sqs, &ctx.main_queue_url)
             .await
             .unwrap_or((0, 1));
-        let (_, dlq) = resq::sqs::depth(&ctx.sqs, &ctx.dlq_url)
+        let (_, dlq) = resq_ops::status::depth(&ctx.sqs, &ctx.dlq_url)
             .await
             .unwrap_or((0, 1));
         if main + dlq == 0 {
@@ -759,10 +759,10 @@ async fn drive(
     let mut last_print = Instant::now() - Duration::from_secs(10);
     let result = loop {
         let next = state.sent.load(Ordering::Relaxed);
-        let (visible, in_flight) = resq::sqs::depth(&ctx.sqs, &ctx.main_queue_url)
+        let (visible, in_flight) = resq_ops::status::depth(&ctx.sqs, &ctx.main_queue_url)
             .await
             .unwrap_or((u64::MAX / 4, 0));
-        let (dlq_visible, dlq_in_flight) = resq::sqs::depth(&ctx.sqs, &ctx.dlq_url)
+        let (dlq_visible, dlq_in_flight) = resq_ops::status::depth(&ctx.sqs, &ctx.dlq_url)
             .await
             .unwrap_or((0, u64::MAX / 4));
         if next < planned.len() && visible + in_flight < QUEUE_DEPTH {
