@@ -29,9 +29,7 @@ LINT_PRODUCER := arn:aws:events:us-east-1:123456789012:rule/orders
 export AWS_DEFAULT_REGION ?= us-east-1
 TRANSLATED_FUNCTION := target/infra/function.json
 # The crates published to crates.io (the others say publish = false).
-LIBRARIES := -p resq -p resq-consumer -p resq-redriver -p resq-ops
-# `resq::testing` (feature test-util) is documented and its examples run, as on docs.rs.
-LIBRARY_FEATURES := --features resq/test-util
+LIBRARIES := -p resq -p resq-testing -p resq-consumer -p resq-redriver -p resq-ops
 # The workspace's dev profile as `cargo package` verifies with it (the packaged manifests carry
 # no profile): what the verification can reuse of the test build is reused.
 WORKSPACE_DEV_PROFILE := --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false'
@@ -106,7 +104,7 @@ test: $(TOOLS) $(LOCALSTACK)
 	@echo "the end-to-end tests again, on LocalStack"
 	E2E_EMULATOR=localstack MOTO_SERVER=$(CURDIR)/$(VENV)/bin/moto_server LOCALSTACK_PYTHON=$(CURDIR)/$(VENV_LOCALSTACK)/bin/python cargo test --workspace --test e2e
 	@echo "the library crates' documentation examples"
-	cargo test --doc $(LIBRARIES) $(LIBRARY_FEATURES)
+	cargo test --doc $(LIBRARIES)
 	$(MAKE) package
 
 ## lint: rustfmt, clippy (warnings are errors), `make doc`, and the templates: sam validate (+ --lint),
@@ -255,9 +253,9 @@ install:
 ## doc: the library crates' documentation as docs.rs builds it, warnings (broken or private
 ## links, …) as errors
 doc:
-	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps $(LIBRARIES) $(LIBRARY_FEATURES)
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps $(LIBRARIES)
 
-## package: `cargo package` of the four library crates together, as `cargo publish --workspace`
+## package: `cargo package` of the five library crates together, as `cargo publish --workspace`
 ## would upload them: their files (no tests, no fixtures), their manifests, and each one built
 ## alone from its package, the others through cargo's local registry overlay (offline). About
 ## 5 min of CPU after `make test` (each crate's own feature set recompiles the AWS SDK crates).

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use resq::config::Vars;
-use resq::testing::{MemorySqs, MemoryStore};
 use resq_consumer::Consumer;
 use resq_consumer::config::ConsumerConfig;
 use resq_consumer::event::SqsInvocation;
@@ -16,6 +15,7 @@ use resq_redriver::Redriver;
 use resq_redriver::config::RedriverConfig;
 use resq_redriver::ports::CloudWatchAlarms;
 use resq_redriver::request::RunRequest;
+use resq_testing::{MemorySqs, MemoryStore};
 use serde_json::{Value, json};
 
 /// The benchmark's effect: an in-memory no-op, so the engine itself is what is measured.

@@ -35,7 +35,7 @@
 //! # The engine, without Lambda
 //!
 //! [`Consumer`] is the engine over its ports (SQS, the archive store): the same batch, run
-//! here against resq's in-memory doubles (`resq::testing`, feature `test-util`). A good
+//! here against resq's in-memory doubles (crate `resq-testing`). A good
 //! payment is acknowledged; a payment of nothing is rejected by the handler and copied to the
 //! DLQ with resq's attributes and the handler's reason; neither is reported failed, so Lambda
 //! deletes both from the queue.
@@ -46,7 +46,7 @@
 //! use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON};
 //! use resq::config::Vars;
 //! use resq_consumer::config::ConsumerConfig;
-//! use resq::testing::{MemorySqs, MemoryStore};
+//! use resq_testing::{MemorySqs, MemoryStore};
 //! use resq_consumer::Consumer;
 //! use resq_consumer::event::SqsInvocation;
 //! use resq_consumer::handler::{HandlerError, MessageHandler, RecordMeta, Rejection};

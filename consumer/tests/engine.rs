@@ -1,4 +1,4 @@
-//! The consumer's engine over resq's in-memory doubles (`resq::testing`): a batch from the
+//! The consumer's engine over resq's in-memory doubles (`resq-testing`): a batch from the
 //! event as Lambda delivers it to the answer, its DLQ copies, archive entries and backoff.
 //! What needs no I/O is tested beside the rules (`decide`, `account`, `event`).
 
@@ -14,7 +14,6 @@ use resq::reason::ArchiveReason;
 use resq::sqs::OutgoingMessage;
 use resq::sqs::Queues;
 use resq::store::ObjectStore;
-use resq::testing::{Call, MemorySqs, MemoryStore};
 use resq_consumer::Consumer;
 use resq_consumer::account::BatchReport;
 use resq_consumer::account::Outcome;
@@ -28,6 +27,7 @@ use resq_consumer::handler::{HandlerError, Rejection};
 use resq_consumer::handler::{MessageHandler, RecordMeta};
 use resq_consumer::order::Order;
 use resq_consumer::order::{OrderHandler, RecordOrder};
+use resq_testing::{Call, MemorySqs, MemoryStore};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -974,7 +974,7 @@ async fn an_empty_failure_reason_from_a_handler_still_reaches_the_dlq() {
 async fn an_unreadable_record_is_dead_lettered_at_once_with_what_could_be_read() {
     // GIVEN the runtime's bytes: one record whose binary attribute is not base64 (as in
     // Powertools' sqsEvent.json), one whose body is a JSON object, not a string
-    let (logs, _guard) = resq::testing::CapturedLogs::start();
+    let (logs, _guard) = resq_testing::CapturedLogs::start();
     let (queues, store) = (MemorySqs::default(), MemoryStore::default());
     let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
     let mut bad = record("bad", &order("o-1"), Some("1"), None);
@@ -1141,7 +1141,7 @@ async fn dead_letters_go_out_in_batches_of_ten() {
 #[tokio::test]
 async fn log_lines_carry_the_correlation_fields() {
     // GIVEN the JSON log format the functions use in Lambda
-    let (logs, _guard) = resq::testing::CapturedLogs::start();
+    let (logs, _guard) = resq_testing::CapturedLogs::start();
     let (queues, store) = (MemorySqs::default(), MemoryStore::default());
     let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
     let event = json!({"Records": [record("m-7", &order("transient-7"), None, None)]});
@@ -1181,7 +1181,7 @@ async fn an_unparsed_body_is_followed_by_the_types_own_field() {
         }
     }
     let t = resq::telemetry::Telemetry::of(Tickets::NAMES, "tickets-consumer", None).unwrap();
-    let (logs, _guard) = resq::testing::CapturedLogs::start_for(&t);
+    let (logs, _guard) = resq_testing::CapturedLogs::start_for(&t);
     let (queues, store) = (MemorySqs::default(), MemoryStore::default());
     let consumer = Consumer::new(Tickets, &queues, &store, config("http://127.0.0.1/1/dlq"));
     // WHEN a body it rejects names its ticket

@@ -12,7 +12,6 @@ use base64::Engine;
 use proptest::prelude::*;
 use resq::attributes::{MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, X_FAILURE_REASON, message_size};
 use resq::config::CommonConfig;
-use resq::testing::{Call, MemorySqs, MemoryStore};
 use resq_consumer::Consumer;
 use resq_consumer::account::Outcome;
 use resq_consumer::config::ConsumerConfig;
@@ -20,6 +19,7 @@ use resq_consumer::event::SqsInvocation;
 use resq_consumer::handler::{HandlerError, RecordMeta};
 use resq_consumer::order::{Order, parse_order};
 use resq_consumer::order::{OrderHandler, RecordOrder, order_key};
+use resq_testing::{Call, MemorySqs, MemoryStore};
 use serde_json::{Value, json};
 
 /// The reference handler behind scripted misbehaviour, by order id prefix.

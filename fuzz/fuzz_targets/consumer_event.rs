@@ -9,7 +9,7 @@ use libfuzzer_sys::fuzz_target;
 use resq::attributes::{MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, message_size};
 use resq::config::CommonConfig;
 use resq_consumer::config::ConsumerConfig;
-use resq::testing::{MemorySqs, MemoryStore};
+use resq_testing::{MemorySqs, MemoryStore};
 use resq_consumer::Consumer;
 use resq_consumer::event::{EventError, SqsInvocation};
 use resq_consumer::order::RecordOrder;

@@ -241,7 +241,7 @@ mod tests {
     use resq::attributes::{AttributeValue, X_FIRST_SENT_AT, X_REDRIVE_COUNT};
     use resq::reason::ArchiveReason;
     use resq::sqs::ReceivedMessage;
-    use resq::testing::{Call, MemorySqs, MemoryStore};
+    use resq_testing::{Call, MemorySqs, MemoryStore};
     use std::collections::HashSet;
     use std::time::Duration;
 
@@ -885,7 +885,7 @@ mod tests {
         // answer: SQS may have taken it)
         let (dlq, store, alarms) = doubles();
         fill(&dlq, 200, 0);
-        dlq.time_out_calls(resq::testing::Call::Send, 1);
+        dlq.time_out_calls(resq_testing::Call::Send, 1);
         let deadline = Instant::now() + Duration::from_secs(30);
         let summary = run_with(&dlq, &store, &alarms, &config(&[]), 3000.0, deadline).await;
         // THEN the run goes on to the end of the DLQ: the ten of that call stay hidden (they
@@ -990,7 +990,7 @@ mod tests {
     async fn a_replay_is_logged_with_the_old_and_new_message_id_and_the_order() {
         // GIVEN the JSON log lines the function writes in Lambda, and a DLQ message of order
         // ORD-7 replayed once before
-        let (logs, _guard) = resq::testing::CapturedLogs::start();
+        let (logs, _guard) = resq_testing::CapturedLogs::start();
         let (dlq, store, alarms) = doubles();
         let m = dlq_message(
             "dlq-7",
@@ -1019,7 +1019,7 @@ mod tests {
     #[tokio::test]
     async fn an_archive_is_logged_with_its_message_and_order() {
         // GIVEN a message of order ORD-9 past its TTL, and one whose body is not an order
-        let (logs, _guard) = resq::testing::CapturedLogs::start();
+        let (logs, _guard) = resq_testing::CapturedLogs::start();
         let (dlq, store, alarms) = doubles();
         let old = now_ms() - 25 * HOUR_MS;
         dlq.push(DLQ, of_order(dlq_message("dlq-9", old, &[]), "ORD-9"));
@@ -1047,7 +1047,7 @@ mod tests {
     #[tokio::test]
     async fn an_explained_dead_letter_and_a_refused_replay_carry_the_same_keys() {
         // GIVEN a dead letter without a reason while replay is paused
-        let (logs, _guard) = resq::testing::CapturedLogs::start();
+        let (logs, _guard) = resq_testing::CapturedLogs::start();
         let (dlq, store, alarms, paused, _) = paused_with_crashed(1);
         scheduled(&dlq, &store, &alarms, &paused).await;
         // THEN the line of its explained copy names the old and the new message id, and the
@@ -1079,7 +1079,7 @@ mod tests {
     #[tokio::test]
     async fn a_runs_summary_line_can_be_filtered_on_its_fields() {
         // GIVEN one replayable message and one past its TTL
-        let (logs, _guard) = resq::testing::CapturedLogs::start();
+        let (logs, _guard) = resq_testing::CapturedLogs::start();
         let (dlq, store, alarms) = doubles();
         dlq.push(DLQ, dlq_message("fresh", now_ms(), &[]));
         dlq.push(DLQ, dlq_message("old", now_ms() - 25 * HOUR_MS, &[]));

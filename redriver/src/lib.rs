@@ -7,7 +7,7 @@
 //! ([`request::RunRequest`]).
 //!
 //! [`Redriver`] is the engine over its ports (SQS, the archive store, the alarms). Here it runs
-//! against resq's in-memory doubles (`resq::testing`, feature `test-util`): one dead letter is
+//! against resq's in-memory doubles (crate `resq-testing`): one dead letter is
 //! replayed into the main queue, its redrive count raised to 1.
 //!
 //! ```
@@ -17,7 +17,7 @@
 //! use resq::config::Vars;
 //! use resq_redriver::config::RedriverConfig;
 //! use resq::sqs::ReceivedMessage;
-//! use resq::testing::{MemorySqs, MemoryStore};
+//! use resq_testing::{MemorySqs, MemoryStore};
 //! use resq_redriver::Redriver;
 //! use resq_redriver::ports::{AlarmState, Alarms, PortError};
 //! use resq_redriver::request::RunRequest;

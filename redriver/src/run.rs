@@ -1053,7 +1053,6 @@ mod tests {
     use resq::error::AwsError;
     use resq::settle::Action;
     use resq::sqs::OutgoingMessage;
-    use resq::testing::report;
 
     /// The fake clock's start: epoch millis of 2027-01-15.
     const EPOCH_MS: u64 = 1_800_000_000_000;
@@ -1197,12 +1196,10 @@ mod tests {
                     run.handle_received(r, Ok(batch), now)
                 }
                 Command::Settle { id, plan, .. } => {
-                    let keeps = resq::testing::actions(&plan)
-                        .iter()
-                        .any(|a| matches!(a, Action::Keep { .. }));
+                    let keeps = plan.actions().any(|a| matches!(a, Action::Keep { .. }));
                     self.commands
                         .push(if keeps { "keep list" } else { "settle" });
-                    let report = report(&plan, now.instant, |a| self.settle(a));
+                    let report = Report::of(&plan, now.instant, |a| self.settle(a));
                     run.handle_settled(id, report, now)
                 }
                 Command::Finish => unreachable!("finish is the driver's"),
@@ -1485,7 +1482,11 @@ mod tests {
         // AND a reading of ALARM pauses what comes next: the settled batch went, the rest is
         // held, not replayed
         world.alarms = Ok(vec![alarm("replays-failing", true, Duration::ZERO, 10.0)]);
-        run.handle_settled(id, report(&plan, later.instant, |a| world.settle(a)), later);
+        run.handle_settled(
+            id,
+            Report::of(&plan, later.instant, |a| world.settle(a)),
+            later,
+        );
         run.handle_breaker(world.alarms.clone(), later);
         let summary = world.drive(run, later);
         assert!(summary.paused, "{summary:?}");
@@ -1713,7 +1714,7 @@ mod tests {
         let unanswered = Confirmation::Failed(SettleError::Unanswered);
         run.handle_settled(
             id,
-            report(&plan, late.instant, |_| unanswered.clone()),
+            Report::of(&plan, late.instant, |_| unanswered.clone()),
             late,
         );
         // THEN no receive starts; what was not confirmed is neither deleted nor released

@@ -235,7 +235,7 @@ pub struct Replayed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use resq::testing::CapturedLogs;
+    use resq_testing::CapturedLogs;
     use serde_json::Value;
 
     /// A summary with every field set, every archive reason counted.

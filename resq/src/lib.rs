@@ -12,8 +12,8 @@
 //! - the SQS and S3 adapters behind small ports ([`sqs::Queues`], [`store::ObjectStore`]), the
 //!   AWS clients every function builds ([`aws`]) and the one settle executor both functions
 //!   use ([`settle`]);
-//! - with the `test-util` feature, in-memory doubles of those ports (`testing`) for your
-//!   tests.
+//! - in-memory doubles of those ports for your tests are a crate of their own
+//!   (`resq-testing`).
 //!
 //! A team writing its own function depends on `resq-consumer` and implements its
 //! `MessageHandler`; the repository's `docs/own-function.md` goes from `cargo new` to deploy.
@@ -71,6 +71,3 @@ pub mod source;
 pub mod sqs;
 pub mod store;
 pub mod telemetry;
-#[cfg(any(test, feature = "test-util"))]
-#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
-pub mod testing;

@@ -188,7 +188,7 @@ pub(crate) type EntryResults<T> = Vec<Result<T, AwsError>>;
 
 /// The SQS calls resq makes, one call each (the batch calls take at most [`MAX_BATCH`]
 /// entries; [`crate::settle`] splits and paces them). Implemented on the SDK's client, and on
-/// an in-memory double for tests (`test-util`).
+/// an in-memory double for tests (`resq-testing`).
 pub trait Queues: Send + Sync {
     /// One `ReceiveMessage`: up to `max` (1–10) messages with every message and system
     /// attribute, hidden for `visibility` seconds (`None`: the queue's own timeout), waiting up

@@ -86,14 +86,14 @@ fn the_design_rule_map_names_real_code() {
     );
 }
 
-/// The resq features a build of `packages` (their normal dependencies, as `cargo lambda
-/// build` builds the functions) enables.
-fn resq_features(packages: &[&str]) -> String {
+/// The normal dependencies of `packages` (as `cargo lambda build` builds the functions), as
+/// `cargo tree` prints them.
+fn dependencies(packages: &[&str]) -> String {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut cargo = std::process::Command::new(env!("CARGO"));
     cargo
         .current_dir(&root)
-        .args(["tree", "--offline", "-e", "normal,features", "-i", "resq"]);
+        .args(["tree", "--offline", "-e", "normal", "--prefix", "none"]);
     for p in packages {
         cargo.args(["-p", p]);
     }
@@ -106,13 +106,13 @@ fn resq_features(packages: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The in-memory doubles are behind resq's `test-util` feature: the functions' own build
-/// never enables it (the bench's does, which shows the check can see it).
+/// The in-memory doubles are a crate of their own (resq-testing): the functions' own build
+/// never depends on it (the bench's does, which shows the check can see it).
 #[test]
 fn the_shipped_functions_carry_no_test_doubles() {
-    let doubles = "resq feature \"test-util\"";
-    let shipped = resq_features(&["resq-consumer", "resq-redriver"]);
-    assert!(shipped.contains("resq feature \"default\""), "{shipped}");
+    let doubles = "resq-testing v";
+    let shipped = dependencies(&["resq-consumer", "resq-redriver"]);
+    assert!(shipped.contains("resq v"), "{shipped}");
     assert!(!shipped.contains(doubles), "{shipped}");
-    assert!(resq_features(&["resq-bench"]).contains(doubles));
+    assert!(dependencies(&["resq-bench"]).contains(doubles));
 }

@@ -125,7 +125,7 @@ impl<S: ObjectStore> MessageHandler for RecordPayment<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use resq::testing::MemoryStore;
+    use resq_testing::MemoryStore;
 
     #[test]
     fn parsing_names_the_reason() {

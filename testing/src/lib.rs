@@ -1,12 +1,12 @@
 //! In-memory doubles of resq's ports, for tests and benchmarks: an SQS that keeps its
-//! visibility rules ([`MemorySqs`]) and an object store ([`MemoryStore`]). Both can be told to
-//! fail or to be slow. Behind the `test-util` feature: the shipped functions carry none of it.
-//! In a team's crate: `resq = { version = "…", features = ["test-util"] }` under
+//! visibility rules ([`MemorySqs`]), an object store ([`MemoryStore`]) and a capture of the
+//! JSON log lines resq writes ([`CapturedLogs`]). Each can be told to fail or to be slow. The
+//! shipped functions carry none of it: in a team's crate, `resq-testing` goes under
 //! `[dev-dependencies]`.
 //!
 //! ```
 //! use resq::store::{ObjectStore, PutOutcome};
-//! use resq::testing::MemoryStore;
+//! use resq_testing::MemoryStore;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -21,16 +21,17 @@
 //! assert!(store.get("payments/p-1.json").await.is_err());
 //! # }
 //! ```
+#![warn(missing_docs)]
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::AwsError;
-use crate::sqs::MAX_VISIBILITY_TIMEOUT;
-use crate::sqs::{EntryResults, OutgoingMessage, Queues, ReceivedMessage};
-use crate::store::{ObjectStore, PutOutcome, StoreError};
+use resq::error::AwsError;
+use resq::sqs::MAX_VISIBILITY_TIMEOUT;
+use resq::sqs::{OutgoingMessage, Queues, ReceivedMessage};
+use resq::store::{ObjectStore, PutOutcome, StoreError};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -79,7 +80,7 @@ struct State {
     /// Calls of a kind that time out (the SDK's operation timeout) without being carried out.
     time_outs: HashMap<Call, usize>,
     /// What `GetQueueAttributes` answers per queue (SQS's defaults when not set).
-    limits: HashMap<String, Result<crate::source::QueueLimits, String>>,
+    limits: HashMap<String, Result<resq::source::QueueLimits, String>>,
     /// `GetQueueAttributes` calls made.
     limits_read: u64,
 }
@@ -264,7 +265,7 @@ impl MemorySqs {
             return Err(AwsError {
                 code: None,
                 message: "operation timed out: injected".into(),
-                kind: crate::error::AwsErrorKind::Timeout,
+                kind: resq::error::AwsErrorKind::Timeout,
             });
         }
         Ok(())
@@ -292,7 +293,7 @@ impl State {
         now: Instant,
     ) -> Vec<ReceivedMessage> {
         let mut out = Vec::new();
-        let fifo = crate::fifo::is_fifo(queue);
+        let fifo = resq::fifo::is_fifo(queue);
         let quota = self.in_flight_quota;
         let stored = self.queues.entry(queue.to_owned()).or_default();
         // past its in-flight quota SQS answers a receive with nothing, and no error
@@ -425,7 +426,7 @@ impl State {
 
 impl MemorySqs {
     /// What `GetQueueAttributes` answers for `queue` from now on: these limits, or this error.
-    pub fn set_limits(&self, queue: &str, limits: Result<crate::source::QueueLimits, String>) {
+    pub fn set_limits(&self, queue: &str, limits: Result<resq::source::QueueLimits, String>) {
         lock(&self.state).limits.insert(queue.to_owned(), limits);
     }
 
@@ -436,11 +437,11 @@ impl MemorySqs {
 }
 
 impl Queues for MemorySqs {
-    async fn limits(&self, queue: &str) -> Result<crate::source::QueueLimits, AwsError> {
+    async fn limits(&self, queue: &str) -> Result<resq::source::QueueLimits, AwsError> {
         let mut state = lock(&self.state);
         state.limits_read += 1;
         match state.limits.get(queue) {
-            None => Ok(crate::source::QueueLimits::sqs_defaults()),
+            None => Ok(resq::source::QueueLimits::sqs_defaults()),
             Some(Ok(limits)) => Ok(limits.clone()),
             Some(Err(e)) => Err(AwsError::service("AccessDenied", e.clone())),
         }
@@ -456,7 +457,7 @@ impl Queues for MemorySqs {
         self.call(Call::Receive).await?;
         let now = self.now();
         let hide = Duration::from_secs(visibility.unwrap_or(30).max(0) as u64);
-        let max = max.clamp(1, crate::sqs::MAX_BATCH as i32) as usize;
+        let max = max.clamp(1, resq::sqs::MAX_BATCH as i32) as usize;
         Ok(lock(&self.state).receive(queue, max, hide, now))
     }
 
@@ -464,7 +465,7 @@ impl Queues for MemorySqs {
         &self,
         queue: &str,
         messages: &[&OutgoingMessage],
-    ) -> Result<EntryResults<String>, AwsError> {
+    ) -> Result<Vec<Result<String, AwsError>>, AwsError> {
         self.call(Call::Send).await?;
         let now = self.now();
         let mut state = lock(&self.state);
@@ -477,7 +478,7 @@ impl Queues for MemorySqs {
         &self,
         queue: &str,
         receipt_handles: &[&str],
-    ) -> Result<EntryResults<()>, AwsError> {
+    ) -> Result<Vec<Result<(), AwsError>>, AwsError> {
         self.call(Call::Delete).await?;
         let mut state = lock(&self.state);
         Ok(receipt_handles
@@ -490,7 +491,7 @@ impl Queues for MemorySqs {
         &self,
         queue: &str,
         changes: &[(&str, i32)],
-    ) -> Result<EntryResults<()>, AwsError> {
+    ) -> Result<Vec<Result<(), AwsError>>, AwsError> {
         self.call(Call::ChangeVisibility).await?;
         let now = self.now();
         let mut state = lock(&self.state);
@@ -569,18 +570,18 @@ impl ObjectStore for MemoryStore {
     }
 }
 
-/// A log sink for tests: the JSON lines `crate::telemetry::json_layer` writes, kept in
+/// A log sink for tests: the JSON lines `resq::telemetry::json_layer` writes, kept in
 /// memory while the returned guard is the thread's default subscriber.
 #[derive(Clone, Default)]
 pub struct CapturedLogs(std::sync::Arc<Mutex<Vec<u8>>>);
 
 impl CapturedLogs {
     /// Captures the lines of the current thread (at every level) until the guard drops, as a
-    /// function of resq's orders names logs them ([`crate::telemetry::Names::ORDERS`],
+    /// function of resq's orders names logs them ([`resq::telemetry::Names::ORDERS`],
     /// function `test-function`, 256 MB).
     pub fn start() -> (Self, tracing::subscriber::DefaultGuard) {
-        let orders = crate::telemetry::Telemetry::of(
-            crate::telemetry::Names::ORDERS,
+        let orders = resq::telemetry::Telemetry::of(
+            resq::telemetry::Names::ORDERS,
             "test-function",
             Some(256),
         );
@@ -592,15 +593,13 @@ impl CapturedLogs {
 
     /// Captures the lines of the current thread, as a function with `telemetry` logs them.
     pub fn start_for(
-        telemetry: &crate::telemetry::Telemetry,
+        telemetry: &resq::telemetry::Telemetry,
     ) -> (Self, tracing::subscriber::DefaultGuard) {
         use tracing_subscriber::prelude::*;
         let logs = Self::default();
         let sink = logs.clone();
         let subscriber = tracing_subscriber::registry()
-            .with(crate::telemetry::json_layer(telemetry, move || {
-                sink.clone()
-            }));
+            .with(resq::telemetry::json_layer(telemetry, move || sink.clone()));
         (logs, tracing::subscriber::set_default(subscriber))
     }
 
@@ -643,33 +642,4 @@ impl std::io::Write for CapturedLogs {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-/// The actions of `plan`, in order, as a test looks at what a function decided.
-pub fn actions(plan: &crate::settle::Plan) -> Vec<&crate::settle::Action> {
-    plan.steps.iter().map(|(action, _)| action).collect()
-}
-
-/// The report [`crate::settle::Settler::settle`] gives for `plan` when `answer` says what
-/// became of each action it attempts, every call started at `at`: an action that waits for one
-/// not confirmed is not attempted (the lane rule), and an answer of `NotAttempted` leaves the
-/// action unstarted. For tests of what a function does with a report, without SQS.
-pub fn report(
-    plan: &crate::settle::Plan,
-    at: Instant,
-    mut answer: impl FnMut(&crate::settle::Action) -> crate::settle::Confirmation,
-) -> crate::settle::Report {
-    use crate::settle::{Confirmation, Unattempted};
-    let mut results: Vec<Confirmation> = Vec::with_capacity(plan.steps.len());
-    let mut started = Vec::with_capacity(plan.steps.len());
-    for (action, after) in &plan.steps {
-        let blocked = after.is_some_and(|a| !results[a].is_confirmed());
-        let result = match blocked {
-            true => Confirmation::NotAttempted(Unattempted::Blocked),
-            false => answer(action),
-        };
-        started.push((!matches!(result, Confirmation::NotAttempted(_))).then_some(at));
-        results.push(result);
-    }
-    crate::settle::Report { results, started }
 }
