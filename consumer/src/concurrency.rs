@@ -4,13 +4,13 @@
 //! invocation starts with as many records in flight as the batch has, up to
 //! `AUTO_CONCURRENCY_MAX`; [`Limit`] halves that when a downstream throttles (floor 1) and
 //! raises it again one at a time as calls succeed. The downstream's answers reach it through
-//! [`resq::aws::Throttling`], which the HTTPS client ([`resq::aws::Downstream`]) feeds with every response
+//! [`crate::downstream::Throttling`], which the HTTPS client ([`crate::downstream::Downstream`]) feeds with every response
 //! it reads: a throttled one (S3 `SlowDown`, HTTP 503 or 429, SQS's throttling errors) or one
 //! that went through. The same client holds at most [`Concurrency::cap`] connections per host.
 
 use std::time::Instant;
 
-use resq::aws::Seen;
+use crate::downstream::Seen;
 
 /// `CONSUMER_CONCURRENCY=auto`: records in flight at most (and connections per host).
 pub(crate) const AUTO_CONCURRENCY_MAX: usize = 64;
@@ -174,7 +174,7 @@ impl Limit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use resq::aws::Throttling;
+    use crate::downstream::Throttling;
     use std::time::Duration;
 
     fn ms(t0: Instant, n: u64) -> Instant {

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use crate::concurrency::Limit;
 use crate::config::ConsumerConfig;
+use crate::downstream::Throttling;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use resq::aws::Throttling;
 use resq::correlation::CorrelationKey;
 use resq::metrics;
 use resq::settle::{Action, Confirmation, Deadlines, QueueUrl, Settler};
@@ -108,7 +108,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     }
 
     /// The same consumer, its limit following the throttling counted in `throttling` (the
-    /// HTTPS client's: [`resq::aws::Downstream`]).
+    /// HTTPS client's: [`crate::downstream::Downstream`]).
     pub fn with_throttling(mut self, throttling: Throttling) -> Self {
         self.throttling = throttling;
         self

@@ -56,8 +56,10 @@ pub async fn serve<H: MessageHandler>(
     resq::config::lambda_environment(&resq::config::process_env())?;
     // every call the clients make goes through one gate per host (at most the limit's cap of
     // connections, or the settle executor's calls in flight if more) and is counted, so the limit can follow the downstream's throttling
-    let downstream = resq::aws::Downstream::new(config.concurrency.connections_per_host());
-    let aws = resq::aws::config_loader_for(&downstream).load().await;
+    let downstream = crate::downstream::Downstream::new(config.concurrency.connections_per_host());
+    let aws = crate::downstream::config_loader_for(&downstream)
+        .load()
+        .await;
     let sqs = aws_sdk_sqs::Client::new(&aws);
     let store = S3Store::new(resq::aws::s3_client(&aws), &config.common.archive_bucket);
     let handler = make_handler(Resources {

@@ -132,6 +132,7 @@ pub mod backoff;
 pub mod concurrency;
 pub mod config;
 pub mod decide;
+pub mod downstream;
 pub mod engine;
 pub mod event;
 #[cfg(test)]

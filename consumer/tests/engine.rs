@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON};
-use resq::aws::Throttling;
 use resq::config::CommonConfig;
 use resq::metrics;
 use resq::reason::ArchiveReason;
@@ -21,6 +20,7 @@ use resq_consumer::concurrency::Concurrency;
 use resq_consumer::config::ConsumerConfig;
 use resq_consumer::decide;
 use resq_consumer::decide::Failure;
+use resq_consumer::downstream::Throttling;
 use resq_consumer::event::EventError;
 use resq_consumer::event::SqsInvocation;
 use resq_consumer::handler::{HandlerError, Rejection};
