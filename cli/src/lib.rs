@@ -93,7 +93,7 @@ pub enum CliError {
     /// An object in the bucket could not be read (the call failed, or its body broke off);
     /// the error names the object. Exit status 1.
     #[error("reading {0}")]
-    Read(resq::store::StoreError),
+    Read(resq::error::AwsError),
     /// The object at a key is not an archive entry (not JSON, or not an envelope). Exit
     /// status 1.
     #[error(

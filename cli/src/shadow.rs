@@ -481,7 +481,7 @@ fn account(done: &Report, copies: Vec<(ActionId, ReceivedMessage)>, report: &mut
                 report.copies.push(Copied {
                     dlq_message_id: m.message_id.clone(),
                     message_id: message_id.clone(),
-                    order_id: resq::correlation::order_id(&m.body),
+                    order_id: resq::correlation::CorrelationKey::ORDERS.read(&m.body),
                 });
             }
             other => report.failed.push(NotCopied {

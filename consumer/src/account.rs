@@ -135,7 +135,7 @@ pub fn answer(records: &[Record], outcomes: Vec<Outcome>) -> BatchReport {
     for (r, o) in records.iter().zip(&outcomes) {
         match o {
             Outcome::Processed => m.add(PROCESSED, 1),
-            Outcome::Archived(reason) => m.add_archived(*reason),
+            Outcome::Archived(reason) => m.add_archived(*reason, 1),
             Outcome::DeadLettered(_) => m.add(DEAD_LETTERED, 1),
             Outcome::Failed(_) => m.add(RETRIED, 1),
         }

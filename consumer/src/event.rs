@@ -691,9 +691,114 @@ pub fn is_fifo(records: &[Record]) -> bool {
         .is_some_and(resq::fifo::is_fifo)
 }
 
+/// A queue named by an ARN: `arn:PARTITION:sqs:REGION:ACCOUNT:NAME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueArn<'a> {
+    /// The owning account.
+    pub account: &'a str,
+    /// The queue's name.
+    pub name: &'a str,
+}
+
+impl<'a> QueueArn<'a> {
+    /// Reads an SQS queue ARN (`None` for anything else).
+    pub fn parse(arn: &'a str) -> Option<Self> {
+        let mut parts = arn.split(':');
+        let (Some("arn"), Some(_), Some("sqs"), Some(_), Some(account), Some(name), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return None;
+        };
+        (!name.is_empty()).then_some(Self { account, name })
+    }
+
+    /// Whether `url` is this queue's URL: the same name as its last path segment, and the
+    /// same account as the segment before it. (AWS's, moto's and LocalStack's URLs all end
+    /// `/ACCOUNT/NAME`.)
+    pub fn is_url(&self, url: &str) -> bool {
+        let mut segments = url_path(url).rsplit('/');
+        segments.next() == Some(self.name) && segments.next() == Some(self.account)
+    }
+
+    /// This queue's URL, made from the URL of a queue in the same region and endpoint:
+    /// `sibling` with its last two path segments replaced by this queue's account and name.
+    pub fn url_beside(&self, sibling: &str) -> Option<String> {
+        let sibling = sibling.trim_end_matches('/');
+        let path = url_path(sibling);
+        let base_len = sibling.len() - path.len();
+        let mut cut = path.rsplitn(3, '/');
+        let (_name, _account, prefix) = (cut.next()?, cut.next()?, cut.next()?);
+        Some(format!(
+            "{}{prefix}/{}/{}",
+            &sibling[..base_len],
+            self.account,
+            self.name
+        ))
+    }
+}
+
+/// The path of a URL, without a trailing `/`.
+fn url_path(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let path = url[after_scheme..]
+        .find('/')
+        .map_or("", |i| &url[after_scheme + i..]);
+    path.trim_end_matches('/')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_arn_names_its_queue_and_its_url_beside_another() {
+        let arn = QueueArn::parse("arn:aws:sqs:us-east-1:123456789012:orders-dlq").unwrap();
+        assert_eq!((arn.account, arn.name), ("123456789012", "orders-dlq"));
+        for url in [
+            "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq",
+            "http://127.0.0.1:4566/queue/us-east-1/123456789012/orders-dlq",
+            "http://127.0.0.1:5000/123456789012/orders-dlq/",
+        ] {
+            assert!(arn.is_url(url), "{url}");
+        }
+        for url in [
+            "https://sqs.us-east-1.amazonaws.com/123456789012/orders",
+            "https://sqs.us-east-1.amazonaws.com/999999999999/orders-dlq",
+            "https://sqs.us-east-1.amazonaws.com/orders-dlq",
+        ] {
+            assert!(!arn.is_url(url), "{url}");
+        }
+        assert_eq!(
+            arn.url_beside("https://sqs.us-east-1.amazonaws.com/123456789012/orders")
+                .as_deref(),
+            Some("https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq")
+        );
+        assert_eq!(
+            arn.url_beside("http://127.0.0.1:4566/queue/us-east-1/000000000000/orders")
+                .as_deref(),
+            Some("http://127.0.0.1:4566/queue/us-east-1/123456789012/orders-dlq")
+        );
+        assert_eq!(
+            arn.url_beside("https://sqs.us-east-1.amazonaws.com/123456789012/orders/")
+                .as_deref(),
+            Some("https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq")
+        );
+        assert_eq!(arn.url_beside("orders"), None);
+        for bad in [
+            "",
+            "arn:aws:sns:us-east-1:1:topic",
+            "arn:aws:sqs:us-east-1:1:",
+            "arn:aws:sqs:us-east-1:1:a:b",
+        ] {
+            assert_eq!(QueueArn::parse(bad), None, "{bad}");
+        }
+    }
     use crate::decide::plan_lanes;
     use crate::fixtures::{parse_event, rec};
     use serde_json::{Value, json};

@@ -164,7 +164,7 @@ mod tests {
             resq_consumer::account::REDRIVE_RETURNED,
         ]);
         m.add(resq_consumer::account::REDRIVE_RETURNED, 3);
-        m.add_archived(ArchiveReason::RedriveCap);
+        m.add_archived(ArchiveReason::RedriveCap, 1);
         let at = chrono::Utc::now();
         let mut lines = m.to_lines(&t, at, LogLevel::Warn);
         lines.push(metrics::cold_start_line(&t, at, LogLevel::Warn));

@@ -209,7 +209,7 @@ impl Summary {
             m.add(KEPT, kept);
         }
         for (reason, n) in &self.archived {
-            m.add_archived_n(*reason, *n);
+            m.add_archived(*reason, *n);
         }
         m
     }

@@ -6,8 +6,9 @@ use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::attributes::{MessageAttributes, RedriveCount, first_sent_at, parse_redrive_count};
+use crate::error::AwsError;
 use crate::reason::ArchiveReason;
-use crate::store::{ObjectStore, PutOutcome, StoreError};
+use crate::store::{ObjectStore, PutOutcome};
 
 /// Where archive entries live in the bucket.
 pub const ARCHIVE_PREFIX: &str = "archive/";
@@ -102,7 +103,7 @@ pub enum RestoreStatus {
     Failed,
 }
 
-/// What the caller knows about an archived message; [`Archiver::archive`] adds the reason,
+/// What the caller knows about an archived message; [`Archiver::write`] adds the reason,
 /// who archived it and when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchiveFacts {
@@ -129,7 +130,7 @@ pub struct ArchiveEnvelope {
 }
 
 /// `archive/{reason}/{yyyy}/{mm}/{dd}/{messageId}.json`, where the day is the one given: the
-/// day the message was first sent (see [`Archiver::archive`]). Characters outside
+/// day the message was first sent (see [`Archiver::write`]). Characters outside
 /// `[A-Za-z0-9._-]` in the message id are replaced so an id can never reach outside its folder.
 pub fn archive_key(reason: ArchiveReason, day: DateTime<Utc>, message_id: &str) -> String {
     let safe: String = message_id
@@ -176,37 +177,21 @@ impl<S: ObjectStore> Archiver<S> {
     }
 
     /// The store written to.
-    pub fn store(&self) -> &S {
+    pub(crate) fn store(&self) -> &S {
         &self.store
     }
 
-    /// Writes the envelope; returns its key. An entry already there counts as written.
+    /// Writes `entry` as archived at `at`; returns its key. An entry already there counts as written.
     ///
     /// The key's day is the day the message was first sent (`facts.first_sent_at`), not the
     /// day of archiving: a message whose archive is retried later (its delete failed, the
     /// function died before acknowledging) finds its own entry again, on any later day, and
     /// gets one entry. Without a known send time, the day of archiving is used.
-    pub async fn archive(
-        &self,
-        reason: ArchiveReason,
-        at: DateTime<Utc>,
-        message: OriginalMessage,
-        facts: ArchiveFacts,
-    ) -> Result<(String, PutOutcome), StoreError> {
-        let entry = ArchiveEntry {
-            reason,
-            message,
-            facts,
-        };
-        self.write(&entry, at).await
-    }
-
-    /// Writes `entry` as archived at `at` (see [`Archiver::archive`]); returns its key.
     pub async fn write(
         &self,
         entry: &ArchiveEntry,
         at: DateTime<Utc>,
-    ) -> Result<(String, PutOutcome), StoreError> {
+    ) -> Result<(String, PutOutcome), AwsError> {
         let facts = &entry.facts;
         let metadata = ArchiveMetadata {
             source_queue: facts.source_queue.clone(),
@@ -229,7 +214,7 @@ impl<S: ObjectStore> Archiver<S> {
             original_message: &entry.message,
             metadata,
         };
-        let body = serde_json::to_vec(&envelope).map_err(|e| StoreError::local(e.to_string()))?;
+        let body = serde_json::to_vec(&envelope).map_err(|e| AwsError::local(e.to_string()))?;
         let outcome = self.store.put_if_absent(&key, body).await?;
         Ok((key, outcome))
     }

@@ -94,7 +94,7 @@ impl AttributeValue {
     }
 
     /// From the SDK form (as returned by `ReceiveMessage`); `None` when it has no scalar value.
-    pub fn from_sdk(attr: &MessageAttributeValue) -> Option<Self> {
+    pub(crate) fn from_sdk(attr: &MessageAttributeValue) -> Option<Self> {
         let string_value = attr.string_value().map(str::to_owned);
         let binary_value = attr.binary_value().map(|b| b.as_ref().to_vec());
         (string_value.is_some() || binary_value.is_some()).then(|| Self {

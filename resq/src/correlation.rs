@@ -162,11 +162,6 @@ pub(crate) fn camel_case(snake: &str) -> String {
     out
 }
 
-/// The body's top-level string field `orderId` (see [`field`]).
-pub fn order_id(body: &str) -> Option<String> {
-    CorrelationKey::ORDERS.read(body)
-}
-
 /// The body's top-level string field `name`, when the body is a JSON object that has one;
 /// `None` for anything else (not JSON, not an object, no such field, one that is not a
 /// string, or given twice). Nothing but that field is kept: the rest of the body is skipped,
@@ -287,17 +282,22 @@ mod tests {
     #[test]
     fn the_order_id_of_a_json_object() {
         assert_eq!(
-            order_id(
+            CorrelationKey::ORDERS.read(
                 r#"{"orderId":"ORD-1001","userId":"u1","items":[{"productId":"p","quantity":1}]}"#
             ),
             Some("ORD-1001".into())
         );
         // anywhere among the top-level fields, escaped or not, around whitespace
         assert_eq!(
-            order_id(" { \"items\": [{\"orderId\": \"inner\"}], \"order\\u0049d\" : \"o\\\"2\" } "),
+            CorrelationKey::ORDERS.read(
+                " { \"items\": [{\"orderId\": \"inner\"}], \"order\\u0049d\" : \"o\\\"2\" } "
+            ),
             Some("o\"2".into())
         );
-        assert_eq!(order_id(r#"{"orderId":""}"#), Some(String::new()));
+        assert_eq!(
+            CorrelationKey::ORDERS.read(r#"{"orderId":""}"#),
+            Some(String::new())
+        );
     }
 
     #[test]
@@ -377,7 +377,7 @@ mod tests {
             r#"{"orderId":{"id":"o-1"}}"#,
             r#"{"orderId":"o-1","orderId":"o-2"}"#,
         ] {
-            assert_eq!(order_id(body), None, "{body}");
+            assert_eq!(CorrelationKey::ORDERS.read(body), None, "{body}");
         }
     }
 
@@ -431,15 +431,15 @@ mod tests {
             let expected = full["orderId"].as_str().map(str::to_owned);
             let given = fields.iter().filter(|(k, _)| k == "orderId").count();
             match given {
-                0 | 1 => proptest::prop_assert_eq!(order_id(&body), expected),
-                _ => proptest::prop_assert_eq!(order_id(&body), None),
+                0 | 1 => proptest::prop_assert_eq!(CorrelationKey::ORDERS.read(&body), expected),
+                _ => proptest::prop_assert_eq!(CorrelationKey::ORDERS.read(&body), None),
             }
         }
 
         /// Never panics, whatever the text.
         #[test]
         fn any_text_is_read_without_panicking(body in "\\PC{0,64}") {
-            let _ = order_id(&body);
+            let _ = CorrelationKey::ORDERS.read(&body);
         }
     }
 }

@@ -31,19 +31,6 @@ impl Permission {
                 None => resource == self.resource,
             }
     }
-
-    /// The KMS actions this call needs on the key of an SSE-KMS queue or bucket (SQS developer
-    /// guide, "Key management": a producer needs `kms:GenerateDataKey` and `kms:Decrypt`, a
-    /// consumer `kms:Decrypt`; S3 user guide: `PutObject` needs `kms:GenerateDataKey`, `GetObject`
-    /// `kms:Decrypt`). Other calls need none.
-    pub fn kms_actions(&self) -> &'static [&'static str] {
-        match self.action {
-            "sqs:SendMessage" => &["kms:GenerateDataKey", "kms:Decrypt"],
-            "sqs:ReceiveMessage" | "s3:GetObject" => &["kms:Decrypt"],
-            "s3:PutObject" => &["kms:GenerateDataKey"],
-            _ => &[],
-        }
-    }
 }
 
 /// Every permission in `lists`, once, in order.
@@ -54,34 +41,14 @@ pub fn all(lists: &[&[Permission]]) -> Vec<Permission> {
     out
 }
 
-/// The KMS actions `permissions` imply on the stack's key, once each, in order.
-pub fn kms_actions(permissions: &[Permission]) -> Vec<&'static str> {
-    let mut out: Vec<&str> = permissions
-        .iter()
-        .flat_map(|p| p.kms_actions().iter().copied())
-        .collect();
-    out.sort_unstable();
-    out.dedup();
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn senders_need_both_key_actions_readers_decrypt_writers_generate() {
+    fn all_lists_each_permission_once_in_order() {
         let send = Permission::new("sqs:SendMessage", "DeadLetterQueue");
         let receive = Permission::new("sqs:ReceiveMessage", "OrdersQueue");
-        let put = Permission::new("s3:PutObject", "ArchiveBucket/archive/*");
-        let alarm = Permission::new("cloudwatch:DescribeAlarms", "alarm:replays-failing");
-        assert_eq!(kms_actions(&[receive]), ["kms:Decrypt"]);
-        assert_eq!(kms_actions(&[put]), ["kms:GenerateDataKey"]);
-        assert_eq!(
-            kms_actions(&[receive, put, send, alarm]),
-            ["kms:Decrypt", "kms:GenerateDataKey"]
-        );
-        assert!(kms_actions(&[alarm]).is_empty());
         assert_eq!(all(&[&[send, receive], &[send]]), [receive, send]);
     }
 

@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Duration as ChronoDuration, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::store::{ObjectStore, StoreError};
+use crate::error::AwsError;
+use crate::store::ObjectStore;
 
 /// Where keep lists live in the bucket.
 pub const KEEP_PREFIX: &str = "kept/";
@@ -86,13 +87,13 @@ pub async fn write_list(
     part: usize,
     at: DateTime<Utc>,
     messages: &[KeptMessage],
-) -> Result<String, StoreError> {
+) -> Result<String, AwsError> {
     let list = KeepList {
         queue_url: queue_url.to_owned(),
         written_at: at.timestamp_millis().max(0) as u64,
         messages: messages.to_vec(),
     };
-    let body = serde_json::to_vec(&list).map_err(|e| StoreError::local(e.to_string()))?;
+    let body = serde_json::to_vec(&list).map_err(|e| AwsError::local(e.to_string()))?;
     let key = keep_key(at, run, part);
     store.put_if_absent(&key, body).await?;
     Ok(key)
@@ -115,7 +116,7 @@ pub async fn still_hidden(
     store: &impl ObjectStore,
     queue_url: &str,
     now: DateTime<Utc>,
-) -> Result<Vec<KeptMessage>, StoreError> {
+) -> Result<Vec<KeptMessage>, AwsError> {
     let since = now - ChronoDuration::hours(13);
     let mut days = vec![since.date_naive()];
     if now.date_naive() != since.date_naive() {

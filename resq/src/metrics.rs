@@ -44,13 +44,8 @@ impl Metrics {
         *self.counts.entry(name).or_default() += n;
     }
 
-    /// Adds one archived message: to `Archived` and to `Archived` by `Reason`.
-    pub fn add_archived(&mut self, reason: ArchiveReason) {
-        self.add_archived_n(reason, 1);
-    }
-
-    /// Adds `n` archived messages of one reason.
-    pub fn add_archived_n(&mut self, reason: ArchiveReason, n: u64) {
+    /// Adds `n` archived messages of one reason: to `Archived` and to `Archived` by `Reason`.
+    pub fn add_archived(&mut self, reason: ArchiveReason, n: u64) {
         self.add(ARCHIVED, n);
         *self.archived.entry(reason).or_default() += n;
     }
@@ -183,9 +178,9 @@ mod tests {
         let t = Telemetry::of(Names::ORDERS, "orders-consumer", Some(256)).unwrap();
         let mut m = Metrics::new(&["Processed", "Retried"]);
         m.add("Processed", 3);
-        m.add_archived(ArchiveReason::RedriveCap);
-        m.add_archived(ArchiveReason::RedriveCap);
-        m.add_archived(ArchiveReason::InvalidRedriveCount);
+        m.add_archived(ArchiveReason::RedriveCap, 1);
+        m.add_archived(ArchiveReason::RedriveCap, 1);
+        m.add_archived(ArchiveReason::InvalidRedriveCount, 1);
         let docs = m.to_emf(&t, 1_700_000_000_000);
         assert_eq!(docs.len(), 3);
         let main = &docs[0];
@@ -236,7 +231,7 @@ mod tests {
         };
         let t = Telemetry::of(names, "payments-consumer", None).unwrap();
         let mut m = Metrics::new(&["Processed"]);
-        m.add_archived(ArchiveReason::TtlExpired);
+        m.add_archived(ArchiveReason::TtlExpired, 1);
         // THEN every document is in its namespace, by its service
         for doc in m.to_emf(&t, 1) {
             assert_eq!(
@@ -263,7 +258,7 @@ mod tests {
         // GIVEN the metric lines a function prints under each application log level
         let t = Telemetry::of(Names::ORDERS, "orders-consumer", None).unwrap();
         let mut m = Metrics::new(&["Processed"]);
-        m.add_archived(ArchiveReason::TtlExpired);
+        m.add_archived(ArchiveReason::TtlExpired, 1);
         let at = chrono::Utc::now();
         for configured in LogLevel::ALL {
             let mut lines = m.to_lines(&t, at, LogLevel::for_metrics(configured));

@@ -4,7 +4,7 @@ use std::future::Future;
 
 use aws_sdk_s3::error::ProvideErrorMetadata;
 
-use crate::error::error_chain;
+use crate::error::{AwsError, error_chain};
 use aws_sdk_s3::primitives::ByteStream;
 
 /// What a conditional put found.
@@ -16,11 +16,6 @@ pub enum PutOutcome {
     AlreadyExists,
 }
 
-/// A read or write that did not happen: the one AWS error type of resq, its message naming the
-/// object. Always worth retrying from resq's point of view: the caller reports the message
-/// failed rather than dropping it.
-pub type StoreError = crate::error::AwsError;
-
 /// Writes objects that must never be overwritten (archive entries, order records, keep
 /// lists), and reads them back.
 pub trait ObjectStore: Send + Sync {
@@ -29,21 +24,21 @@ pub trait ObjectStore: Send + Sync {
         &self,
         key: &str,
         body: Vec<u8>,
-    ) -> impl Future<Output = Result<PutOutcome, StoreError>> + Send;
+    ) -> impl Future<Output = Result<PutOutcome, AwsError>> + Send;
 
     /// Reads an object; `None` when there is none at `key`.
-    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, AwsError>> + Send;
 
     /// Every key under `prefix`, in key order.
-    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, AwsError>> + Send;
 }
 
-fn store_error<E>(err: &aws_sdk_s3::error::SdkError<E>, what: String) -> StoreError
+fn store_error<E>(err: &aws_sdk_s3::error::SdkError<E>, what: String) -> AwsError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
     let code = err.code().map(str::to_owned);
-    StoreError {
+    AwsError {
         kind: crate::error::kind_of(err, code.is_some()),
         code,
         message: format!("{what}: {}", error_chain(err)),
@@ -68,16 +63,12 @@ impl S3Store {
 
     /// Reads an object that should be there: a missing one is the service's `NoSuchKey`
     /// error, where [`ObjectStore::get`] answers `None` (the operator's `resq archive show`).
-    pub async fn read(&self, key: &str) -> Result<Vec<u8>, StoreError> {
+    pub async fn read(&self, key: &str) -> Result<Vec<u8>, AwsError> {
         Ok(self.object(key, false).await?.unwrap_or_default())
     }
 
     /// An object's bytes; `None` for a missing one when `missing_is_none`.
-    async fn object(
-        &self,
-        key: &str,
-        missing_is_none: bool,
-    ) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn object(&self, key: &str, missing_is_none: bool) -> Result<Option<Vec<u8>>, AwsError> {
         match self
             .client
             .get_object()
@@ -91,7 +82,7 @@ impl S3Store {
                 .collect()
                 .await
                 .map(|b| Some(b.into_bytes().to_vec()))
-                .map_err(|e| StoreError::local(format!("s3://{}/{key}: {e}", self.bucket))),
+                .map_err(|e| AwsError::local(format!("s3://{}/{key}: {e}", self.bucket))),
             Err(err)
                 if missing_is_none
                     && err.as_service_error().is_some_and(|e| e.is_no_such_key()) =>
@@ -104,11 +95,11 @@ impl S3Store {
 }
 
 impl ObjectStore for S3Store {
-    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, AwsError> {
         self.object(key, true).await
     }
 
-    async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, AwsError> {
         let mut keys = Vec::new();
         let mut token = None;
         loop {
@@ -134,7 +125,7 @@ impl ObjectStore for S3Store {
         Ok(keys)
     }
 
-    async fn put_if_absent(&self, key: &str, body: Vec<u8>) -> Result<PutOutcome, StoreError> {
+    async fn put_if_absent(&self, key: &str, body: Vec<u8>) -> Result<PutOutcome, AwsError> {
         let result = self
             .client
             .put_object()
@@ -152,7 +143,7 @@ impl ObjectStore for S3Store {
                 if status == Some(412) || err.code() == Some("PreconditionFailed") {
                     return Ok(PutOutcome::AlreadyExists);
                 }
-                Err(StoreError {
+                Err(AwsError {
                     kind: crate::error::kind_of(&err, err.code().is_some() || status.is_some()),
                     code: err
                         .code()
@@ -170,15 +161,15 @@ impl<T: ObjectStore> ObjectStore for std::sync::Arc<T> {
         &self,
         key: &str,
         body: Vec<u8>,
-    ) -> impl Future<Output = Result<PutOutcome, StoreError>> + Send {
+    ) -> impl Future<Output = Result<PutOutcome, AwsError>> + Send {
         (**self).put_if_absent(key, body)
     }
 
-    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send {
+    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, AwsError>> + Send {
         (**self).get(key)
     }
 
-    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, AwsError>> + Send {
         (**self).list(prefix)
     }
 }
@@ -188,15 +179,15 @@ impl<T: ObjectStore> ObjectStore for &T {
         &self,
         key: &str,
         body: Vec<u8>,
-    ) -> impl Future<Output = Result<PutOutcome, StoreError>> + Send {
+    ) -> impl Future<Output = Result<PutOutcome, AwsError>> + Send {
         (**self).put_if_absent(key, body)
     }
 
-    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send {
+    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, AwsError>> + Send {
         (**self).get(key)
     }
 
-    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, AwsError>> + Send {
         (**self).list(prefix)
     }
 }

@@ -22,7 +22,7 @@ use crate::correlation::CorrelationKey;
 
 /// Output format of log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// One JSON object per line (the default: CloudWatch Logs Insights reads the fields).
     Json,
     /// Human-readable lines.
@@ -159,7 +159,7 @@ impl LogSettings {
     }
 
     /// Resolves the settings from the process environment.
-    pub fn from_env() -> Self {
+    pub(crate) fn from_env() -> Self {
         let get = |k: &str| std::env::var(k).ok();
         Self::from_values(
             get("AWS_LAMBDA_LOG_FORMAT").as_deref(),

@@ -32,7 +32,14 @@ async fn envelope_is_complete_and_never_overwritten() {
         last_error: None,
     };
     let (key, outcome) = archiver
-        .archive(ArchiveReason::RedriveCap, at, message.clone(), meta.clone())
+        .write(
+            &ArchiveEntry {
+                reason: ArchiveReason::RedriveCap,
+                message: message.clone(),
+                facts: meta.clone(),
+            },
+            at,
+        )
         .await
         .unwrap();
     assert_eq!(outcome, PutOutcome::Created);
@@ -57,7 +64,14 @@ async fn envelope_is_complete_and_never_overwritten() {
     let mut changed = message;
     changed.body = "other".into();
     let (_, again) = archiver
-        .archive(ArchiveReason::RedriveCap, at, changed, meta)
+        .write(
+            &ArchiveEntry {
+                reason: ArchiveReason::RedriveCap,
+                message: changed,
+                facts: meta,
+            },
+            at,
+        )
         .await
         .unwrap();
     assert_eq!(again, PutOutcome::AlreadyExists);
@@ -87,22 +101,26 @@ async fn an_archive_retried_on_a_later_day_finds_its_own_entry() {
     };
     let evening = Utc.with_ymd_and_hms(2026, 11, 21, 23, 59, 59).unwrap();
     let (key, first) = archiver
-        .archive(
-            ArchiveReason::RedriveCap,
+        .write(
+            &ArchiveEntry {
+                reason: ArchiveReason::RedriveCap,
+                message: message.clone(),
+                facts: facts.clone(),
+            },
             evening,
-            message.clone(),
-            facts.clone(),
         )
         .await
         .unwrap();
     // … and again after midnight, because its delete from the queue failed
     let next_day = Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 1).unwrap();
     let (again_key, again) = archiver
-        .archive(
-            ArchiveReason::RedriveCap,
+        .write(
+            &ArchiveEntry {
+                reason: ArchiveReason::RedriveCap,
+                message: message.clone(),
+                facts: facts.clone(),
+            },
             next_day,
-            message.clone(),
-            facts.clone(),
         )
         .await
         .unwrap();
@@ -120,7 +138,14 @@ async fn an_archive_retried_on_a_later_day_finds_its_own_entry() {
         ..facts
     };
     let (key, _) = archiver
-        .archive(ArchiveReason::TtlExpired, next_day, message, unknown)
+        .write(
+            &ArchiveEntry {
+                reason: ArchiveReason::TtlExpired,
+                message,
+                facts: unknown,
+            },
+            next_day,
+        )
         .await
         .unwrap();
     assert_eq!(key, "archive/TTL_EXPIRED/2026/11/22/m-9.json");

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use resq::error::AwsError;
 use resq::sqs::MAX_VISIBILITY_TIMEOUT;
 use resq::sqs::{OutgoingMessage, Queues, ReceivedMessage};
-use resq::store::{ObjectStore, PutOutcome, StoreError};
+use resq::store::{ObjectStore, PutOutcome};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -532,9 +532,9 @@ impl MemoryStore {
         *lock(&self.delay) = delay;
     }
 
-    fn check(&self, what: &str) -> Result<(), StoreError> {
+    fn check(&self, what: &str) -> Result<(), AwsError> {
         if self.failing.load(Ordering::SeqCst) {
-            return Err(StoreError::service(
+            return Err(AwsError::service(
                 "InternalError",
                 format!("{what}: injected failure"),
             ));
@@ -544,17 +544,17 @@ impl MemoryStore {
 }
 
 impl ObjectStore for MemoryStore {
-    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, AwsError> {
         self.check(key)?;
         Ok(lock(&self.objects).get(key).cloned())
     }
 
-    async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, AwsError> {
         self.check(prefix)?;
         Ok(self.keys(prefix))
     }
 
-    async fn put_if_absent(&self, key: &str, body: Vec<u8>) -> Result<PutOutcome, StoreError> {
+    async fn put_if_absent(&self, key: &str, body: Vec<u8>) -> Result<PutOutcome, AwsError> {
         self.puts.fetch_add(1, Ordering::SeqCst);
         let delay = *lock(&self.delay);
         if !delay.is_zero() {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{ComparisonOperator, StateValue, Statistic};
-use resq::archive::{ArchiveFacts, Archiver, OriginalMessage};
+use resq::archive::{ArchiveEntry, ArchiveFacts, Archiver, OriginalMessage};
 use resq::attributes::{AttributeValue, MessageAttributes};
 use resq::reason::ArchiveReason;
 use resq_e2e::{Stack, StackOptions};
@@ -321,7 +321,17 @@ async fn archive_ls_show_and_restore() {
             first_sent_at: None,
             last_error: None,
         };
-        archiver.archive(reason, at, message, meta).await.unwrap();
+        archiver
+            .write(
+                &ArchiveEntry {
+                    reason,
+                    message,
+                    facts: meta,
+                },
+                at,
+            )
+            .await
+            .unwrap();
     }
     assert_eq!(archive::list(&ctx, None, None).await.unwrap().len(), 2);
     // an entry archived on a later day after its message's first send day stays under that day
@@ -340,15 +350,24 @@ async fn archive_ls_show_and_restore() {
         last_error: None,
     };
     archiver
-        .archive(ArchiveReason::RedriveCap, at, late.clone(), facts.clone())
+        .write(
+            &ArchiveEntry {
+                reason: ArchiveReason::RedriveCap,
+                message: late.clone(),
+                facts: facts.clone(),
+            },
+            at,
+        )
         .await
         .unwrap();
     archiver
-        .archive(
-            ArchiveReason::RedriveCap,
+        .write(
+            &ArchiveEntry {
+                reason: ArchiveReason::RedriveCap,
+                message: late,
+                facts,
+            },
             at + chrono::Duration::days(1),
-            late,
-            facts,
         )
         .await
         .unwrap();
@@ -495,7 +514,14 @@ async fn the_demo_audit_finds_every_order_or_reports_it_lost() {
         last_error: None,
     };
     archiver
-        .archive(ArchiveReason::RedriveCap, chrono::Utc::now(), message, meta)
+        .write(
+            &ArchiveEntry {
+                reason: ArchiveReason::RedriveCap,
+                message,
+                facts: meta,
+            },
+            chrono::Utc::now(),
+        )
         .await
         .unwrap();
     send(&stack, &stack.dlq, "{bad", &tag("C"), None).await;

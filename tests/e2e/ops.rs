@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use resq::archive::{ArchiveEnvelope, ArchiveFacts, Archiver, OriginalMessage, RestoreStatus};
+use resq::archive::{
+    ArchiveEntry, ArchiveEnvelope, ArchiveFacts, Archiver, OriginalMessage, RestoreStatus,
+};
 use resq::attributes::{AttributeValue, MessageAttributes};
 use resq::correlation::CorrelationKey;
 use resq::reason::ArchiveReason;
@@ -117,7 +119,14 @@ async fn archive_entry_in(
         last_error: Some("VALIDATION_FAILED: items is empty".into()),
     };
     archiver
-        .archive(reason, chrono::Utc::now(), message, facts)
+        .write(
+            &ArchiveEntry {
+                reason,
+                message,
+                facts,
+            },
+            chrono::Utc::now(),
+        )
         .await
         .unwrap()
         .0
@@ -504,7 +513,9 @@ async fn a_shadow_replay_copies_to_staging_and_leaves_the_dlq_as_it_was() {
         .iter()
         .map(|m| {
             (
-                resq::correlation::order_id(m.body().unwrap_or_default()).unwrap_or_default(),
+                resq::correlation::CorrelationKey::ORDERS
+                    .read(m.body().unwrap_or_default())
+                    .unwrap_or_default(),
                 attr(m, "x-redrive-count").map(str::to_owned),
             )
         })

@@ -453,7 +453,7 @@ fn function_yaml_grants_what_the_engine_calls_and_the_handler_brings_its_own() {
                 .collect();
             assert_eq!(
                 actions,
-                resq::iam::kms_actions(&engine).into_iter().collect()
+                resq_e2e::kms_actions(&engine).into_iter().collect()
             );
             assert_eq!(r.value(&st["Resource"]).as_deref(), Some(key));
         } else {

@@ -179,7 +179,7 @@ fn each_role_grants_exactly_what_its_functions_code_calls_under_every_encryption
                 let st = key_statements[0];
                 assert_eq!(
                     strings(&st["Action"]),
-                    resq::iam::kms_actions(&permissions).into_iter().collect(),
+                    resq_e2e::kms_actions(&permissions).into_iter().collect(),
                     "{role}"
                 );
                 assert_eq!(

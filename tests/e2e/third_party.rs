@@ -381,7 +381,7 @@ fn function_error(body: &str) -> (String, String) {
 
 /// `account:name` of an SQS ARN.
 fn queue_of(arn: &str) -> Option<String> {
-    resq::source::QueueArn::parse(arn).map(|q| format!("{}:{}", q.account, q.name))
+    resq_consumer::event::QueueArn::parse(arn).map(|q| format!("{}:{}", q.account, q.name))
 }
 
 /// Every message in the DLQ now, received and deleted (so the next fixture starts from an

@@ -346,3 +346,47 @@ pub fn function_binary(name: &str) -> PathBuf {
     );
     bin
 }
+
+/// The KMS actions `permissions` imply on the key of an SSE-KMS queue or bucket, once each, in
+/// order (SQS developer guide, "Key management": a producer needs `kms:GenerateDataKey` and
+/// `kms:Decrypt`, a consumer `kms:Decrypt`; S3 user guide: `PutObject` needs
+/// `kms:GenerateDataKey`, `GetObject` `kms:Decrypt`; other calls need none): what the
+/// template must grant on the stack's key beside a role's statements.
+pub fn kms_actions(permissions: &[resq::iam::Permission]) -> Vec<&'static str> {
+    let needs = |p: &resq::iam::Permission| -> &'static [&'static str] {
+        match p.action {
+            "sqs:SendMessage" => &["kms:GenerateDataKey", "kms:Decrypt"],
+            "sqs:ReceiveMessage" | "s3:GetObject" => &["kms:Decrypt"],
+            "s3:PutObject" => &["kms:GenerateDataKey"],
+            _ => &[],
+        }
+    };
+    let mut out: Vec<&str> = permissions
+        .iter()
+        .flat_map(|p| needs(p).iter().copied())
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use resq::iam::Permission;
+
+    #[test]
+    fn senders_need_both_key_actions_readers_decrypt_writers_generate() {
+        let send = Permission::new("sqs:SendMessage", "DeadLetterQueue");
+        let receive = Permission::new("sqs:ReceiveMessage", "OrdersQueue");
+        let put = Permission::new("s3:PutObject", "ArchiveBucket/archive/*");
+        let alarm = Permission::new("cloudwatch:DescribeAlarms", "alarm:replays-failing");
+        assert_eq!(kms_actions(&[receive]), ["kms:Decrypt"]);
+        assert_eq!(kms_actions(&[put]), ["kms:GenerateDataKey"]);
+        assert_eq!(
+            kms_actions(&[receive, put, send, alarm]),
+            ["kms:Decrypt", "kms:GenerateDataKey"]
+        );
+        assert!(kms_actions(&[alarm]).is_empty());
+    }
+}
