@@ -118,7 +118,10 @@ pub fn within_idempotency_window(
     let sent = envelope.metadata.first_sent_at.or_else(|| {
         resq::attributes::first_sent_at(
             &original.message_attributes,
-            original.attributes.get("SentTimestamp").map(String::as_str),
+            original
+                .attributes
+                .get("SentTimestamp")
+                .and_then(|s| s.trim().parse().ok()),
         )
     });
     let Some(sent) = sent else {

@@ -97,7 +97,7 @@ pub fn held_back(record: &Record, config: &ConsumerConfig, now_ms: u64) -> Optio
     if let Some(reason) = over_cap(record, config) {
         return Some(Unrun::Archive(reason));
     }
-    let sent = attributes::first_sent_at_ms(&record.message_attributes, record.sent_at)?;
+    let sent = attributes::first_sent_at(&record.message_attributes, record.sent_at)?;
     let window = config.idempotency_window.as_millis() as u64;
     (now_ms.saturating_sub(sent) > window)
         .then_some(Unrun::Archive(ArchiveReason::IdempotencyWindow))
@@ -451,7 +451,7 @@ pub fn dead_letter_copy(
         (X_FAILURE_CLASS, AttributeValue::string(class)),
         (X_FAILURE_REASON, AttributeValue::string(reason)),
     ];
-    if let Some(sent) = attributes::first_sent_at_ms(&record.message_attributes, record.sent_at) {
+    if let Some(sent) = attributes::first_sent_at(&record.message_attributes, record.sent_at) {
         set.push((X_FIRST_SENT_AT, AttributeValue::number(sent)));
     }
     let attributes = attributes::copy_attributes(&record.message_attributes, set)?;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsMessageAttribute;
-use resq::attributes::{self, MessageAttributes, RedriveCount};
+use resq::attributes::{self, AttributeValue, MessageAttributes, RedriveCount};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -429,7 +429,7 @@ impl RecordReader {
             .filter(|id| !id.is_empty())
             .ok_or(EventError::MissingMessageId { index })?;
         let (message_attributes, dropped_attributes) =
-            attributes::from_lambda_attributes(wire.message_attributes.iter().flatten());
+            lambda_attributes(wire.message_attributes.iter().flatten());
         let redrive_count = attributes::parse_redrive_count(&message_attributes);
         let (receive_count, group_id, sent_at) = head
             .map(|h| (h.receive_count, h.group_id, h.sent_at))
@@ -486,8 +486,7 @@ impl RecordReader {
         };
         let system = loose_strings(rest.attributes.as_deref(), "attributes", &mut problems);
         let readable = loose_attributes(rest.message_attributes.as_deref(), &mut problems);
-        let (message_attributes, dropped_attributes) =
-            attributes::from_lambda_attributes(readable.iter());
+        let (message_attributes, dropped_attributes) = lambda_attributes(readable.iter());
         let redrive_count = attributes::parse_redrive_count(&message_attributes);
         let why = if problems.is_empty() {
             without_position(&error)
@@ -752,9 +751,51 @@ fn url_path(url: &str) -> &str {
     path.trim_end_matches('/')
 }
 
+/// The Lambda event's attributes as resq's, dropping list-only values: the kept attributes and
+/// the names of the dropped ones (for logging: nothing is dropped silently).
+fn lambda_attributes<'a>(
+    attrs: impl IntoIterator<Item = (&'a String, &'a SqsMessageAttribute)>,
+) -> (MessageAttributes, Vec<String>) {
+    let mut kept = MessageAttributes::new();
+    let mut dropped = Vec::new();
+    for (name, attr) in attrs {
+        let data_type = attr.data_type.clone().filter(|t| !t.is_empty());
+        let string_value = attr.string_value.clone();
+        let binary_value = attr.binary_value.as_ref().map(|b| b.0.clone());
+        match data_type.filter(|_| string_value.is_some() || binary_value.is_some()) {
+            Some(data_type) => {
+                _ = kept.insert(
+                    name.clone(),
+                    AttributeValue {
+                        data_type,
+                        string_value,
+                        binary_value,
+                    },
+                )
+            }
+            None => dropped.push(name.clone()),
+        }
+    }
+    (kept, dropped)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn list_only_lambda_attributes_are_dropped() {
+        let attrs: std::collections::HashMap<String, SqsMessageAttribute> = serde_json::from_value(serde_json::json!({
+            "keep": {"stringValue": "x", "dataType": "String", "stringListValues": [], "binaryListValues": []},
+            "bin": {"binaryValue": "AQID", "dataType": "Binary"},
+            "list": {"stringListValues": ["a"], "binaryListValues": [], "dataType": "String"}
+        }))
+        .unwrap();
+        let (kept, dropped) = lambda_attributes(&attrs);
+        assert_eq!(kept.len(), 2);
+        assert_eq!(kept["bin"].binary_value.as_deref(), Some(&[1u8, 2, 3][..]));
+        assert_eq!(dropped, vec!["list".to_owned()]);
+    }
 
     #[test]
     fn an_arn_names_its_queue_and_its_url_beside_another() {

@@ -945,7 +945,9 @@ async fn a_failing_replay_is_counted_once_the_moment_it_fails() {
         2
     );
     let t = resq::telemetry::Telemetry::of(resq::telemetry::Names::ORDERS, "c", None).unwrap();
-    let line = &report.metrics.to_emf(&t, 0)[0];
+    let level = resq::telemetry::LogLevel::Info;
+    let lines = report.metrics.to_lines(&t, chrono::Utc::now(), level);
+    let line: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
     assert_eq!(
         line["RedriveReturned"], 2,
         "emitted even by the consumer: {line}"

@@ -26,7 +26,7 @@ async fn serve() -> Result<(), Error> {
     resq::telemetry::init(resq::telemetry::Names::ORDERS)?;
     let config = RedriverConfig::from_env()?;
     resq::config::lambda_environment(&resq::config::process_env())?;
-    let aws = resq::aws::load_config().await;
+    let aws = resq::aws::config_loader().load().await;
     let queues = aws_sdk_sqs::Client::new(&aws);
     let store = S3Store::new(resq::aws::s3_client(&aws), &config.common.archive_bucket);
     let alarms = CloudWatchAlarms::new(aws_sdk_cloudwatch::Client::new(&aws));

@@ -262,7 +262,9 @@ impl ArchiveEntry {
                 .and_then(|c| c.trim().parse().ok()),
             first_sent_at: first_sent_at(
                 &message.message_attributes,
-                attributes.get("SentTimestamp").map(String::as_str),
+                attributes
+                    .get("SentTimestamp")
+                    .and_then(|s| s.trim().parse().ok()),
             ),
             last_error,
         };

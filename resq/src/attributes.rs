@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use aws_lambda_events::event::sqs::SqsMessageAttribute;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use serde::{Deserialize, Serialize};
@@ -81,18 +80,6 @@ impl AttributeValue {
         }
     }
 
-    /// From the Lambda SQS event form; `None` when it carries no scalar value (list-only).
-    pub(crate) fn from_lambda(attr: &SqsMessageAttribute) -> Option<Self> {
-        let data_type = attr.data_type.clone().filter(|t| !t.is_empty())?;
-        let string_value = attr.string_value.clone();
-        let binary_value = attr.binary_value.as_ref().map(|b| b.0.clone());
-        (string_value.is_some() || binary_value.is_some()).then_some(Self {
-            data_type,
-            string_value,
-            binary_value,
-        })
-    }
-
     /// From the SDK form (as returned by `ReceiveMessage`); `None` when it has no scalar value.
     pub(crate) fn from_sdk(attr: &MessageAttributeValue) -> Option<Self> {
         let string_value = attr.string_value().map(str::to_owned);
@@ -112,24 +99,6 @@ impl AttributeValue {
             .set_binary_value(self.binary_value.clone().map(Blob::new))
             .build()
     }
-}
-
-/// Converts the Lambda event's attributes, dropping list-only values. Returns the kept
-/// attributes and the names of the dropped ones (for logging: nothing is dropped silently).
-pub fn from_lambda_attributes<'a>(
-    attrs: impl IntoIterator<Item = (&'a String, &'a SqsMessageAttribute)>,
-) -> (MessageAttributes, Vec<String>) {
-    let mut kept = MessageAttributes::new();
-    let mut dropped = Vec::new();
-    for (name, attr) in attrs {
-        match AttributeValue::from_lambda(attr) {
-            Some(v) => {
-                kept.insert(name.clone(), v);
-            }
-            None => dropped.push(name.clone()),
-        }
-    }
-    (kept, dropped)
 }
 
 /// The value of `x-redrive-count` as read from a message.
@@ -202,17 +171,10 @@ pub fn cap_on_replay(count: RedriveCount, max_redrive_attempts: u32) -> Option<A
 }
 
 /// Epoch millis of the producer's send: the earlier of `x-first-sent-at` (when readable) and
-/// the copy's `SentTimestamp`. The earlier one, so that a TTL counted from it always ends before
-/// the copy's own retention does, whatever a producer wrote into the attribute.
-pub fn first_sent_at(attrs: &MessageAttributes, sent_timestamp: Option<&str>) -> Option<u64> {
-    first_sent_at_ms(
-        attrs,
-        sent_timestamp.and_then(|s| s.trim().parse::<u64>().ok()),
-    )
-}
-
-/// [`first_sent_at`] with the copy's `SentTimestamp` already read as epoch millis.
-pub fn first_sent_at_ms(attrs: &MessageAttributes, sent: Option<u64>) -> Option<u64> {
+/// the copy's `SentTimestamp` (`sent`, epoch millis). The earlier one, so that a TTL counted
+/// from it always ends before the copy's own retention does, whatever a producer wrote into
+/// the attribute.
+pub fn first_sent_at(attrs: &MessageAttributes, sent: Option<u64>) -> Option<u64> {
     let carried = attrs
         .get(X_FIRST_SENT_AT)
         .and_then(|v| v.string_value.as_deref())
@@ -259,7 +221,9 @@ mod base64_opt {
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Vec<u8>>, D::Error> {
         let s: Option<String> = Option::deserialize(d)?;
         s.map(|s| STANDARD.decode(s).map_err(serde::de::Error::custom))
             .transpose()
@@ -392,19 +356,19 @@ mod tests {
     fn first_sent_at_is_the_earlier_of_the_carried_attribute_and_the_copys_send() {
         let attrs =
             MessageAttributes::from([(X_FIRST_SENT_AT.to_owned(), AttributeValue::number(1000))]);
-        assert_eq!(first_sent_at(&attrs, Some("5000")), Some(1000));
+        assert_eq!(first_sent_at(&attrs, Some(5000)), Some(1000));
         assert_eq!(first_sent_at(&attrs, None), Some(1000));
         assert_eq!(
-            first_sent_at(&MessageAttributes::new(), Some("5000")),
+            first_sent_at(&MessageAttributes::new(), Some(5000)),
             Some(5000)
         );
         // a value in the future cannot postpone the TTL past the copy's own retention
         let future =
             MessageAttributes::from([(X_FIRST_SENT_AT.to_owned(), AttributeValue::number(9000))]);
-        assert_eq!(first_sent_at(&future, Some("5000")), Some(5000));
+        assert_eq!(first_sent_at(&future, Some(5000)), Some(5000));
         let junk =
             MessageAttributes::from([(X_FIRST_SENT_AT.to_owned(), AttributeValue::string("soon"))]);
-        assert_eq!(first_sent_at(&junk, Some("5000")), Some(5000));
+        assert_eq!(first_sent_at(&junk, Some(5000)), Some(5000));
         assert_eq!(first_sent_at(&MessageAttributes::new(), None), None);
     }
 
@@ -436,20 +400,6 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.count, 11);
-    }
-
-    #[test]
-    fn list_only_lambda_attributes_are_dropped() {
-        let attrs: std::collections::HashMap<String, SqsMessageAttribute> = serde_json::from_value(serde_json::json!({
-            "keep": {"stringValue": "x", "dataType": "String", "stringListValues": [], "binaryListValues": []},
-            "bin": {"binaryValue": "AQID", "dataType": "Binary"},
-            "list": {"stringListValues": ["a"], "binaryListValues": [], "dataType": "String"}
-        }))
-        .unwrap();
-        let (kept, dropped) = from_lambda_attributes(&attrs);
-        assert_eq!(kept.len(), 2);
-        assert_eq!(kept["bin"].binary_value.as_deref(), Some(&[1u8, 2, 3][..]));
-        assert_eq!(dropped, vec!["list".to_owned()]);
     }
 
     #[test]

@@ -35,14 +35,10 @@ pub(crate) fn long_poll_timeouts(wait_seconds: i32) -> TimeoutConfig {
         .build()
 }
 
-/// Loads the SDK configuration from the environment (region, credentials and the SDK's own
-/// `AWS_ENDPOINT_URL`, which points everything at a local emulator).
-pub async fn load_config() -> SdkConfig {
-    config_loader().load().await
-}
-
 /// The SDK's configuration loader with resq's HTTPS client: every client resq builds (the
-/// functions, the CLI, the tests) goes through here.
+/// functions, the CLI, the tests) goes through here. It reads the region, the credentials and
+/// the SDK's own `AWS_ENDPOINT_URL` (which points everything at a local emulator) from the
+/// environment.
 pub fn config_loader() -> aws_config::ConfigLoader {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .http_client(https_client())

@@ -126,7 +126,7 @@ impl CorrelationKey {
     }
 
     /// Why the log key cannot be used, if it cannot.
-    pub fn refusal(&self) -> Option<String> {
+    pub(crate) fn refusal(&self) -> Option<String> {
         let k = self.log_key.as_ref();
         let snake = k.len() <= 64
             && k.starts_with(|c: char| c.is_ascii_lowercase())

@@ -57,7 +57,7 @@ impl Metrics {
 
     /// The EMF documents in `t`'s namespace: one with every count by `service` and
     /// `function_name`, one per archive reason (by `service`, `function_name` and `reason`).
-    pub fn to_emf(&self, t: &Telemetry, timestamp_ms: i64) -> Vec<Value> {
+    pub(crate) fn to_emf(&self, t: &Telemetry, timestamp_ms: i64) -> Vec<Value> {
         let mut docs = Vec::new();
         let mut root = Map::new();
         root.insert(DIMENSION_SERVICE.into(), json!(t.service));

@@ -136,7 +136,9 @@ impl ReceivedMessage {
     pub fn first_sent_at(&self) -> Option<u64> {
         crate::attributes::first_sent_at(
             &self.message_attributes,
-            self.attributes.get("SentTimestamp").map(String::as_str),
+            self.attributes
+                .get("SentTimestamp")
+                .and_then(|s| s.trim().parse().ok()),
         )
     }
 

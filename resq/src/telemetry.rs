@@ -88,7 +88,7 @@ impl LogLevel {
 
     /// The [`Targets`] directive that keeps this level and above (`FATAL` is tracing's
     /// `error`: it has no higher level).
-    pub fn directive(self) -> &'static str {
+    pub(crate) fn directive(self) -> &'static str {
         match self {
             LogLevel::Trace => "trace",
             LogLevel::Debug => "debug",
@@ -417,7 +417,7 @@ pub(crate) const INVOCATION_TARGET: &str = "resq::invocation";
 /// The trace id of Lambda's trace header (`Root=1-5759e988-bd862e3fe1be46a994272793;
 /// Parent=…;Sampled=1`): `1-5759e988-bd862e3fe1be46a994272793`, as Powertools logs it; a
 /// header without `Root=` is the id itself.
-pub fn trace_root(header: &str) -> Option<&str> {
+pub(crate) fn trace_root(header: &str) -> Option<&str> {
     let root = header
         .split(';')
         .map(str::trim)
