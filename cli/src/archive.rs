@@ -221,13 +221,13 @@ pub fn restore_message(
             resq::attributes::MAX_MESSAGE_BYTES
         ));
     }
-    let (group_id, deduplication_id) = resq::fifo::copy_ids(
-        resq::fifo::is_fifo(queue_url),
+    let (group_id, deduplication_id) = resq::sqs::copy_ids(
+        resq::sqs::is_fifo(queue_url),
         original
             .attributes
             .get("MessageGroupId")
             .map(String::as_str),
-        resq::fifo::Copy::Restore,
+        resq::sqs::Copy::Restore,
         &original.message_id,
     );
     // A FIFO queue drops a second send of one deduplication id within 5 minutes, answering
@@ -313,7 +313,7 @@ impl RestorePort for AwsRestore<'_> {
     }
 
     async fn retention(&self, queue_url: &str) -> Result<Duration, CliError> {
-        Ok(resq::source::read_limits(&self.0.sqs, queue_url)
+        Ok(resq::sqs::read_limits(&self.0.sqs, queue_url)
             .await
             .map_err(|source| CliError::Aws {
                 what: format!("reading the retention of {queue_url}"),

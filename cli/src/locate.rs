@@ -593,7 +593,7 @@ pub async fn locate(
     records(ctx, &bucket, wanted, &mut look).await?;
     archive(ctx, wanted, options, &mut look).await?;
     if let Some(url) = &main_url {
-        let limits = resq::source::read_limits(&ctx.sqs, url)
+        let limits = resq::sqs::read_limits(&ctx.sqs, url)
             .await
             .map_err(aws(format!("reading the redrive policy of {url}")))?;
         let cover = &mut look.coverage.main_queue;
@@ -991,7 +991,7 @@ async fn kept(
     }
     let report = ctx.settle(&plan).await;
     for (id, k) in checks {
-        if !report.is_confirmed(id) {
+        if !report.get(id).is_confirmed() {
             // its handle no longer holds it: visible again, replayed or archived since
             look.coverage.kept_not_hidden += 1;
             continue;

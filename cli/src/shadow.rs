@@ -287,7 +287,7 @@ pub async fn shadow(
 /// dead-letters), the DLQ answers, and [`check_staging`] takes it.
 async fn staging(ctx: &Context, to: &str, dlq_url: &str) -> Result<(), CliError> {
     let main = (!ctx.main_queue_url.trim().is_empty()).then_some(ctx.main_queue_url.trim());
-    let to_limits = resq::source::read_limits(&ctx.sqs, to)
+    let to_limits = resq::sqs::read_limits(&ctx.sqs, to)
         .await
         .map_err(|source| CliError::Aws {
             what: format!("reading the staging queue {to}"),
@@ -405,7 +405,7 @@ impl Copying {
                 paused: false,
             },
             to: QueueUrl::from(to),
-            to_fifo: resq::fifo::is_fifo(to),
+            to_fifo: resq::sqs::is_fifo(to),
             budget: u64::from(options.max_messages),
             planned: 0,
             not_copied: 0,
@@ -536,7 +536,7 @@ async fn leave_as_found(
         let (plan, entries) = resq_redriver::plan::keep(pending, dlq, now_ms(), Instant::now());
         let done = ctx.settle(&plan).await;
         for (_, listed, hidden) in entries {
-            if done.is_confirmed(listed) && done.is_confirmed(hidden) {
+            if done.get(listed).is_confirmed() && done.get(hidden).is_confirmed() {
                 report.hidden_again += 1;
             } else {
                 report.not_released += 1;
@@ -561,7 +561,7 @@ async fn leave_as_found(
             .collect();
         let done = ctx.settle(&plan).await;
         for (id, message_id) in ids {
-            if done.is_confirmed(id) {
+            if done.get(id).is_confirmed() {
                 report.hidden_again_by_keep_list += 1;
             } else {
                 report.kept_left_visible.push(message_id);

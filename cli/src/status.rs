@@ -49,7 +49,7 @@ pub async fn send_to(
     // a FIFO queue needs a group: each order is its own (orders are independent; the same order
     // sent again falls into the same group, where the template's content-based deduplication
     // drops it)
-    let fifo = resq::fifo::is_fifo(queue_url);
+    let fifo = resq::sqs::is_fifo(queue_url);
     for chunk in orders.chunks(resq::sqs::MAX_BATCH) {
         let entries = chunk
             .iter()
@@ -61,9 +61,9 @@ pub async fn send_to(
                     .set_message_attributes(Some(attrs(o)).filter(|a| !a.is_empty()))
                     .set_message_group_id(fifo.then(|| {
                         if o.order_id.is_empty() {
-                            resq::fifo::DEFAULT_GROUP.to_owned()
+                            resq::sqs::DEFAULT_GROUP.to_owned()
                         } else {
-                            o.order_id.chars().take(resq::fifo::MAX_ID_LEN).collect()
+                            o.order_id.chars().take(resq::sqs::MAX_ID_LEN).collect()
                         }
                     }))
                     .build()

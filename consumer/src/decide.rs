@@ -16,8 +16,8 @@ use resq::attributes::{
 };
 use resq::reason::{ArchiveReason, ErrorCode, FailureReason};
 use resq::settle::{Action, QueueUrl};
-use resq::source::QueueLimits;
 use resq::sqs::OutgoingMessage;
+use resq::sqs::QueueLimits;
 
 use crate::event::Record;
 use crate::handler::{HandlerError, Rejection};
@@ -394,7 +394,7 @@ fn dead_letter(
         };
         return archive(record, config, why, Some(last_error));
     }
-    match dead_letter_copy(record, class, &reason, resq::fifo::is_fifo(dlq)) {
+    match dead_letter_copy(record, class, &reason, resq::sqs::is_fifo(dlq)) {
         Ok(copy) => Decision {
             fate: Fate::DeadLetter {
                 class,
@@ -460,10 +460,10 @@ pub fn dead_letter_copy(
     if size > MAX_MESSAGE_BYTES {
         return Err(CopyRefused::SizeLimit { size });
     }
-    let (group_id, deduplication_id) = resq::fifo::copy_ids(
+    let (group_id, deduplication_id) = resq::sqs::copy_ids(
         dlq_is_fifo,
         record.group_id.as_deref(),
-        resq::fifo::Copy::DeadLetter,
+        resq::sqs::Copy::DeadLetter,
         &record.message_id,
     );
     Ok(OutgoingMessage {

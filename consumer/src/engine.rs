@@ -23,7 +23,7 @@ use futures::{FutureExt, StreamExt};
 use resq::correlation::CorrelationKey;
 use resq::metrics;
 use resq::settle::{Action, Confirmation, Deadlines, QueueUrl, Settler};
-use resq::source::QueueLimits;
+use resq::sqs::QueueLimits;
 use resq::sqs::Queues;
 use resq::store::ObjectStore;
 use resq::telemetry::Telemetry;

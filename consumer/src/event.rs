@@ -687,7 +687,7 @@ pub fn is_fifo(records: &[Record]) -> bool {
     records
         .iter()
         .find_map(|r| r.source_arn.as_deref())
-        .is_some_and(resq::fifo::is_fifo)
+        .is_some_and(resq::sqs::is_fifo)
 }
 
 /// A queue named by an ARN: `arn:PARTITION:sqs:REGION:ACCOUNT:NAME`.

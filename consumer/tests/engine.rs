@@ -381,11 +381,11 @@ async fn no_state_survives_between_invocations() {
 }
 
 /// The main queue's limits as SQS reports them: `maxReceiveCount` 5, 4 days' retention.
-fn main_limits(max_receive_count: u32) -> resq::source::QueueLimits {
-    resq::source::QueueLimits {
+fn main_limits(max_receive_count: u32) -> resq::sqs::QueueLimits {
+    resq::sqs::QueueLimits {
         max_receive_count: Some(max_receive_count),
         dead_letter_target: Some("arn:aws:sqs:us-east-1:123456789012:dlq".into()),
-        ..resq::source::QueueLimits::sqs_defaults()
+        ..resq::sqs::QueueLimits::sqs_defaults()
     }
 }
 
@@ -443,7 +443,7 @@ async fn a_failure_whose_retention_would_end_before_its_next_delivery_is_dead_le
     // its next delivery (up to its backoff or the visibility timeout, plus the longest
     // batching window) could come after SQS deletes it
     let (queues, store) = (MemorySqs::default(), MemoryStore::default());
-    let limits = resq::source::QueueLimits {
+    let limits = resq::sqs::QueueLimits {
         retention: Duration::from_secs(3600),
         ..main_limits(100)
     };

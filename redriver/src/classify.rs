@@ -220,10 +220,10 @@ pub fn replay(m: &ReceivedMessage, main_is_fifo: bool) -> Result<OutgoingMessage
     let attributes = copy_attributes(m)?;
     fits(m, &attributes)?;
     let next = next_redrive_count(m)?;
-    let (group_id, deduplication_id) = resq::fifo::copy_ids(
+    let (group_id, deduplication_id) = resq::sqs::copy_ids(
         main_is_fifo,
         m.group_id(),
-        resq::fifo::Copy::Replay {
+        resq::sqs::Copy::Replay {
             redrive_count: next,
         },
         &m.message_id,

@@ -181,7 +181,7 @@ fn fate(
     queues: &QueueUrls,
     limits: &mut Limits,
 ) -> Fate {
-    let dlq_is_fifo = resq::fifo::is_fifo(&queues.dlq);
+    let dlq_is_fifo = resq::sqs::is_fifo(&queues.dlq);
     let held = |plan: &mut Plan, held| explain(plan, m, queues, limits.dry_run, held);
     match classify::classify(m, rules, limits.now_ms) {
         Verdict::Keep => {
@@ -233,7 +233,7 @@ fn explain(
     dry_run: bool,
     held: Held,
 ) -> Fate {
-    if dry_run || !classify::is_unexplained(m) || resq::fifo::is_fifo(&queues.dlq) {
+    if dry_run || !classify::is_unexplained(m) || resq::sqs::is_fifo(&queues.dlq) {
         return Fate::Held(held);
     }
     let Ok(copy) = classify::explained(m) else {
@@ -256,7 +256,7 @@ fn redrive(
     queues: &QueueUrls,
     dry_run: bool,
 ) -> Fate {
-    let copy = match classify::replay(m, resq::fifo::is_fifo(&queues.main)) {
+    let copy = match classify::replay(m, resq::sqs::is_fifo(&queues.main)) {
         Ok(copy) => copy,
         Err(reason) => {
             let last = Some(format!("a copy cannot be sent: {reason}"));

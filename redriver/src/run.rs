@@ -850,12 +850,12 @@ impl Run {
     ) -> bool {
         if let Some(at) = r.started_at(copy) {
             self.budget.replays += 1;
-            self.note_send(at, r.is_confirmed(copy));
+            self.note_send(at, r.get(copy).is_confirmed());
         }
         match r.get(copy) {
             Confirmation::Confirmed(new_id) => {
                 self.confirmed_replay(m, new_id.as_deref());
-                if !r.is_confirmed(delete) {
+                if !r.get(delete).is_confirmed() {
                     self.replayed.insert(m.message_id.clone());
                 }
                 self.deleted(m, r.get(delete), true);
@@ -945,7 +945,7 @@ impl Run {
                 self.summary.unexplained += 1;
                 // like a replay: one whose delete failed is made visible again at once, and
                 // when this run receives it again it is only deleted (not explained twice)
-                if !r.is_confirmed(delete) {
+                if !r.get(delete).is_confirmed() {
                     self.replayed.insert(m.message_id.clone());
                 }
                 self.deleted(m, r.get(delete), true);
@@ -997,10 +997,10 @@ impl Run {
     fn account_keeps(&mut self, entries: &[(KeptMessage, ActionId, ActionId)], r: &Report) {
         let unlisted: Vec<&KeptMessage> = entries
             .iter()
-            .filter(|(_, listed, _)| !r.is_confirmed(*listed))
+            .filter(|(_, listed, _)| !r.get(*listed).is_confirmed())
             .map(|(k, _, _)| k)
             .collect();
-        if let Some((_, listed, _)) = entries.iter().find(|(_, l, _)| !r.is_confirmed(*l)) {
+        if let Some((_, listed, _)) = entries.iter().find(|(_, l, _)| !r.get(*l).is_confirmed()) {
             tracing::warn!(error_code = ErrorCode::KeepListFailed.code(), error_details = %describe(r.get(*listed)), count = unlisted.len(), "keep list not written: kept messages are released after the run, not hidden (a hidden message must be reachable)");
         }
         for k in unlisted {
@@ -1009,7 +1009,7 @@ impl Run {
         }
         let hidden = entries
             .iter()
-            .filter(|(_, _, h)| r.is_confirmed(*h))
+            .filter(|(_, _, h)| r.get(*h).is_confirmed())
             .count() as u64;
         if let Some(before) = self.budget.kept_hidden {
             self.budget.kept_hidden = Some(before + hidden);
@@ -1017,7 +1017,7 @@ impl Run {
         }
         let not_hidden = entries
             .iter()
-            .filter(|(_, l, h)| r.is_confirmed(*l) && !r.is_confirmed(*h))
+            .filter(|(_, l, h)| r.get(*l).is_confirmed() && !r.get(*h).is_confirmed())
             .count();
         if not_hidden > 0 {
             tracing::warn!(

@@ -258,11 +258,6 @@ impl Report {
         &self.results[id.0]
     }
 
-    /// Action `id` is done.
-    pub fn is_confirmed(&self, id: ActionId) -> bool {
-        self.get(id).is_confirmed()
-    }
-
     /// When the call carrying action `id` started (none if it was not attempted).
     pub fn started_at(&self, id: ActionId) -> Option<Instant> {
         self.started[id.0]

@@ -1,6 +1,6 @@
 //! SQS as resq uses it: the [`Queues`] port (one call each, with per-entry results) and its
-//! adapter on the SDK's client, the messages sent and received, batch packing, and one error
-//! type for a call that failed.
+//! adapter on the SDK's client, the messages sent and received, and SQS's own rules: batch
+//! packing, the 12 h visibility limit, the FIFO ids of a copy, a queue's limits.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -225,10 +225,7 @@ pub trait Queues: Send + Sync {
     ) -> impl Future<Output = Result<EntryResults<()>, AwsError>> + Send;
 
     /// One `GetQueueAttributes`: the queue's redrive policy, retention and visibility timeout.
-    fn limits(
-        &self,
-        queue: &str,
-    ) -> impl Future<Output = Result<crate::source::QueueLimits, AwsError>> + Send;
+    fn limits(&self, queue: &str) -> impl Future<Output = Result<QueueLimits, AwsError>> + Send;
 }
 
 /// One `ReceiveMessage` call as Lambda's poller and the redriver make it: up to `max` (1–10)
@@ -376,8 +373,8 @@ impl Queues for aws_sdk_sqs::Client {
         Ok(entry_results(changes.len(), successful, out.failed(), call))
     }
 
-    async fn limits(&self, queue: &str) -> Result<crate::source::QueueLimits, AwsError> {
-        crate::source::read_limits(self, queue).await
+    async fn limits(&self, queue: &str) -> Result<QueueLimits, AwsError> {
+        read_limits(self, queue).await
     }
 }
 
@@ -416,10 +413,7 @@ impl<T: Queues> Queues for &T {
         (**self).change_visibility(queue, changes)
     }
 
-    fn limits(
-        &self,
-        queue: &str,
-    ) -> impl Future<Output = Result<crate::source::QueueLimits, AwsError>> + Send {
+    fn limits(&self, queue: &str) -> impl Future<Output = Result<QueueLimits, AwsError>> + Send {
         (**self).limits(queue)
     }
 }
@@ -463,6 +457,159 @@ fn entry_results<T>(
         }
     }
     results
+}
+
+// FIFO queues: how resq recognises them and the message group and deduplication ids of the
+// copies it sends (a DLQ copy of a permanent failure, a replay, a restored archive entry).
+// See docs/design.md, "FIFO".
+//
+// A copy keeps the original's `MessageGroupId`, so a group's order survives the trip. Its
+// deduplication id is derived from the original's message id and what the copy is, so a
+// retried send of the same copy (an entry SQS did not confirm, a run that ended before its
+// delete) is dropped by SQS as a duplicate inside its five-minute window, while a later,
+// different copy of the same message (the next replay) is not.
+
+/// SQS's limit on `MessageGroupId` and `MessageDeduplicationId`.
+pub const MAX_ID_LEN: usize = 128;
+
+/// The group of a copy whose original had none (a message moved from a standard queue).
+pub const DEFAULT_GROUP: &str = "resq";
+
+/// A queue URL or ARN names a FIFO queue (its name ends `.fifo`).
+pub fn is_fifo(queue: &str) -> bool {
+    queue.ends_with(".fifo")
+}
+
+/// What a copy is, for its deduplication id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Copy {
+    /// The consumer's DLQ copy of a permanent failure.
+    DeadLetter,
+    /// The redriver's replay carrying this `x-redrive-count`.
+    Replay {
+        /// The replay's `x-redrive-count`.
+        redrive_count: u64,
+    },
+    /// An archive entry restored by the operator tool.
+    Restore,
+}
+
+/// The `(MessageGroupId, MessageDeduplicationId)` of a copy of message `message_id` (whose
+/// group was `group`) sent to a FIFO queue; `(None, None)` for a standard queue.
+pub fn copy_ids(
+    to_fifo: bool,
+    group: Option<&str>,
+    copy: Copy,
+    message_id: &str,
+) -> (Option<String>, Option<String>) {
+    if !to_fifo {
+        return (None, None);
+    }
+    let deduplication_id = match copy {
+        Copy::DeadLetter => format!("permanent-{message_id}"),
+        Copy::Replay { redrive_count } => format!("redrive-{redrive_count}-{message_id}"),
+        Copy::Restore => format!("restore-{message_id}"),
+    };
+    (
+        Some(group.unwrap_or(DEFAULT_GROUP).to_owned()),
+        Some(deduplication_id.chars().take(MAX_ID_LEN).collect()),
+    )
+}
+
+// A source queue's limits as the consumer sees them (docs/design.md, "Last allowed
+// receive"): what SQS puts on a message's life in it (its RedrivePolicy's `maxReceiveCount`,
+// its retention, its visibility timeout), read once per queue. Reading the attributes is the
+// only I/O here ([`read_limits`]).
+
+/// What SQS does with a message in a queue: how often it may be received before SQS moves it
+/// to the DLQ, and how long it is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// The RedrivePolicy's `maxReceiveCount` (`None`: the queue has no redrive policy).
+    pub max_receive_count: Option<u32>,
+    /// The RedrivePolicy's `deadLetterTargetArn`.
+    pub dead_letter_target: Option<String>,
+    /// `MessageRetentionPeriod`: SQS deletes a message this long after it was sent.
+    pub retention: Duration,
+    /// `VisibilityTimeout`: when a message not backed off comes back.
+    pub visibility_timeout: Duration,
+}
+
+impl QueueLimits {
+    /// SQS's defaults for a queue without a redrive policy: 4 days' retention, a 30 s
+    /// visibility timeout.
+    pub fn sqs_defaults() -> Self {
+        Self {
+            max_receive_count: None,
+            dead_letter_target: None,
+            retention: Duration::from_secs(345_600),
+            visibility_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// The limits in a queue's attributes, by name as `GetQueueAttributes` returns them
+    /// (`RedrivePolicy` is JSON, its `maxReceiveCount` a number or a string of one). A missing
+    /// retention or visibility timeout is SQS's default; one that does not read is an error.
+    pub(crate) fn from_attributes(attributes: &HashMap<String, String>) -> Result<Self, String> {
+        let defaults = Self::sqs_defaults();
+        let seconds = |name: &str, default: Duration| match attributes.get(name) {
+            None => Ok(default),
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .map(Duration::from_secs)
+                .map_err(|_| format!("{name} is {v:?}, not a number of seconds")),
+        };
+        let (max_receive_count, dead_letter_target) = match attributes.get("RedrivePolicy") {
+            None => (None, None),
+            Some(p) if p.trim().is_empty() => (None, None),
+            Some(policy) => {
+                let v: serde_json::Value = serde_json::from_str(policy)
+                    .map_err(|e| format!("RedrivePolicy {policy:?} is not JSON: {e}"))?;
+                let count = match &v["maxReceiveCount"] {
+                    serde_json::Value::Number(n) => n.as_u64(),
+                    serde_json::Value::String(s) => s.trim().parse().ok(),
+                    _ => None,
+                }
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| format!("RedrivePolicy {policy:?} has no maxReceiveCount"))?;
+                let target = v["deadLetterTargetArn"].as_str().map(str::to_owned);
+                (Some(count), target)
+            }
+        };
+        Ok(Self {
+            max_receive_count,
+            dead_letter_target,
+            retention: seconds("MessageRetentionPeriod", defaults.retention)?,
+            visibility_timeout: seconds("VisibilityTimeout", defaults.visibility_timeout)?,
+        })
+    }
+}
+
+/// A queue's limits, by `GetQueueAttributes`.
+pub async fn read_limits(
+    client: &aws_sdk_sqs::Client,
+    queue_url: &str,
+) -> Result<QueueLimits, AwsError> {
+    use aws_sdk_sqs::types::QueueAttributeName as Q;
+    let out = client
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(Q::RedrivePolicy)
+        .attribute_names(Q::MessageRetentionPeriod)
+        .attribute_names(Q::VisibilityTimeout)
+        .send()
+        .await
+        .map_err(AwsError::from_sdk)?;
+    let attributes: HashMap<String, String> = out
+        .attributes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k.as_str().to_owned(), v))
+        .collect();
+    QueueLimits::from_attributes(&attributes)
+        .map_err(|e| AwsError::local(format!("{queue_url}: {e}")))
 }
 
 #[cfg(test)]
@@ -628,6 +775,88 @@ mod tests {
             assert_eq!(err.kind, crate::error::AwsErrorKind::Service);
             assert!(err.message.contains("Rate exceeded"), "{err}");
             assert!(rule.num_calls() >= 1, "the copy reached SQS as built");
+        }
+    }
+
+    #[test]
+    fn a_standard_queue_gets_no_ids() {
+        assert_eq!(copy_ids(false, Some("g"), Copy::Restore, "m"), (None, None));
+    }
+
+    #[test]
+    fn each_copy_keeps_the_group_and_gets_its_own_deduplication_id() {
+        let ids = |copy| copy_ids(true, Some("g-1"), copy, "m-1");
+        assert_eq!(
+            ids(Copy::DeadLetter),
+            (Some("g-1".into()), Some("permanent-m-1".into()))
+        );
+        assert_eq!(
+            ids(Copy::Replay { redrive_count: 2 }),
+            (Some("g-1".into()), Some("redrive-2-m-1".into()))
+        );
+        assert_eq!(
+            ids(Copy::Restore),
+            (Some("g-1".into()), Some("restore-m-1".into()))
+        );
+        // the next replay of the same message is a different copy
+        assert_ne!(
+            ids(Copy::Replay { redrive_count: 2 }),
+            ids(Copy::Replay { redrive_count: 3 })
+        );
+    }
+
+    #[test]
+    fn ids_stay_within_sqs_limits() {
+        let long = "x".repeat(300);
+        let (group, dedup) = copy_ids(true, None, Copy::Replay { redrive_count: 9 }, &long);
+        assert_eq!(group.as_deref(), Some(DEFAULT_GROUP));
+        assert_eq!(dedup.unwrap().len(), MAX_ID_LEN);
+    }
+
+    #[test]
+    fn fifo_is_the_name_suffix() {
+        assert!(is_fifo("https://sqs.eu-west-1.amazonaws.com/1/orders.fifo"));
+        assert!(is_fifo("arn:aws:sqs:eu-west-1:1:orders.fifo"));
+        assert!(!is_fifo(
+            "https://sqs.eu-west-1.amazonaws.com/1/orders-fifo"
+        ));
+    }
+
+    fn attrs(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn limits_read_from_the_attributes_as_sqs_returns_them() {
+        let dlq = "arn:aws:sqs:us-east-1:123456789012:orders-dlq";
+        for policy in [
+            format!(r#"{{"deadLetterTargetArn":"{dlq}","maxReceiveCount":5}}"#),
+            format!(r#"{{"deadLetterTargetArn":"{dlq}","maxReceiveCount":"5"}}"#),
+        ] {
+            let l = QueueLimits::from_attributes(&attrs(&[
+                ("RedrivePolicy", &policy),
+                ("MessageRetentionPeriod", "3600"),
+                ("VisibilityTimeout", "180"),
+            ]))
+            .unwrap();
+            assert_eq!(l.max_receive_count, Some(5));
+            assert_eq!(l.dead_letter_target.as_deref(), Some(dlq));
+            assert_eq!(l.retention, Duration::from_secs(3600));
+            assert_eq!(l.visibility_timeout, Duration::from_secs(180));
+        }
+        assert_eq!(
+            QueueLimits::from_attributes(&attrs(&[])).unwrap(),
+            QueueLimits::sqs_defaults()
+        );
+        for bad in [
+            attrs(&[("RedrivePolicy", "{")]),
+            attrs(&[("RedrivePolicy", r#"{"maxReceiveCount":0}"#)]),
+            attrs(&[("MessageRetentionPeriod", "soon")]),
+        ] {
+            assert!(QueueLimits::from_attributes(&bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -295,11 +295,11 @@ impl Telemetry {
     }
 
     /// [`Telemetry::from_vars`] over the process environment.
-    pub fn from_env(names: Names) -> Result<Self, ConfigError> {
+    pub(crate) fn from_env(names: Names) -> Result<Self, ConfigError> {
         Self::from_vars(names, &crate::config::process_env())
     }
 
-    /// [`Telemetry::from_env`], or `names` as declared when a variable is invalid (the
+    /// The environment's names, or `names` as declared when a variable is invalid (the
     /// function refused it at start-up already: [`init`]).
     pub fn from_env_or_declared(names: Names) -> Self {
         Self::from_env(names).unwrap_or_else(|_| {

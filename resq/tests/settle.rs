@@ -123,7 +123,7 @@ async fn a_delete_waits_for_its_copy_and_an_unconfirmed_copy_holds_its_lane() {
         report.get(ids[2].0),
         Confirmation::Confirmed(Some(_))
     ));
-    assert!(report.is_confirmed(ids[2].1));
+    assert!(report.get(ids[2].1).is_confirmed());
     assert_eq!(sqs.sent(MAIN).len(), 1);
     assert_eq!(sqs.deleted(DLQ), vec![handles[2].clone()]);
     assert_eq!(
@@ -224,7 +224,7 @@ async fn archive_entries_and_keep_lists_are_confirmed_with_their_keys() {
     assert_eq!(store.keys("").len(), 2);
     // an entry already there is confirmed too: a retried archive finds its entry
     let report = settler.settle(&plan, later(), &Unpaced).await;
-    assert!(report.is_confirmed(archive));
+    assert!(report.get(archive).is_confirmed());
 }
 
 #[tokio::test]
@@ -269,7 +269,7 @@ async fn a_refused_delete_is_tried_once_more() {
     let mut plan = Plan::new();
     let ids: Vec<ActionId> = handles.iter().map(|h| plan.push(delete(h))).collect();
     let report = settler.settle(&plan, later(), &Unpaced).await;
-    assert!(report.is_confirmed(ids[0]) && report.is_confirmed(ids[1]));
+    assert!(report.get(ids[0]).is_confirmed() && report.get(ids[1]).is_confirmed());
     assert_eq!(sqs.len(DLQ), 0);
     // one that keeps failing is reported refused after its second try
     let handles = received(&sqs, 1).await;
@@ -342,7 +342,7 @@ async fn slow_archive_writes_never_keep_copies_waiting() {
     let by = Deadlines::all_by(Instant::now() + Duration::from_secs(1));
     let report = settler.settle(&plan, by, &Unpaced).await;
     // THEN the copy went (SQS calls have their own slots); the writes were not answered
-    assert!(report.is_confirmed(c), "{:?}", report.get(c));
+    assert!(report.get(c).is_confirmed(), "{:?}", report.get(c));
     assert!(
         report
             .iter()
@@ -403,7 +403,7 @@ async fn copies_go_only_as_the_pacer_admits_them() {
         .collect();
     let pacer = Allow(std::sync::atomic::AtomicUsize::new(3));
     let report = settler.settle(&plan, later(), &pacer).await;
-    assert!(ids[..3].iter().all(|&i| report.is_confirmed(i)));
+    assert!(ids[..3].iter().all(|&i| report.get(i).is_confirmed()));
     for &i in &ids[3..] {
         assert_eq!(
             report.get(i),

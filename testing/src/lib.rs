@@ -80,7 +80,7 @@ struct State {
     /// Calls of a kind that time out (the SDK's operation timeout) without being carried out.
     time_outs: HashMap<Call, usize>,
     /// What `GetQueueAttributes` answers per queue (SQS's defaults when not set).
-    limits: HashMap<String, Result<resq::source::QueueLimits, String>>,
+    limits: HashMap<String, Result<resq::sqs::QueueLimits, String>>,
     /// `GetQueueAttributes` calls made.
     limits_read: u64,
 }
@@ -293,7 +293,7 @@ impl State {
         now: Instant,
     ) -> Vec<ReceivedMessage> {
         let mut out = Vec::new();
-        let fifo = resq::fifo::is_fifo(queue);
+        let fifo = resq::sqs::is_fifo(queue);
         let quota = self.in_flight_quota;
         let stored = self.queues.entry(queue.to_owned()).or_default();
         // past its in-flight quota SQS answers a receive with nothing, and no error
@@ -426,7 +426,7 @@ impl State {
 
 impl MemorySqs {
     /// What `GetQueueAttributes` answers for `queue` from now on: these limits, or this error.
-    pub fn set_limits(&self, queue: &str, limits: Result<resq::source::QueueLimits, String>) {
+    pub fn set_limits(&self, queue: &str, limits: Result<resq::sqs::QueueLimits, String>) {
         lock(&self.state).limits.insert(queue.to_owned(), limits);
     }
 
@@ -437,11 +437,11 @@ impl MemorySqs {
 }
 
 impl Queues for MemorySqs {
-    async fn limits(&self, queue: &str) -> Result<resq::source::QueueLimits, AwsError> {
+    async fn limits(&self, queue: &str) -> Result<resq::sqs::QueueLimits, AwsError> {
         let mut state = lock(&self.state);
         state.limits_read += 1;
         match state.limits.get(queue) {
-            None => Ok(resq::source::QueueLimits::sqs_defaults()),
+            None => Ok(resq::sqs::QueueLimits::sqs_defaults()),
             Some(Ok(limits)) => Ok(limits.clone()),
             Some(Err(e)) => Err(AwsError::service("AccessDenied", e.clone())),
         }
