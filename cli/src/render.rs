@@ -760,26 +760,13 @@ mod tests {
 
     fn summary(dry_run: bool) -> Summary {
         Summary {
-            dry_run,
-            paused: false,
-            pause_reason: None,
-            probe: None,
             received: 5,
             redriven: 3,
             archived: BTreeMap::from([(resq::reason::ArchiveReason::RedriveCap, 1)]),
             skipped: 1,
             kept: 1,
-            unhidden: 0,
-            failed: 0,
-            returned: 0,
-            delete_failed: 0,
-            unexplained: 0,
-            kept_in_flight: None,
-            paused_too_long: false,
             elapsed_ms: 120,
-            rate_per_second: 10.0,
-            achieved_rate_per_second: None,
-            stopped_by: resq_redriver::StopReason::Empty,
+            ..Summary::new(dry_run, 10.0)
         }
     }
 

@@ -578,9 +578,8 @@ async fn leave_as_found(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use resq::attributes::{AttributeValue, MessageAttributes};
+    use resq::attributes::AttributeValue;
     use resq_redriver::config::PermanentAction;
-    use std::collections::BTreeMap;
     use std::time::Duration;
 
     const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/1/orders-dlq";
@@ -599,17 +598,9 @@ mod tests {
     }
 
     fn dead_letter(attrs: &[(&str, AttributeValue)], sent_ms: u64) -> ReceivedMessage {
-        ReceivedMessage {
-            message_id: "d-1".into(),
-            receipt_handle: "rh".into(),
-            body: r#"{"orderId":"ORD-1"}"#.into(),
-            attributes: BTreeMap::from([("SentTimestamp".into(), sent_ms.to_string())]),
-            message_attributes: attrs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), v.clone()))
-                .collect::<MessageAttributes>(),
-            dropped_attributes: vec![],
-        }
+        let mut m = resq_testing::received("d-1", r#"{"orderId":"ORD-1"}"#, sent_ms, attrs);
+        m.receipt_handle = "rh".into();
+        m
     }
 
     #[test]

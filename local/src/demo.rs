@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use crate::CliError;
 use crate::emulator::{Emulator, EmulatorKind, Installs};
 use crate::pipeline::{Counters, Pipeline, PipelineSettings};
-use crate::stack::deploy_stack;
+use crate::stack::{StackOutputs, deploy_stack};
 use resq_ops::context::Context;
 use resq_ops::orders::{self, Kind, Outgoing};
 
@@ -324,33 +324,7 @@ pub async fn run(opts: &DemoOptions) -> Result<Audit, CliError> {
         flaky: Mutex::new(downstream.flaky),
         doomed: downstream.doomed,
     };
-    let common = CommonConfig {
-        main_queue_url: outputs.main_queue_url.clone(),
-        dlq_url: outputs.dlq_url.clone(),
-        archive_bucket: outputs.bucket.clone(),
-        max_redrive_attempts: 3,
-        deadline_margin: Duration::from_millis(1000),
-    };
-    let consumer_config = ConsumerConfig {
-        common: common.clone(),
-        concurrency: resq_consumer::concurrency::Concurrency::Auto,
-        backoff: resq_consumer::backoff::Backoff {
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(2),
-        },
-        idempotency_window: Duration::from_secs(
-            resq_consumer::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS,
-        ),
-    };
-    let redriver_config = RedriverConfig {
-        common,
-        rate_per_second: 200.0,
-        max_messages_per_run: None,
-        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
-        archive_after: Duration::from_secs(86_400),
-        permanent_action: PermanentAction::Keep,
-        pause_on_alarms: Vec::new(),
-    };
+    let (consumer_config, redriver_config) = configs(&outputs, PermanentAction::Keep);
     let settings = PipelineSettings {
         batch_size: 10,
         batching_window: Duration::from_millis(500),
@@ -600,4 +574,40 @@ pub fn table(audit: &Audit) -> String {
         audit.unexplained()
     ));
     out
+}
+/// The two functions' configurations on `outputs`' stack, as the demo and the chaos run set
+/// them: a redrive cap of 3, a second's deadline margin, a backoff of 1–2 s, 200 replays a
+/// second, a day's TTL, permanent failures kept or archived as `permanent_action` says.
+pub fn configs(
+    outputs: &StackOutputs,
+    permanent_action: PermanentAction,
+) -> (ConsumerConfig, RedriverConfig) {
+    let common = CommonConfig {
+        main_queue_url: outputs.main_queue_url.clone(),
+        dlq_url: outputs.dlq_url.clone(),
+        archive_bucket: outputs.bucket.clone(),
+        max_redrive_attempts: resq::config::DEFAULT_MAX_REDRIVE_ATTEMPTS,
+        deadline_margin: Duration::from_millis(resq::config::DEFAULT_DEADLINE_MARGIN_MS),
+    };
+    let consumer = ConsumerConfig {
+        common: common.clone(),
+        concurrency: resq_consumer::concurrency::Concurrency::Auto,
+        backoff: resq_consumer::backoff::Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(2),
+        },
+        idempotency_window: Duration::from_secs(
+            resq_consumer::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS,
+        ),
+    };
+    let redriver = RedriverConfig {
+        common,
+        rate_per_second: 200.0,
+        max_messages_per_run: None,
+        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
+        archive_after: Duration::from_secs(resq_redriver::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
+        permanent_action,
+        pause_on_alarms: Vec::new(),
+    };
+    (consumer, redriver)
 }

@@ -832,10 +832,8 @@ mod tests {
     #[test]
     fn run_lines_sum_the_archive_reasons_and_say_paused() {
         let summary = resq_redriver::Summary {
-            dry_run: false,
             paused: true,
             pause_reason: Some("resq-local-replays-failing is in ALARM".into()),
-            probe: None,
             received: 5,
             redriven: 2,
             archived: [
@@ -843,19 +841,9 @@ mod tests {
                 (resq::reason::ArchiveReason::RedriveCap, 2),
             ]
             .into(),
-            skipped: 0,
             kept: 1,
-            unhidden: 0,
-            failed: 0,
-            returned: 0,
-            delete_failed: 0,
-            unexplained: 0,
-            kept_in_flight: None,
-            paused_too_long: false,
             elapsed_ms: 10,
-            rate_per_second: 10.0,
-            achieved_rate_per_second: None,
-            stopped_by: resq_redriver::StopReason::Empty,
+            ..resq_redriver::Summary::new(false, 10.0)
         };
         let line = run_line(&serde_json::to_string(&summary).unwrap());
         assert_eq!(

@@ -172,24 +172,7 @@ fn max_messages_per_run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn vars(pairs: &[(&str, &str)]) -> Vars<impl Fn(&str) -> Option<String>> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Vars(move |k: &str| map.get(k).cloned())
-    }
-
-    const REQUIRED: [(&str, &str); 3] = [
-        (
-            "MAIN_QUEUE_URL",
-            "http://127.0.0.1:5000/123456789012/orders",
-        ),
-        ("DLQ_URL", "http://127.0.0.1:5000/123456789012/orders-dlq"),
-        ("ARCHIVE_BUCKET", "resq-archive"),
-    ];
+    use resq_testing::{REQUIRED_VARS as REQUIRED, vars};
 
     #[test]
     fn permanent_action_reads_what_it_writes() {

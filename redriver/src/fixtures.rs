@@ -1,12 +1,11 @@
 //! What the redriver's unit tests share: a configuration, dead letters, and alarms whose
 //! states a test sets.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::config::RedriverConfig;
-use resq::attributes::{AttributeValue, MessageAttributes, X_FAILURE_CLASS, X_FAILURE_REASON};
+use resq::attributes::{AttributeValue, X_FAILURE_CLASS, X_FAILURE_REASON};
 use resq::config::Vars;
 use resq::sqs::ReceivedMessage;
 
@@ -57,17 +56,8 @@ pub fn dlq_message(id: &str, sent_ms: u64, attrs: &[(&str, AttributeValue)]) -> 
 
 /// A dead letter SQS moved without a reason.
 pub fn unexplained(id: &str, sent_ms: u64, attrs: &[(&str, AttributeValue)]) -> ReceivedMessage {
-    ReceivedMessage {
-        message_id: id.into(),
-        receipt_handle: String::new(),
-        body: format!("{{\"orderId\":\"{id}\"}}"),
-        attributes: BTreeMap::from([("SentTimestamp".into(), sent_ms.to_string())]),
-        message_attributes: attrs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), v.clone()))
-            .collect::<MessageAttributes>(),
-        dropped_attributes: vec![],
-    }
+    let body = format!("{{\"orderId\":\"{id}\"}}");
+    resq_testing::received(id, &body, sent_ms, attrs)
 }
 
 /// The attributes of a permanent failure of `reason`.

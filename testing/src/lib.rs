@@ -643,3 +643,43 @@ impl std::io::Write for CapturedLogs {
         Ok(())
     }
 }
+
+/// Variables from `pairs`, as a function reads its environment: for tests of a configuration.
+pub fn vars(pairs: &[(&str, &str)]) -> resq::config::Vars<impl Fn(&str) -> Option<String>> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    resq::config::Vars(move |k: &str| map.get(k).cloned())
+}
+
+/// The variables both functions require, on a local endpoint.
+pub const REQUIRED_VARS: [(&str, &str); 3] = [
+    (
+        "MAIN_QUEUE_URL",
+        "http://127.0.0.1:5000/123456789012/orders",
+    ),
+    ("DLQ_URL", "http://127.0.0.1:5000/123456789012/orders-dlq"),
+    ("ARCHIVE_BUCKET", "resq-archive"),
+];
+
+/// A message as a receive hands it over: `id` with `body`, sent at `sent_ms` (epoch millis),
+/// with these message attributes.
+pub fn received(
+    id: &str,
+    body: &str,
+    sent_ms: u64,
+    attrs: &[(&str, resq::attributes::AttributeValue)],
+) -> ReceivedMessage {
+    ReceivedMessage {
+        message_id: id.into(),
+        receipt_handle: String::new(),
+        body: body.into(),
+        attributes: BTreeMap::from([("SentTimestamp".into(), sent_ms.to_string())]),
+        message_attributes: attrs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect(),
+        dropped_attributes: vec![],
+    }
+}

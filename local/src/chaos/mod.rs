@@ -20,10 +20,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use resq::config::CommonConfig;
-use resq_consumer::backoff::Backoff;
-use resq_consumer::config::ConsumerConfig;
-use resq_redriver::config::{PermanentAction, RedriverConfig};
+use resq_redriver::config::PermanentAction;
 use tokio::sync::watch;
 
 use crate::demo::{self, Audit, DemoOptions, Downstream, Plan};
@@ -64,7 +61,7 @@ pub struct ChaosOptions {
 }
 
 /// The redrive cap the run deploys with.
-pub const MAX_REDRIVE_ATTEMPTS: u32 = 3;
+pub const MAX_REDRIVE_ATTEMPTS: u32 = resq::config::DEFAULT_MAX_REDRIVE_ATTEMPTS;
 /// `maxReceiveCount` the run deploys with.
 pub const MAX_RECEIVE_COUNT: u32 = 3;
 const CONSUMER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -508,35 +505,9 @@ fn function_env(
     outputs: &StackOutputs,
     endpoint: &str,
 ) -> FunctionEnv {
-    let common = CommonConfig {
-        main_queue_url: outputs.main_queue_url.clone(),
-        dlq_url: outputs.dlq_url.clone(),
-        archive_bucket: outputs.bucket.clone(),
-        max_redrive_attempts: MAX_REDRIVE_ATTEMPTS,
-        deadline_margin: Duration::from_millis(resq::config::DEFAULT_DEADLINE_MARGIN_MS),
-    };
-    // the functions' settings, typed as the demo's are; their processes get them as Lambda
-    // would, in the environment
-    let consumer = ConsumerConfig {
-        common: common.clone(),
-        concurrency: resq_consumer::concurrency::Concurrency::Auto,
-        backoff: Backoff {
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(2),
-        },
-        idempotency_window: Duration::from_secs(
-            resq_consumer::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS,
-        ),
-    };
-    let redriver = RedriverConfig {
-        common,
-        rate_per_second: 200.0,
-        max_messages_per_run: None,
-        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
-        archive_after: Duration::from_secs(resq_redriver::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
-        permanent_action,
-        pause_on_alarms: Vec::new(),
-    };
+    // the demo's settings; the functions' processes get them as Lambda would, in the
+    // environment
+    let (consumer, redriver) = demo::configs(outputs, permanent_action);
     let aws = [
         ("AWS_ENDPOINT_URL", endpoint.to_owned()),
         ("AWS_REGION", REGION.into()),
@@ -885,10 +856,11 @@ mod tests {
                 pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
             })
         };
-        let redriver = RedriverConfig::from_vars(&vars(env.redriver)).unwrap();
+        let redriver =
+            resq_redriver::config::RedriverConfig::from_vars(&vars(env.redriver)).unwrap();
         assert_eq!(redriver.rate_per_second, 200.0);
         assert!(redriver.pause_on_alarms.is_empty());
-        ConsumerConfig::from_vars(&vars(env.consumer)).unwrap();
+        resq_consumer::config::ConsumerConfig::from_vars(&vars(env.consumer)).unwrap();
     }
 
     #[test]
