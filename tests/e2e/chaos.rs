@@ -50,7 +50,7 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
     assert_eq!(report.duplicate_effects(), 0);
     assert!(report.max_redrives() <= MAX_REDRIVE_ATTEMPTS);
     assert!(report.consumer_kills >= 2 && report.redriver_kills >= 2);
-    // dead letters without a reason come only from the run's kills (SPEC §1, invariant 8):
+    // dead letters without a reason come only from the run's kills (every dead letter says why, docs/guarantees.md):
     // what is left in the DLQ without x-failure-class, or as the redriver's INVOCATION_FAILED
     // copy of such, is within the kills the run made
     let kills = (report.consumer_kills + report.redriver_kills) as usize;

@@ -1,4 +1,4 @@
-//! The operator's answers (SPEC §9) against the emulator: `resq find`, the shadow and canary
+//! The operator's answers (docs/cli.md) against the emulator: `resq find`, the shadow and canary
 //! replays, the patched restore, and `--stack`.
 
 use std::collections::BTreeSet;

@@ -624,8 +624,8 @@ fn numeric_budgets(param: &Value) -> std::ops::RangeInclusive<u64> {
     }
 }
 
-/// Why the breaker could not trip under some parameter set the template accepts (SPEC §4.6,
-/// §7), empty when it can under all. The replays-failing alarm trips when more than
+/// Why the breaker could not trip under some parameter set the template accepts (docs/design.md,
+/// "Breaker"), empty when it can under all. The replays-failing alarm trips when more than
 /// `ReplaysFailingThreshold` replays fail within one of its periods; after it clears, a run
 /// replays a probe of `probe_budget(threshold)`. A run's replays, spread over two periods,
 /// leave at least half in one of them, and a run long enough to cover a whole period fills it

@@ -33,9 +33,10 @@ const INVALID: Home = Home::Dlq("VALIDATION_FAILED");
 const UNREADABLE: Home = Home::Dlq("UNREADABLE_RECORD");
 /// A record whose body is empty or absent (SQS never delivers one; test tools do): not JSON,
 /// and no DLQ copy can carry it, since SQS refuses an empty message body ("the minimum size is
-/// one character"). Such a record can never succeed (SPEC §3), so it is archived at once as a
-/// permanent failure no copy can carry (`PERMANENT_FAILURE`, docs/reasons.md), never
-/// reported failed on every receive until SQS moves it without a reason (SPEC §1, invariant 8).
+/// one character"). Such a record can never succeed (docs/design.md, "Reading the event"), so
+/// it is archived at once as a permanent failure no copy can carry (`PERMANENT_FAILURE`,
+/// docs/reasons.md), never reported failed on every receive until SQS moves it without a
+/// reason (every dead letter says why: docs/guarantees.md).
 const NO_BODY: Home = Home::Archived("PERMANENT_FAILURE");
 
 /// The error of lambda_runtime's own deserializer, for a payload that is not JSON (a UTF-8
