@@ -1,7 +1,7 @@
 //! What becomes of each record (docs/design.md, "Consumer"): which records run, and in which
 //! lanes; one pure function from a record, the configuration and what running it came to, to
-//! its fate and the action that carries it out; the backoff of what failed; and when each
-//! phase of an invocation ends. No I/O here.
+//! its fate and the action that carries it out; and the backoff of what failed. No I/O here
+//! (when each phase of an invocation ends is `resq::settle::Deadlines::before`).
 
 use std::collections::HashMap;
 use std::time::Duration;

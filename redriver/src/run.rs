@@ -1,4 +1,4 @@
-//! A redriver run as a state machine over values (docs/design.md, "Run"), in the shape of
+//! A redriver run as a state machine over values (docs/design.md, "Run loop"), in the shape of
 //! quinn-proto's connection: [`Run`] holds every bit of a run's state and its scheduling
 //! policy, and does no I/O and reads no clock. It is handed what arrived and the time
 //! (`handle_*`), says what to do next ([`Run::poll`], a [`Command`]) and when to wake it
