@@ -302,7 +302,11 @@ impl RestorePort for AwsRestore<'_> {
         });
         let source = match self.0.settle(&plan).await.get(id) {
             Confirmation::Confirmed(sent) => return Ok(sent.clone().unwrap_or_default()),
-            Confirmation::Failed(SettleError::Refused(e)) => e.clone(),
+            // the call's own error (its kind says unreachable, credentials, …); SQS may have
+            // taken a copy whose call broke
+            Confirmation::Failed(SettleError::Refused(e) | SettleError::Unanswered(Some(e))) => {
+                e.clone()
+            }
             Confirmation::Failed(e) => AwsError::local(e.to_string()),
             Confirmation::NotAttempted(_) => AwsError::local("not attempted"),
         };

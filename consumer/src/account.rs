@@ -204,7 +204,7 @@ mod tests {
             "ThrottlingException",
             "slow down",
         )));
-        let unanswered = Confirmation::Failed(SettleError::Unanswered);
+        let unanswered = Confirmation::Failed(SettleError::Unanswered(None));
         let code = |o: Outcome| match o {
             Outcome::Failed(Failure::Resq { code, details }) => (code, details),
             other => panic!("{other:?}"),

@@ -871,7 +871,7 @@ impl Run {
             // its visibility timeout and a later run sends it again (a FIFO main queue
             // deduplicates that within its 5-minute interval; the consumer is idempotent by
             // orderId in any case)
-            Confirmation::Failed(SettleError::Unanswered) => {
+            Confirmation::Failed(SettleError::Unanswered(_)) => {
                 self.summary.failed += 1;
                 true
             }
@@ -950,7 +950,7 @@ impl Run {
                 }
                 self.deleted(m, r.get(delete), true);
             }
-            Confirmation::Failed(SettleError::Unanswered) => {}
+            Confirmation::Failed(SettleError::Unanswered(_)) => {}
             _ => self.hold(m),
         }
     }
@@ -1711,7 +1711,7 @@ mod tests {
             panic!()
         };
         let late = now.after(Duration::from_secs(59));
-        let unanswered = Confirmation::Failed(SettleError::Unanswered);
+        let unanswered = Confirmation::Failed(SettleError::Unanswered(None));
         run.handle_settled(
             id,
             Report::of(&plan, late.instant, |_| unanswered.clone()),

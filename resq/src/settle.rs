@@ -211,9 +211,13 @@ pub enum SettleError {
     /// SQS or S3 refused it, or its call failed: it did not take effect.
     #[error("{0}")]
     Refused(AwsError),
-    /// No answer by its deadline: it may or may not have taken effect.
-    #[error("not answered before the deadline margin")]
-    Unanswered,
+    /// No answer: the call broke, timed out or could not be read (its error, when it gave one),
+    /// or its deadline came first (`None`). It may or may not have taken effect.
+    #[error("{}", match .0 {
+        Some(e) => format!("{e} (no answer: it may have taken effect)"),
+        None => "not answered before the deadline margin".to_owned(),
+    })]
+    Unanswered(Option<AwsError>),
 }
 
 /// Why an action was not attempted.
@@ -385,14 +389,14 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
             // every call answers for each action it carries; this is only a guard
             for &i in &ready {
                 if results[i].is_none() && !again.contains(&i) {
-                    results[i] = Some(Confirmation::Failed(SettleError::Unanswered));
+                    results[i] = Some(Confirmation::Failed(SettleError::Unanswered(None)));
                 }
             }
         }
         Report {
             results: results
                 .into_iter()
-                .map(|r| r.unwrap_or(Confirmation::Failed(SettleError::Unanswered)))
+                .map(|r| r.unwrap_or(Confirmation::Failed(SettleError::Unanswered(None))))
                 .collect(),
             started,
         }
@@ -515,9 +519,10 @@ async fn answered<T>(
         Ok(Err(e)) if e.kind == crate::error::AwsErrorKind::Service => {
             vec![Confirmation::Failed(SettleError::Refused(e)); ids.len()]
         }
-        Ok(Err(_)) | Err(_) => vec![Confirmation::Failed(SettleError::Unanswered); ids.len()],
+        Ok(Err(e)) => vec![Confirmation::Failed(SettleError::Unanswered(Some(e))); ids.len()],
+        Err(_) => vec![Confirmation::Failed(SettleError::Unanswered(None)); ids.len()],
     };
-    let missing = Confirmation::Failed(SettleError::Unanswered);
+    let missing = Confirmation::Failed(SettleError::Unanswered(None));
     let per_entry = per_entry.into_iter().chain(std::iter::repeat(missing));
     ids.into_iter()
         .zip(per_entry)

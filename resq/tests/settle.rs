@@ -303,7 +303,7 @@ async fn a_slow_sqs_cannot_make_a_settle_late_and_nothing_unanswered_is_followed
     );
     assert_eq!(
         report.get(c),
-        &Confirmation::Failed(SettleError::Unanswered)
+        &Confirmation::Failed(SettleError::Unanswered(None))
     );
     assert_eq!(
         report.get(d),
@@ -429,6 +429,27 @@ async fn a_failed_call_fails_every_action_it_carries() {
             Confirmation::Failed(SettleError::Refused(_))
         ));
     }
+}
+
+#[tokio::test]
+async fn a_call_that_broke_is_unanswered_and_keeps_its_error() {
+    // GIVEN a send whose call times out (the SDK's operation timeout: SQS may have taken it)
+    let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+    sqs.time_out_calls(Call::Send, 1);
+    let settler = Settler::new(&sqs, &store, "test");
+    let mut plan = Plan::new();
+    let id = plan.push(copy("c0", None));
+    let report = settler.settle(&plan, later(), &Unpaced).await;
+    // THEN it is not a refusal, and the call's own error says why (an operator's tool shows it)
+    let Confirmation::Failed(SettleError::Unanswered(Some(e))) = report.get(id) else {
+        panic!("{:?}", report.get(id));
+    };
+    assert_eq!(e.kind, resq::error::AwsErrorKind::Timeout);
+    let said = report.get(id).clone();
+    assert!(
+        matches!(said, Confirmation::Failed(ref f) if f.to_string().ends_with("(no answer: it may have taken effect)")),
+        "{said:?}"
+    );
 }
 
 proptest::proptest! {
