@@ -136,9 +136,13 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
                 Ok(Some(event)) => deliver(&mut run, event),
                 // the breaker's next reading is due: poll again
                 Err(_) => {}
-                // nothing under way and nothing to do: a run never gets here, but a summary
-                // is still better than a loop
-                Ok(None) => return self.finish(run),
+                // nothing under way and nothing to do: a run never gets here (what it holds
+                // comes back by itself after the deadline), but a summary beats a loop
+                Ok(None) => {
+                    tracing::error!("the run waits for nothing under way; it ends here");
+                    debug_assert!(false, "a run that waits for nothing: {run:?}");
+                    return self.finish(run);
+                }
             }
         }
     }

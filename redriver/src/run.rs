@@ -413,7 +413,9 @@ impl Run {
     }
 
     /// When to call [`Run::poll`] again if nothing arrives before: the breaker's next reading
-    /// while cycles go on.
+    /// while cycles go on. None once receiving has ended (the deadline margin, or why it
+    /// stopped): a verdict then would plan nothing, and a reading cut short by the deadline
+    /// would only report the run paused, and the pause too long.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let w = &self.window;
         let rechecks = self.stage == Stage::Cycles
@@ -421,7 +423,9 @@ impl Run {
             && !w.checking
             && !self.rules.paused
             && w.stopped.is_none();
-        rechecks.then_some(w.recheck_at)
+        rechecks
+            .then_some(w.recheck_at)
+            .filter(|at| *at < self.by.start_by)
     }
 
     /// The states of the breaker's alarms, or why they could not be read (by the deadline of
@@ -1492,6 +1496,49 @@ mod tests {
         assert!(summary.paused, "{summary:?}");
         assert_eq!((summary.redriven, world.main.len()), (10, 10));
         assert_eq!(world.visible.len(), 30);
+    }
+
+    #[test]
+    fn no_breaker_reading_starts_once_receiving_has_ended() {
+        // GIVEN a run whose last cycle settles inside the deadline margin, its breaker's
+        // recheck due then
+        let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
+        let ok = alarm("replays-failing", false, Duration::from_secs(7200), 10.0);
+        let mut world = World::new(fresh(10, "m"));
+        world.alarms = Ok(vec![ok]);
+        let t0 = start();
+        let deadline = t0.instant + BREAKER_RECHECK + Duration::from_millis(500);
+        let mut run = Run::new(
+            &RunRequest::defaults(&cfg),
+            &cfg,
+            Tuning::default(),
+            deadline,
+            t0,
+        );
+        for _ in 0..2 {
+            let command = run.poll(t0).unwrap();
+            world.answer(&mut run, command, t0);
+        }
+        let Some(Command::Receive(r)) = run.poll(t0) else {
+            panic!("{run:?}")
+        };
+        run.handle_received(r, Ok(world.receive()), t0);
+        // WHEN the recheck's time comes after the margin began, the batch still settling
+        assert_eq!(run.poll_timeout(), None, "the recheck falls in the margin");
+        let late = t0.after(BREAKER_RECHECK);
+        let commands: Vec<Command> = std::iter::from_fn(|| run.poll(late)).collect();
+        // THEN no reading is asked for: the run settles, ends, and is not reported paused
+        assert!(
+            !commands
+                .iter()
+                .any(|c| matches!(c, Command::ReadBreaker { .. }))
+        );
+        for command in commands {
+            world.answer(&mut run, command, late);
+        }
+        let summary = world.drive(run, late);
+        assert!(!summary.paused && !summary.paused_too_long, "{summary:?}");
+        assert_eq!(summary.redriven, 10);
     }
 
     /// `id` in FIFO group `group`.
