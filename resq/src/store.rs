@@ -31,6 +31,15 @@ pub trait ObjectStore: Send + Sync {
 
     /// Every key under `prefix`, in key order.
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, AwsError>> + Send;
+
+    /// The first key under `prefix` in key order (a state log's newest entry), `None` when
+    /// there is none.
+    fn first_key(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Option<String>, AwsError>> + Send {
+        async move { Ok(self.list(prefix).await?.into_iter().next()) }
+    }
 }
 
 fn store_error<E>(err: &aws_sdk_s3::error::SdkError<E>, what: String) -> AwsError
@@ -95,6 +104,23 @@ impl S3Store {
 }
 
 impl ObjectStore for S3Store {
+    async fn first_key(&self, prefix: &str) -> Result<Option<String>, AwsError> {
+        let out = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .max_keys(1)
+            .send()
+            .await
+            .map_err(|e| store_error(&e, format!("listing s3://{}/{prefix}", self.bucket)))?;
+        Ok(out
+            .contents()
+            .first()
+            .and_then(|o| o.key())
+            .map(str::to_owned))
+    }
+
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, AwsError> {
         self.object(key, true).await
     }
@@ -172,6 +198,13 @@ impl<T: ObjectStore> ObjectStore for std::sync::Arc<T> {
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, AwsError>> + Send {
         (**self).list(prefix)
     }
+
+    fn first_key(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Option<String>, AwsError>> + Send {
+        (**self).first_key(prefix)
+    }
 }
 
 impl<T: ObjectStore> ObjectStore for &T {
@@ -189,5 +222,12 @@ impl<T: ObjectStore> ObjectStore for &T {
 
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>, AwsError>> + Send {
         (**self).list(prefix)
+    }
+
+    fn first_key(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Option<String>, AwsError>> + Send {
+        (**self).first_key(prefix)
     }
 }

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use resq::error::AwsError;
+use resq::mapping::{EventSourceMappings, Mapping, MappingState};
 use resq::sqs::MAX_VISIBILITY_TIMEOUT;
 use resq::sqs::{OutgoingMessage, Queues, ReceivedMessage};
 use resq::store::{ObjectStore, PutOutcome};
@@ -567,6 +568,88 @@ impl ObjectStore for MemoryStore {
         }
         objects.insert(key.to_owned(), body);
         Ok(PutOutcome::Created)
+    }
+}
+
+/// An event source mapping in memory ([`EventSourceMappings`]): it switches at once, counts
+/// the switches, and can be told to fail (as Lambda's API may).
+#[derive(Debug)]
+pub struct MemoryMapping {
+    uuid: String,
+    state: Mutex<MappingState>,
+    switches: Mutex<Vec<bool>>,
+    failing: AtomicBool,
+}
+
+impl MemoryMapping {
+    /// The mapping `uuid`, enabled.
+    pub fn new(uuid: &str) -> Self {
+        Self {
+            uuid: uuid.to_owned(),
+            state: Mutex::new(MappingState::Enabled),
+            switches: Mutex::new(Vec::new()),
+            failing: AtomicBool::new(false),
+        }
+    }
+
+    /// Sets its state, as an operator or Lambda would (not counted as a switch).
+    pub fn set_state(&self, state: MappingState) {
+        *lock(&self.state) = state;
+    }
+
+    /// Its state now.
+    pub fn state(&self) -> MappingState {
+        lock(&self.state).clone()
+    }
+
+    /// Every switch asked for through the port (`true`: enable), in order.
+    pub fn switches(&self) -> Vec<bool> {
+        lock(&self.switches).clone()
+    }
+
+    /// Every call fails (`true`) or none does.
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    fn check(&self, uuid: &str) -> Result<(), AwsError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(AwsError::local("injected Lambda failure"));
+        }
+        if uuid != self.uuid {
+            return Err(AwsError {
+                code: Some("ResourceNotFoundException".into()),
+                message: format!("no event source mapping {uuid}"),
+                kind: resq::error::AwsErrorKind::Service,
+            });
+        }
+        Ok(())
+    }
+
+    fn mapping(&self) -> Mapping {
+        Mapping {
+            uuid: self.uuid.clone(),
+            state: self.state(),
+            event_source_arn: None,
+            function_arn: None,
+        }
+    }
+}
+
+impl EventSourceMappings for MemoryMapping {
+    async fn get(&self, uuid: &str) -> Result<Mapping, AwsError> {
+        self.check(uuid)?;
+        Ok(self.mapping())
+    }
+
+    async fn set_enabled(&self, uuid: &str, enabled: bool) -> Result<Mapping, AwsError> {
+        self.check(uuid)?;
+        lock(&self.switches).push(enabled);
+        self.set_state(match enabled {
+            true => MappingState::Enabled,
+            false => MappingState::Disabled,
+        });
+        Ok(self.mapping())
     }
 }
 
