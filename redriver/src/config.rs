@@ -68,6 +68,18 @@ pub struct RedriverConfig {
     pub permanent_action: PermanentAction,
     /// `PAUSE_ON_ALARMS`: alarm names that stop redrive while in `ALARM`.
     pub pause_on_alarms: Vec<String>,
+    /// `PAUSE_CONSUMER_ON_ALARMS`: alarm names that pause the consumer's event source mapping
+    /// while in `ALARM`.
+    pub pause_consumer_on_alarms: Vec<String>,
+    /// `CONSUMER_EVENT_SOURCE_MAPPING`: the UUID of the consumer's event source mapping; `None`:
+    /// no consumer breaker.
+    pub consumer_mapping: Option<String>,
+    /// `REDRIVE_RATE_MAX`: the rate a scheduled run may climb to while its breakers stay
+    /// closed (at least `REDRIVE_RATE_PER_SECOND`, which it is when unset: no climb).
+    pub rate_max: f64,
+    /// `ARCHIVE_SWEEP_SECONDS`: how often a paused or budget-spent run reads the whole DLQ to
+    /// archive what is due.
+    pub archive_sweep: Duration,
 }
 
 /// `REDRIVE_RATE_PER_SECOND` when unset.
@@ -78,6 +90,11 @@ pub const DEFAULT_KEPT_IN_FLIGHT_MAX: u64 = 50_000;
 /// at about 120,000 in flight (long polling then returns nothing, with no error), and a run's
 /// own receives need room beside the kept ones.
 const MAX_KEPT_IN_FLIGHT: u64 = 100_000;
+/// `ARCHIVE_SWEEP_SECONDS` when unset: an hour.
+pub const DEFAULT_ARCHIVE_SWEEP_SECONDS: u64 = 3600;
+/// Highest accepted `ARCHIVE_SWEEP_SECONDS`: 12 hours, half the day a message past the longest
+/// TTL has before the DLQ's retention ends (so two sweeps at least fall within it).
+pub const MAX_ARCHIVE_SWEEP_SECONDS: u64 = TTL_MARGIN_SECONDS / 2;
 /// `ARCHIVE_AFTER_SECONDS` when unset: a day.
 pub const DEFAULT_ARCHIVE_AFTER_SECONDS: u64 = 86_400;
 
@@ -109,9 +126,11 @@ impl RedriverConfig {
                 expected: "keep or archive".into(),
             })?,
         };
+        let rate = rate_variable(vars, "REDRIVE_RATE_PER_SECOND", None)?;
         Ok(Self {
             common: CommonConfig::from_vars(vars)?,
-            rate_per_second: rate_per_second(vars)?,
+            rate_per_second: rate,
+            rate_max: rate_variable(vars, "REDRIVE_RATE_MAX", Some(rate))?,
             max_messages_per_run: max_messages_per_run(vars)?,
             kept_in_flight_max: vars.number(
                 "KEPT_IN_FLIGHT_MAX",
@@ -128,23 +147,44 @@ impl RedriverConfig {
             )?),
             permanent_action,
             pause_on_alarms: vars.names("PAUSE_ON_ALARMS"),
+            pause_consumer_on_alarms: vars.names("PAUSE_CONSUMER_ON_ALARMS"),
+            consumer_mapping: vars
+                .get("CONSUMER_EVENT_SOURCE_MAPPING")
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty()),
+            archive_sweep: Duration::from_secs(vars.number(
+                "ARCHIVE_SWEEP_SECONDS",
+                DEFAULT_ARCHIVE_SWEEP_SECONDS,
+                60..=MAX_ARCHIVE_SWEEP_SECONDS,
+            )?),
         })
     }
 }
 
-/// `REDRIVE_RATE_PER_SECOND`: above 0, at most [`MAX_RATE_PER_SECOND`].
-fn rate_per_second(vars: &Vars<impl Fn(&str) -> Option<String>>) -> Result<f64, ConfigError> {
-    let Some(raw) = vars.get("REDRIVE_RATE_PER_SECOND") else {
-        return Ok(DEFAULT_RATE_PER_SECOND);
+/// A rate variable (`REDRIVE_RATE_PER_SECOND`, `REDRIVE_RATE_MAX`): above 0 and at least
+/// `floor` (its default when unset), at most [`MAX_RATE_PER_SECOND`].
+fn rate_variable(
+    vars: &Vars<impl Fn(&str) -> Option<String>>,
+    var: &'static str,
+    floor: Option<f64>,
+) -> Result<f64, ConfigError> {
+    let Some(raw) = vars.get(var) else {
+        return Ok(floor.unwrap_or(DEFAULT_RATE_PER_SECOND));
     };
+    let least = floor.unwrap_or(0.0);
     match raw.trim().parse::<f64>() {
-        Ok(r) if r.is_finite() && r > 0.0 && r <= MAX_RATE_PER_SECOND => Ok(r),
+        Ok(r) if r.is_finite() && r > 0.0 && r >= least && r <= MAX_RATE_PER_SECOND => Ok(r),
         _ => Err(ConfigError::Invalid {
-            var: "REDRIVE_RATE_PER_SECOND",
+            var,
             value: raw,
-            expected: format!(
-                "a number of messages per second above 0 and at most {MAX_RATE_PER_SECOND}"
-            ),
+            expected: match floor {
+                None => format!(
+                    "a number of messages per second above 0 and at most {MAX_RATE_PER_SECOND}"
+                ),
+                Some(f) => format!(
+                    "a number of messages per second from REDRIVE_RATE_PER_SECOND ({f}) to {MAX_RATE_PER_SECOND}"
+                ),
+            },
         }),
     }
 }
@@ -196,6 +236,10 @@ mod tests {
         assert_eq!(c.archive_after, Duration::from_secs(86_400));
         assert_eq!(c.permanent_action, PermanentAction::Keep);
         assert!(c.pause_on_alarms.is_empty());
+        assert!(c.pause_consumer_on_alarms.is_empty());
+        assert_eq!(c.consumer_mapping, None, "no consumer breaker");
+        assert_eq!(c.rate_max, 10.0, "no climb");
+        assert_eq!(c.archive_sweep, Duration::from_secs(3600));
         let mut v = REQUIRED.to_vec();
         v.extend([
             ("REDRIVE_RATE_PER_SECOND", "2.5"),
@@ -204,11 +248,27 @@ mod tests {
             ("ARCHIVE_AFTER_SECONDS", "3600"),
             ("PERMANENT_ACTION", "Archive"),
             ("PAUSE_ON_ALARMS", " replays-failing , ,dlq-depth"),
+            (
+                "PAUSE_CONSUMER_ON_ALARMS",
+                "downstream-failing,consumer-errors",
+            ),
+            ("CONSUMER_EVENT_SOURCE_MAPPING", " 6f1c2d3e-uuid "),
+            ("REDRIVE_RATE_MAX", "200"),
+            ("ARCHIVE_SWEEP_SECONDS", "600"),
         ]);
         let c = RedriverConfig::from_vars(&vars(&v)).unwrap();
         assert_eq!(c.rate_per_second, 2.5);
         assert_eq!(c.max_messages_per_run, Some(50));
         assert_eq!(c.kept_in_flight_max, 7);
+        assert_eq!(
+            c.pause_consumer_on_alarms,
+            ["downstream-failing", "consumer-errors"]
+        );
+        assert_eq!(c.consumer_mapping.as_deref(), Some("6f1c2d3e-uuid"));
+        assert_eq!(
+            (c.rate_max, c.archive_sweep),
+            (200.0, Duration::from_secs(600))
+        );
         for (raw, parsed) in [("auto", None), (" AUTO ", None), ("1", Some(1))] {
             v.retain(|(k, _)| *k != "MAX_MESSAGES_PER_RUN");
             v.push(("MAX_MESSAGES_PER_RUN", raw));
@@ -247,6 +307,11 @@ mod tests {
             ("ARCHIVE_AFTER_SECONDS", "1209600"),
             ("ARCHIVE_AFTER_SECONDS", "1123201"),
             ("PERMANENT_ACTION", "delete"),
+            // the climb starts at the rate: a ceiling below it is a mistake
+            ("REDRIVE_RATE_MAX", "5"),
+            ("REDRIVE_RATE_MAX", "3001"),
+            ("ARCHIVE_SWEEP_SECONDS", "59"),
+            ("ARCHIVE_SWEEP_SECONDS", "43201"),
         ] {
             let mut v = REQUIRED.to_vec();
             v.push((var, value));

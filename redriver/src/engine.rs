@@ -16,19 +16,25 @@ use resq::sqs::{Queues, ReceivedMessage};
 use resq::store::ObjectStore;
 
 use crate::breaker::AlarmState;
+use crate::consumer_breaker::ConsumerView;
 use crate::ports::Alarms;
 use crate::ratelimit::ReplayPace;
 use crate::request::RunRequest;
-use crate::run::{Command, Now, Receive, Run, SettleId, Tuning};
+use crate::run::{Command, ConsumerAct, Now, Receive, Run, SettleId, Tuning};
 use crate::summary::{Replayed, StopReason, Summary};
+use crate::sweep::{self, SweepRecord};
+use resq::mapping::{EventSourceMappings, Mapping, MappingState};
 
 /// Who archive entries are signed by.
 pub const ARCHIVED_BY: &str = "redriver";
 
 /// What the redriver's settling and receives need on SQS: receives, deletes and visibility
 /// changes on the DLQ (batch calls authorize as their single ones), copies sent to the main
-/// queue, and a dead letter's explained copy sent back into the DLQ.
+/// queue, a dead letter's explained copy sent back into the DLQ, and the main queue's
+/// retention for the consumer's breaker (a pause ends before its oldest message could outlive
+/// it).
 pub const PERMISSIONS: &[resq::iam::Permission] = &[
+    resq::iam::Permission::new("sqs:GetQueueAttributes", "OrdersQueue"),
     resq::iam::Permission::new("sqs:ReceiveMessage", "DeadLetterQueue"),
     resq::iam::Permission::new("sqs:DeleteMessage", "DeadLetterQueue"),
     resq::iam::Permission::new("sqs:ChangeMessageVisibility", "DeadLetterQueue"),
@@ -36,19 +42,44 @@ pub const PERMISSIONS: &[resq::iam::Permission] = &[
     resq::iam::Permission::new("sqs:SendMessage", "OrdersQueue"),
 ];
 
-/// The redriver over its ports.
-pub struct Redriver<Q, S, A> {
+/// The redriver over its ports: SQS, the archive store, CloudWatch's alarms and, for the
+/// consumer's breaker, the consumer's event source mapping (none by default).
+pub struct Redriver<Q, S, A, M = NoMapping> {
     settler: Settler<Q, S>,
     alarms: A,
+    mappings: M,
     config: RedriverConfig,
     tuning: Tuning,
     emit_metrics: bool,
 }
 
+/// No event source mapping port: a redriver without a consumer breaker. A configured
+/// `CONSUMER_EVENT_SOURCE_MAPPING` with it reads as a mapping that cannot be read (the breaker
+/// then leaves the consumer as it is).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoMapping;
+
+impl EventSourceMappings for NoMapping {
+    async fn get(&self, uuid: &str) -> Result<Mapping, resq::error::AwsError> {
+        Err(resq::error::AwsError::local(format!(
+            "no Lambda client to read event source mapping {uuid}"
+        )))
+    }
+
+    async fn set_enabled(&self, uuid: &str, _: bool) -> Result<Mapping, resq::error::AwsError> {
+        self.get(uuid).await
+    }
+}
+
 /// What the shell reports back to the run.
 enum Event {
-    Breaker(Result<Vec<AlarmState>, String>),
-    KeepLists(Option<Vec<KeptMessage>>),
+    Breaker(Result<Vec<AlarmState>, String>, Option<ConsumerView>),
+    Consumer(ConsumerAct, Result<(), String>),
+    KeepLists(
+        Option<Vec<KeptMessage>>,
+        Result<Option<SweepRecord>, String>,
+    ),
+    Noted,
     Received(Receive, Result<Vec<ReceivedMessage>, StopReason>),
     Settled(SettleId, Report),
 }
@@ -67,12 +98,28 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         Self {
             settler: Settler::new(queues, store, ARCHIVED_BY),
             alarms,
+            mappings: NoMapping,
             config,
             tuning: Tuning::default(),
             emit_metrics: true,
         }
     }
 
+    /// The consumer's breaker switches the consumer's event source mapping through
+    /// `mappings` (`CONSUMER_EVENT_SOURCE_MAPPING` names which).
+    pub fn with_mappings<M: EventSourceMappings>(self, mappings: M) -> Redriver<Q, S, A, M> {
+        Redriver {
+            settler: self.settler,
+            alarms: self.alarms,
+            mappings,
+            config: self.config,
+            tuning: self.tuning,
+            emit_metrics: self.emit_metrics,
+        }
+    }
+}
+
+impl<Q: Queues, S: ObjectStore, A: Alarms, M: EventSourceMappings> Redriver<Q, S, A, M> {
     /// At most `n` (≥ 1) receive → settle cycles in flight (default
     /// [`crate::plan::MAX_CYCLES_IN_FLIGHT`]); 1 is the sequential design, for comparison.
     pub fn with_max_cycles_in_flight(mut self, n: usize) -> Self {
@@ -125,10 +172,16 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
             while let Some(command) = run.poll(now()) {
                 match command {
                     Command::Finish => return self.finish(run),
+                    Command::Pace(rate) => pacer.set_rate(rate),
                     command => under_way.push(self.carry_out(command, &pacer)),
                 }
             }
             let next = match run.poll_timeout() {
+                // nothing under way: only the time (a probe's end) can move the run on
+                Some(at) if under_way.is_empty() => {
+                    tokio::time::sleep_until(at.into()).await;
+                    continue;
+                }
                 Some(at) => tokio::time::timeout_at(at.into(), under_way.next()).await,
                 None => Ok(under_way.next().await),
             };
@@ -164,19 +217,29 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         pacer: &'a ReplayPace<'a>,
     ) -> LocalBoxFuture<'a, Event> {
         match command {
-            Command::ReadBreaker { by } => {
-                Box::pin(async move { Event::Breaker(self.alarms_by(by).await) })
-            }
-            Command::ReadKeepLists { by } => {
-                Box::pin(async move { Event::KeepLists(self.kept_hidden(by).await) })
-            }
+            Command::ReadBreaker { by } => Box::pin(async move {
+                let (alarms, view) = futures::join!(self.alarms_by(by), self.consumer_view(by));
+                Event::Breaker(alarms, view)
+            }),
+            Command::Consumer { act, by } => Box::pin(async move {
+                let done = self.act_on_consumer(&act, by).await;
+                Event::Consumer(act, done)
+            }),
+            Command::ReadKeepLists { by } => Box::pin(async move {
+                let (hidden, sweep) = futures::join!(self.kept_hidden(by), self.last_sweep(by));
+                Event::KeepLists(hidden, sweep)
+            }),
+            Command::NoteSweep { record, by } => Box::pin(async move {
+                self.note_sweep(record, by).await;
+                Event::Noted
+            }),
             Command::Receive(r) => {
                 Box::pin(async move { Event::Received(r, self.receive(r).await) })
             }
             Command::Settle { id, plan, by } => {
                 Box::pin(async move { Event::Settled(id, self.settle(&plan, by, pacer).await) })
             }
-            Command::Finish => Box::pin(std::future::pending()),
+            Command::Finish | Command::Pace(_) => Box::pin(std::future::pending()),
         }
     }
 
@@ -184,13 +247,95 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
         self.settler.settle(plan, by, pacer).await
     }
 
-    /// The states of `PAUSE_ON_ALARMS`, by `by`.
+    /// The states of `PAUSE_ON_ALARMS` and `PAUSE_CONSUMER_ON_ALARMS`, by `by`.
     async fn alarms_by(&self, by: Instant) -> Result<Vec<AlarmState>, String> {
-        let read = self.alarms.states(&self.config.pause_on_alarms);
+        let c = &self.config;
+        let mut names = c.pause_on_alarms.clone();
+        names.extend(c.pause_consumer_on_alarms.iter().cloned());
+        names.sort();
+        names.dedup();
+        let read = self.alarms.states(&names);
         match tokio::time::timeout_at(by.into(), read).await {
             Ok(Ok(states)) => Ok(states),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("no answer in time".to_owned()),
+        }
+    }
+
+    /// What the consumer's breaker reads besides the alarms, by `by`: the mapping, its pause
+    /// log, the main queue's retention and its oldest message's age (none without a consumer
+    /// breaker).
+    async fn consumer_view(&self, by: Instant) -> Option<ConsumerView> {
+        let uuid = self.config.consumer_mapping.as_deref()?;
+        let main = &self.config.common.main_queue_url;
+        let queue = main.rsplit('/').next().unwrap_or(main);
+        let store = self.settler.store();
+        let (mapping, record, limits, oldest) = futures::join!(
+            within(by, self.mappings.get(uuid)),
+            within(by, resq::state::current_pause(store, uuid)),
+            within(by, self.settler.queues().limits(main)),
+            within(by, self.alarms.oldest_age(queue)),
+        );
+        Some(ConsumerView {
+            mapping,
+            record,
+            retention: limits.map(|l| l.retention),
+            oldest_age: oldest.ok().flatten(),
+        })
+    }
+
+    /// Carries out `act` on the consumer's mapping by `by`, each step only after the one
+    /// before went through: a pause is recorded before the mapping is disabled (so resq never
+    /// holds a pause it has no record of), a resume recorded after it is enabled.
+    async fn act_on_consumer(&self, act: &ConsumerAct, by: Instant) -> Result<(), String> {
+        let Some(uuid) = self.config.consumer_mapping.as_deref() else {
+            return Err("no CONSUMER_EVENT_SOURCE_MAPPING".into());
+        };
+        let store = self.settler.store();
+        let record = |r| within(by, resq::state::record_pause(store, r));
+        let switch = |on| within(by, self.mappings.set_enabled(uuid, on));
+        match act {
+            ConsumerAct::Pause(r) => {
+                record(r).await?;
+                switch(false).await.map(drop)
+            }
+            ConsumerAct::Resume(r) => {
+                switch(true).await?;
+                record(r).await.map(drop)
+            }
+            ConsumerAct::Probe(r) => {
+                record(r).await?;
+                let mut mapping = switch(true).await?;
+                // the window counts from Lambda reporting the mapping enabled
+                while mapping.state != MappingState::Enabled {
+                    tokio::time::sleep(
+                        PROBE_POLL.min(by.saturating_duration_since(Instant::now())),
+                    )
+                    .await;
+                    mapping = within(by, self.mappings.get(uuid)).await?;
+                }
+                Ok(())
+            }
+            ConsumerAct::EndProbe(r) => {
+                switch(false).await?;
+                record(r).await.map(drop)
+            }
+            ConsumerAct::Note(r) => record(r).await.map(drop),
+        }
+    }
+
+    /// The last note of a read through the DLQ, by `by`.
+    async fn last_sweep(&self, by: Instant) -> Result<Option<SweepRecord>, String> {
+        let prefix = sweep::prefix(&self.config.common.dlq_url);
+        within(by, resq::state::latest(self.settler.store(), &prefix)).await
+    }
+
+    /// Notes a read through the DLQ, by `by`; one not written makes the next run sweep.
+    async fn note_sweep(&self, record: SweepRecord, by: Instant) {
+        let prefix = sweep::prefix(&self.config.common.dlq_url);
+        let store = self.settler.store();
+        if let Err(e) = within(by, resq::state::append(store, &prefix, record.at, &record)).await {
+            tracing::warn!(error_details = %e, "the archive sweep's note was not written: the next run sweeps again");
         }
     }
 
@@ -224,12 +369,29 @@ impl<Q: Queues, S: ObjectStore, A: Alarms> Redriver<Q, S, A> {
     }
 }
 
+/// How often a probe asks Lambda whether the mapping is enabled yet.
+const PROBE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// `call`'s answer by `by`, its error or the lack of an answer in words.
+async fn within<T>(
+    by: Instant,
+    call: impl std::future::Future<Output = Result<T, resq::error::AwsError>>,
+) -> Result<T, String> {
+    match tokio::time::timeout_at(by.into(), call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer in time".to_owned()),
+    }
+}
+
 /// Hands the run what arrived, at the time it arrived.
 fn deliver(run: &mut Run, event: Event) {
     let now = now();
     match event {
-        Event::Breaker(read) => run.handle_breaker(read, now),
-        Event::KeepLists(hidden) => run.handle_keep_lists(hidden, now),
+        Event::Breaker(read, view) => run.handle_breaker(read, view, now),
+        Event::Consumer(act, done) => run.handle_consumer(&act, done, now),
+        Event::KeepLists(hidden, sweep) => run.handle_keep_lists(hidden, sweep, now),
+        Event::Noted => {}
         Event::Received(r, got) => run.handle_received(r, got, now),
         Event::Settled(id, report) => run.handle_settled(id, report, now),
     }
@@ -864,9 +1026,14 @@ mod tests {
             5
         );
         assert_eq!((dlq.len(DLQ), dlq.visible(DLQ)), (5, 5));
-        // AND a later run counts them no more; once replay resumes, they are replayed
+        // AND a later paused run, its archive sweep an hour away, reads nothing; once replay
+        // resumes they are replayed, and counted no more
         let second = scheduled(&dlq, &store, &alarms, &paused).await;
-        assert_eq!((second.received, second.unexplained), (5, 0), "{second:?}");
+        assert_eq!(
+            (second.received, second.stopped_by),
+            (0, StopReason::MaxMessages),
+            "{second:?}"
+        );
         let third = scheduled(&dlq, &store, &alarms, &config(&[])).await;
         assert_eq!((third.redriven, third.unexplained), (5, 0), "{third:?}");
         for copy in dlq.sent(MAIN) {
@@ -1108,5 +1275,89 @@ mod tests {
         assert_eq!(line["elapsed_ms"], summary.elapsed_ms);
         assert!(line.get("summary").is_none(), "{line}");
         assert_no_old_keys(&lines);
+    }
+
+    /// A scheduled run with a consumer breaker on `mapping`, the downstream-failing alarm its
+    /// alarm.
+    async fn with_breaker(
+        dlq: &MemorySqs,
+        store: &MemoryStore,
+        alarms: &FixedAlarms,
+        mapping: &resq_testing::MemoryMapping,
+    ) -> Summary {
+        let cfg = config(&[
+            ("CONSUMER_EVENT_SOURCE_MAPPING", "esm-1"),
+            ("PAUSE_CONSUMER_ON_ALARMS", "downstream-failing"),
+        ]);
+        let r = Redriver::new(dlq, store, alarms, cfg.clone())
+            .with_receive_wait(0)
+            .with_mappings(mapping);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        r.run(&RunRequest::defaults(&cfg), deadline).await
+    }
+
+    #[tokio::test]
+    async fn the_consumer_is_paused_on_record_and_resumed_only_by_whoever_paused_it() {
+        use resq::mapping::MappingState;
+        use resq::state::{PauseState, PausedBy};
+        // GIVEN the downstream failing, the consumer's mapping enabled
+        let (dlq, store, alarms) = doubles();
+        let mapping = resq_testing::MemoryMapping::new("esm-1");
+        alarms.set("downstream-failing", true, Duration::from_secs(60), 50.0);
+        // WHEN a run goes THEN the pause is on record and the mapping disabled
+        let first = with_breaker(&dlq, &store, &alarms, &mapping).await;
+        assert_eq!(first.consumer_paused, Some(true), "{first:?}");
+        assert_eq!(mapping.switches(), [false]);
+        let record = resq::state::current_pause(&store, "esm-1")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (record.state, record.by),
+            (PauseState::Paused, PausedBy::Resq)
+        );
+        assert_eq!(record.alarms, ["downstream-failing"]);
+        // AND once the alarm is OK the next run resumes it, and says so on record
+        alarms.set("downstream-failing", false, Duration::from_secs(60), 50.0);
+        let second = with_breaker(&dlq, &store, &alarms, &mapping).await;
+        assert_eq!(second.consumer_paused, Some(false), "{second:?}");
+        assert_eq!(mapping.switches(), [false, true]);
+        let record = resq::state::current_pause(&store, "esm-1")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.state, PauseState::Resumed);
+        // AND a mapping disabled with no pause of resq's on record stays disabled
+        mapping.set_state(MappingState::Disabled);
+        let op = resq::state::PauseRecord::new(
+            "esm-1",
+            PauseState::Paused,
+            PausedBy::Operator,
+            now_ms(),
+        );
+        resq::state::record_pause(&store, &op).await.unwrap();
+        let third = with_breaker(&dlq, &store, &alarms, &mapping).await;
+        assert_eq!(mapping.switches(), [false, true], "{third:?}");
+        assert_eq!(third.consumer_paused, Some(true));
+    }
+
+    #[tokio::test]
+    async fn no_pause_without_its_record_and_no_pause_on_alarms_that_cannot_be_read() {
+        // GIVEN the downstream failing, and a bucket that refuses writes
+        let (dlq, store, alarms) = doubles();
+        let mapping = resq_testing::MemoryMapping::new("esm-1");
+        alarms.set("downstream-failing", true, Duration::from_secs(60), 50.0);
+        store.set_failing(true);
+        // THEN the mapping is left running: resq never holds a pause it has no record of
+        let summary = with_breaker(&dlq, &store, &alarms, &mapping).await;
+        assert!(mapping.switches().is_empty(), "{summary:?}");
+        assert_eq!(mapping.state(), resq::mapping::MappingState::Enabled);
+        assert_eq!(summary.consumer_paused, Some(false), "said as it is");
+        // AND alarms that cannot be read never pause the consumer
+        store.set_failing(false);
+        alarms.fail(PortError::local("AccessDenied"));
+        let summary = with_breaker(&dlq, &store, &alarms, &mapping).await;
+        assert!(mapping.switches().is_empty(), "{summary:?}");
+        assert_eq!(summary.consumer_paused, Some(false));
     }
 }

@@ -76,6 +76,7 @@
 pub mod breaker;
 pub mod classify;
 pub mod config;
+pub mod consumer_breaker;
 pub mod engine;
 #[cfg(test)]
 mod fixtures;
@@ -85,6 +86,7 @@ pub mod ratelimit;
 pub mod request;
 pub mod run;
 pub mod summary;
+pub mod sweep;
 
 pub use engine::Redriver;
 pub use summary::{StopReason, Summary};
@@ -106,5 +108,7 @@ pub fn permissions() -> Vec<resq::iam::Permission> {
         ports::ALARM_PERMISSIONS,
         resq::archive::PERMISSIONS,
         resq::keep::PERMISSIONS,
+        resq::state::PERMISSIONS,
+        resq::mapping::PERMISSIONS,
     ])
 }

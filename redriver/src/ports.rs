@@ -19,6 +19,17 @@ pub trait Alarms: Send + Sync {
         &self,
         names: &[String],
     ) -> impl Future<Output = Result<Vec<AlarmState>, PortError>> + Send;
+
+    /// How old the oldest message of the queue named `queue` is now, as CloudWatch last
+    /// measured it (`AWS/SQS` `ApproximateAgeOfOldestMessage`, aged by the time since); `None`
+    /// when it has no figure (a queue new or empty for a while, an emulator).
+    fn oldest_age(
+        &self,
+        queue: &str,
+    ) -> impl Future<Output = Result<Option<Duration>, PortError>> + Send {
+        let _ = queue;
+        async { Ok(None) }
+    }
 }
 
 impl<T: Alarms> Alarms for &T {
@@ -28,11 +39,26 @@ impl<T: Alarms> Alarms for &T {
     ) -> impl std::future::Future<Output = Result<Vec<AlarmState>, PortError>> + Send {
         (**self).states(names)
     }
+
+    fn oldest_age(
+        &self,
+        queue: &str,
+    ) -> impl Future<Output = Result<Option<Duration>, PortError>> + Send {
+        (**self).oldest_age(queue)
+    }
 }
 
-/// What [`Alarms`] on CloudWatch needs: the state of the alarm the template puts in
-/// `PAUSE_ON_ALARMS`, and its history (whether its last change was out of ALARM).
+/// What [`Alarms`] on CloudWatch needs: the states of the alarms the template puts in
+/// `PAUSE_ON_ALARMS` and `PAUSE_CONSUMER_ON_ALARMS`, their history (whether the last change was
+/// out of ALARM), and the main queue's oldest message's age (`GetMetricData` takes no narrower
+/// resource than `*`).
 pub const ALARM_PERMISSIONS: &[resq::iam::Permission] = &[
+    resq::iam::Permission::new("cloudwatch:DescribeAlarms", "alarm:downstream-failing"),
+    resq::iam::Permission::new(
+        "cloudwatch:DescribeAlarmHistory",
+        "alarm:downstream-failing",
+    ),
+    resq::iam::Permission::new("cloudwatch:GetMetricData", "*"),
     resq::iam::Permission::new("cloudwatch:DescribeAlarms", "alarm:replays-failing"),
     resq::iam::Permission::new("cloudwatch:DescribeAlarmHistory", "alarm:replays-failing"),
     resq::iam::Permission::new("cloudwatch:DescribeAlarms", "alarm:consumer-errors"),
@@ -130,6 +156,48 @@ impl CloudWatchAlarms {
 const HISTORY_SLACK_MS: u64 = 60_000;
 
 impl Alarms for CloudWatchAlarms {
+    async fn oldest_age(&self, queue: &str) -> Result<Option<Duration>, PortError> {
+        use aws_sdk_cloudwatch::types::{Dimension, Metric, MetricDataQuery, MetricStat};
+        let now = std::time::SystemTime::now();
+        let metric = Metric::builder()
+            .namespace("AWS/SQS")
+            .metric_name("ApproximateAgeOfOldestMessage")
+            .dimensions(Dimension::builder().name("QueueName").value(queue).build())
+            .build();
+        let query = MetricDataQuery::builder()
+            .id("oldest")
+            .metric_stat(
+                MetricStat::builder()
+                    .metric(metric)
+                    .period(60)
+                    .stat("Maximum")
+                    .build(),
+            )
+            .build();
+        let out = self
+            .client
+            .get_metric_data()
+            .metric_data_queries(query)
+            .start_time((now - Duration::from_secs(900)).into())
+            .end_time(now.into())
+            .send()
+            .await
+            .map_err(PortError::from_sdk)?;
+        let now_s = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        // the newest data point, aged by the time since it was measured
+        let newest = out
+            .metric_data_results()
+            .iter()
+            .flat_map(|r| r.timestamps().iter().zip(r.values()))
+            .max_by(|a, b| a.0.secs().cmp(&b.0.secs()));
+        Ok(newest.map(|(at, age)| {
+            let since = (now_s - at.secs() as f64).max(0.0);
+            Duration::from_secs_f64(age.max(0.0) + since)
+        }))
+    }
+
     async fn states(&self, names: &[String]) -> Result<Vec<AlarmState>, PortError> {
         let out = self
             .client

@@ -4,6 +4,7 @@
 //! most `rate × t + 10` messages are replayed.
 
 use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
@@ -12,7 +13,18 @@ use resq::sqs::MAX_BATCH;
 
 /// One token per replayed message.
 pub struct TokenBucket {
-    limiter: DefaultDirectRateLimiter,
+    /// The limiter at the rate now: a new rate is a new limiter, and copies waiting on the old
+    /// one finish their wait on it.
+    limiter: Mutex<Arc<DefaultDirectRateLimiter>>,
+}
+
+fn limiter(rate_per_second: f64) -> Arc<DefaultDirectRateLimiter> {
+    let period = Duration::from_secs_f64(1.0 / rate_per_second.max(f64::MIN_POSITIVE))
+        .max(Duration::from_nanos(1));
+    let quota = Quota::with_period(period)
+        .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+        .allow_burst(NonZeroU32::new(MAX_BATCH as u32).unwrap_or(NonZeroU32::MIN));
+    Arc::new(RateLimiter::direct(quota))
 }
 
 /// The replay rate of a run: one token per copy into the main queue. Other copies are not
@@ -32,6 +44,11 @@ impl<'a> ReplayPace<'a> {
             main_queue,
         }
     }
+
+    /// Replays at `rate_per_second` from now on (a run's climb after recovery).
+    pub fn set_rate(&self, rate_per_second: f64) {
+        self.bucket.set_rate(rate_per_second);
+    }
 }
 
 impl Pacer for ReplayPace<'_> {
@@ -47,19 +64,20 @@ impl Pacer for ReplayPace<'_> {
 impl TokenBucket {
     /// A bucket refilling at `rate_per_second` (> 0); it starts full (one batch).
     pub fn new(rate_per_second: f64) -> Self {
-        let period = Duration::from_secs_f64(1.0 / rate_per_second.max(f64::MIN_POSITIVE))
-            .max(Duration::from_nanos(1));
-        let quota = Quota::with_period(period)
-            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
-            .allow_burst(NonZeroU32::new(MAX_BATCH as u32).unwrap_or(NonZeroU32::MIN));
         Self {
-            limiter: RateLimiter::direct(quota),
+            limiter: Mutex::new(limiter(rate_per_second)),
         }
+    }
+
+    /// Refills at `rate_per_second` from now on.
+    pub fn set_rate(&self, rate_per_second: f64) {
+        *self.limiter.lock().unwrap_or_else(|e| e.into_inner()) = limiter(rate_per_second);
     }
 
     /// Waits for the next token.
     pub async fn acquire(&self) {
-        self.limiter.until_ready().await;
+        let limiter = Arc::clone(&self.limiter.lock().unwrap_or_else(|e| e.into_inner()));
+        limiter.until_ready().await;
     }
 }
 

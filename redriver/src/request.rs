@@ -21,6 +21,8 @@ pub struct Overrides {
     pub reason: Option<String>,
     /// Only messages at least this old (from the producer's send).
     pub older_than_seconds: Option<u64>,
+    /// Not a field: the alarm whose action invoked the run (a CloudWatch alarm event).
+    pub alarm: Option<String>,
 }
 
 /// The fields of a manual payload.
@@ -57,10 +59,16 @@ pub struct RunRequest {
     pub reason: Option<String>,
     /// Selection: at least this old.
     pub older_than: Option<Duration>,
+    /// The rate a run may climb to while its breakers stay closed (`REDRIVE_RATE_MAX`; a
+    /// manual `ratePerSecond` is held, not climbed from).
+    pub rate_max: f64,
+    /// Invoked by this alarm's action (a CloudWatch alarm state-change event): the run reads
+    /// the breakers and acts on the consumer, and touches no message.
+    pub alarm: Option<String>,
 }
 
 /// What the redriver takes, for messages.
-const EXPECTED: &str = "the redriver takes an EventBridge scheduled event, or a manual payload with dryRun, maxMessages, ratePerSecond, reason or olderThanSeconds";
+const EXPECTED: &str = "the redriver takes an EventBridge scheduled event, a CloudWatch alarm's state-change event, or a manual payload with dryRun, maxMessages, ratePerSecond, reason or olderThanSeconds";
 
 /// The input is neither a scheduled event nor a valid manual payload.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +84,8 @@ impl RunRequest {
             rate_per_second: config.rate_per_second,
             reason: None,
             older_than: None,
+            rate_max: config.rate_max.max(config.rate_per_second),
+            alarm: None,
         }
     }
 
@@ -93,21 +103,34 @@ impl RunRequest {
             self.max_messages = Some(n);
         }
         if let Some(r) = overrides.rate_per_second {
-            self.rate_per_second = r;
+            (self.rate_per_second, self.rate_max) = (r, r);
         }
         if let Some(reason) = overrides.reason {
             self.reason = Some(reason);
         }
         self.older_than = overrides.older_than_seconds.map(Duration::from_secs);
+        self.alarm = overrides.alarm;
         self
     }
 }
 
 impl Overrides {
     /// What a payload overrides: nothing for a scheduled event (`aws.events`,
-    /// `aws.scheduler`) or `null`; a manual payload's fields; an error naming what is wrong
-    /// for anything else.
+    /// `aws.scheduler`) or `null`; the alarm for a CloudWatch alarm's state-change event
+    /// (`aws.cloudwatch` with `alarmData`); a manual payload's fields; an error naming what is
+    /// wrong for anything else.
     fn from_event(event: Value) -> Result<Self, RequestError> {
+        if event["source"] == "aws.cloudwatch" {
+            return match event["alarmData"]["alarmName"].as_str() {
+                Some(name) if !name.trim().is_empty() => Ok(Self {
+                    alarm: Some(name.trim().to_owned()),
+                    ..Self::default()
+                }),
+                _ => Err(RequestError(format!(
+                    "a CloudWatch event without alarmData.alarmName; {EXPECTED}"
+                ))),
+            };
+        }
         let scheduled = |obj: &serde_json::Map<String, Value>| match obj.get("source") {
             Some(Value::String(s)) if s == "aws.events" || s == "aws.scheduler" => Ok(()),
             Some(Value::String(other)) => Err(format!(
@@ -264,7 +287,7 @@ mod tests {
             ),
             (
                 json!({"source": "aws.ec2", "detail-type": "EC2 Instance State-change Notification"}),
-                "event source \"aws.ec2\" is not aws.events (a scheduled run) or aws.scheduler; the redriver takes an EventBridge scheduled event, or a manual payload",
+                "event source \"aws.ec2\" is not aws.events (a scheduled run) or aws.scheduler; the redriver takes an EventBridge scheduled event, a CloudWatch alarm's state-change event, or a manual payload",
             ),
             (
                 json!({"source": 7, "detail-type": "Scheduled Event"}),
@@ -441,7 +464,36 @@ mod tests {
                 rate_per_second: 5.0,
                 reason: Some("VALIDATION_FAILED".into()),
                 older_than: None,
+                rate_max: 5.0,
+                alarm: None,
             }
         );
+    }
+
+    #[test]
+    fn an_alarms_action_asks_for_the_breakers_only() {
+        // the Rust runtime's own fixture of the event CloudWatch sends a function
+        let event = serde_json::from_str::<Value>(include_str!(
+            "../../tests/fixtures/third-party/aws-lambda-rust-runtime/example-cloudwatch-alarm-metric.json"
+        ))
+        .unwrap();
+        let r = RunRequest::from_event(event, &config()).unwrap();
+        assert_eq!(r.alarm.as_deref(), Some("lambda-demo-metric-alarm"));
+        assert_eq!(
+            RunRequest { alarm: None, ..r },
+            RunRequest::defaults(&config())
+        );
+        let err =
+            RunRequest::from_event(json!({"source": "aws.cloudwatch"}), &config()).unwrap_err();
+        assert!(err.0.contains("alarmData.alarmName"), "{err}");
+    }
+
+    #[test]
+    fn a_manual_rate_is_held_and_the_configured_one_climbs() {
+        let mut c = config();
+        (c.rate_per_second, c.rate_max) = (10.0, 200.0);
+        assert_eq!(RunRequest::defaults(&c).rate_max, 200.0);
+        let r = RunRequest::from_event(json!({"ratePerSecond": 50}), &c).unwrap();
+        assert_eq!((r.rate_per_second, r.rate_max), (50.0, 50.0));
     }
 }

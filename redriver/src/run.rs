@@ -35,9 +35,12 @@ use resq::sqs::{MAX_BATCH, ReceivedMessage};
 
 use crate::breaker::{self, AlarmState, Breaker};
 use crate::classify::{self, Rules};
+use crate::consumer_breaker::{self as consumer, ConsumerView, Holder, Verdict};
 use crate::plan::{self, Cycle, Fate, Held, Limits, PendingKeep, QueueUrls};
 use crate::request::RunRequest;
 use crate::summary::{Replayed, StopReason, Summary};
+use crate::sweep::{self, SweepRecord};
+use resq::state::PauseRecord;
 
 /// How often a run reads the breaker's alarms again while it goes on.
 pub const BREAKER_RECHECK: Duration = Duration::from_secs(30);
@@ -121,12 +124,31 @@ pub struct Receive {
 /// What the run asks the shell to do next.
 #[derive(Debug)]
 pub enum Command {
-    /// Read the states of the breaker's alarms by `by` ([`Run::handle_breaker`]).
+    /// Read the states of the breakers' alarms (`PAUSE_ON_ALARMS` and
+    /// `PAUSE_CONSUMER_ON_ALARMS`), and, with a consumer breaker, the consumer's mapping, its
+    /// pause log and the main queue's retention, by `by` ([`Run::handle_breaker`]).
     ReadBreaker {
         /// The answer's deadline: no answer by then counts as unreadable.
         by: Instant,
     },
-    /// Read the keep lists by `by` ([`Run::handle_keep_lists`]).
+    /// Act on the consumer's event source mapping, by `by` ([`Run::handle_consumer`]).
+    Consumer {
+        /// What to do.
+        act: ConsumerAct,
+        /// The answer's deadline.
+        by: Instant,
+    },
+    /// Replay at this rate from now on (the token bucket's new rate; no answer).
+    Pace(f64),
+    /// Note that the run read the DLQ to its end, or swept it, by `by` (no answer: a note
+    /// that is not written makes the next run sweep).
+    NoteSweep {
+        /// The note.
+        record: SweepRecord,
+        /// Its deadline.
+        by: Instant,
+    },
+    /// Read the keep lists and the last sweep's note by `by` ([`Run::handle_keep_lists`]).
     ReadKeepLists {
         /// The answer's deadline: no answer by then counts as unknown.
         by: Instant,
@@ -145,6 +167,51 @@ pub enum Command {
     },
     /// The run is over: take its summary ([`Run::finish`]).
     Finish,
+}
+
+/// What the shell does to the consumer's event source mapping, in this order, each step only
+/// after the one before went through.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConsumerAct {
+    /// Record resq's pause, then disable the mapping.
+    Pause(PauseRecord),
+    /// Enable the mapping, then record the resume.
+    Resume(PauseRecord),
+    /// Record the probe, enable the mapping, then wait until Lambda reports it enabled.
+    Probe(PauseRecord),
+    /// Disable the mapping, then record the pause going on.
+    EndProbe(PauseRecord),
+    /// Record only (an operator's forced resume that the alarms have left).
+    Note(PauseRecord),
+}
+
+/// The consumer's breaker in a run.
+#[derive(Debug)]
+struct ConsumerBreaker {
+    /// `CONSUMER_EVENT_SOURCE_MAPPING`.
+    mapping: String,
+    /// `PAUSE_CONSUMER_ON_ALARMS`.
+    names: Vec<String>,
+    /// A [`Command::Consumer`] is under way.
+    acting: bool,
+    /// A probe: its record, how long it runs, and when it ends once the mapping is enabled.
+    probe: Option<(PauseRecord, Duration, Option<Instant>)>,
+}
+
+/// The replay rate: where it is, where it starts and how far it may climb.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    rate: f64,
+    base: f64,
+    max: f64,
+}
+
+impl Pace {
+    /// The next step up: a quarter of the way from the base to the ceiling (the ceiling in
+    /// four rechecks, two minutes), at least the base.
+    fn up(self) -> f64 {
+        (self.rate + ((self.max - self.base) / 4.0).max(self.base)).min(self.max)
+    }
 }
 
 /// A received message's (message id, receipt handle).
@@ -284,6 +351,21 @@ pub struct Run {
     /// The replays confirmed, when the run lists them (`None`: it does not; a scheduled run at
     /// 3,000/s would hold millions).
     listed: Option<Vec<Replayed>>,
+    /// The consumer's breaker, with `CONSUMER_EVENT_SOURCE_MAPPING`.
+    consumer: Option<ConsumerBreaker>,
+    /// The replay rate.
+    pace: Pace,
+    /// The budget is what the rate allows in the run's time (`auto`): it grows as the rate
+    /// climbs.
+    auto_budget: bool,
+    /// A sweep is due: a run paused or past its budget reads on through the DLQ to archive.
+    sweep_due: bool,
+    /// `ARCHIVE_SWEEP_SECONDS`.
+    sweep_every: Duration,
+    /// When the run started, epoch ms (its sweep note's time).
+    started_ms: u64,
+    /// Invoked by an alarm's action: the breakers only, no message touched.
+    breakers_only: bool,
 }
 
 impl Run {
@@ -344,6 +426,22 @@ impl Run {
             pending: Vec::new(),
             sends: None,
             listed: None,
+            consumer: config.consumer_mapping.as_ref().map(|m| ConsumerBreaker {
+                mapping: m.clone(),
+                names: config.pause_consumer_on_alarms.clone(),
+                acting: false,
+                probe: None,
+            }),
+            pace: Pace {
+                rate,
+                base: rate,
+                max: request.rate_max.max(rate),
+            },
+            auto_budget: request.max_messages.is_none(),
+            sweep_due: true,
+            sweep_every: config.archive_sweep,
+            started_ms: now.epoch_ms,
+            breakers_only: request.alarm.is_some(),
         }
     }
 
@@ -359,10 +457,13 @@ impl Run {
         if let Some(command) = self.ready.pop_front() {
             return Some(command);
         }
+        if let Some(command) = self.end_probe(now) {
+            return Some(command);
+        }
         loop {
             match self.stage {
-                Stage::Breaker(false) if self.alarms.is_empty() => {
-                    self.stage = Stage::KeepLists(false)
+                Stage::Breaker(false) if self.alarms.is_empty() && self.consumer.is_none() => {
+                    self.stage = self.after_breaker()
                 }
                 Stage::Breaker(false) => {
                     self.stage = Stage::Breaker(true);
@@ -381,6 +482,9 @@ impl Run {
                         let stopped = self.window.stopped.unwrap_or(StopReason::Empty);
                         self.summary.stopped_by = stopped;
                         self.stage = Stage::Keeping(false);
+                        if let Some(note) = self.sweep_note() {
+                            return Some(note);
+                        }
                     }
                 },
                 Stage::Keeping(false) => {
@@ -398,6 +502,8 @@ impl Run {
                         false => return Some(self.release(held, self.by.settle_by, false)),
                     }
                 }
+                // a probe under way ends first: the mapping is never left running for it
+                Stage::Done if self.consumer_busy() => return None,
                 Stage::Done => {
                     self.stage = Stage::Finished;
                     return Some(Command::Finish);
@@ -418,35 +524,269 @@ impl Run {
     /// would only report the run paused, and the pause too long.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let w = &self.window;
+        // replay's breaker while replay goes on; the consumer's while anything does
         let rechecks = self.stage == Stage::Cycles
-            && !self.alarms.is_empty()
+            && ((!self.alarms.is_empty() && !self.rules.paused) || self.consumer.is_some())
             && !w.checking
-            && !self.rules.paused
             && w.stopped.is_none();
-        rechecks
+        let recheck = rechecks
             .then_some(w.recheck_at)
-            .filter(|at| *at < self.by.start_by)
+            .filter(|at| *at < self.by.start_by);
+        let probe_ends = self.probe_ends();
+        recheck.into_iter().chain(probe_ends).min()
     }
 
-    /// The states of the breaker's alarms, or why they could not be read (by the deadline of
-    /// [`Command::ReadBreaker`]).
-    pub fn handle_breaker(&mut self, read: Result<Vec<AlarmState>, String>, now: Now) {
+    /// When the probe under way ends (by the deadline margin at the latest), once the mapping
+    /// is enabled.
+    fn probe_ends(&self) -> Option<Instant> {
+        let c = self.consumer.as_ref()?;
+        let (_, _, ends) = c.probe.as_ref()?;
+        ends.map(|at| at.min(self.by.move_by)).filter(|_| !c.acting)
+    }
+
+    /// The probe's end, when it has come: the mapping disabled again, the pause going on.
+    fn end_probe(&mut self, now: Now) -> Option<Command> {
+        let ends = self.probe_ends()?;
+        if now.instant < ends {
+            return None;
+        }
+        let c = self.consumer.as_mut()?;
+        let (probing, _, _) = c.probe.as_ref()?;
+        let record = consumer::probe_over(probing, now.epoch_ms);
+        c.acting = true;
+        let by = self.by.settle_by;
+        Some(Command::Consumer {
+            act: ConsumerAct::EndProbe(record),
+            by,
+        })
+    }
+
+    /// The note of this run's read through the DLQ, when it got to the end (none for a dry
+    /// run, or a run that stopped before: the last note stands, and the next sweep comes when
+    /// it is due).
+    fn sweep_note(&mut self) -> Option<Command> {
+        if self.summary.dry_run || self.summary.stopped_by != StopReason::Empty {
+            return None;
+        }
+        self.summary.swept = true;
+        Some(Command::NoteSweep {
+            record: SweepRecord {
+                at: self.started_ms,
+            },
+            by: self.by.settle_by,
+        })
+    }
+
+    /// A consumer action or a probe under way.
+    fn consumer_busy(&self) -> bool {
+        self.consumer
+            .as_ref()
+            .is_some_and(|c| c.acting || c.probe.is_some())
+    }
+
+    /// Where a run goes after the breakers: the keep lists, or the end for an alarm's run.
+    fn after_breaker(&self) -> Stage {
+        match self.breakers_only {
+            true => Stage::Done,
+            false => Stage::KeepLists(false),
+        }
+    }
+
+    /// The states of the breakers' alarms, or why they could not be read, and what was read
+    /// of the consumer (with a consumer breaker), by the deadline of [`Command::ReadBreaker`].
+    pub fn handle_breaker(
+        &mut self,
+        read: Result<Vec<AlarmState>, String>,
+        view: Option<ConsumerView>,
+        now: Now,
+    ) {
         let read = read.as_deref().map_err(String::as_str);
-        self.apply(breaker::decide(&self.alarms, read, now.epoch_ms));
+        if !self.rules.paused {
+            self.apply(breaker::decide(&self.alarms, read, now.epoch_ms));
+        }
+        if let Some(view) = view {
+            self.decide_consumer(read, &view, now);
+        }
         match self.stage {
-            Stage::Breaker(_) => self.stage = Stage::KeepLists(false),
+            Stage::Breaker(_) => self.stage = self.after_breaker(),
             _ => {
                 self.window.checking = false;
                 self.window.recheck_at = now.instant + self.tuning.breaker_recheck;
+                self.climb(read, now);
             }
         }
+    }
+
+    /// The consumer's breaker's verdict, taken: an action for the shell, or what the summary
+    /// says. While the consumer is paused (by anyone) replay pauses too: a replay into a queue
+    /// nobody consumes only spends its redrive count.
+    fn decide_consumer(
+        &mut self,
+        read: Result<&[AlarmState], &str>,
+        view: &ConsumerView,
+        now: Now,
+    ) {
+        let Some(c) = self.consumer.as_mut() else {
+            return;
+        };
+        if c.acting || c.probe.is_some() {
+            return;
+        }
+        if let Err(e) = read {
+            tracing::warn!(error_code = ErrorCode::BreakerUnreadable.code(), error_details = %e, alarms = %c.names.join(","), "the consumer breaker's alarms cannot be read: the consumer is not paused for them (the main flow fails open)");
+        }
+        let verdict = consumer::decide(&c.mapping, &c.names, read, view, now.epoch_ms);
+        let firing = read
+            .unwrap_or_default()
+            .iter()
+            .any(|s| s.in_alarm && c.names.contains(&s.name));
+        let record = view.record.as_ref().ok().and_then(Option::as_ref);
+        let (paused, act) = match verdict {
+            Verdict::Running => {
+                let note = consumer::clear_forced(&c.mapping, record, firing, now.epoch_ms);
+                (false, note.map(ConsumerAct::Note))
+            }
+            Verdict::Held(holder) => {
+                self.summary.consumer = Some(match holder {
+                    Holder::Resq { alarms, .. } => {
+                        format!("paused by resq ({})", alarms.join(", "))
+                    }
+                    Holder::Operator { reason } => format!("paused by hand: {reason}"),
+                });
+                (true, None)
+            }
+            Verdict::Pause(r) => {
+                tracing::warn!(alarms = %r.alarms.join(","), "pausing the consumer: its event source mapping is disabled while an alarm is in ALARM; orders wait in the main queue");
+                self.summary.consumer = r.reason.clone();
+                (true, Some(ConsumerAct::Pause(r)))
+            }
+            Verdict::Resume(r, why) => {
+                tracing::warn!(why = why.as_str(), "resuming the consumer resq paused");
+                self.summary.consumer = Some(format!("resumed: {}", why.as_str()));
+                (false, Some(ConsumerAct::Resume(r)))
+            }
+            Verdict::Probe(r, window) => {
+                tracing::warn!(
+                    probe = r.probes,
+                    window_ms = window.as_millis() as u64,
+                    "probing the downstream: the consumer runs for a window, then pauses again"
+                );
+                self.summary.consumer = Some(format!("probed (probe {})", r.probes));
+                c.probe = Some((r.clone(), window, None));
+                (true, Some(ConsumerAct::Probe(r)))
+            }
+            Verdict::Unknown(why) => {
+                tracing::warn!(error_details = %why, "the consumer breaker leaves the mapping as it is");
+                self.summary.consumer = Some(why);
+                (
+                    view.mapping
+                        .as_ref()
+                        .is_ok_and(|m| m.state.is_on() == Some(false)),
+                    None,
+                )
+            }
+        };
+        self.summary.consumer_paused = Some(paused);
+        if let Some(act) = act {
+            c.acting = true;
+            let by = self.by.settle_by;
+            self.ready.push_back(Command::Consumer { act, by });
+        }
+        if paused && !self.rules.paused {
+            let reason = self.summary.consumer.clone().unwrap_or_default();
+            self.apply(Breaker::Open {
+                reason: format!("the consumer is paused ({reason}): replay waits for it"),
+                too_long: false,
+            });
+        }
+    }
+
+    /// What the shell reported of a [`Command::Consumer`]: done, or why not.
+    pub fn handle_consumer(&mut self, act: &ConsumerAct, done: Result<(), String>, now: Now) {
+        let Some(c) = self.consumer.as_mut() else {
+            return;
+        };
+        c.acting = false;
+        // the mapping is off after a pause or a probe's end that went through, and after a
+        // resume or a probe that did not
+        let off = match (act, &done) {
+            (ConsumerAct::Note(_), _) => self.summary.consumer_paused,
+            (ConsumerAct::Pause(_) | ConsumerAct::EndProbe(_), ok) => Some(ok.is_ok()),
+            (ConsumerAct::Resume(_) | ConsumerAct::Probe(_), ok) => Some(ok.is_err()),
+        };
+        self.summary.consumer_paused = off;
+        match (act, done) {
+            (ConsumerAct::Probe(_), Ok(())) => {
+                if let Some((_, window, ends)) = c.probe.as_mut() {
+                    *ends = Some(now.instant + *window);
+                }
+            }
+            (ConsumerAct::EndProbe(_), Ok(())) => c.probe = None,
+            (_, Ok(())) => {}
+            (act, Err(e)) => {
+                // what did not go through is left for the next reading (a probe whose end
+                // failed is found enabled with resq's probe on record, and paused again)
+                c.probe = None;
+                tracing::error!(error_code = ErrorCode::ConsumerBreakerFailed.code(), error_details = %e, act = ?act, "the consumer breaker could not act on the event source mapping");
+                self.summary.consumer =
+                    Some(format!("could not act on the consumer's mapping: {e}"));
+            }
+        }
+    }
+
+    /// A recheck's verdict on the rate: a quarter of the way up while nothing is in ALARM, the
+    /// consumer runs and the run is no probe; back to the base when an alarm is in ALARM.
+    fn climb(&mut self, read: Result<&[AlarmState], &str>, now: Now) {
+        let consumer_names = self
+            .consumer
+            .as_ref()
+            .map(|c| c.names.clone())
+            .unwrap_or_default();
+        let firing = read.map_or(true, |states| {
+            states.iter().any(|s| {
+                s.in_alarm && (self.alarms.contains(&s.name) || consumer_names.contains(&s.name))
+            })
+        });
+        let calm = !firing
+            && !self.rules.paused
+            && self.summary.probe.is_none()
+            && self.summary.consumer_paused != Some(true);
+        let rate = match (calm, firing) {
+            (true, _) => self.pace.up(),
+            (false, true) => self.pace.base,
+            (false, false) => self.pace.rate,
+        };
+        if rate == self.pace.rate {
+            return;
+        }
+        if self.auto_budget {
+            let left = self.by.start_by.saturating_duration_since(now.instant);
+            let more = plan::auto_budget(rate, left) as i64
+                - plan::auto_budget(self.pace.rate, left) as i64;
+            self.budget.max_messages = self.budget.max_messages.saturating_add_signed(more);
+        }
+        self.pace.rate = rate;
+        let depth = plan::cycles_in_flight(rate).min(self.tuning.max_cycles);
+        (self.window.depth, self.window.ahead) = (depth, plan::replays_ahead(rate));
+        self.window.open = self.window.open.min(depth);
+        let peak = self.summary.ramped_to.unwrap_or(self.pace.base).max(rate);
+        self.summary.ramped_to = (peak > self.pace.base).then_some(peak);
+        tracing::info!(rate_per_second = rate, "replay rate");
+        self.ready.push_back(Command::Pace(rate));
     }
 
     /// The kept messages earlier runs hid that are still hidden, from the keep lists (`None`:
     /// they could not be read; then this run hides no more: it cannot count them against
     /// `KEPT_IN_FLIGHT_MAX`). A run selected by reason makes those of its reason visible again
     /// (a dry run counts them and changes nothing).
-    pub fn handle_keep_lists(&mut self, hidden: Option<Vec<KeptMessage>>, now: Now) {
+    pub fn handle_keep_lists(
+        &mut self,
+        hidden: Option<Vec<KeptMessage>>,
+        last_sweep: Result<Option<SweepRecord>, String>,
+        now: Now,
+    ) {
+        let last = last_sweep.as_ref().map(|s| *s).map_err(String::as_str);
+        self.sweep_due = sweep::due(last, self.sweep_every, now.epoch_ms);
         let count = hidden.as_ref().map(|h| h.len() as u64);
         let unhide = match (&self.rules.reason, hidden) {
             (Some(reason), Some(hidden)) if !self.rules.paused => {
@@ -639,8 +979,10 @@ impl Run {
         if now.instant >= self.by.start_by {
             return Some(StopReason::Deadline);
         }
-        // a dry run changes nothing: it does not hold the DLQ hidden past its budget
-        if self.summary.dry_run && self.replay_budget() == 0 {
+        // a dry run changes nothing: it does not hold the DLQ hidden past its budget; nor does
+        // a run paused or past its budget when no archive sweep is due
+        let spent = self.rules.paused || self.replay_budget() == 0;
+        if spent && (self.summary.dry_run || !self.sweep_due) {
             return Some(StopReason::MaxMessages);
         }
         let in_hand = self.hidden() + (self.window.cycles * MAX_BATCH) as u64;
@@ -1091,6 +1433,15 @@ mod tests {
         archived: Vec<ArchiveReason>,
         alarms: Result<Vec<AlarmState>, String>,
         kept_lists: Option<Vec<KeptMessage>>,
+        /// The last sweep's note, and the notes this world was given.
+        sweep: Result<Option<SweepRecord>, String>,
+        notes: Vec<SweepRecord>,
+        /// What the consumer's breaker reads (with a consumer breaker), and the acts it was
+        /// asked for, each answered `consumer_answer`.
+        consumer: Option<ConsumerView>,
+        acts: Vec<ConsumerAct>,
+        consumer_answer: Result<(), String>,
+        paces: Vec<f64>,
         refuse: Box<dyn Fn(&Action) -> bool>,
         receipts: u64,
         commands: Vec<&'static str>,
@@ -1107,6 +1458,12 @@ mod tests {
                 archived: Vec::new(),
                 alarms: Ok(Vec::new()),
                 kept_lists: Some(Vec::new()),
+                sweep: Ok(None),
+                notes: Vec::new(),
+                consumer: None,
+                acts: Vec::new(),
+                consumer_answer: Ok(()),
+                paces: Vec::new(),
                 refuse: Box::new(|_| false),
                 receipts: 0,
                 commands: Vec::new(),
@@ -1188,11 +1545,21 @@ mod tests {
             match command {
                 Command::ReadBreaker { .. } => {
                     self.commands.push("breaker");
-                    run.handle_breaker(self.alarms.clone(), now)
+                    run.handle_breaker(self.alarms.clone(), self.consumer.clone(), now)
+                }
+                Command::Consumer { act, .. } => {
+                    self.commands.push("consumer");
+                    self.acts.push(act.clone());
+                    run.handle_consumer(&act, self.consumer_answer.clone(), now)
+                }
+                Command::Pace(rate) => self.paces.push(rate),
+                Command::NoteSweep { record, .. } => {
+                    self.commands.push("sweep note");
+                    self.notes.push(record);
                 }
                 Command::ReadKeepLists { .. } => {
                     self.commands.push("keep lists");
-                    run.handle_keep_lists(self.kept_lists.clone(), now)
+                    run.handle_keep_lists(self.kept_lists.clone(), self.sweep.clone(), now)
                 }
                 Command::Receive(r) => {
                     self.commands.push("receive");
@@ -1207,6 +1574,27 @@ mod tests {
                     run.handle_settled(id, report, now)
                 }
                 Command::Finish => unreachable!("finish is the driver's"),
+            }
+        }
+
+        /// Drives `run` to its end, each command answered at once, the clock moved on only to
+        /// the run's next wake-up when it has nothing to do; returns the summary and the time.
+        fn drive_timed(&mut self, mut run: Run, mut now: Now) -> (Summary, Now) {
+            loop {
+                let commands: Vec<Command> = std::iter::from_fn(|| run.poll(now)).collect();
+                if commands.is_empty() {
+                    let at = run
+                        .poll_timeout()
+                        .unwrap_or_else(|| panic!("stalled: {run:?}"));
+                    now = now.after(at.saturating_duration_since(now.instant));
+                    continue;
+                }
+                for command in commands {
+                    match command {
+                        Command::Finish => return (run.finish(now).0, now),
+                        command => self.answer(&mut run, command, now),
+                    }
+                }
             }
         }
 
@@ -1272,6 +1660,7 @@ mod tests {
             "receive",
             "settle",
             "receive",
+            "sweep note",
         ];
         assert_eq!(world.commands, expected);
         assert_eq!(
@@ -1491,7 +1880,7 @@ mod tests {
             Report::of(&plan, later.instant, |a| world.settle(a)),
             later,
         );
-        run.handle_breaker(world.alarms.clone(), later);
+        run.handle_breaker(world.alarms.clone(), None, later);
         let summary = world.drive(run, later);
         assert!(summary.paused, "{summary:?}");
         assert_eq!((summary.redriven, world.main.len()), (10, 10));
@@ -1829,5 +2218,235 @@ mod tests {
                 .iter()
                 .all(|m| m.failure_reason() == Some("INVOCATION_FAILED"))
         );
+    }
+
+    /// A consumer breaker on mapping `esm-1`, the downstream-failing alarm its alarm.
+    fn consumer_config(extra: &[(&str, &str)]) -> RedriverConfig {
+        let mut vars = vec![
+            ("CONSUMER_EVENT_SOURCE_MAPPING", "esm-1"),
+            ("PAUSE_CONSUMER_ON_ALARMS", "downstream-failing"),
+        ];
+        vars.extend_from_slice(extra);
+        config(&vars)
+    }
+
+    /// What the consumer's breaker reads: the mapping in `state`, `record` the newest entry of
+    /// its pause log, four days' retention.
+    fn consumer_view(
+        state: resq::mapping::MappingState,
+        record: Option<PauseRecord>,
+    ) -> ConsumerView {
+        ConsumerView {
+            mapping: Ok(resq::mapping::Mapping {
+                uuid: "esm-1".into(),
+                state,
+                event_source_arn: None,
+                function_arn: None,
+            }),
+            record: Ok(record),
+            retention: Ok(Duration::from_secs(345_600)),
+            oldest_age: None,
+        }
+    }
+
+    fn downstream(in_alarm: bool) -> AlarmState {
+        let mut a = alarm(
+            "downstream-failing",
+            in_alarm,
+            Duration::from_secs(60),
+            50.0,
+        );
+        a.evaluation_periods = Some(1);
+        a
+    }
+
+    #[test]
+    fn an_alarm_in_alarm_pauses_the_consumer_and_replay_waits_for_it() {
+        // GIVEN the downstream-failing alarm in ALARM, the consumer running, one dead letter
+        let cfg = consumer_config(&[]);
+        let mut world = World::new(fresh(1, "m"));
+        world.alarms = Ok(vec![downstream(true)]);
+        world.consumer = Some(consumer_view(resq::mapping::MappingState::Enabled, None));
+        // WHEN a scheduled run goes
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        // THEN it recorded resq's pause and disabled the mapping, before anything else
+        assert_eq!(world.commands[..2], ["breaker", "consumer"]);
+        let [ConsumerAct::Pause(r)] = &world.acts[..] else {
+            panic!("{:?}", world.acts);
+        };
+        assert_eq!(r.alarms, ["downstream-failing"]);
+        // AND replayed nothing into a queue nobody consumes
+        assert_eq!(summary.consumer_paused, Some(true), "{summary:?}");
+        assert!(summary.paused && world.main.is_empty(), "{summary:?}");
+        assert_eq!(summary.metrics().get(crate::summary::CONSUMER_PAUSED), 1);
+        // AND a run without a consumer breaker says nothing of it
+        let summary = World::new([]).drive(scheduled(&config(&[]), start()), start());
+        assert_eq!(summary.consumer_paused, None);
+    }
+
+    #[test]
+    fn a_probe_runs_the_consumer_for_its_window_then_pauses_it_again_before_the_run_ends() {
+        // GIVEN resq's pause of five minutes, its alarm still in ALARM (a minute's period)
+        let cfg = consumer_config(&[]);
+        let t0 = start();
+        let mut paused = PauseRecord::new(
+            "esm-1",
+            resq::state::PauseState::Paused,
+            resq::state::PausedBy::Resq,
+            EPOCH_MS - 300_000,
+        );
+        paused.since = Some(EPOCH_MS - 300_000);
+        let mut world = World::new([]);
+        world.alarms = Ok(vec![downstream(true)]);
+        world.consumer = Some(consumer_view(
+            resq::mapping::MappingState::Disabled,
+            Some(paused),
+        ));
+        // WHEN an alarm's action invokes the redriver
+        let mut request = RunRequest::defaults(&cfg);
+        request.alarm = Some("downstream-failing".into());
+        let (summary, end) = world.drive_timed(run_of(&request, &cfg, Tuning::default(), t0), t0);
+        // THEN the run probed: enabled, then 10 s later (a sixth of the minute) disabled again;
+        // it touched no message and ended only after the probe did
+        assert_eq!(world.commands, ["breaker", "consumer", "consumer"]);
+        let [ConsumerAct::Probe(p), ConsumerAct::EndProbe(e)] = &world.acts[..] else {
+            panic!("{:?}", world.acts);
+        };
+        assert_eq!(
+            (p.probes, e.probes, e.state),
+            (1, 1, resq::state::PauseState::Paused)
+        );
+        assert_eq!(end.instant - t0.instant, Duration::from_secs(10));
+        assert_eq!(summary.received, 0);
+        // AND a probe whose mapping could not be enabled ends the run at once, said
+        let mut world = World::new([]);
+        world.alarms = Ok(vec![downstream(true)]);
+        world.consumer = Some(consumer_view(
+            resq::mapping::MappingState::Disabled,
+            Some(PauseRecord {
+                since: Some(EPOCH_MS - 300_000),
+                ..PauseRecord::new(
+                    "esm-1",
+                    resq::state::PauseState::Paused,
+                    resq::state::PausedBy::Resq,
+                    EPOCH_MS - 300_000,
+                )
+            }),
+        ));
+        world.consumer_answer = Err("AccessDeniedException".into());
+        let (summary, end) = world.drive_timed(run_of(&request, &cfg, Tuning::default(), t0), t0);
+        assert_eq!(end, t0);
+        assert!(
+            summary
+                .consumer
+                .unwrap_or_default()
+                .contains("AccessDenied")
+        );
+    }
+
+    #[test]
+    fn a_calm_run_climbs_to_the_ceiling_and_an_alarm_brings_it_back() {
+        // GIVEN 10 replays/s, a ceiling of 50, an alarm to read every 30 s
+        let cfg = config(&[
+            ("PAUSE_ON_ALARMS", "replays-failing"),
+            ("REDRIVE_RATE_PER_SECOND", "10"),
+            ("REDRIVE_RATE_MAX", "50"),
+        ]);
+        let ok = alarm("replays-failing", false, Duration::from_secs(7200), 10.0);
+        let mut world = World::new(fresh(5, "m"));
+        world.alarms = Ok(vec![ok.clone()]);
+        let t0 = start();
+        let mut run = scheduled(&cfg, t0);
+        for _ in 0..2 {
+            let command = run.poll(t0).unwrap();
+            world.answer(&mut run, command, t0);
+        }
+        let budget = run.budget.max_messages;
+        // WHEN four rechecks find the alarm OK, then one finds it in ALARM
+        let mut now = t0;
+        for _ in 0..4 {
+            now = now.after(BREAKER_RECHECK);
+            run.handle_breaker(Ok(vec![ok.clone()]), None, now);
+        }
+        let climbed = run.budget.max_messages;
+        now = now.after(BREAKER_RECHECK);
+        run.handle_breaker(
+            Ok(vec![alarm("replays-failing", true, Duration::ZERO, 10.0)]),
+            None,
+            now,
+        );
+        let paces: Vec<f64> = std::iter::from_fn(|| run.poll(now))
+            .filter_map(|c| match c {
+                Command::Pace(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        // THEN the rate rose a quarter of the way each time (10 a step), and went back to 10
+        assert_eq!(paces, [20.0, 30.0, 40.0, 50.0, 10.0]);
+        // AND the budget (auto) grew by what the higher rates allow in the time left
+        let left = |k: u64| 59u64.saturating_sub(30 * k);
+        let grown: u64 = (1..=4).map(|k| 10 * left(k)).sum();
+        assert_eq!(climbed - budget, grown, "{budget} → {climbed}");
+        let summary = run.finish(now).0;
+        assert_eq!(summary.ramped_to, Some(50.0));
+        // AND a manual rate is held
+        let manual =
+            RunRequest::from_event(serde_json::json!({"ratePerSecond": 10}), &cfg).unwrap();
+        let mut run = run_of(&manual, &cfg, Tuning::default(), t0);
+        for _ in 0..2 {
+            let command = run.poll(t0).unwrap();
+            world.answer(&mut run, command, t0);
+        }
+        run.handle_breaker(Ok(vec![ok]), None, t0.after(BREAKER_RECHECK));
+        assert!(
+            std::iter::from_fn(|| run.poll(t0.after(BREAKER_RECHECK)))
+                .all(|c| !matches!(c, Command::Pace(_)))
+        );
+    }
+
+    #[test]
+    fn a_paused_or_spent_run_reads_the_dlq_through_only_when_a_sweep_is_due() {
+        // GIVEN replay paused, one message past its TTL, and a read-through noted a minute ago
+        let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
+        let alarms = Ok(vec![alarm(
+            "replays-failing",
+            true,
+            Duration::from_secs(60),
+            10.0,
+        )]);
+        let recent = Ok(Some(SweepRecord {
+            at: EPOCH_MS - 60_000,
+        }));
+        let mut world = World::new(expired(1));
+        (world.alarms, world.sweep) = (alarms.clone(), recent.clone());
+        // WHEN a paused run goes, THEN it reads nothing
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        assert_eq!(
+            (summary.received, summary.stopped_by),
+            (0, StopReason::MaxMessages)
+        );
+        assert!(world.archived.is_empty() && world.notes.is_empty());
+        // AND an hour after the note it sweeps: archives, reads to the end, notes it
+        world.sweep = Ok(Some(SweepRecord {
+            at: EPOCH_MS - HOUR_MS,
+        }));
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        assert_eq!(world.archived, [ArchiveReason::TtlExpired]);
+        assert!(summary.swept, "{summary:?}");
+        assert_eq!(world.notes, [SweepRecord { at: EPOCH_MS }]);
+        // AND a run past its budget stops receiving once it is spent, when no sweep is due
+        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "5")]);
+        let mut world = World::new(fresh(20, "new").into_iter().chain(expired(3)));
+        world.sweep = recent;
+        let summary = world.drive(scheduled(&cfg, start()), start());
+        assert_eq!(summary.redriven, 5);
+        assert_eq!(summary.stopped_by, StopReason::MaxMessages, "{summary:?}");
+        assert!(summary.received < 23, "{summary:?}");
+        // AND a note that cannot be read makes the run sweep: archiving never waits on it
+        let mut world = World::new(expired(2));
+        (world.alarms, world.sweep) = (alarms, Err("AccessDenied".into()));
+        let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
+        world.drive(scheduled(&cfg, start()), start());
+        assert_eq!(world.archived.len(), 2);
     }
 }

@@ -26,6 +26,10 @@ pub const DEAD_LETTERED_UNEXPLAINED: &str = "DeadLetteredUnexplained";
 /// paused by an alarm it cannot read; else 0.
 pub const REDRIVE_PAUSED_TOO_LONG: &str = "RedrivePausedTooLong";
 
+/// 1 for a run that found the consumer's event source mapping disabled (paused by resq or by
+/// hand) or disabled it, else 0; only with a consumer breaker.
+pub const CONSUMER_PAUSED: &str = "ConsumerPaused";
+
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -118,6 +122,21 @@ pub struct Summary {
     pub achieved_rate_per_second: Option<f64>,
     /// Why the run ended.
     pub stopped_by: StopReason,
+    /// The consumer's event source mapping is paused (disabled, by resq or by hand) at the end
+    /// of the run; absent without a consumer breaker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_paused: Option<bool>,
+    /// What the consumer's breaker did or found, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
+    /// The highest rate the run climbed to (from the configured rate, towards
+    /// `REDRIVE_RATE_MAX`), when it climbed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramped_to: Option<f64>,
+    /// The run read the DLQ through to its end (and noted it: the next archive sweep is due
+    /// `ARCHIVE_SWEEP_SECONDS` later).
+    #[serde(default)]
+    pub swept: bool,
 }
 
 impl Summary {
@@ -144,6 +163,10 @@ impl Summary {
             rate_per_second,
             achieved_rate_per_second: None,
             stopped_by: StopReason::Empty,
+            consumer_paused: None,
+            consumer: None,
+            ramped_to: None,
+            swept: false,
         }
     }
 
@@ -183,6 +206,10 @@ impl Summary {
             rate_per_second = self.rate_per_second,
             achieved_rate_per_second = self.achieved_rate_per_second,
             stopped_by = self.stopped_by.as_str(),
+            consumer_paused = self.consumer_paused,
+            consumer = self.consumer.as_deref(),
+            ramped_to = self.ramped_to,
+            swept = self.swept,
             "redrive run done"
         );
     }
@@ -207,6 +234,9 @@ impl Summary {
         m.add(REDRIVE_PAUSED_TOO_LONG, u64::from(self.paused_too_long));
         if let Some(kept) = self.kept_in_flight {
             m.add(KEPT, kept);
+        }
+        if let Some(paused) = self.consumer_paused {
+            m.add(CONSUMER_PAUSED, u64::from(paused));
         }
         for (reason, n) in &self.archived {
             m.add_archived(*reason, *n);
@@ -264,6 +294,10 @@ mod tests {
             rate_per_second: 10.0,
             achieved_rate_per_second: Some(9.75),
             stopped_by: StopReason::InFlightLimit,
+            consumer_paused: Some(true),
+            consumer: Some("paused by resq (stk-downstream-failing)".into()),
+            ramped_to: Some(120.0),
+            swept: true,
         }
     }
 

@@ -135,6 +135,9 @@ codes! {
         DlqDeleteDeadline => "DLQ_DELETE_DEADLINE",
         /// The breaker could not read an alarm of `PAUSE_ON_ALARMS` (replay pauses).
         BreakerUnreadable => "BREAKER_UNREADABLE",
+        /// The consumer's breaker could not pause, probe or resume the consumer's event
+        /// source mapping (or record it): the next reading tries again.
+        ConsumerBreakerFailed => "CONSUMER_BREAKER_FAILED",
     }
 }
 
