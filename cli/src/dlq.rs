@@ -239,6 +239,9 @@ impl RedriveOptions {
             rate_per_second: self.rate_per_second,
             reason: self.failure_reason.clone(),
             older_than: self.older_than,
+            // an operator's rate is held, not climbed from
+            rate_max: self.rate_per_second,
+            alarm: None,
         }
     }
 }
@@ -398,6 +401,11 @@ fn redriver(
         archive_after,
         permanent_action,
         pause_on_alarms: Vec::new(),
+        // the operator's run leaves the consumer to the stack's redriver
+        pause_consumer_on_alarms: Vec::new(),
+        consumer_mapping: None,
+        rate_max: request.rate_per_second,
+        archive_sweep: Duration::from_secs(resq_redriver::config::DEFAULT_ARCHIVE_SWEEP_SECONDS),
     };
     let alarms = CloudWatchAlarms::new(ctx.cloudwatch.clone());
     Redriver::new(ctx.sqs.clone(), ctx.store(), alarms, config)
@@ -430,6 +438,8 @@ mod tests {
                 rate_per_second: 2.5,
                 reason: Some("VALIDATION_FAILED".into()),
                 older_than: Some(Duration::from_secs(600)),
+                rate_max: 2.5,
+                alarm: None,
             }
         );
     }

@@ -608,6 +608,10 @@ pub fn configs(
         archive_after: Duration::from_secs(resq_redriver::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
         permanent_action,
         pause_on_alarms: Vec::new(),
+        pause_consumer_on_alarms: Vec::new(),
+        consumer_mapping: None,
+        rate_max: 200.0,
+        archive_sweep: Duration::from_secs(resq_redriver::config::DEFAULT_ARCHIVE_SWEEP_SECONDS),
     };
     (consumer, redriver)
 }

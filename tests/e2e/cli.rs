@@ -259,6 +259,8 @@ async fn dlq_redrive_dry_run_first_then_selectively() {
         rate_per_second: 100.0,
         reason: Some("VALIDATION_FAILED".into()),
         older_than: None,
+        rate_max: 100.0,
+        alarm: None,
     };
     let dry = dlq::redrive(
         &ctx,
