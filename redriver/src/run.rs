@@ -199,17 +199,40 @@ struct ConsumerBreaker {
 }
 
 /// The replay rate: where it is, where it starts and how far it may climb.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Pace {
     rate: f64,
     base: f64,
     max: f64,
+    /// Each rate the run set and when, the first at its start.
+    changes: Vec<(Instant, f64)>,
 }
 
 impl Pace {
+    /// The mean rate the run paced at between `from` and `to`.
+    fn mean(&self, from: Instant, to: Instant) -> f64 {
+        let span = to.saturating_duration_since(from).as_secs_f64();
+        let mut sum = 0.0;
+        for (i, (at, rate)) in self.changes.iter().enumerate() {
+            let until = self
+                .changes
+                .get(i + 1)
+                .map_or(to, |(next, _)| *next)
+                .min(to);
+            sum += rate
+                * until
+                    .saturating_duration_since((*at).max(from))
+                    .as_secs_f64();
+        }
+        match span > 0.0 {
+            true => sum / span,
+            false => self.rate,
+        }
+    }
+
     /// The next step up: a quarter of the way from the base to the ceiling (the ceiling in
     /// four rechecks, two minutes), at least the base.
-    fn up(self) -> f64 {
+    fn up(&self) -> f64 {
         (self.rate + ((self.max - self.base) / 4.0).max(self.base)).min(self.max)
     }
 }
@@ -436,6 +459,7 @@ impl Run {
                 rate,
                 base: rate,
                 max: request.rate_max.max(rate),
+                changes: vec![(now.instant, rate)],
             },
             auto_budget: request.max_messages.is_none(),
             sweep_due: true,
@@ -766,6 +790,7 @@ impl Run {
             self.budget.max_messages = self.budget.max_messages.saturating_add_signed(more);
         }
         self.pace.rate = rate;
+        self.pace.changes.push((now.instant, rate));
         let depth = plan::cycles_in_flight(rate).min(self.tuning.max_cycles);
         (self.window.depth, self.window.ahead) = (depth, plan::replays_ahead(rate));
         self.window.open = self.window.open.min(depth);
@@ -902,6 +927,7 @@ impl Run {
                 // What the first send carried was paid for before it; the rest after it.
                 let after_first = self.summary.redriven.saturating_sub(in_first);
                 self.summary.achieved_rate_per_second = Some(after_first as f64 / secs);
+                self.summary.paced_rate_per_second = Some(self.pace.mean(first, last));
             }
         }
         let elapsed = now.instant.saturating_duration_since(self.started);
@@ -2389,6 +2415,18 @@ mod tests {
         assert_eq!(climbed - budget, grown, "{budget} → {climbed}");
         let summary = run.finish(now).0;
         assert_eq!(summary.ramped_to, Some(50.0));
+        // AND the mean paced rate integrates the steps: 30 s at 10, 30 at 20, … 30 at 50
+        let pace = Pace {
+            rate: 10.0,
+            base: 10.0,
+            max: 50.0,
+            changes: vec![
+                (t0.instant, 10.0),
+                (t0.after(BREAKER_RECHECK).instant, 20.0),
+            ],
+        };
+        let mean = pace.mean(t0.instant, t0.after(BREAKER_RECHECK * 2).instant);
+        assert!((mean - 15.0).abs() < 1e-9, "{mean}");
         // AND a manual rate is held
         let manual =
             RunRequest::from_event(serde_json::json!({"ratePerSecond": 10}), &cfg).unwrap();

@@ -120,6 +120,10 @@ pub struct Summary {
     /// time from the first send to the last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub achieved_rate_per_second: Option<f64>,
+    /// The mean rate the run paced replays at over the same span (the configured rate, or the
+    /// rates it climbed through): what the achieved rate is measured against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paced_rate_per_second: Option<f64>,
     /// Why the run ended.
     pub stopped_by: StopReason,
     /// The consumer's event source mapping is paused (disabled, by resq or by hand) at the end
@@ -162,6 +166,7 @@ impl Summary {
             elapsed_ms: 0,
             rate_per_second,
             achieved_rate_per_second: None,
+            paced_rate_per_second: None,
             stopped_by: StopReason::Empty,
             consumer_paused: None,
             consumer: None,
@@ -205,6 +210,7 @@ impl Summary {
             elapsed_ms = self.elapsed_ms,
             rate_per_second = self.rate_per_second,
             achieved_rate_per_second = self.achieved_rate_per_second,
+            paced_rate_per_second = self.paced_rate_per_second,
             stopped_by = self.stopped_by.as_str(),
             consumer_paused = self.consumer_paused,
             consumer = self.consumer.as_deref(),
@@ -293,6 +299,7 @@ mod tests {
             elapsed_ms: 8_123,
             rate_per_second: 10.0,
             achieved_rate_per_second: Some(9.75),
+            paced_rate_per_second: Some(10.0),
             stopped_by: StopReason::InFlightLimit,
             consumer_paused: Some(true),
             consumer: Some("paused by resq (stk-downstream-failing)".into()),
