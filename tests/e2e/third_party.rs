@@ -72,13 +72,19 @@ enum Expect {
     ConsumerError(&'static str, &'static str),
     /// The redriver runs (an empty DLQ: nothing to do) and answers its JSON summary.
     Run,
+    /// An alarm's action: the redriver reads the breakers only (it touches no message, and
+    /// notes no read of the DLQ) and answers its summary.
+    BreakersOnly,
     /// The redriver fails the invocation (`InvalidInput`), its message saying this.
     RedriverError(&'static str),
 }
 
 impl Expect {
     fn consumer(&self) -> bool {
-        !matches!(self, Expect::Run | Expect::RedriverError(_))
+        !matches!(
+            self,
+            Expect::Run | Expect::BreakersOnly | Expect::RedriverError(_)
+        )
     }
 }
 
@@ -134,6 +140,11 @@ const CASES: &[Case] = &[
     case(
         "aws-lambda-rust-runtime/example-eventbridge-event-obj.json",
         Expect::RedriverError("\"aws.ec2\""),
+    ),
+    // what CloudWatch sends a function named in an alarm's actions
+    case(
+        "aws-lambda-rust-runtime/example-cloudwatch-alarm-metric.json",
+        Expect::BreakersOnly,
     ),
     case(
         "aws-lambda-go/sqs-event.json",
@@ -752,6 +763,16 @@ async fn third_party_eventbridge_fixtures_through_the_redriver() {
                     wrong.push(format!("not a normal run of an empty DLQ: {body}"));
                 }
                 format!("ran: {body}")
+            }
+            (Ended::Response(body), Expect::BreakersOnly) => {
+                let s: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+                let breakers_only = s["received"] == json!(0)
+                    && s["redriven"] == json!(0)
+                    && s["swept"] == json!(false);
+                if !breakers_only {
+                    wrong.push(format!("not a run of the breakers only: {body}"));
+                }
+                format!("breakers only: {body}")
             }
             (Ended::Error(body), Expect::RedriverError(says)) => {
                 let (error_type, message) = function_error(body);
