@@ -135,6 +135,10 @@ codes! {
         DlqDeleteDeadline => "DLQ_DELETE_DEADLINE",
         /// The breaker could not read an alarm of `PAUSE_ON_ALARMS` (replay pauses).
         BreakerUnreadable => "BREAKER_UNREADABLE",
+        /// A main-queue redelivery over the consumer's retry budget (`RETRY_BUDGET_PERCENT`):
+        /// not run, backed off the longest; on its last allowed receive, the
+        /// `x-failure-reason` of its transient DLQ copy.
+        RetryBudget => "RETRY_BUDGET",
     }
 }
 
