@@ -540,6 +540,7 @@ mod tests {
             backoff: Backoff::default(),
             // the fixtures were sent in 2023: a window that holds them
             idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),
+            retry_budget_percent: Some(crate::config::DEFAULT_RETRY_BUDGET_PERCENT),
         }
     }
 
