@@ -1291,6 +1291,7 @@ const LONGEST: i32 = 300;
 #[tokio::test]
 async fn a_redelivery_over_the_retry_budget_is_not_run_and_waits_the_longest_backoff() {
     // GIVEN a new execution environment (no first deliveries yet: the floor of 10 a minute)
+    let (logs, _guard) = resq_testing::CapturedLogs::start();
     let (queues, store) = (MemorySqs::default(), MemoryStore::default());
     let handler = Noting::default();
     let consumer = Consumer::new(
@@ -1316,6 +1317,20 @@ async fn a_redelivery_over_the_retry_budget_is_not_run_and_waits_the_longest_bac
     assert_eq!(queues.changes(MAIN), expected);
     let failures: Vec<&Outcome> = report.outcomes.iter().filter(|o| o.is_failed()).collect();
     assert_eq!(failures, [&Outcome::Failed(Failure::RetryBudget); 2]);
+    // AND each says so in its line
+    let lines = logs.with_message("record reported failed without running");
+    let text = |l: &Value, key: &str| l[key].as_str().unwrap_or_default().to_owned();
+    let mut said: Vec<(String, String)> = lines
+        .iter()
+        .map(|l| (text(l, "message_id"), text(l, "error_code")))
+        .collect();
+    said.sort();
+    let mut expected: Vec<(String, String)> = held
+        .iter()
+        .map(|id| (id.to_string(), "RETRY_BUDGET".into()))
+        .collect();
+    expected.sort();
+    assert_eq!(said, expected);
     // AND counted: 2 held back; of the 10 run, none failed
     assert_eq!(report.metrics.get(RETRY_BUDGET_EXCEEDED), 2);
     assert_eq!(report.metrics.percent(TRANSIENT_FAILURE_PERCENT), Some(0.0));
