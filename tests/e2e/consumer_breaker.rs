@@ -5,10 +5,11 @@
 use std::time::{Duration, Instant};
 
 use aws_sdk_cloudwatch::types::{ComparisonOperator, StateValue, Statistic};
-use resq::mapping::{EventSourceMappings, LambdaMappings, MappingState};
+use resq::mapping::{EventSourceMappings, MappingState};
 use resq::state::{PauseRecord, PauseState, PausedBy};
 use resq::store::S3Store;
 use resq_e2e::{Stack, StackOptions};
+use resq_redriver::ports::LambdaMappings;
 use serde_json::{Value, json};
 
 use crate::helpers::*;
