@@ -420,10 +420,10 @@ pub struct ResumeReport {
     pub alarms_unread: Option<String>,
 }
 
-/// `resq consumer resume`: refused (before anything changes) while an alarm of the consumer
-/// breaker is in ALARM, or they cannot be read, unless `force`; then enables the mapping and
-/// records the resume (`resumed`, by `operator`; `forced` and the alarms when it was forced
-/// past them). A consumer running with no pause on record is left alone.
+/// `resq consumer resume`: a consumer running with no pause on record is left alone, said so.
+/// Otherwise refused (before anything changes) while an alarm of the consumer breaker is in
+/// ALARM, or they cannot be read, unless `force`; then enables the mapping and records the
+/// resume (`resumed`, by `operator`; `forced` and the alarms when it was forced past them).
 pub async fn resume(
     mappings: &impl EventSourceMappings,
     store: &impl ObjectStore,
@@ -431,6 +431,23 @@ pub async fn resume(
     request: &ResumeRequest<'_>,
 ) -> Result<ResumeReport, CliError> {
     let uuid = request.mapping;
+    let mapping = switchable(mappings, uuid).await?;
+    let previous = previous(store, uuid).await;
+    let paused_on_record = matches!(&previous, Ok(Some(r)) if r.state != PauseState::Resumed);
+    let on = mapping.state.is_on() == Some(true);
+    let report = |now: MappingState, record, unchecked, alarms_unread| ResumeReport {
+        mapping: uuid.to_owned(),
+        was: mapping.state.clone(),
+        now,
+        previous: previous.clone(),
+        record,
+        unchecked,
+        alarms_unread,
+    };
+    if on && !paused_on_record {
+        let unchecked = alarms.map(|r| r.missing).unwrap_or_default();
+        return Ok(report(mapping.state.clone(), None, unchecked, None));
+    }
     let (reading, alarms_unread) = match (alarms, request.force) {
         (Ok(r), false) if !r.in_alarm.is_empty() => {
             return Err(CliError::BreakerInAlarm { alarms: r.in_alarm });
@@ -439,22 +456,6 @@ pub async fn resume(
         (Err(e), false) => return Err(e),
         (Err(e), true) => (AlarmReading::default(), Some(e.to_string())),
     };
-    let mapping = switchable(mappings, uuid).await?;
-    let previous = previous(store, uuid).await;
-    let paused_on_record = matches!(&previous, Ok(Some(r)) if r.state != PauseState::Resumed);
-    let report = |now: MappingState, record| ResumeReport {
-        mapping: uuid.to_owned(),
-        was: mapping.state.clone(),
-        now,
-        previous: previous.clone(),
-        record,
-        unchecked: reading.missing.clone(),
-        alarms_unread: alarms_unread.clone(),
-    };
-    let on = mapping.state.is_on() == Some(true);
-    if on && !paused_on_record {
-        return Ok(report(mapping.state.clone(), None));
-    }
     let now = if on {
         mapping.state.clone()
     } else {
@@ -498,7 +499,12 @@ pub async fn resume(
             source,
         })?;
     let written_to = format!("s3://{}/{key}", request.bucket);
-    Ok(report(now, Some((record, written_to))))
+    Ok(report(
+        now,
+        Some((record, written_to)),
+        reading.missing,
+        alarms_unread,
+    ))
 }
 
 /// [`resume`] on the context's mapping and bucket, checking the breaker's `alarms`.
@@ -748,11 +754,12 @@ mod tests {
         assert_eq!(r.who.as_deref(), Some("arn:aws:iam::123456789012:user/bob"));
         assert!(r.alarms.is_empty());
         assert_eq!(report.record.as_ref().map(|(r, _)| r), Some(&r));
-        // AND a consumer running with no pause on record is left alone
+        // AND a consumer running with no pause on record is left alone, said so (not refused,
+        // whatever the alarms say: there is nothing to resume)
         let again = resume(
             &mapping,
             &store,
-            in_alarm(&[]),
+            in_alarm(&["resq-downstream-failing"]),
             &resume_request(false, T0 + 9_000),
         )
         .await
@@ -838,6 +845,68 @@ mod tests {
         assert!(r.forced && r.alarms.is_empty(), "{r:?}");
         // a mapping disabled outside resq (no record) is resumed without a pause to end
         assert_eq!(r.since, None);
+    }
+
+    /// A mapping the caller may read but not switch (IAM without
+    /// `lambda:UpdateEventSourceMapping`).
+    struct ReadOnly(MemoryMapping);
+
+    impl EventSourceMappings for ReadOnly {
+        async fn get(&self, uuid: &str) -> Result<Mapping, AwsError> {
+            self.0.get(uuid).await
+        }
+
+        async fn set_enabled(&self, uuid: &str, _: bool) -> Result<Mapping, AwsError> {
+            Err(AwsError::service(
+                "AccessDeniedException",
+                format!(
+                    "User: arn:aws:sts::123456789012:assumed-role/ops/alice is not authorized to perform: lambda:UpdateEventSourceMapping on resource: arn:aws:lambda:us-east-1:123456789012:event-source-mapping:{uuid} because no identity-based policy allows the lambda:UpdateEventSourceMapping action"
+                ),
+            ))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_switch_refused_says_which_permission_and_what_is_recorded() {
+        // GIVEN an operator who may not switch the mapping
+        let (mapping, store) = (ReadOnly(MemoryMapping::new(UUID)), MemoryStore::default());
+        // WHEN they pause it
+        let err = pause(&mapping, &store, &pause_request(None, T0))
+            .await
+            .unwrap_err();
+        // THEN the error says the pause is recorded, the mapping still enabled, and the action
+        // their identity lacks
+        let said = crate::render::error(&err, None);
+        assert!(
+            said.starts_with(&format!(
+                "resq: disabling the event source mapping {UUID} (the pause is recorded in s3://b/state/consumer/{UUID}/"
+            )) && said.contains("but the mapping is still Enabled: run `resq consumer pause` again)"),
+            "{said}"
+        );
+        assert!(
+            said.contains(&format!(
+                "\nresq: your AWS identity may not call lambda:UpdateEventSourceMapping on arn:aws:lambda:us-east-1:123456789012:event-source-mapping:{UUID}"
+            )),
+            "{said}"
+        );
+        assert_eq!(latest(&store).await.by, PausedBy::Operator);
+        // AND a resume refused is said the same way, nothing recorded
+        mapping.0.set_state(MappingState::Disabled);
+        let err = resume(
+            &mapping,
+            &store,
+            in_alarm(&[]),
+            &resume_request(false, T0 + 1),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "enabling the event source mapping {UUID} (nothing was recorded; it is still Disabled)"
+            )),
+            "{err}"
+        );
+        assert_eq!(latest(&store).await.state, PauseState::Paused);
     }
 
     #[tokio::test]

@@ -279,7 +279,7 @@ fn in_alarm(alarms: &[String]) -> String {
         ("s", "are")
     };
     format!(
-        "not resumed: the consumer breaker's alarm{s} {} {is} in ALARM (the downstream is still failing, or the consumer fails whole invocations): running now, the consumer would spend its orders' receives into the DLQ. Wait until {} ALARM, or resume anyway with `resq consumer resume --force` (the record then says so, and resq's breaker does not pause the consumer again until {} left ALARM once)",
+        "not resumed: the consumer breaker's alarm{s} {} {is} in ALARM (its downstream is still failing, or it fails whole invocations): resumed now, the consumer would burn its orders' receives into the DLQ. Wait until {} ALARM, or resume anyway with `resq consumer resume --force` (recorded as forced: resq's breaker then does not pause the consumer again until {} left ALARM once)",
         alarms.join(", "),
         if alarms.len() == 1 {
             "it leaves"

@@ -112,8 +112,9 @@ fn consumer_json(c: &ConsumerStatus) -> serde_json::Value {
     }
 }
 
-/// `resq status`'s line on the consumer: running, paused by resq (since when, which alarm,
-/// its probes), paused by hand (since when, by whom, why), or why it cannot be told.
+/// `resq status`'s lines on the consumer: running, paused by resq (since when, which alarm,
+/// its probes), paused by hand (since when, by whom, why), or why it cannot be told; then its
+/// event source mapping and state.
 pub fn consumer_line(c: &ConsumerStatus, now_ms: u64) -> String {
     let (mapping, state, standing, record) = match c {
         ConsumerStatus::NotConfigured => {
@@ -160,7 +161,7 @@ pub fn consumer_line(c: &ConsumerStatus, now_ms: u64) -> String {
             )
         }
         (Standing::PausedByHand, Some(r)) => format!(
-            "paused by hand{}{}{}; resq's breaker never resumes it (`resq consumer resume` does)",
+            "paused by hand{}{}{}",
             since(r),
             r.who
                 .as_deref()
@@ -177,8 +178,14 @@ pub fn consumer_line(c: &ConsumerStatus, now_ms: u64) -> String {
         // a standing read with a record is never without it
         (_, None) => state.as_str().to_owned(),
     };
+    let note = match standing {
+        Standing::PausedByHand | Standing::DisabledOutsideResq => {
+            "; resq's breaker never resumes it (`resq consumer resume` does)"
+        }
+        _ => "",
+    };
     format!(
-        "consumer: {what} (event source mapping {mapping}: {})",
+        "consumer: {what}\n  event source mapping {mapping}: {}{note}",
         state.as_str()
     )
 }
@@ -1056,7 +1063,7 @@ mod tests {
         // running
         assert_eq!(
             line(&known(MappingState::Enabled, None)),
-            format!("consumer: running (event source mapping {MAPPING}: Enabled)")
+            format!("consumer: running\n  event source mapping {MAPPING}: Enabled")
         );
         // paused by resq: since when, which alarm, its probes
         let mut by_resq = pause_record(PausedBy::Resq, PauseState::Paused, NOW - 12 * 60_000);
@@ -1064,7 +1071,7 @@ mod tests {
         assert_eq!(
             line(&known(MappingState::Disabled, Some(by_resq.clone()))),
             format!(
-                "consumer: paused by resq since 2027-01-15T07:48:00Z (12m ago), alarm resq-downstream-failing; no probe yet (event source mapping {MAPPING}: Disabled)"
+                "consumer: paused by resq since 2027-01-15T07:48:00Z (12m ago), alarm resq-downstream-failing; no probe yet\n  event source mapping {MAPPING}: Disabled"
             )
         );
         by_resq.probes = 2;
@@ -1072,13 +1079,13 @@ mod tests {
         assert_eq!(
             line(&known(MappingState::Disabled, Some(by_resq.clone()))),
             format!(
-                "consumer: paused by resq since 2027-01-15T07:48:00Z (12m ago), alarm resq-downstream-failing; 2 probes so far, the last at 2027-01-15T07:57:00Z (3m ago) (event source mapping {MAPPING}: Disabled)"
+                "consumer: paused by resq since 2027-01-15T07:48:00Z (12m ago), alarm resq-downstream-failing; 2 probes so far, the last at 2027-01-15T07:57:00Z (3m ago)\n  event source mapping {MAPPING}: Disabled"
             )
         );
         by_resq.state = PauseState::Probing;
         assert!(
             line(&known(MappingState::Enabled, Some(by_resq)))
-                .contains("; probing now (event source mapping"),
+                .contains("; probing now\n  event source mapping"),
         );
         // paused by hand: since when, who, why
         let mut by_hand = pause_record(
@@ -1091,7 +1098,7 @@ mod tests {
         assert_eq!(
             line(&known(MappingState::Disabled, Some(by_hand.clone()))),
             format!(
-                "consumer: paused by hand since 2027-01-15T05:55:00Z (2h 5m ago) by arn:aws:iam::123456789012:user/alice, reason: DB failover; resq's breaker never resumes it (`resq consumer resume` does) (event source mapping {MAPPING}: Disabled)"
+                "consumer: paused by hand since 2027-01-15T05:55:00Z (2h 5m ago) by arn:aws:iam::123456789012:user/alice, reason: DB failover\n  event source mapping {MAPPING}: Disabled; resq's breaker never resumes it (`resq consumer resume` does)"
             )
         );
         // disabled with no record, or after a resume
@@ -1100,7 +1107,7 @@ mod tests {
             assert_eq!(
                 line(&known(MappingState::Disabled, record)),
                 format!(
-                    "consumer: paused by hand (no record: disabled outside resq) (event source mapping {MAPPING}: Disabled)"
+                    "consumer: paused by hand (no record: disabled outside resq)\n  event source mapping {MAPPING}: Disabled; resq's breaker never resumes it (`resq consumer resume` does)"
                 )
             );
         }
