@@ -9,9 +9,10 @@
 //! mapping first, then records it.
 
 use resq::error::AwsError;
-use resq::mapping::{EventSourceMappings, LambdaMappings, Mapping, MappingState};
+use resq::mapping::{EventSourceMappings, Mapping, MappingState};
 use resq::state::{PauseRecord, PauseState, PausedBy};
 use resq::store::ObjectStore;
+use resq_redriver::ports::LambdaMappings;
 use serde::Serialize;
 
 use crate::CliError;
