@@ -336,53 +336,34 @@ pub struct AlarmReading {
     pub missing: Vec<String>,
 }
 
-/// Reads the states of the alarms `names` (metric or composite).
+/// Reads the states of the alarms `names` (metric or composite), through the redriver's
+/// CloudWatch adapter: the states its breaker reads.
 pub async fn read_alarms(
     cloudwatch: &aws_sdk_cloudwatch::Client,
     names: &[String],
 ) -> Result<AlarmReading, CliError> {
-    use aws_sdk_cloudwatch::types::{AlarmType, StateValue};
+    use resq_redriver::ports::{Alarms, CloudWatchAlarms};
     if names.is_empty() {
         return Ok(AlarmReading::default());
     }
-    let out = cloudwatch
-        .describe_alarms()
-        .set_alarm_names(Some(names.to_vec()))
-        .alarm_types(AlarmType::MetricAlarm)
-        .alarm_types(AlarmType::CompositeAlarm)
-        .send()
+    let states = CloudWatchAlarms::new(cloudwatch.clone())
+        .states(names)
         .await
-        .map_err(|e| {
-            CliError::aws(
-                format!(
-                    "reading the consumer breaker's alarms {} (a resume is refused while they cannot be read; --force resumes anyway)",
-                    names.join(", ")
-                ),
-                e,
-            )
+        .map_err(|source| CliError::Aws {
+            what: format!(
+                "reading the consumer breaker's alarms {} (a resume is refused while they cannot be read; --force resumes anyway)",
+                names.join(", ")
+            ),
+            source,
         })?;
-    let states: Vec<(&str, bool)> = out
-        .metric_alarms()
-        .iter()
-        .map(|a| (a.alarm_name(), a.state_value()))
-        .chain(
-            out.composite_alarms()
-                .iter()
-                .map(|a| (a.alarm_name(), a.state_value())),
-        )
-        .filter_map(|(name, state)| Some((name?, state == Some(&StateValue::Alarm))))
-        .collect();
+    let found = |n: &String, in_alarm: bool| {
+        states
+            .iter()
+            .any(|s| &s.name == n && (!in_alarm || s.in_alarm))
+    };
     Ok(AlarmReading {
-        in_alarm: names
-            .iter()
-            .filter(|n| states.iter().any(|(name, alarm)| name == n && *alarm))
-            .cloned()
-            .collect(),
-        missing: names
-            .iter()
-            .filter(|n| !states.iter().any(|(name, _)| name == n))
-            .cloned()
-            .collect(),
+        in_alarm: names.iter().filter(|n| found(n, true)).cloned().collect(),
+        missing: names.iter().filter(|n| !found(n, false)).cloned().collect(),
     })
 }
 
