@@ -665,6 +665,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
         },
         &template,
         PERMANENT_SHARE,
+        crate::outage::OutageProfile::read(&o.outage_profile)?.as_ref(),
     );
     Ok(Report {
         consumer_rps: figures.batch_rps,
