@@ -669,6 +669,11 @@ impl UnitPrices {
         self.own.total()
     }
 
+    /// `outage_cost_ratio` on the bench line: resq's outage bill ÷ the seed design's.
+    pub fn outage_cost_ratio(&self) -> f64 {
+        self.outage.ratio()
+    }
+
     /// A markdown table and the assumptions under it.
     pub fn table(&self) -> String {
         let (o, f) = (&self.own, &self.failure);
@@ -960,5 +965,9 @@ mod tests {
         );
         assert!(table.contains("`outage_cost_ratio`"), "{table}");
         assert!(close(p.unit_cost_per_m_healthy(), p.own.total()));
+        assert!(close(
+            p.outage_cost_ratio(),
+            p.outage.resq.dollars(&p.template) / p.outage.seed.dollars(&p.template)
+        ));
     }
 }
