@@ -1,4 +1,5 @@
-//! Where the commands act: clients and the stack's queue URLs and bucket.
+//! Where the commands act: clients and the stack's queue URLs, bucket and the consumer's event
+//! source mapping.
 
 use std::time::{Duration, Instant};
 
@@ -13,8 +14,9 @@ use crate::CliError;
 const SETTLE_WITHIN: Duration = Duration::from_secs(60);
 
 /// The resources a command works on. A command asks for the names it uses through
-/// [`Context::main_queue`], [`Context::dlq`] and [`Context::archive_bucket`], which say which
-/// flag is missing; the fields hold them as given, empty when not given.
+/// [`Context::main_queue`], [`Context::dlq`], [`Context::archive_bucket`] and
+/// [`Context::mapping`], which say which flag is missing; the fields hold them as given, empty
+/// when not given.
 #[derive(Debug, Clone)]
 pub struct Context {
     /// SQS client.
@@ -23,12 +25,16 @@ pub struct Context {
     pub s3: aws_sdk_s3::Client,
     /// CloudWatch client.
     pub cloudwatch: aws_sdk_cloudwatch::Client,
+    /// Lambda client (the consumer's event source mapping).
+    pub lambda: aws_sdk_lambda::Client,
     /// The main queue; empty when not given.
     pub main_queue_url: String,
     /// Its DLQ; empty when not given.
     pub dlq_url: String,
     /// The archive bucket; empty when not given.
     pub bucket: String,
+    /// The consumer's event source mapping (its UUID); empty when not given.
+    pub mapping: String,
     /// The stack the names were read from (`--stack`), when one was named: a name it lacks is
     /// said to be missing from it.
     pub stack: Option<String>,
@@ -128,9 +134,11 @@ impl Context {
             sqs: aws_sdk_sqs::Client::new(config),
             s3: resq::aws::s3_client(config),
             cloudwatch: aws_sdk_cloudwatch::Client::new(config),
+            lambda: aws_sdk_lambda::Client::new(config),
             main_queue_url,
             dlq_url,
             bucket,
+            mapping: String::new(),
             stack: None,
         }
     }
@@ -139,6 +147,28 @@ impl Context {
     pub fn from_stack(mut self, stack: Option<String>) -> Self {
         self.stack = stack;
         self
+    }
+
+    /// The context with the consumer's event source mapping (`--mapping`, the stack's, or
+    /// `CONSUMER_EVENT_SOURCE_MAPPING`).
+    pub fn with_mapping(mut self, mapping: Option<String>) -> Self {
+        self.mapping = mapping.map(|m| m.trim().to_owned()).unwrap_or_default();
+        self
+    }
+
+    /// The consumer's event source mapping's UUID, or which flag gives it.
+    pub fn mapping(&self) -> Result<&str, CliError> {
+        self.need(
+            &self.mapping,
+            ("--mapping", "CONSUMER_EVENT_SOURCE_MAPPING"),
+            "ConsumerEventSourceMapping",
+            from_output!("ConsumerEventSourceMapping"),
+        )
+    }
+
+    /// The consumer's event source mapping, when one is named.
+    pub fn mapping_named(&self) -> Option<&str> {
+        Some(self.mapping.trim()).filter(|m| !m.is_empty())
     }
 
     /// The main queue's URL, or which flag gives it.
@@ -252,6 +282,17 @@ mod tests {
         assert!(ctx.archive_bucket().unwrap_err().to_string().starts_with(
             "--archive-bucket (or ARCHIVE_BUCKET) is required: the stack output ArchiveBucketName has it"
         ));
+        // the consumer's mapping: none named is not configured, and asked for, said where
+        assert_eq!(ctx.mapping_named(), None);
+        assert!(ctx.mapping().unwrap_err().to_string().starts_with(
+            "--mapping (or CONSUMER_EVENT_SOURCE_MAPPING) is required: the stack output ConsumerEventSourceMapping has it"
+        ));
+        let ctx = ctx.with_mapping(Some(" 7c1f0d2e ".into()));
+        assert_eq!(
+            (ctx.mapping_named(), ctx.mapping().ok()),
+            (Some("7c1f0d2e"), Some("7c1f0d2e"))
+        );
+        assert_eq!(ctx.with_mapping(Some(" ".into())).mapping_named(), None);
         // read from a stack that lacks the output: said so
         let ctx = context("", "", "").from_stack(Some("resq-old".into()));
         let err = ctx.dlq().unwrap_err();

@@ -1,7 +1,8 @@
 //! `--stack NAME` (or `RESQ_STACK`): what a command needs, read from the deployed stack
-//! (CloudFormation `DescribeStacks`): the queue URLs, the bucket and the alarm prefix from its
-//! outputs; the redrive cap, the TTL, the permanent action and the idempotency window from its
-//! outputs or parameters. An operator with a stack name needs nothing else.
+//! (CloudFormation `DescribeStacks`): the queue URLs, the bucket, the alarm prefix and the
+//! consumer's event source mapping (with its breaker's alarms) from its outputs; the redrive
+//! cap, the TTL, the permanent action and the idempotency window from its outputs or
+//! parameters. An operator with a stack name needs nothing else.
 //!
 //! Which value wins ([`FromStack`]): a flag on the command line, then the stack's, then an
 //! environment variable, then the built-in default. (A stack named on purpose is not
@@ -41,6 +42,20 @@ pub mod keys {
     /// Output and parameter: `RESQ_CORRELATION_FIELD`, the body's field holding the business
     /// id.
     pub const CORRELATION_FIELD: &str = "CorrelationField";
+    /// Output: the consumer's event source mapping (the redriver's
+    /// `CONSUMER_EVENT_SOURCE_MAPPING`), empty when the stack has no consumer breaker.
+    pub const CONSUMER_EVENT_SOURCE_MAPPING: &str = "ConsumerEventSourceMapping";
+    /// Output: the downstream-failing alarm's name (one of the consumer breaker's alarms).
+    pub const DOWNSTREAM_FAILING_ALARM_NAME: &str = "DownstreamFailingAlarmName";
+}
+
+/// The consumer breaker's alarms (the redriver's `PAUSE_CONSUMER_ON_ALARMS` as the template
+/// sets it) under an alarm prefix: `{prefix}downstream-failing`, `{prefix}consumer-errors`.
+pub fn consumer_breaker_alarms(prefix: &str) -> Vec<String> {
+    vec![
+        format!("{prefix}downstream-failing"),
+        format!("{prefix}consumer-errors"),
+    ]
 }
 
 /// A deployed stack's outputs and parameters.
@@ -94,6 +109,30 @@ impl Deployed {
     pub fn alarm_prefix(&self) -> String {
         self.output(keys::ALARM_PREFIX)
             .map_or_else(|| format!("{}-", self.name), str::to_owned)
+    }
+
+    /// `ConsumerEventSourceMapping`: the UUID of the consumer's event source mapping.
+    pub fn consumer_mapping(&self) -> Option<&str> {
+        self.output(keys::CONSUMER_EVENT_SOURCE_MAPPING)
+    }
+
+    /// Whether the stack says it has no consumer breaker: its `ConsumerEventSourceMapping`
+    /// output is there, and empty (a stack deployed before the output does not say).
+    pub fn names_no_mapping(&self) -> bool {
+        self.outputs
+            .get(keys::CONSUMER_EVENT_SOURCE_MAPPING)
+            .is_some_and(|v| v.trim().is_empty())
+    }
+
+    /// The consumer breaker's alarms: the `DownstreamFailingAlarmName` output (else
+    /// `{prefix}downstream-failing`) and `{prefix}consumer-errors`, the prefix
+    /// [`Deployed::alarm_prefix`]'s (the template's `PAUSE_CONSUMER_ON_ALARMS`).
+    pub fn consumer_breaker_alarms(&self) -> Vec<String> {
+        let mut alarms = consumer_breaker_alarms(&self.alarm_prefix());
+        if let Some(name) = self.output(keys::DOWNSTREAM_FAILING_ALARM_NAME) {
+            alarms[0] = name.to_owned();
+        }
+        alarms
     }
 
     /// The consumer's idempotency window: the `IdempotencyWindowSeconds` output, else the
@@ -211,6 +250,10 @@ pub struct Typed {
     pub permanent_action: bool,
     /// `--idempotency-window-seconds` (`resq archive restore`).
     pub idempotency_window_seconds: bool,
+    /// `--mapping` (`resq status`, `resq consumer`).
+    pub mapping: bool,
+    /// `--pause-consumer-on-alarms` (`resq consumer resume`).
+    pub pause_consumer_on_alarms: bool,
 }
 
 /// The settings a command takes from the deployed stack instead of its flags: each value the
@@ -235,6 +278,10 @@ pub struct FromStack {
     pub permanent_action: Option<PermanentAction>,
     /// [`Deployed::idempotency_window_seconds`].
     pub idempotency_window_seconds: Option<u64>,
+    /// `ConsumerEventSourceMapping`.
+    pub mapping: Option<String>,
+    /// [`Deployed::consumer_breaker_alarms`].
+    pub pause_consumer_on_alarms: Option<Vec<String>>,
 }
 
 impl FromStack {
@@ -258,6 +305,12 @@ impl FromStack {
             idempotency_window_seconds: unless(
                 typed.idempotency_window_seconds,
                 d.idempotency_window_seconds(),
+            ),
+            mapping: unless(typed.mapping, owned(d.consumer_mapping())),
+            // an --alarm-prefix typed names the alarms under it, not the stack's
+            pause_consumer_on_alarms: unless(
+                typed.pause_consumer_on_alarms || typed.alarm_prefix,
+                Some(d.consumer_breaker_alarms()),
             ),
         }
     }
@@ -352,6 +405,53 @@ mod tests {
         assert_eq!(d.archive_after_seconds(), Some(3600));
         assert_eq!(d.max_redrive_attempts(), Some(5));
         assert_eq!(d.permanent_action(), Some(PermanentAction::Archive));
+    }
+
+    #[test]
+    fn the_stack_names_the_consumers_mapping_and_its_breakers_alarms() {
+        // GIVEN a stack with a consumer breaker
+        let d = deployed(
+            &[
+                ("ConsumerEventSourceMapping", "7c1f0d2e-uuid"),
+                ("DownstreamFailingAlarmName", "resq-prod-downstream-failing"),
+                ("AlarmPrefix", "resq-prod-"),
+            ],
+            &[],
+        );
+        assert_eq!(d.consumer_mapping(), Some("7c1f0d2e-uuid"));
+        assert!(!d.names_no_mapping());
+        assert_eq!(
+            d.consumer_breaker_alarms(),
+            ["resq-prod-downstream-failing", "resq-prod-consumer-errors"]
+        );
+        let s = FromStack::new(Some(&d), Typed::default());
+        assert_eq!(s.mapping.as_deref(), Some("7c1f0d2e-uuid"));
+        assert_eq!(
+            s.pause_consumer_on_alarms,
+            Some(vec![
+                "resq-prod-downstream-failing".to_owned(),
+                "resq-prod-consumer-errors".to_owned()
+            ])
+        );
+        // AND a --mapping or an --alarm-prefix typed leaves the stack's out
+        let typed = Typed {
+            mapping: true,
+            alarm_prefix: true,
+            ..Typed::default()
+        };
+        let s = FromStack::new(Some(&d), typed);
+        assert_eq!((s.mapping, s.pause_consumer_on_alarms), (None, None));
+        // WHEN the stack has no breaker (its output empty) it says so; an older stack does not
+        let off = deployed(&[("ConsumerEventSourceMapping", "")], &[]);
+        assert_eq!(off.consumer_mapping(), None);
+        assert!(off.names_no_mapping());
+        let older = deployed(&[], &[]);
+        assert!(!older.names_no_mapping());
+        assert_eq!(
+            older.consumer_breaker_alarms(),
+            ["resq-prod-downstream-failing", "resq-prod-consumer-errors"],
+            "the template's names under the stack's name"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! resq's operator tool, the `resq` binary (`cargo install resq-ops`): send orders, show queue
-//! and alarm state, peek and redrive the DLQ, list, show and restore the archive, check a
-//! parameter set before deploy. Works against AWS, or a local emulator through
+//! and alarm state, peek and redrive the DLQ, list, show and restore the archive, pause and
+//! resume the consumer by hand, check a parameter set before deploy. Works against AWS, or a local emulator through
 //! `--endpoint-url`; the local pipeline itself lives in the `local` crate (`resq-local`).
 //!
 //! The library is what the binary runs, one module per command, for tools and tests that drive
@@ -20,6 +20,7 @@
 
 pub mod archive;
 pub mod canary;
+pub mod consumer;
 pub mod context;
 pub mod deployed;
 pub mod dlq;
@@ -217,6 +218,42 @@ pub enum CliError {
         /// The flag that gives the value instead.
         flag: &'static str,
     },
+    /// Lambda knows no event source mapping of this UUID (in this region and account). Exit
+    /// status 1.
+    #[error(
+        "no event source mapping {mapping} in this region and account: check --mapping (or CONSUMER_EVENT_SOURCE_MAPPING; the stack output ConsumerEventSourceMapping has it) and the region (--region or AWS_REGION); `aws lambda list-event-source-mappings --function-name FUNCTION` lists a function's"
+    )]
+    NoSuchMapping {
+        /// The UUID given.
+        mapping: String,
+    },
+    /// The event source mapping is being created, updated or deleted: Lambda switches it only
+    /// once that is over. Exit status 1.
+    #[error(
+        "the event source mapping {mapping} is {state}: Lambda switches it only once that is over; nothing was changed: try again in a few seconds"
+    )]
+    MappingBusy {
+        /// The mapping.
+        mapping: String,
+        /// Lambda's word for its state.
+        state: String,
+    },
+    /// `resq consumer resume` refused: an alarm of the consumer breaker is in ALARM. Exit
+    /// status 1.
+    #[error("{}", in_alarm(alarms))]
+    BreakerInAlarm {
+        /// The breaker's alarms in ALARM.
+        alarms: Vec<String>,
+    },
+    /// The stack named by `--stack` has no consumer breaker: its `ConsumerEventSourceMapping`
+    /// output is empty. Exit status 2.
+    #[error(
+        "the stack {stack} has no consumer breaker (its output ConsumerEventSourceMapping is empty: a consumer of your own, deployed without the ConsumerEventSourceMapping parameter): pass --mapping UUID"
+    )]
+    NoConsumerBreaker {
+        /// The stack.
+        stack: String,
+    },
     /// `resq stack check` refused the parameter set: the conflicts, or the values
     /// CloudFormation itself would refuse, are listed above. Exit status 1.
     #[error("{}", refused(parameters, *by_cloudformation))]
@@ -232,6 +269,28 @@ fn not_seen(order_id: &str, unseen: usize) -> String {
     format!(
         "{order_id} was not seen, but {unseen} part{} of the pipeline could not be looked at (listed above)",
         if unseen == 1 { "" } else { "s" }
+    )
+}
+
+fn in_alarm(alarms: &[String]) -> String {
+    let (s, is) = if alarms.len() == 1 {
+        ("", "is")
+    } else {
+        ("s", "are")
+    };
+    format!(
+        "not resumed: the consumer breaker's alarm{s} {} {is} in ALARM (its downstream is still failing, or it fails whole invocations): resumed now, the consumer would burn its orders' receives into the DLQ. Wait until {} ALARM, or resume anyway with `resq consumer resume --force` (recorded as forced: resq's breaker then does not pause the consumer again until {} left ALARM once)",
+        alarms.join(", "),
+        if alarms.len() == 1 {
+            "it leaves"
+        } else {
+            "they leave"
+        },
+        if alarms.len() == 1 {
+            "it has"
+        } else {
+            "they have"
+        },
     )
 }
 
@@ -268,7 +327,8 @@ impl CliError {
             | Self::NoOrders { .. }
             | Self::Usage(_)
             | Self::NoSuchStack { .. }
-            | Self::MissingFromStack { .. } => 2,
+            | Self::MissingFromStack { .. }
+            | Self::NoConsumerBreaker { .. } => 2,
             Self::Nowhere { .. } => 3,
             Self::NotSeen { .. } => 4,
             Self::CanaryStopped { .. } => 5,
@@ -282,6 +342,9 @@ impl CliError {
             | Self::ReceiveStopped
             | Self::NotCopied { .. }
             | Self::NotPatchable { .. }
+            | Self::NoSuchMapping { .. }
+            | Self::MappingBusy { .. }
+            | Self::BreakerInAlarm { .. }
             | Self::Refused { .. } => 1,
         }
     }

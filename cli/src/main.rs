@@ -9,7 +9,9 @@ use clap::parser::ValueSource;
 use clap::{ArgGroup, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use resq_ops::context::{Context, Endpoint};
 use resq_ops::deployed::{self, Deployed, FromStack, Typed};
-use resq_ops::{CliError, archive, canary, dlq, find, orders, render, shadow, stack, status};
+use resq_ops::{
+    CliError, archive, canary, consumer, dlq, find, orders, render, shadow, stack, status,
+};
 use resq_redriver::config::PermanentAction;
 
 /// Keep SQS order pipelines flowing: inspect and operate a resq stack (AWS or a local emulator).
@@ -31,9 +33,18 @@ struct Cli {
     /// The archive bucket (stack output ArchiveBucketName).
     #[arg(long, alias = "bucket", global = true, env = "ARCHIVE_BUCKET")]
     archive_bucket: Option<String>,
+    /// The consumer's event source mapping, its UUID (stack output ConsumerEventSourceMapping):
+    /// `resq status` says whether it runs, `resq consumer` pauses and resumes it.
+    #[arg(
+        long,
+        global = true,
+        env = "CONSUMER_EVENT_SOURCE_MAPPING",
+        value_name = "UUID"
+    )]
+    mapping: Option<String>,
     /// The deployed stack to operate (CloudFormation): its outputs and parameters give the
-    /// queue URLs, the bucket, the alarm prefix, the redrive cap, the TTL, the permanent
-    /// action and the idempotency window. A flag typed on the command line overrides the
+    /// queue URLs, the bucket, the alarm prefix, the consumer's event source mapping, the
+    /// redrive cap, the TTL, the permanent action and the idempotency window. A flag typed on the command line overrides the
     /// stack's value, which overrides an environment variable.
     #[arg(long, global = true, env = "RESQ_STACK", value_name = "NAME")]
     stack: Option<String>,
@@ -48,7 +59,8 @@ struct Cli {
 enum Command {
     /// Send orders to the main queue, from a file or generated.
     Send(SendArgs),
-    /// Queue depths, oldest message ages and alarm states.
+    /// Queue depths, oldest message ages, whether the consumer is running, paused by resq or
+    /// paused by hand, and alarm states.
     Status {
         /// Alarms whose names start with this (with --stack: the stack's AlarmPrefix output).
         #[arg(long, default_value = "resq-")]
@@ -68,9 +80,46 @@ enum Command {
     /// List, show and restore archive entries.
     #[command(subcommand)]
     Archive(ArchiveCommand),
+    /// Pause and resume the consumer's event source mapping by hand (resq's breaker never
+    /// undoes an operator's pause).
+    #[command(subcommand)]
+    Consumer(ConsumerCommand),
     /// Check a parameter set against the template before deploy (`make deploy` runs it).
     #[command(subcommand)]
     Stack(StackCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum ConsumerCommand {
+    /// Pause the consumer: record the pause as yours (who, why, since when) in the archive
+    /// bucket, then disable its event source mapping. Orders wait in the main queue. resq's
+    /// breaker never resumes a pause made by hand (a pause of resq's becomes yours).
+    Pause {
+        /// Why, in words (recorded, and shown by `resq status`).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Resume the consumer: enable its event source mapping, then record the resume. Refused
+    /// (exit 1, naming them) while an alarm of the consumer breaker is in ALARM.
+    Resume {
+        /// Resume even while the breaker's alarms are in ALARM (or cannot be read); the record
+        /// says forced, and names them.
+        #[arg(long)]
+        force: bool,
+        /// The consumer breaker's alarms (the redriver's PAUSE_CONSUMER_ON_ALARMS) [default:
+        /// the stack's, else PREFIX-downstream-failing,PREFIX-consumer-errors].
+        #[arg(
+            long,
+            env = "PAUSE_CONSUMER_ON_ALARMS",
+            value_name = "NAMES",
+            value_delimiter = ','
+        )]
+        pause_consumer_on_alarms: Vec<String>,
+        /// The prefix of the breaker's alarm names (with --stack: the stack's AlarmPrefix
+        /// output).
+        #[arg(long, default_value = "resq-")]
+        alarm_prefix: String,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -374,6 +423,8 @@ fn typed_flags(matches: &ArgMatches) -> Typed {
         archive_after_seconds: typed("archive_after_seconds"),
         permanent_action: typed("permanent_action"),
         idempotency_window_seconds: typed("idempotency_window_seconds"),
+        mapping: typed("mapping"),
+        pause_consumer_on_alarms: typed("pause_consumer_on_alarms"),
     }
 }
 
@@ -415,13 +466,18 @@ async fn run(cli: Cli, typed: Typed) -> Result<(), CliError> {
         from_stack.archive_bucket.clone().or(cli.archive_bucket),
     )
     .await?
-    .from_stack(deployed.as_ref().map(|d| d.name.clone()));
+    .from_stack(deployed.as_ref().map(|d| d.name.clone()))
+    .with_mapping(from_stack.mapping.clone().or(cli.mapping));
     let json = cli.json;
     match command {
         Command::Send(args) => send(&ctx, args, json).await,
         Command::Status { alarm_prefix } => {
             let alarm_prefix = from_stack.alarm_prefix.unwrap_or(alarm_prefix);
             status(&ctx, &alarm_prefix, json).await
+        }
+        Command::Consumer(command) => {
+            let stack = (&from_stack, typed);
+            consumer(&ctx, &config, command, deployed.as_ref(), stack, json).await
         }
         Command::Find(args) => find(&ctx, args, deployed.as_ref(), json).await,
         Command::Dlq(DlqCommand::Peek(args)) => peek(&ctx, args, json).await,
@@ -508,11 +564,81 @@ async fn send(ctx: &Context, args: SendArgs, json: bool) -> Result<(), CliError>
     report.failure(batch.len()).map_or(Ok(()), Err)
 }
 
-/// `resq status`.
+/// `resq status`: printed whole, then failed if the consumer's state could not be told.
 async fn status(ctx: &Context, alarm_prefix: &str, json: bool) -> Result<(), CliError> {
     let s = status::status(ctx, alarm_prefix).await?;
-    print!("{}", render::status(&s, json));
+    print!("{}", render::status(&s, resq_ops::now_ms(), json));
+    s.failure().map_or(Ok(()), Err)
+}
+
+/// `resq consumer pause` / `resume`, on the mapping named (a stack whose output names none has
+/// no consumer breaker: said so).
+async fn consumer(
+    ctx: &Context,
+    config: &aws_config::SdkConfig,
+    command: ConsumerCommand,
+    deployed: Option<&Deployed>,
+    (from_stack, typed): (&FromStack, Typed),
+    json: bool,
+) -> Result<(), CliError> {
+    if let Some(d) = deployed.filter(|d| ctx.mapping_named().is_none() && d.names_no_mapping()) {
+        return Err(CliError::NoConsumerBreaker {
+            stack: d.name.clone(),
+        });
+    }
+    // what is missing is said before anyone's identity is asked for
+    ctx.mapping()?;
+    ctx.archive_bucket()?;
+    let who = archive::caller(config).await;
+    match command {
+        ConsumerCommand::Pause { reason } => {
+            let report = consumer::pause_in(ctx, reason, who).await?;
+            print!(
+                "{}",
+                render::consumer_paused(&report, resq_ops::now_ms(), json)
+            );
+        }
+        ConsumerCommand::Resume {
+            force,
+            pause_consumer_on_alarms,
+            alarm_prefix,
+        } => {
+            let alarms = breaker_alarms(typed, from_stack, pause_consumer_on_alarms, &alarm_prefix);
+            let report = consumer::resume_in(ctx, &alarms, force, who).await?;
+            print!(
+                "{}",
+                render::consumer_resumed(&report, resq_ops::now_ms(), json)
+            );
+            eprint!("{}", render::consumer_resumed_notes(&report));
+        }
+    }
     Ok(())
+}
+
+/// The consumer breaker's alarms `resume` checks: `--pause-consumer-on-alarms` typed, else
+/// those under an `--alarm-prefix` typed, else the stack's, else `PAUSE_CONSUMER_ON_ALARMS`
+/// (`given` holds the flag's or the variable's), else those under the default prefix.
+fn breaker_alarms(
+    typed: Typed,
+    from_stack: &FromStack,
+    given: Vec<String>,
+    prefix: &str,
+) -> Vec<String> {
+    let given: Vec<String> = given
+        .iter()
+        .map(|a| a.trim().to_owned())
+        .filter(|a| !a.is_empty())
+        .collect();
+    let under_prefix = || deployed::consumer_breaker_alarms(prefix);
+    match (typed.pause_consumer_on_alarms, typed.alarm_prefix) {
+        (true, _) if !given.is_empty() => given,
+        (_, true) => under_prefix(),
+        _ => from_stack
+            .pause_consumer_on_alarms
+            .clone()
+            .or((!given.is_empty()).then_some(given))
+            .unwrap_or_else(under_prefix),
+    }
 }
 
 /// `resq find`: the business id's field by the flag, the stack, then the environment.
@@ -698,8 +824,19 @@ mod tests {
             "3600",
             "--permanent-action",
             "keep",
+            "--mapping",
+            "u",
         ]);
         let status = typed_in(&["resq", "status", "--alarm-prefix", "x-"]);
+        let resume = typed_in(&[
+            "resq",
+            "consumer",
+            "resume",
+            "--pause-consumer-on-alarms",
+            "a,b",
+            "--alarm-prefix",
+            "x-",
+        ]);
         let restore = typed_in(&[
             "resq",
             "archive",
@@ -714,12 +851,71 @@ mod tests {
             Typed {
                 alarm_prefix: false,
                 idempotency_window_seconds: false,
+                pause_consumer_on_alarms: false,
                 ..typed_everything()
             }
         );
         assert!(status.alarm_prefix && restore.idempotency_window_seconds);
+        assert!(resume.pause_consumer_on_alarms && resume.alarm_prefix && !resume.mapping);
         // AND one left to its default or environment variable is not
         assert_eq!(typed_in(&["resq", "dlq", "redrive"]), Typed::default());
+    }
+
+    #[test]
+    fn the_breakers_alarms_are_the_flags_then_the_stacks_then_the_variables_then_the_prefixs() {
+        let names = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let stack = FromStack {
+            pause_consumer_on_alarms: Some(names(&[
+                "stk-downstream-failing",
+                "stk-consumer-errors",
+            ])),
+            ..FromStack::default()
+        };
+        let typed = |list: bool, prefix: bool| Typed {
+            pause_consumer_on_alarms: list,
+            alarm_prefix: prefix,
+            ..Typed::default()
+        };
+        // GIVEN nothing: those under the default prefix
+        assert_eq!(
+            breaker_alarms(Typed::default(), &FromStack::default(), vec![], "resq-"),
+            names(&["resq-downstream-failing", "resq-consumer-errors"])
+        );
+        // the variable's (the redriver's own PAUSE_CONSUMER_ON_ALARMS), blanks dropped
+        assert_eq!(
+            breaker_alarms(
+                Typed::default(),
+                &FromStack::default(),
+                names(&[" a ", ""]),
+                "resq-"
+            ),
+            names(&["a"])
+        );
+        // the stack's over the variable
+        assert_eq!(
+            breaker_alarms(Typed::default(), &stack, names(&["a"]), "resq-"),
+            names(&["stk-downstream-failing", "stk-consumer-errors"])
+        );
+        // a prefix typed over the stack (FromStack leaves its list out then) and the variable
+        assert_eq!(
+            breaker_alarms(
+                typed(false, true),
+                &FromStack::default(),
+                names(&["a"]),
+                "x-"
+            ),
+            names(&["x-downstream-failing", "x-consumer-errors"])
+        );
+        // the list typed over everything
+        assert_eq!(
+            breaker_alarms(
+                typed(true, true),
+                &FromStack::default(),
+                names(&["b", "c"]),
+                "x-"
+            ),
+            names(&["b", "c"])
+        );
     }
 
     fn typed_everything() -> Typed {
@@ -733,6 +929,8 @@ mod tests {
             archive_after_seconds: true,
             permanent_action: true,
             idempotency_window_seconds: true,
+            mapping: true,
+            pause_consumer_on_alarms: true,
         }
     }
 }

@@ -8,6 +8,7 @@ use serde_json::json;
 use crate::CliError;
 use crate::archive::{Audit, PatchedRestore};
 use crate::canary::CanaryReport;
+use crate::consumer::{ConsumerStatus, PauseReport, ResumeReport, Standing};
 use crate::dlq::{PeekReport, Peeked};
 use crate::find::{self, Finding};
 use crate::locate::{Coverage, Place, Queued};
@@ -27,8 +28,9 @@ pub fn send(report: &SendReport, total: usize, queue_url: &str, as_json: bool) -
     out
 }
 
-/// `resq status`: a table of the queues, then one of the alarms.
-pub fn status(s: &Status, as_json: bool) -> String {
+/// `resq status`: a table of the queues, the consumer's line, then a table of the alarms;
+/// times said against `now_ms`.
+pub fn status(s: &Status, now_ms: u64, as_json: bool) -> String {
     if as_json {
         let queues: Vec<_> = s
             .queues
@@ -48,7 +50,9 @@ pub fn status(s: &Status, as_json: bool) -> String {
             .iter()
             .map(|(name, state)| json!({"name": name, "state": state}))
             .collect();
-        return line(json!({"queues": queues, "alarms": alarms}));
+        return line(
+            json!({"queues": queues, "consumer": consumer_json(&s.consumer), "alarms": alarms}),
+        );
     }
     let mut out = format!(
         "{:<8} {:>9} {:>10} {:>12}  url\n",
@@ -63,6 +67,7 @@ pub fn status(s: &Status, as_json: bool) -> String {
             q.label, q.visible, q.in_flight, age, q.url
         ));
     }
+    out.push_str(&format!("\n{}\n", consumer_line(&s.consumer, now_ms)));
     if s.alarms.is_empty() {
         out.push_str("\nno alarms with that prefix\n");
     } else {
@@ -72,6 +77,337 @@ pub fn status(s: &Status, as_json: bool) -> String {
         }
     }
     out
+}
+
+/// The consumer's part of `resq status --json`.
+fn consumer_json(c: &ConsumerStatus) -> serde_json::Value {
+    match c {
+        ConsumerStatus::NotConfigured => json!({"configured": false}),
+        ConsumerStatus::Known {
+            mapping,
+            state,
+            standing,
+            record,
+        } => json!({
+            "configured": true,
+            "mapping": mapping,
+            "state": state.as_str(),
+            "standing": standing,
+            "record": record,
+        }),
+        ConsumerStatus::NoSuchMapping { mapping } => json!({
+            "configured": true,
+            "mapping": mapping,
+            "error": "no such event source mapping",
+        }),
+        ConsumerStatus::Unreadable {
+            mapping,
+            what,
+            source,
+        } => json!({
+            "configured": true,
+            "mapping": mapping,
+            "error": format!("{what}: {source}"),
+        }),
+    }
+}
+
+/// `resq status`'s lines on the consumer: running, paused by resq (since when, which alarm,
+/// its probes), paused by hand (since when, by whom, why), or why it cannot be told; then its
+/// event source mapping and state.
+pub fn consumer_line(c: &ConsumerStatus, now_ms: u64) -> String {
+    let (mapping, state, standing, record) = match c {
+        ConsumerStatus::NotConfigured => {
+            return "consumer breaker: not configured (no event source mapping named: --mapping, CONSUMER_EVENT_SOURCE_MAPPING or the stack output ConsumerEventSourceMapping)".to_owned();
+        }
+        ConsumerStatus::NoSuchMapping { mapping } => {
+            return format!("consumer: unknown: no event source mapping {mapping} (below)");
+        }
+        ConsumerStatus::Unreadable { mapping, .. } => {
+            return format!(
+                "consumer: unknown: the event source mapping {mapping} or its pause record could not be read (below)"
+            );
+        }
+        ConsumerStatus::Known {
+            mapping,
+            state,
+            standing,
+            record,
+        } => (mapping, state, *standing, record.as_ref()),
+    };
+    let since = |r: &resq::state::PauseRecord| {
+        r.since
+            .map_or_else(String::new, |t| format!(" since {}", when(t, now_ms)))
+    };
+    let what = match (standing, record) {
+        (Standing::Running, _) => "running".to_owned(),
+        (Standing::Settling, _) => format!(
+            "{} (Lambda is switching nothing until it settles)",
+            state.as_str()
+        ),
+        (Standing::DisabledOutsideResq, _) => {
+            "paused by hand (no record: disabled outside resq)".to_owned()
+        }
+        (Standing::PausedByResq | Standing::Probing, Some(r)) => {
+            let probing = match standing {
+                Standing::Probing => "; probing now",
+                _ => "",
+            };
+            format!(
+                "paused by resq{}{}{}{probing}",
+                since(r),
+                alarms_of(r),
+                probes_of(r, now_ms)
+            )
+        }
+        (Standing::PausedByHand, Some(r)) => format!(
+            "paused by hand{}{}{}",
+            since(r),
+            r.who
+                .as_deref()
+                .map_or_else(String::new, |w| format!(" by {w}")),
+            r.reason
+                .as_deref()
+                .map_or_else(String::new, |w| format!(", reason: {w}")),
+        ),
+        (Standing::RunningDespiteRecord, Some(r)) => format!(
+            "running, although its latest record says paused by {}{}: enabled outside resq",
+            by_whom(r.by),
+            since(r)
+        ),
+        // a standing read with a record is never without it
+        (_, None) => state.as_str().to_owned(),
+    };
+    let note = match standing {
+        Standing::PausedByHand | Standing::DisabledOutsideResq => {
+            "; resq's breaker never resumes it (`resq consumer resume` does)"
+        }
+        _ => "",
+    };
+    format!(
+        "consumer: {what}\n  event source mapping {mapping}: {}{note}",
+        state.as_str()
+    )
+}
+
+fn by_whom(by: resq::state::PausedBy) -> &'static str {
+    match by {
+        resq::state::PausedBy::Resq => "resq",
+        resq::state::PausedBy::Operator => "hand",
+    }
+}
+
+/// `, alarm A` / `, alarms A, B` (none: nothing).
+fn alarms_of(r: &resq::state::PauseRecord) -> String {
+    match r.alarms.as_slice() {
+        [] => String::new(),
+        [one] => format!(", alarm {one}"),
+        many => format!(", alarms {}", many.join(", ")),
+    }
+}
+
+/// `; N probes so far, the last at T` (none yet: said so).
+fn probes_of(r: &resq::state::PauseRecord, now_ms: u64) -> String {
+    let last = r.last_probe_at.map_or_else(String::new, |t| {
+        format!(", the last at {}", when(t, now_ms))
+    });
+    match r.probes {
+        0 if last.is_empty() => "; no probe yet".to_owned(),
+        1 => format!("; 1 probe so far{last}"),
+        n => format!("; {n} probes so far{last}"),
+    }
+}
+
+/// An epoch-millis time and how long before `now_ms`: `2026-11-26T10:00:00Z (12m ago)`.
+fn when(ms: u64, now_ms: u64) -> String {
+    format!(
+        "{} ({} ago)",
+        at(ms),
+        span(now_ms.saturating_sub(ms) / 1000)
+    )
+}
+
+/// A length of time in words: `45s`, `12m`, `3h 5m`, `2d 4h`.
+fn span(seconds: u64) -> String {
+    match seconds {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 86_400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        s => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// What a pause or resume found before it, in a line (none: empty).
+fn before(
+    standing: Option<Standing>,
+    previous: Option<&resq::state::PauseRecord>,
+    now_ms: u64,
+) -> Option<String> {
+    let r = previous;
+    let since = |r: &resq::state::PauseRecord| {
+        r.since
+            .map_or_else(String::new, |t| format!(" since {}", when(t, now_ms)))
+    };
+    match (standing?, r) {
+        (Standing::PausedByResq | Standing::Probing, Some(r)) => {
+            Some(format!("paused by resq{}{}", since(r), alarms_of(r)))
+        }
+        (Standing::PausedByHand, Some(r)) => Some(format!(
+            "paused by hand{}{}",
+            since(r),
+            r.who
+                .as_deref()
+                .map_or_else(String::new, |w| format!(" by {w}"))
+        )),
+        (Standing::DisabledOutsideResq, _) => Some("disabled outside resq (no record)".to_owned()),
+        _ => None,
+    }
+}
+
+/// `resq consumer pause`: what was done, what it found, and that resq's breaker never undoes
+/// it.
+pub fn consumer_paused(p: &PauseReport, now_ms: u64, as_json: bool) -> String {
+    if as_json {
+        return line(json!({
+            "mapping": p.mapping,
+            "was": p.was.as_str(),
+            "state": p.now.as_str(),
+            "before": p.standing_before(),
+            "previous": p.previous.as_ref().ok(),
+            "previousUnreadable": p.previous.as_ref().err(),
+            "record": p.record,
+            "recordedIn": p.written_to,
+        }));
+    }
+    let r = &p.record;
+    let mut out = if p.was.is_on() == Some(false) {
+        format!(
+            "the consumer's event source mapping {} was already {}: left so, and the pause recorded as yours\n",
+            p.mapping,
+            p.was.as_str()
+        )
+    } else {
+        format!(
+            "paused the consumer: event source mapping {} is {} (was {})\n",
+            p.mapping,
+            p.now.as_str(),
+            p.was.as_str()
+        )
+    };
+    let previous = p.previous.as_ref().ok().and_then(Option::as_ref);
+    match (
+        p.standing_before(),
+        before(p.standing_before(), previous, now_ms),
+    ) {
+        (Some(Standing::PausedByResq | Standing::Probing), Some(was)) => out.push_str(&format!(
+            "it was {was}: the pause is yours now (resq's breaker no longer probes or resumes it)\n"
+        )),
+        (_, Some(was)) => out.push_str(&format!("it was {was}\n")),
+        (_, None) => {}
+    }
+    if let Err(why) = &p.previous {
+        out.push_str(&format!(
+            "its previous pause record could not be read ({why}): this one supersedes it\n"
+        ));
+    }
+    out.push_str(&format!(
+        "recorded in {}: paused by {} at {}{}\n",
+        p.written_to,
+        r.who.as_deref().unwrap_or("?"),
+        at(r.at),
+        r.reason
+            .as_deref()
+            .map_or_else(String::new, |w| format!(", reason: {w}"))
+    ));
+    out.push_str(
+        "resq's breaker never resumes a pause made by hand: `resq consumer resume` does\n",
+    );
+    out
+}
+
+/// `resq consumer resume`: what was done, what it ended, and what it was forced past.
+pub fn consumer_resumed(r: &ResumeReport, now_ms: u64, as_json: bool) -> String {
+    let previous = r.previous.as_ref().ok().and_then(Option::as_ref);
+    let standing_before = r
+        .previous
+        .as_ref()
+        .ok()
+        .map(|p| crate::consumer::standing(&r.was, p.as_ref()));
+    if as_json {
+        let (record, recorded_in) = match &r.record {
+            Some((record, key)) => (Some(record), Some(key)),
+            None => (None, None),
+        };
+        return line(json!({
+            "mapping": r.mapping,
+            "was": r.was.as_str(),
+            "state": r.now.as_str(),
+            "resumed": r.record.is_some(),
+            "before": standing_before,
+            "previous": previous,
+            "previousUnreadable": r.previous.as_ref().err(),
+            "record": record,
+            "recordedIn": recorded_in,
+            "unchecked": r.unchecked,
+            "alarmsUnread": r.alarms_unread,
+        }));
+    }
+    let Some((record, written_to)) = &r.record else {
+        return format!(
+            "the consumer is running (event source mapping {}: {}) and no pause is on record: nothing to resume\n",
+            r.mapping,
+            r.now.as_str()
+        );
+    };
+    let mut out = if r.was.is_on() == Some(true) {
+        format!(
+            "the consumer's event source mapping {} was already {}: its pause on record ended\n",
+            r.mapping,
+            r.was.as_str()
+        )
+    } else {
+        format!(
+            "resumed the consumer: event source mapping {} is {} (was {})\n",
+            r.mapping,
+            r.now.as_str(),
+            r.was.as_str()
+        )
+    };
+    if let Some(was) = before(standing_before, previous, now_ms) {
+        out.push_str(&format!("it was {was}\n"));
+    }
+    if let Err(why) = &r.previous {
+        out.push_str(&format!(
+            "its previous pause record could not be read ({why}): this one supersedes it\n"
+        ));
+    }
+    out.push_str(&format!(
+        "recorded in {written_to}: resumed by {} at {}\n",
+        record.who.as_deref().unwrap_or("?"),
+        at(record.at)
+    ));
+    match (&r.alarms_unread, record.alarms.as_slice()) {
+        (Some(why), _) => out.push_str(&format!(
+            "forced without reading the breaker's alarms ({why}): the record says forced\n"
+        )),
+        (None, []) => {}
+        (None, alarms) => out.push_str(&format!(
+            "forced past the breaker's alarm{} in ALARM: {}; resq's breaker does not pause the consumer again until {} left ALARM once\n",
+            if alarms.len() == 1 { "" } else { "s" },
+            alarms.join(", "),
+            if alarms.len() == 1 { "it has" } else { "they have" }
+        )),
+    }
+    out
+}
+
+/// `resq consumer resume`'s notes on stderr: the breaker's alarms that do not exist (not
+/// checked).
+pub fn consumer_resumed_notes(r: &ResumeReport) -> String {
+    r.unchecked
+        .iter()
+        .map(|a| format!("note: the consumer breaker's alarm {a} does not exist: not checked\n"))
+        .collect()
 }
 
 /// `resq dlq peek`: the messages shown, each with its failure marks, age and body.
@@ -597,6 +933,9 @@ mod tests {
 
     use serde_json::Value;
 
+    use resq::mapping::MappingState;
+    use resq::state::{PauseRecord, PauseState, PausedBy};
+
     use super::*;
     use crate::status::QueueState;
 
@@ -649,13 +988,14 @@ mod tests {
                     oldest_age_seconds: None,
                 },
             ],
+            consumer: ConsumerStatus::NotConfigured,
             alarms: vec![("resq-dlq-depth".into(), "ALARM".into())],
         }
     }
 
     #[test]
     fn status_plain_and_json() {
-        let table = status(&state(), false);
+        let table = status(&state(), NOW, false);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines[0], "queue      waiting  in flight   oldest (s)  url");
         assert_eq!(
@@ -667,18 +1007,25 @@ mod tests {
             "dlq              1          0            -  http://q/1/orders-dlq"
         );
         assert_eq!(lines[3], "");
-        assert!(lines[4].starts_with("alarm ") && lines[4].ends_with(" state"));
+        assert!(
+            lines[4].starts_with("consumer breaker: not configured (no event source mapping named"),
+            "{}",
+            lines[4]
+        );
+        assert_eq!(lines[5], "");
+        assert!(lines[6].starts_with("alarm ") && lines[6].ends_with(" state"));
         assert_eq!(
-            lines[5].split_whitespace().collect::<Vec<_>>(),
+            lines[7].split_whitespace().collect::<Vec<_>>(),
             ["resq-dlq-depth", "ALARM"]
         );
         let quiet = Status {
             alarms: vec![],
             ..state()
         };
-        assert!(status(&quiet, false).ends_with("\nno alarms with that prefix\n"));
+        assert!(status(&quiet, NOW, false).ends_with("\nno alarms with that prefix\n"));
 
-        let v = parse(&status(&state(), true));
+        let v = parse(&status(&state(), NOW, true));
+        assert_eq!(v["consumer"], json!({"configured": false}));
         assert_eq!(
             v["queues"][0],
             json!({"queue": "main", "url": "http://q/1/orders", "waiting": 12, "inFlight": 3, "oldestAgeSeconds": 41.6})
@@ -688,6 +1035,198 @@ mod tests {
             v["alarms"],
             json!([{"name": "resq-dlq-depth", "state": "ALARM"}])
         );
+    }
+
+    /// 2027-01-15T08:00:00Z.
+    const NOW: u64 = 1_800_000_000_000;
+
+    fn pause_record(by: PausedBy, state: PauseState, since: u64) -> PauseRecord {
+        let mut r = PauseRecord::new(MAPPING, state, by, since);
+        r.since = Some(since);
+        r
+    }
+
+    const MAPPING: &str = "7c1f0d2e-0000-4000-8000-00000000abcd";
+
+    fn known(state: MappingState, record: Option<PauseRecord>) -> ConsumerStatus {
+        ConsumerStatus::Known {
+            mapping: MAPPING.into(),
+            standing: crate::consumer::standing(&state, record.as_ref()),
+            state,
+            record,
+        }
+    }
+
+    #[test]
+    fn the_consumers_line_says_who_paused_it_since_when_and_why() {
+        let line = |c: &ConsumerStatus| consumer_line(c, NOW);
+        // running
+        assert_eq!(
+            line(&known(MappingState::Enabled, None)),
+            format!("consumer: running\n  event source mapping {MAPPING}: Enabled")
+        );
+        // paused by resq: since when, which alarm, its probes
+        let mut by_resq = pause_record(PausedBy::Resq, PauseState::Paused, NOW - 12 * 60_000);
+        by_resq.alarms = vec!["resq-downstream-failing".into()];
+        assert_eq!(
+            line(&known(MappingState::Disabled, Some(by_resq.clone()))),
+            format!(
+                "consumer: paused by resq since 2027-01-15T07:48:00Z (12m ago), alarm resq-downstream-failing; no probe yet\n  event source mapping {MAPPING}: Disabled"
+            )
+        );
+        by_resq.probes = 2;
+        by_resq.last_probe_at = Some(NOW - 3 * 60_000);
+        assert_eq!(
+            line(&known(MappingState::Disabled, Some(by_resq.clone()))),
+            format!(
+                "consumer: paused by resq since 2027-01-15T07:48:00Z (12m ago), alarm resq-downstream-failing; 2 probes so far, the last at 2027-01-15T07:57:00Z (3m ago)\n  event source mapping {MAPPING}: Disabled"
+            )
+        );
+        by_resq.state = PauseState::Probing;
+        assert!(
+            line(&known(MappingState::Enabled, Some(by_resq)))
+                .contains("; probing now\n  event source mapping"),
+        );
+        // paused by hand: since when, who, why
+        let mut by_hand = pause_record(
+            PausedBy::Operator,
+            PauseState::Paused,
+            NOW - 2 * 3_600_000 - 5 * 60_000,
+        );
+        by_hand.who = Some("arn:aws:iam::123456789012:user/alice".into());
+        by_hand.reason = Some("DB failover".into());
+        assert_eq!(
+            line(&known(MappingState::Disabled, Some(by_hand.clone()))),
+            format!(
+                "consumer: paused by hand since 2027-01-15T05:55:00Z (2h 5m ago) by arn:aws:iam::123456789012:user/alice, reason: DB failover\n  event source mapping {MAPPING}: Disabled; resq's breaker never resumes it (`resq consumer resume` does)"
+            )
+        );
+        // disabled with no record, or after a resume
+        let resumed = pause_record(PausedBy::Operator, PauseState::Resumed, NOW);
+        for record in [None, Some(resumed)] {
+            assert_eq!(
+                line(&known(MappingState::Disabled, record)),
+                format!(
+                    "consumer: paused by hand (no record: disabled outside resq)\n  event source mapping {MAPPING}: Disabled; resq's breaker never resumes it (`resq consumer resume` does)"
+                )
+            );
+        }
+        // enabled outside resq after a pause
+        assert!(
+            line(&known(MappingState::Enabled, Some(by_hand))).starts_with(
+                "consumer: running, although its latest record says paused by hand since 2027-01-15T05:55:00Z (2h 5m ago): enabled outside resq"
+            )
+        );
+        // not configured, or not to be told
+        assert!(
+            line(&ConsumerStatus::NotConfigured).starts_with("consumer breaker: not configured")
+        );
+        assert_eq!(
+            line(&ConsumerStatus::NoSuchMapping {
+                mapping: "x".into()
+            }),
+            "consumer: unknown: no event source mapping x (below)"
+        );
+        // and in JSON: the standing, the state, the record
+        let s = Status {
+            consumer: known(
+                MappingState::Disabled,
+                Some(pause_record(PausedBy::Operator, PauseState::Paused, NOW)),
+            ),
+            ..state()
+        };
+        let v = parse(&status(&s, NOW, true));
+        assert_eq!(
+            v["consumer"],
+            json!({"configured": true, "mapping": MAPPING, "state": "Disabled", "standing": "pausedByHand",
+                "record": {"mapping": MAPPING, "state": "paused", "by": "operator", "at": NOW, "since": NOW}})
+        );
+    }
+
+    #[test]
+    fn a_pause_says_what_it_did_what_it_took_over_and_that_resq_never_undoes_it() {
+        let mut record = pause_record(PausedBy::Operator, PauseState::Paused, NOW);
+        record.who = Some("arn:aws:iam::123456789012:user/alice".into());
+        record.reason = Some("DB failover".into());
+        let mut by_resq = pause_record(PausedBy::Resq, PauseState::Paused, NOW - 60_000);
+        by_resq.alarms = vec!["resq-downstream-failing".into()];
+        let report = PauseReport {
+            mapping: MAPPING.into(),
+            was: MappingState::Disabled,
+            now: MappingState::Disabled,
+            previous: Ok(Some(by_resq)),
+            record,
+            written_to: "s3://b/state/consumer/k.json".into(),
+        };
+        assert_eq!(
+            consumer_paused(&report, NOW, false),
+            format!(
+                "the consumer's event source mapping {MAPPING} was already Disabled: left so, and the pause recorded as yours\n\
+                 it was paused by resq since 2027-01-15T07:59:00Z (1m ago), alarm resq-downstream-failing: the pause is yours now (resq's breaker no longer probes or resumes it)\n\
+                 recorded in s3://b/state/consumer/k.json: paused by arn:aws:iam::123456789012:user/alice at 2027-01-15T08:00:00Z, reason: DB failover\n\
+                 resq's breaker never resumes a pause made by hand: `resq consumer resume` does\n"
+            )
+        );
+        let fresh = PauseReport {
+            was: MappingState::Enabled,
+            previous: Ok(None),
+            ..report.clone()
+        };
+        assert!(
+            consumer_paused(&fresh, NOW, false).starts_with(&format!(
+                "paused the consumer: event source mapping {MAPPING} is Disabled (was Enabled)\nrecorded in"
+            ))
+        );
+        let v = parse(&consumer_paused(&report, NOW, true));
+        assert_eq!(v["before"], "pausedByResq");
+        assert_eq!(v["record"]["by"], "operator");
+        assert_eq!(v["recordedIn"], "s3://b/state/consumer/k.json");
+    }
+
+    #[test]
+    fn a_resume_says_what_it_ended_and_what_it_was_forced_past() {
+        let mut record = pause_record(PausedBy::Operator, PauseState::Resumed, NOW);
+        record.who = Some("bob".into());
+        record.forced = true;
+        record.alarms = vec!["resq-downstream-failing".into()];
+        let report = ResumeReport {
+            mapping: MAPPING.into(),
+            was: MappingState::Disabled,
+            now: MappingState::Enabled,
+            previous: Ok(None),
+            record: Some((record, "s3://b/k.json".into())),
+            unchecked: vec!["resq-consumer-errors".into()],
+            alarms_unread: None,
+        };
+        assert_eq!(
+            consumer_resumed(&report, NOW, false),
+            format!(
+                "resumed the consumer: event source mapping {MAPPING} is Enabled (was Disabled)\n\
+                 it was disabled outside resq (no record)\n\
+                 recorded in s3://b/k.json: resumed by bob at 2027-01-15T08:00:00Z\n\
+                 forced past the breaker's alarm in ALARM: resq-downstream-failing; resq's breaker does not pause the consumer again until it has left ALARM once\n"
+            )
+        );
+        assert_eq!(
+            consumer_resumed_notes(&report),
+            "note: the consumer breaker's alarm resq-consumer-errors does not exist: not checked\n"
+        );
+        let nothing = ResumeReport {
+            was: MappingState::Enabled,
+            now: MappingState::Enabled,
+            record: None,
+            ..report.clone()
+        };
+        assert!(
+            consumer_resumed(&nothing, NOW, false)
+                .ends_with("no pause is on record: nothing to resume\n")
+        );
+        let v = parse(&consumer_resumed(&report, NOW, true));
+        assert_eq!(
+            (v["resumed"].clone(), v["record"]["forced"].clone()),
+            (json!(true), json!(true))
+        );
+        assert_eq!(v["unchecked"], json!(["resq-consumer-errors"]));
     }
 
     fn peeked() -> Vec<Peeked> {

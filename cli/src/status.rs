@@ -1,4 +1,5 @@
 //! `resq send` and `resq status`, and the queue facts they read (a queue's depth, its ARN).
+//! The consumer's line of the status is [`crate::consumer`]'s.
 
 use std::collections::HashMap;
 
@@ -6,6 +7,7 @@ use aws_sdk_cloudwatch::types::{Dimension, StateValue, Statistic};
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 
 use crate::CliError;
+use crate::consumer::ConsumerStatus;
 use crate::context::Context;
 use crate::orders::Outgoing;
 
@@ -109,17 +111,29 @@ pub struct QueueState {
     pub oldest_age_seconds: Option<f64>,
 }
 
-/// Queues and alarms.
+/// Queues, the consumer and alarms.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Status {
     /// The main queue (labelled `orders`) and the DLQ.
     pub queues: Vec<QueueState>,
+    /// Whether the consumer is running, paused by resq or paused by hand.
+    pub consumer: ConsumerStatus,
     /// Alarms whose name starts with the prefix, with their state.
     pub alarms: Vec<(String, String)>,
 }
 
-/// Reads depths, oldest ages and alarm states.
+impl Status {
+    /// The error a status ends with, after it is printed: the consumer's state could not be
+    /// told.
+    pub fn failure(&self) -> Option<CliError> {
+        self.consumer.failure()
+    }
+}
+
+/// Reads depths, oldest ages, the consumer's standing (when its event source mapping is
+/// named: then the archive bucket is needed too, for its pause record) and alarm states.
 pub async fn status(ctx: &Context, alarm_prefix: &str) -> Result<Status, CliError> {
+    let consumer = crate::consumer::read_in(ctx).await?;
     let mut queues = Vec::new();
     for (label, url) in [("main", ctx.main_queue()?), ("dlq", ctx.dlq()?)] {
         let (visible, in_flight) = crate::status::depth(&ctx.sqs, url)
@@ -184,7 +198,11 @@ pub async fn status(ctx: &Context, alarm_prefix: &str) -> Result<Status, CliErro
             )
         })
         .collect();
-    Ok(Status { queues, alarms })
+    Ok(Status {
+        queues,
+        consumer,
+        alarms,
+    })
 }
 
 /// A queue's ARN.

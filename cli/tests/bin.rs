@@ -28,6 +28,8 @@ fn resq_with<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> (i3
         "ARCHIVE_AFTER_SECONDS",
         "IDEMPOTENCY_WINDOW_SECONDS",
         "RESQ_STACK",
+        "CONSUMER_EVENT_SOURCE_MAPPING",
+        "PAUSE_CONSUMER_ON_ALARMS",
         "RUST_LOG",
     ] {
         command.env_remove(var);
@@ -162,6 +164,65 @@ fn missing_queue_names_say_where_to_find_them() {
         ),
         "{err}"
     );
+}
+
+#[test]
+fn the_consumer_commands_ask_for_the_mapping_and_the_bucket_before_any_call() {
+    // GIVEN no mapping named: each command says which flag, variable and output give it
+    for command in [
+        &["consumer", "pause"][..],
+        &["consumer", "resume", "--force"],
+    ] {
+        let (code, err) = resq(&local(command));
+        assert_eq!(code, 2, "{err}");
+        assert_eq!(
+            err.trim(),
+            "resq: --mapping (or CONSUMER_EVENT_SOURCE_MAPPING) is required: the stack output ConsumerEventSourceMapping has it (`sam list stack-outputs --stack-name STACK` lists them)"
+        );
+    }
+    // AND the pause record's bucket, from the variable too
+    let (code, err) = resq_with(
+        &[
+            "--endpoint-url",
+            CLOSED,
+            "consumer",
+            "pause",
+            "--reason",
+            "x",
+        ],
+        &[("CONSUMER_EVENT_SOURCE_MAPPING", "7c1f0d2e")],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--archive-bucket (or ARCHIVE_BUCKET) is required"),
+        "{err}"
+    );
+    // AND status, told of a mapping, needs the bucket for its record (before any queue)
+    let (code, err) = resq(&[
+        "--endpoint-url",
+        CLOSED,
+        "--main-queue-url",
+        "http://127.0.0.1:9/1/orders",
+        "--dlq-url",
+        "http://127.0.0.1:9/1/dlq",
+        "--mapping",
+        "7c1f0d2e",
+        "status",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--archive-bucket (or ARCHIVE_BUCKET) is required"),
+        "{err}"
+    );
+    // AND with everything named, an endpoint that does not answer is said so (exit 1)
+    let (code, err) = resq(&local(&["--mapping", "7c1f0d2e", "consumer", "pause"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("reading the event source mapping 7c1f0d2e")
+            && err.contains("is the emulator running?"),
+        "{err}"
+    );
+    assert_readable(&err);
 }
 
 #[test]

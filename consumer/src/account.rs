@@ -10,8 +10,9 @@ use resq::metrics::{self, Metrics};
 use resq::reason::{ArchiveReason, ErrorCode};
 use resq::settle::{Confirmation, SettleError};
 
-use crate::decide::{Failure, Fate};
+use crate::decide::{Failure, Fate, Ran};
 use crate::event::Record;
+use crate::handler::HandlerError;
 
 /// Records handled successfully.
 pub const PROCESSED: &str = "Processed";
@@ -22,6 +23,41 @@ pub const DEAD_LETTERED: &str = "DeadLettered";
 /// A replay that failed again, counted once per failed replay by the consumer, the moment the
 /// replayed copy first fails (the replays-failing alarm, and so the breaker, watch it).
 pub const REDRIVE_RETURNED: &str = "RedriveReturned";
+/// Records the retry budget held back (not run).
+pub const RETRY_BUDGET_EXCEEDED: &str = "RetryBudgetExceeded";
+/// Of the records whose handler ran, the share that failed transiently (a transient error, a
+/// panic, a timeout), in percent; written only when the handler ran at least one (the
+/// downstream-failing alarm reads it).
+pub const TRANSIENT_FAILURE_PERCENT: &str = "TransientFailurePercent";
+
+/// How a record counts in the handler's metrics ([`RETRY_BUDGET_EXCEEDED`],
+/// [`TRANSIENT_FAILURE_PERCENT`]): whether the handler ran it, and how that went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tally {
+    /// The handler did not run it: held back unrun, refused by the handler's parsing, not
+    /// started before the deadline margin, blocked behind its FIFO group.
+    NotRun,
+    /// A redelivery the retry budget held back.
+    OverBudget,
+    /// The handler ran it: it succeeded, or failed permanently.
+    Ran,
+    /// The handler ran it and it failed transiently: a transient error, a panic, a timeout.
+    FailedTransiently,
+}
+
+impl Tally {
+    /// How a record that came to `ran` counts.
+    pub fn of(ran: &Ran) -> Self {
+        match ran {
+            Ran::NotRun | Ran::NotStarted | Ran::GroupBlocked | Ran::Rejected(_) => Tally::NotRun,
+            Ran::OverBudget => Tally::OverBudget,
+            Ran::Handled(Err(HandlerError::Transient { .. }))
+            | Ran::Panicked(_)
+            | Ran::TimedOut => Tally::FailedTransiently,
+            Ran::Handled(_) => Tally::Ran,
+        }
+    }
+}
 
 /// What happened to one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,9 +155,9 @@ pub struct BatchReport {
     pub metrics: Metrics,
 }
 
-/// The answer for `records` with these outcomes: every failed record's id in the response, in
-/// event order, once; and the invocation's metrics.
-pub fn answer(records: &[Record], outcomes: Vec<Outcome>) -> BatchReport {
+/// The answer for `records` with these outcomes and tallies: every failed record's id in the
+/// response, in event order, once; and the invocation's metrics.
+pub fn answer(records: &[Record], outcomes: Vec<Outcome>, tallies: &[Tally]) -> BatchReport {
     let mut response = SqsBatchResponse::default();
     let mut seen = HashSet::new();
     let names = [
@@ -130,6 +166,7 @@ pub fn answer(records: &[Record], outcomes: Vec<Outcome>) -> BatchReport {
         DEAD_LETTERED,
         metrics::ARCHIVED,
         REDRIVE_RETURNED,
+        RETRY_BUDGET_EXCEEDED,
     ];
     let mut m = Metrics::new(&names);
     for (r, o) in records.iter().zip(&outcomes) {
@@ -146,6 +183,16 @@ pub fn answer(records: &[Record], outcomes: Vec<Outcome>) -> BatchReport {
             response.batch_item_failures.push(f);
         }
     }
+    let count = |of: &[Tally]| tallies.iter().filter(|t| of.contains(t)).count();
+    m.add(RETRY_BUDGET_EXCEEDED, count(&[Tally::OverBudget]) as u64);
+    let ran = count(&[Tally::Ran, Tally::FailedTransiently]);
+    if ran > 0 {
+        let failed = count(&[Tally::FailedTransiently]);
+        m.set_percent(
+            TRANSIENT_FAILURE_PERCENT,
+            100.0 * failed as f64 / ran as f64,
+        );
+    }
     BatchReport {
         response,
         outcomes,
@@ -158,6 +205,7 @@ mod tests {
     use super::*;
     use crate::fixtures::fifo_records;
     use resq::error::AwsError;
+    use resq::telemetry::{LogLevel, Names, Telemetry};
 
     #[test]
     fn response_lists_each_failed_id_once_in_order() {
@@ -171,7 +219,8 @@ mod tests {
             Outcome::Processed,
             Outcome::DeadLettered("MALFORMED_JSON".into()),
         ];
-        let ids: Vec<String> = answer(&records, outcomes.clone())
+        let tallies = [Tally::NotRun; 4];
+        let ids: Vec<String> = answer(&records, outcomes.clone(), &tallies)
             .response
             .batch_item_failures
             .into_iter()
@@ -180,7 +229,7 @@ mod tests {
         assert_eq!(ids, vec!["m0", "m1"]);
         let mut dup = records.clone();
         dup[1].message_id = "m0".into();
-        let report = answer(&dup, outcomes);
+        let report = answer(&dup, outcomes, &tallies);
         assert_eq!(report.response.batch_item_failures.len(), 1);
     }
     #[test]
@@ -223,6 +272,70 @@ mod tests {
             assert_eq!(code(outcome(&archive, c)).0, ErrorCode::SettleDeadline);
             assert_eq!(code(outcome(&dead_letter, c)).0, ErrorCode::SettleDeadline);
         }
+    }
+
+    #[test]
+    fn what_ran_is_tallied_by_how_it_went() {
+        let transient = HandlerError::transient("DOWN", "503");
+        let permanent = HandlerError::permanent("ORDER_REJECTED", "no such product");
+        let rejected = crate::handler::Rejection::malformed("not JSON");
+        let cases = [
+            (Ran::NotRun, Tally::NotRun),
+            (Ran::NotStarted, Tally::NotRun),
+            (Ran::GroupBlocked, Tally::NotRun),
+            (Ran::Rejected(rejected), Tally::NotRun),
+            (Ran::OverBudget, Tally::OverBudget),
+            (Ran::Handled(Ok(())), Tally::Ran),
+            (Ran::Handled(Err(permanent)), Tally::Ran),
+            (Ran::Handled(Err(transient)), Tally::FailedTransiently),
+            (Ran::Panicked("boom".into()), Tally::FailedTransiently),
+            (Ran::TimedOut, Tally::FailedTransiently),
+        ];
+        for (ran, tally) in cases {
+            assert_eq!(Tally::of(&ran), tally, "{ran:?}");
+        }
+    }
+
+    #[test]
+    fn the_transient_failure_share_counts_only_what_the_handler_ran() {
+        // GIVEN six records: three the handler ran (one failed transiently), one held back by
+        // the budget, two it never ran
+        let records = fifo_records(&["a", "b", "c", "d", "e", "f"]);
+        let failed = || Outcome::Failed(Failure::RetryBudget);
+        let outcomes = vec![
+            Outcome::Processed,
+            Outcome::DeadLettered("ORDER_REJECTED".into()),
+            Outcome::DeadLettered("DOWNSTREAM_UNAVAILABLE".into()),
+            failed(),
+            Outcome::Failed(Failure::NotStarted),
+            Outcome::Archived(ArchiveReason::RedriveCap),
+        ];
+        let tallies = [
+            Tally::Ran,
+            Tally::Ran,
+            Tally::FailedTransiently,
+            Tally::OverBudget,
+            Tally::NotRun,
+            Tally::NotRun,
+        ];
+        let m = answer(&records, outcomes, &tallies).metrics;
+        // THEN one in three failed; one was held back
+        assert_eq!(m.percent(TRANSIENT_FAILURE_PERCENT), Some(100.0 / 3.0));
+        assert_eq!(m.get(RETRY_BUDGET_EXCEEDED), 1);
+        // AND with nothing run, no share at all, and the count written as 0
+        let m = answer(
+            &records[..2],
+            vec![failed(), failed()],
+            &[Tally::OverBudget; 2],
+        )
+        .metrics;
+        assert_eq!(m.percent(TRANSIENT_FAILURE_PERCENT), None);
+        assert_eq!(m.get(RETRY_BUDGET_EXCEEDED), 2);
+        let m = answer(&records[..1], vec![Outcome::Processed], &[Tally::Ran]).metrics;
+        assert_eq!(m.percent(TRANSIENT_FAILURE_PERCENT), Some(0.0));
+        let t = Telemetry::of(Names::ORDERS, "orders-consumer", None).unwrap();
+        let line = &m.to_lines(&t, chrono::Utc::now(), LogLevel::Info)[0];
+        assert!(line.contains(r#""RetryBudgetExceeded":0"#), "{line}");
     }
 
     #[test]

@@ -37,6 +37,12 @@ impl Backoff {
             .min(MAX_VISIBILITY_TIMEOUT)
     }
 
+    /// The longest backoff: `BACKOFF_MAX_SECONDS`, within 12 h. What a record the retry
+    /// budget held back waits.
+    pub fn longest(&self) -> Duration {
+        self.cap.min(MAX_VISIBILITY_TIMEOUT)
+    }
+
     /// Full jitter: a uniform draw in `[0, ceiling]`, in whole seconds (what SQS takes).
     pub fn delay_seconds(&self, receive_count: u32, rng: &mut impl Rng) -> i32 {
         let ceiling = self.ceiling(receive_count).as_secs();
@@ -66,6 +72,8 @@ mod tests {
         };
         assert_eq!(b.ceiling(1), Duration::from_secs(3600));
         assert_eq!(b.ceiling(40), MAX_VISIBILITY_TIMEOUT);
+        assert_eq!(b.longest(), MAX_VISIBILITY_TIMEOUT);
+        assert_eq!(Backoff::default().longest(), Duration::from_secs(300));
         let mut rng = StdRng::seed_from_u64(7);
         for n in 0..100 {
             assert!(b.delay_seconds(n, &mut rng) <= 43_200);

@@ -22,11 +22,18 @@ pub struct ConsumerConfig {
     /// order records' lifetime). A message first sent longer ago than this is archived
     /// (`IDEMPOTENCY_WINDOW`), never run: its key may be gone, and running it could double it.
     pub idempotency_window: Duration,
+    /// `RETRY_BUDGET_PERCENT`: over a minute, main-queue redeliveries run at most this many per
+    /// 100 first deliveries run (plus [`crate::retry_budget::FLOOR_PER_MINUTE`]); `None`
+    /// (`off`): no retry budget.
+    pub retry_budget_percent: Option<u32>,
 }
 
 /// `IDEMPOTENCY_WINDOW_SECONDS` when unset: 90 days, the template's default order-record
 /// lifetime (`OrderRecordRetentionDays`), which sets the variable.
 pub const DEFAULT_IDEMPOTENCY_WINDOW_SECONDS: u64 = 90 * 86_400;
+/// `RETRY_BUDGET_PERCENT` when unset: retries at most 10 % of requests (Envoy's, gRPC's and
+/// Linkerd's default).
+pub const DEFAULT_RETRY_BUDGET_PERCENT: u32 = 10;
 /// `BACKOFF_BASE_SECONDS` when unset.
 const DEFAULT_BACKOFF_BASE_SECONDS: u64 = 2;
 /// `BACKOFF_MAX_SECONDS` when unset.
@@ -74,7 +81,29 @@ impl ConsumerConfig {
                 DEFAULT_IDEMPOTENCY_WINDOW_SECONDS,
                 60..=100 * 365 * 86_400,
             )?),
+            retry_budget_percent: retry_budget_percent(vars)?,
         })
+    }
+}
+
+/// `RETRY_BUDGET_PERCENT`: `off` (any case), or a whole number from 1 to 100.
+fn retry_budget_percent(
+    vars: &Vars<impl Fn(&str) -> Option<String>>,
+) -> Result<Option<u32>, ConfigError> {
+    let Some(raw) = vars.get("RETRY_BUDGET_PERCENT") else {
+        return Ok(Some(DEFAULT_RETRY_BUDGET_PERCENT));
+    };
+    let value = raw.trim();
+    if value.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    match value.parse() {
+        Ok(percent @ 1..=100) => Ok(Some(percent)),
+        _ => Err(ConfigError::Invalid {
+            var: "RETRY_BUDGET_PERCENT",
+            value: raw,
+            expected: "off (no retry budget) or a whole number from 1 to 100".into(),
+        }),
     }
 }
 
@@ -91,6 +120,37 @@ mod tests {
         assert_eq!(c.concurrency, Concurrency::Auto);
         assert_eq!(c.backoff, Backoff::default());
         assert_eq!(c.common.archive_bucket, "resq-archive");
+        assert_eq!(c.retry_budget_percent, Some(DEFAULT_RETRY_BUDGET_PERCENT));
+    }
+
+    #[test]
+    fn the_retry_budget_is_a_percentage_or_off() {
+        let budget = |value: &str| {
+            let mut v = REQUIRED.to_vec();
+            v.push(("RETRY_BUDGET_PERCENT", value));
+            ConsumerConfig::from_vars(&vars(&v)).map(|c| c.retry_budget_percent)
+        };
+        for (value, expected) in [
+            ("1", Some(1)),
+            (" 25 ", Some(25)),
+            ("100", Some(100)),
+            ("off", None),
+            ("OFF", None),
+            (" Off ", None),
+            // empty counts as unset
+            ("", Some(DEFAULT_RETRY_BUDGET_PERCENT)),
+        ] {
+            assert_eq!(budget(value), Ok(expected), "{value:?}");
+        }
+        for value in ["0", "101", "10.5", "-5", "10%", "none", "false"] {
+            let err = budget(value).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "RETRY_BUDGET_PERCENT=\"{value}\" is invalid: expected off (no retry budget) or a whole number from 1 to 100"
+                )
+            );
+        }
     }
 
     #[test]

@@ -160,6 +160,19 @@ pub fn last_receive(
     horizon: Horizon<'_>,
     backoff: &Backoff,
 ) -> Option<LastReceive> {
+    let delay = match record.group_id {
+        Some(_) => backoff.ceiling(u32::MAX),
+        None => backoff.ceiling(record.receive_count),
+    };
+    last_receive_after(record, horizon, delay)
+}
+
+/// [`last_receive`] of a record backed off for `delay` at most.
+fn last_receive_after(
+    record: &Record,
+    horizon: Horizon<'_>,
+    delay: Duration,
+) -> Option<LastReceive> {
     let limits = horizon.limits?;
     if let Some(max) = limits.max_receive_count
         && record.receive_count >= max
@@ -167,10 +180,6 @@ pub fn last_receive(
         return Some(LastReceive::ReceivesUsed { max });
     }
     let ends = record.sent_at? + limits.retention.as_millis() as u64;
-    let delay = match record.group_id {
-        Some(_) => backoff.ceiling(u32::MAX),
-        None => backoff.ceiling(record.receive_count),
-    };
     let next = delay.max(limits.visibility_timeout) + LONGEST_BATCHING_WINDOW;
     let from = horizon.deadline_ms.max(horizon.now_ms);
     (ends <= from + next.as_millis() as u64).then_some(LastReceive::RetentionEnds { at_ms: ends })
@@ -186,6 +195,8 @@ pub enum Ran {
     NotStarted,
     /// FIFO: a record before it in its group failed.
     GroupBlocked,
+    /// A main-queue redelivery over the retry budget ([`crate::retry_budget`]): not run.
+    OverBudget,
     /// The handler's parsing refused it.
     Rejected(Rejection),
     /// The handler's effect returned.
@@ -217,6 +228,9 @@ pub enum Failure {
     GroupBlocked,
     /// The deadline margin was reached before this record started.
     NotStarted,
+    /// A main-queue redelivery over the retry budget, so not run: it waits the longest
+    /// backoff.
+    RetryBudget,
 }
 
 impl Failure {
@@ -235,6 +249,7 @@ impl Failure {
             Failure::Resq { code, .. } => code.code(),
             Failure::GroupBlocked => ErrorCode::FifoGroupBlocked.code(),
             Failure::NotStarted => ErrorCode::DeadlineNotStarted.code(),
+            Failure::RetryBudget => ErrorCode::RetryBudget.code(),
         }
     }
 
@@ -243,6 +258,7 @@ impl Failure {
         match self {
             Failure::Transient { details, .. } | Failure::Resq { details, .. } => details,
             Failure::GroupBlocked | Failure::NotStarted => "",
+            Failure::RetryBudget => "a redelivery over the retry budget (RETRY_BUDGET_PERCENT)",
         }
     }
 
@@ -291,16 +307,21 @@ impl From<Fate> for Decision {
 /// The one decision of a record's fate (docs/design.md, "Record checks"): unreadable → a
 /// permanent DLQ copy (`UNREADABLE_RECORD`); past the redrive cap or the idempotency window →
 /// archive; rejected by the handler's parsing, or a permanent error → a DLQ copy (archived
-/// instead when SQS would refuse the copy); a transient error, a panic, a timeout → retry, or,
-/// on its last allowed receive ([`last_receive`]), a transient DLQ copy with its reason;
-/// success → acknowledge.
+/// instead when SQS would refuse the copy); a transient error, a panic, a timeout, a
+/// redelivery over the retry budget → retry, or, on its last allowed receive ([`last_receive`];
+/// over the budget, with the longest backoff), a transient DLQ copy with its reason; success →
+/// acknowledge.
 pub fn decide(
     record: &Record,
     config: &ConsumerConfig,
     horizon: Horizon<'_>,
     ran: Ran,
 ) -> Decision {
-    let retry = |failure: Failure| match last_receive(record, horizon, &config.backoff) {
+    let last_receive = |failure: &Failure| match failure {
+        Failure::RetryBudget => last_receive_after(record, horizon, config.backoff.longest()),
+        _ => last_receive(record, horizon, &config.backoff),
+    };
+    let retry = |failure: Failure| match last_receive(&failure) {
         Some(last) => {
             let details = format!("{}; {last}", failure.details());
             let details = details.trim_start_matches("; ");
@@ -332,6 +353,7 @@ pub fn decide(
         Ran::NotStarted => retry(Failure::NotStarted),
         // never dead-lettered ahead of the record it waits behind: SQS keeps the group's order
         Ran::GroupBlocked => Fate::Retry(Failure::GroupBlocked).into(),
+        Ran::OverBudget => retry(Failure::RetryBudget),
         Ran::Rejected(r) => permanent(&r.code, &r.details),
         Ran::Handled(Ok(())) => Fate::Ack.into(),
         Ran::Handled(Err(HandlerError::Transient { code, details })) => {
@@ -480,8 +502,10 @@ pub const LONGEST_BATCHING_WINDOW: Duration = Duration::from_secs(300);
 
 /// The backoff of the records reported failed (`failures[i]`, `None` for the others), as
 /// (record, seconds): full jitter on the receive count, never past what SQS still accepts
-/// (`ceiling_seconds`: its 12 h count from the receive). A FIFO record held behind a failure in
-/// its group gets that record's delay, so the group comes back together and in order. Records
+/// (`ceiling_seconds`: its 12 h count from the receive); a redelivery the retry budget held
+/// back, the longest backoff, so that the budget has refilled when it comes back. A FIFO
+/// record held behind a failure in its group gets that record's delay, so the group comes back
+/// together and in order. Records
 /// that never started get none: SQS returns them by itself after the queue's visibility
 /// timeout; neither does a record without a receipt handle.
 pub fn backoff(
@@ -502,8 +526,11 @@ pub fn backoff(
                     Some(d) => d,
                     None => continue,
                 },
-                Some(_) => {
-                    let d = backoff.delay_seconds(records[i].receive_count, rng);
+                Some(failure) => {
+                    let d = match failure {
+                        Failure::RetryBudget => backoff.longest().as_secs() as i32,
+                        _ => backoff.delay_seconds(records[i].receive_count, rng),
+                    };
                     let d = d.min(ceiling_seconds.max(0));
                     group_delay.get_or_insert(d);
                     d
@@ -540,6 +567,7 @@ mod tests {
             backoff: Backoff::default(),
             // the fixtures were sent in 2023: a window that holds them
             idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),
+            retry_budget_percent: Some(crate::config::DEFAULT_RETRY_BUDGET_PERCENT),
         }
     }
 
@@ -808,6 +836,87 @@ mod tests {
             // receive count 3 ⇒ window [0, 40]
             assert!(changes.iter().all(|(_, s)| (0..=40).contains(s)));
         }
+    }
+
+    #[test]
+    fn a_redelivery_over_the_budget_is_retried_or_on_its_last_receive_dead_lettered() {
+        // GIVEN a queue allowing 5 receives, and redeliveries held back by the retry budget
+        let now = epoch_ms();
+        let five = limits(5, 345_600);
+        let horizon = Horizon {
+            limits: Some(&five),
+            now_ms: now,
+            deadline_ms: now,
+        };
+        let records = parse_event(json!({"Records": [
+            received(2, now, json!({})),
+            received(5, now, json!({})),
+        ]}))
+        .unwrap();
+        let d = |r: &Record| decide(r, &config(), horizon, Ran::OverBudget);
+        // THEN with receives left it is retried, unrun
+        assert_eq!(d(&records[0]), Fate::Retry(Failure::RetryBudget).into());
+        // AND on its last one it is a transient DLQ copy, RETRY_BUDGET
+        let last = d(&records[1]);
+        assert!(
+            matches!(last.fate, Fate::DeadLetter { class: "transient", ref reason, .. } if reason == "RETRY_BUDGET"),
+            "{last:?}"
+        );
+        let Some(Action::Copy { message, .. }) = last.action else {
+            panic!("{last:?}")
+        };
+        let attribute = |n: &str| message.attributes[n].string_value.clone();
+        assert_eq!(attribute(X_FAILURE_CLASS).as_deref(), Some("transient"));
+        assert_eq!(attribute(X_FAILURE_REASON).as_deref(), Some("RETRY_BUDGET"));
+    }
+
+    #[test]
+    fn a_held_redelivery_waits_the_longest_so_its_retention_is_counted_from_that() {
+        // GIVEN a queue keeping messages an hour (visibility 30 s, backoff 2 s … 300 s), and a
+        // record on its 2nd receive whose retention ends in 400 s
+        let now = epoch_ms();
+        let hour = limits(100, 3600);
+        let horizon = Horizon {
+            limits: Some(&hour),
+            now_ms: now,
+            deadline_ms: now,
+        };
+        let sent = now + 400_000 - 3_600_000;
+        let records = parse_event(json!({"Records": [received(2, sent, json!({}))]})).unwrap();
+        let fate = |ran: Ran| decide(&records[0], &config(), horizon, ran).fate;
+        // THEN failed, it comes back within 4 s (its backoff) or 30 s (the visibility), plus
+        // 300 s (the longest batching window): in time, retried
+        let transient = Ran::Handled(Err(HandlerError::transient("DOWN", "503")));
+        assert!(matches!(fate(transient), Fate::Retry(_)));
+        // BUT held by the budget it waits 300 s, plus 300 s: too late, dead-lettered now
+        assert!(matches!(
+            fate(Ran::OverBudget),
+            Fate::DeadLetter { class: "transient", ref reason, .. } if reason == "RETRY_BUDGET"
+        ));
+    }
+
+    #[test]
+    fn a_redelivery_held_by_the_budget_waits_the_longest_backoff_and_its_group_with_it() {
+        // GIVEN group a held by the budget (a record blocked behind it), and group b failed
+        let records = fifo_records(&["a", "a", "b"]);
+        let lanes = plan_lanes(&records, true);
+        let (held, blocked, failed) = (Failure::RetryBudget, Failure::GroupBlocked, transient());
+        let failures = [Some(&held), Some(&blocked), Some(&failed)];
+        let policy = Backoff {
+            base: Duration::from_secs(10),
+            cap: Duration::from_secs(300),
+        };
+        for seed in 0..20 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let changes = backoff(&records, &lanes, &failures, &policy, 43_000, &mut rng);
+            // THEN group a waits BACKOFF_MAX_SECONDS, no jitter; group b its jittered backoff
+            assert_eq!(changes[..2], [(0, 300), (1, 300)]);
+            assert!((0..=40).contains(&changes[2].1), "{changes:?}");
+        }
+        // AND never past SQS's 12 h counted from the receive
+        let mut rng = StdRng::seed_from_u64(1);
+        let changes = backoff(&records, &lanes, &failures, &policy, 120, &mut rng);
+        assert_eq!(changes[..2], [(0, 120), (1, 120)]);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The batch engine (docs/design.md, "Consumer phases"): read → decide → settle → answer.
 //! This file runs the handler, each record isolated (a panic or overrunning the margin is that
-//! record's failure), up to `CONSUMER_CONCURRENCY` at once, FIFO groups in order; what becomes
+//! record's failure), up to `CONSUMER_CONCURRENCY` at once, FIFO groups in order, redeliveries
+//! within the retry budget ([`crate::retry_budget`], held across invocations); what becomes
 //! of a record is decided in [`crate::decide`], carried out in `settle` (through
 //! resq's executor), and answered in [`crate::account`].
 //!
@@ -29,10 +30,11 @@ use resq::store::ObjectStore;
 use resq::telemetry::Telemetry;
 use tracing::{Instrument, Span, field};
 
-use crate::account::{self, BatchReport};
+use crate::account::{self, BatchReport, Tally};
 use crate::decide::{self, Fate, Horizon, Ran};
 use crate::event::{self, EventError, Record, SqsInvocation};
 use crate::handler::{MessageHandler, RecordMeta};
+use crate::retry_budget::{Delivery, RetryBudget};
 
 /// Who archive entries are signed by.
 pub const ARCHIVED_BY: &str = "consumer";
@@ -71,23 +73,28 @@ struct Source {
     limits: Option<Arc<QueueLimits>>,
 }
 
-/// The consumer: one per process, reused across invocations (it keeps no state between them).
+/// The consumer: one per process, reused across invocations (it keeps only the source queues'
+/// limits and the retry budget between them).
 pub struct Consumer<H, Q, S> {
     handler: H,
     pub(crate) settler: Settler<Q, S>,
     pub(crate) config: ConsumerConfig,
     /// Where a body's business id is read from when the handler did not parse it.
     pub(crate) correlation: CorrelationKey,
-    /// The source queues' limits, by URL: the only state kept between invocations.
+    /// The source queues' limits, by URL, kept between invocations.
     limits: Mutex<HashMap<QueueUrl, Known>>,
+    /// What the execution environment ran in the last minute, kept between invocations.
+    retry_budget: Mutex<RetryBudget>,
     /// The downstream's answers, as the HTTPS client counts them (nothing counts into it
     /// unless [`Consumer::with_throttling`] shares the client's).
     throttling: Throttling,
 }
 
-/// A record once it ran: its fate, the action still to carry it out, what became of an action
-/// already settled in its FIFO lane, and its span while something is left to log.
+/// A record once it ran: how it counts in the handler's metrics, its fate, the action still to
+/// carry it out, what became of an action already settled in its FIFO lane, and its span while
+/// something is left to log.
 pub(crate) struct Settling {
+    pub(crate) tally: Tally,
     pub(crate) fate: Fate,
     pub(crate) action: Option<Action>,
     pub(crate) settled: Option<Confirmation>,
@@ -98,12 +105,14 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     /// A consumer over its ports: the handler, SQS and the archive bucket.
     pub fn new(handler: H, queues: Q, store: S, config: ConsumerConfig) -> Self {
         let in_flight = config.concurrency.settle_calls_in_flight();
+        let retry_budget = Mutex::new(RetryBudget::new(config.retry_budget_percent));
         Self {
             handler,
             settler: Settler::new(queues, store, ARCHIVED_BY).with_calls_in_flight(in_flight),
             config,
             correlation: Telemetry::from_env_or_declared(H::NAMES).correlation,
             limits: Mutex::new(HashMap::new()),
+            retry_budget,
             throttling: Throttling::default(),
         }
     }
@@ -157,7 +166,8 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             phases.settle_by,
         )
         .await;
-        let report = account::answer(&records, outcomes);
+        let tallies: Vec<Tally> = ran.iter().map(|s| s.tally).collect();
+        let report = account::answer(&records, outcomes, &tallies);
         let m = &report.metrics;
         tracing::info!(
             records = records.len(),
@@ -166,6 +176,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             dead_lettered = m.get(crate::account::DEAD_LETTERED),
             archived = m.get(metrics::ARCHIVED),
             returned = m.get(crate::account::REDRIVE_RETURNED),
+            retry_budget_exceeded = m.get(crate::account::RETRY_BUDGET_EXCEEDED),
             concurrency_lowest = limit.lowest(),
             throttles = limit.throttles(),
             "batch done"
@@ -342,6 +353,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
 
     /// A record held back without running.
     fn unrun(&self, record: &Record, horizon: Horizon<'_>, ran: Ran) -> Settling {
+        let tally = Tally::of(&ran);
         let decision = decide::decide(record, &self.config, horizon, ran);
         let span = match &decision.fate {
             Fate::Retry(f) => {
@@ -355,6 +367,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             }
         };
         Settling {
+            tally,
             fate: decision.fate,
             action: decision.action,
             settled: None,
@@ -395,10 +408,13 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         let ran = match parsed {
             None => Ran::NotRun,
             Some(Err(ran)) => ran,
+            Some(Ok(_)) if !self.within_retry_budget(record) => Ran::OverBudget,
             Some(Ok(message)) => self.effect(record, &message, &span, stop_by).await,
         };
+        let tally = Tally::of(&ran);
         let decision = decide::decide(record, &self.config, horizon, ran);
         Settling {
+            tally,
             span: log_decision(span, &decision.fate),
             fate: decision.fate,
             action: decision.action,
@@ -413,6 +429,14 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             .body
             .as_deref()
             .and_then(|b| self.correlation.read(b))
+    }
+
+    /// Whether the retry budget lets a parsed record's effect start now (what reaches the
+    /// downstream), counted if so: a record the handler never runs, or whose parsing refuses
+    /// it, neither earns nor spends.
+    fn within_retry_budget(&self, record: &Record) -> bool {
+        let mut budget = self.retry_budget.lock().unwrap_or_else(|e| e.into_inner());
+        budget.admit(Delivery::of(record), decide::epoch_ms())
     }
 
     /// The handler's parsing: the team's code, so a panic there is the record's failure.
@@ -479,7 +503,11 @@ fn log_decision(span: Span, fate: &Fate) -> Span {
         Fate::Retry(f) => {
             span.record("error_code", f.code());
             span.record("error_details", f.details());
-            span.in_scope(|| tracing::warn!("failed; will be retried"));
+            match f.ran() {
+                true => span.in_scope(|| tracing::warn!("failed; will be retried")),
+                // held back by the retry budget
+                false => span.in_scope(|| tracing::warn!("record reported failed without running")),
+            }
             Span::none()
         }
         Fate::DeadLetter {

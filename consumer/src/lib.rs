@@ -140,6 +140,7 @@ mod fixtures;
 pub mod handler;
 pub mod lambda;
 pub mod order;
+pub mod retry_budget;
 mod settle;
 
 pub use engine::Consumer;

@@ -16,6 +16,7 @@ use resq::store::ObjectStore;
 use resq_consumer::Consumer;
 use resq_consumer::account::BatchReport;
 use resq_consumer::account::Outcome;
+use resq_consumer::account::{RETRY_BUDGET_EXCEEDED, TRANSIENT_FAILURE_PERCENT};
 use resq_consumer::concurrency::Concurrency;
 use resq_consumer::config::ConsumerConfig;
 use resq_consumer::decide;
@@ -104,6 +105,7 @@ fn config(dlq: &str) -> ConsumerConfig {
         backoff: resq_consumer::backoff::Backoff::default(),
         // the fixtures were sent in 2023: a window that holds them
         idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),
+        retry_budget_percent: Some(resq_consumer::config::DEFAULT_RETRY_BUDGET_PERCENT),
     }
 }
 
@@ -536,8 +538,14 @@ async fn in_flight_at_starts(
     cfg.concurrency = concurrency;
     let consumer = Consumer::new(effect.clone(), &queues, &store, cfg)
         .with_throttling(effect.0.throttling.clone());
+    // first deliveries: what is measured is the concurrency, not the retry budget
     let batch: Vec<Value> = (0..records)
-        .map(|i| record(&format!("m{i}"), &order(&format!("o-{i}")), None, None))
+        .map(|i| {
+            received(
+                record(&format!("m{i}"), &order(&format!("o-{i}")), None, None),
+                1,
+            )
+        })
         .collect();
     let report = consumer
         .process(json!({ "Records": batch }), later())
@@ -1232,4 +1240,262 @@ async fn a_partly_failed_dlq_batch_keeps_exactly_the_failed_records() {
         3,
         "two SendMessageBatch calls, one visibility call"
     );
+}
+
+/// Takes any body and notes the message id of each record whose effect it runs; a body naming
+/// `transient-` fails transiently.
+#[derive(Clone, Default)]
+struct Noting(Arc<Mutex<Vec<String>>>);
+
+impl Noting {
+    /// The message ids of the records run, in the order they ran.
+    fn ran(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl MessageHandler for Noting {
+    type Message = String;
+    fn parse(&self, body: Option<&str>) -> Result<String, Rejection> {
+        Ok(body.unwrap_or_default().to_owned())
+    }
+    fn business_id<'m>(&self, body: &'m String) -> &'m str {
+        body
+    }
+    async fn handle(&self, body: &String, meta: &RecordMeta<'_>) -> Result<(), HandlerError> {
+        self.0.lock().unwrap().push(meta.message_id.to_owned());
+        match body.contains("transient-") {
+            true => Err(HandlerError::transient("DOWNSTREAM_UNAVAILABLE", "503")),
+            false => Ok(()),
+        }
+    }
+}
+
+/// `n` orders `{id}{i}`, each on its `receives`th receive.
+fn orders(id: &str, n: usize, receives: u32) -> Value {
+    let records: Vec<Value> = (0..n)
+        .map(|i| {
+            let id = format!("{id}{i}");
+            received(
+                record(&id, &order(&format!("o-{id}")), None, None),
+                receives,
+            )
+        })
+        .collect();
+    json!({ "Records": records })
+}
+
+/// `BACKOFF_MAX_SECONDS` in the tests' configuration.
+const LONGEST: i32 = 300;
+
+#[tokio::test]
+async fn a_redelivery_over_the_retry_budget_is_not_run_and_waits_the_longest_backoff() {
+    // GIVEN a new execution environment (no first deliveries yet: the floor of 10 a minute)
+    let (logs, _guard) = resq_testing::CapturedLogs::start();
+    let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+    let handler = Noting::default();
+    let consumer = Consumer::new(
+        handler.clone(),
+        &queues,
+        &store,
+        config("http://127.0.0.1/1/dlq"),
+    );
+    // WHEN 12 redeliveries arrive
+    let report = consumer.process(orders("r", 12, 2), later()).await.unwrap();
+    // THEN 10 run, and the other 2 are not run: reported failed, backed off the longest
+    let (ran, held) = (handler.ran(), failed_ids(&report.response));
+    assert_eq!(
+        (ran.len(), held.len()),
+        (10, 2),
+        "ran {ran:?}, held {held:?}"
+    );
+    assert!(held.iter().all(|id| !ran.iter().any(|r| r == id)));
+    let expected: Vec<(String, i32)> = held
+        .iter()
+        .map(|id| (format!("rh-{id}"), LONGEST))
+        .collect();
+    assert_eq!(queues.changes(MAIN), expected);
+    let failures: Vec<&Outcome> = report.outcomes.iter().filter(|o| o.is_failed()).collect();
+    assert_eq!(failures, [&Outcome::Failed(Failure::RetryBudget); 2]);
+    // AND each says so in its line
+    let lines = logs.with_message("record reported failed without running");
+    let text = |l: &Value, key: &str| l[key].as_str().unwrap_or_default().to_owned();
+    let mut said: Vec<(String, String)> = lines
+        .iter()
+        .map(|l| (text(l, "message_id"), text(l, "error_code")))
+        .collect();
+    said.sort();
+    let mut expected: Vec<(String, String)> = held
+        .iter()
+        .map(|id| (id.to_string(), "RETRY_BUDGET".into()))
+        .collect();
+    expected.sort();
+    assert_eq!(said, expected);
+    // AND counted: 2 held back; of the 10 run, none failed
+    assert_eq!(report.metrics.get(RETRY_BUDGET_EXCEEDED), 2);
+    assert_eq!(report.metrics.percent(TRANSIENT_FAILURE_PERCENT), Some(0.0));
+    // AND on the next invocation a replay (on its 2nd receive) still runs, while a
+    // redelivery is still refused: the budget outlives the invocation
+    let event = json!({"Records": [
+        record("replay", &order("o-replay"), Some("1"), None),
+        received(record("again", &order("o-again"), None, None), 3),
+    ]});
+    let report = consumer.process(event, later()).await.unwrap();
+    assert_eq!(failed_ids(&report.response), vec!["again"]);
+    assert_eq!(handler.ran().last().map(String::as_str), Some("replay"));
+    assert_eq!(report.metrics.get(RETRY_BUDGET_EXCEEDED), 1);
+}
+
+#[tokio::test]
+async fn a_held_redelivery_on_its_last_allowed_receive_is_dead_lettered_with_retry_budget() {
+    // GIVEN a queue allowing 5 receives, and an environment that ran its 10 redeliveries
+    let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+    queues.set_limits(MAIN, Ok(main_limits(5)));
+    let handler = Noting::default();
+    let consumer = Consumer::new(
+        handler.clone(),
+        &queues,
+        &store,
+        config("http://127.0.0.1/1/dlq"),
+    );
+    let spent = consumer.process(orders("r", 10, 2), later()).await.unwrap();
+    assert!(spent.response.batch_item_failures.is_empty());
+    // WHEN a redelivery on its 5th receive and one on its 3rd arrive
+    let event = json!({"Records": [
+        received(record("fifth", &order("o-fifth"), None, None), 5),
+        received(record("third", &order("o-third"), None, None), 3),
+    ]});
+    let report = consumer.process(event, later()).await.unwrap();
+    // THEN neither runs; the one on its last receive is in the DLQ, transient, RETRY_BUDGET,
+    // and acknowledged; the other waits the longest backoff
+    assert_eq!(handler.ran().len(), 10);
+    assert_eq!(failed_ids(&report.response), vec!["third"]);
+    assert_eq!(queues.changes(MAIN), vec![("rh-third".to_owned(), LONGEST)]);
+    assert_eq!(
+        report.outcomes[0],
+        Outcome::DeadLettered("RETRY_BUDGET".into())
+    );
+    let copies = dlq_copies(&queues);
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].body, order("o-fifth"));
+    let attr = |n: &str| copies[0].attributes[n].string_value.clone();
+    assert_eq!(attr(X_FAILURE_CLASS).as_deref(), Some("transient"));
+    assert_eq!(attr(X_FAILURE_REASON).as_deref(), Some("RETRY_BUDGET"));
+    // AND both were held back; the handler ran nothing, so no failure share
+    assert_eq!(report.metrics.get(RETRY_BUDGET_EXCEEDED), 2);
+    assert_eq!(report.metrics.get(resq_consumer::account::DEAD_LETTERED), 1);
+    assert_eq!(report.metrics.percent(TRANSIENT_FAILURE_PERCENT), None);
+}
+
+#[tokio::test]
+async fn fifo_a_group_the_retry_budget_stops_is_held_as_after_a_failure() {
+    // GIVEN an environment that ran its 10 redeliveries
+    let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+    let handler = Noting::default();
+    let dlq = "http://127.0.0.1/1/dlq.fifo";
+    let consumer = Consumer::new(handler.clone(), &queues, &store, config(dlq));
+    consumer.process(orders("r", 10, 2), later()).await.unwrap();
+    // WHEN a FIFO batch comes: group A a redelivery then a first delivery, group B a replay
+    let event = json!({"Records": [
+        record("a1", &order("o-a1"), None, Some("A")),
+        received(record("a2", &order("o-a2"), None, Some("A")), 1),
+        record("b1", &order("o-b1"), Some("1"), Some("B")),
+    ]});
+    let report = consumer.process(event, later()).await.unwrap();
+    // THEN group A is held whole, in order: a1 by the budget, a2 behind it, neither run,
+    // both backed off the longest; group B runs
+    assert_eq!(failed_ids(&report.response), vec!["a1", "a2"]);
+    assert_eq!(
+        report.outcomes,
+        vec![
+            Outcome::Failed(Failure::RetryBudget),
+            Outcome::Failed(Failure::GroupBlocked),
+            Outcome::Processed,
+        ]
+    );
+    assert_eq!(handler.ran()[10..], ["b1".to_owned()]);
+    let fifo = "http://127.0.0.1/123456789012/orders.fifo";
+    let held = vec![("rh-a1".to_owned(), LONGEST), ("rh-a2".to_owned(), LONGEST)];
+    assert_eq!(queues.changes(fifo), held);
+    // AND only the record the budget stopped counts as held back by it
+    assert_eq!(report.metrics.get(RETRY_BUDGET_EXCEEDED), 1);
+}
+
+#[tokio::test]
+async fn the_transient_failure_share_counts_the_records_the_handler_ran() {
+    // GIVEN first deliveries: one succeeds, one fails transiently, one panics, one fails
+    // permanently; one is not JSON and one is past the redrive cap (the handler runs neither)
+    let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+    let consumer = scripted(&queues, &store, "http://127.0.0.1/1/dlq");
+    let first = |r: Value| received(r, 1);
+    let event = json!({"Records": [
+        first(record("ok", &order("o-1"), None, None)),
+        first(record("transient", &order("transient-2"), None, None)),
+        first(record("panic", &order("panic-3"), None, None)),
+        first(record("permanent", &order("permanent-4"), None, None)),
+        first(record("malformed", "{not json", None, None)),
+        first(record("capped", &order("o-6"), Some("4"), None)),
+    ]});
+    let report = consumer.process(event, later()).await.unwrap();
+    // THEN two of the four it ran failed transiently: 50 %
+    assert_eq!(
+        report.metrics.percent(TRANSIENT_FAILURE_PERCENT),
+        Some(50.0)
+    );
+    assert_eq!(report.metrics.get(RETRY_BUDGET_EXCEEDED), 0);
+}
+
+/// An event other projects wrote, from `tests/fixtures/third-party/`.
+fn third_party(path: &str) -> Value {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/third-party/"
+    );
+    let text = std::fs::read_to_string(format!("{dir}{path}")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[tokio::test]
+async fn first_deliveries_earn_redeliveries_their_share_in_events_other_projects_wrote() {
+    // GIVEN Powertools for Java's 25-record batch of first deliveries, four times: 100 run
+    let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+    // the Go runtime's record was sent in 2018: its queue keeps it (else its retention would
+    // have ended, and a held one would be dead-lettered at once)
+    let own = "http://127.0.0.1/123456789012/SQSQueue";
+    let keeps_it = resq::sqs::QueueLimits {
+        retention: Duration::from_secs(100 * 365 * 86_400),
+        ..main_limits(100)
+    };
+    queues.set_limits(own, Ok(keeps_it));
+    let handler = Noting::default();
+    let consumer = Consumer::new(
+        handler.clone(),
+        &queues,
+        &store,
+        config("http://127.0.0.1/1/dlq"),
+    );
+    let first = third_party("powertools-lambda-java/sqs_event_big.json");
+    for _ in 0..4 {
+        let report = consumer.process(first.clone(), later()).await.unwrap();
+        assert!(report.response.batch_item_failures.is_empty());
+        assert_eq!(report.metrics.get(RETRY_BUDGET_EXCEEDED), 0);
+    }
+    assert_eq!(handler.ran().len(), 100);
+    // WHEN the Go runtime's record on its 2nd receive comes 25 times
+    let again = third_party("aws-lambda-go/sqs-event.json");
+    let mut held = 0;
+    for _ in 0..25 {
+        let report = consumer.process(again.clone(), later()).await.unwrap();
+        held += report.metrics.get(RETRY_BUDGET_EXCEEDED);
+    }
+    // THEN 10 % of the 100 plus the floor of 10 run; the other 5 are held back
+    let redelivered = handler
+        .ran()
+        .iter()
+        .filter(|id| *id == "MessageID_1")
+        .count();
+    assert_eq!((redelivered, held), (20, 5));
+    // AND each held one waits the longest backoff on its own queue
+    let longest = ("MessageReceiptHandle".to_owned(), LONGEST);
+    assert_eq!(queues.changes(own), vec![longest; 5]);
 }

@@ -268,6 +268,7 @@ fn config(dlq: &str) -> ConsumerConfig {
         backoff: resq_consumer::backoff::Backoff::default(),
         // the fixtures were sent in 2023: a window that holds them
         idempotency_window: std::time::Duration::from_secs(100 * 365 * 86_400),
+        retry_budget_percent: Some(resq_consumer::config::DEFAULT_RETRY_BUDGET_PERCENT),
     }
 }
 

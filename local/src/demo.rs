@@ -599,6 +599,7 @@ pub fn configs(
         idempotency_window: Duration::from_secs(
             resq_consumer::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS,
         ),
+        retry_budget_percent: Some(resq_consumer::config::DEFAULT_RETRY_BUDGET_PERCENT),
     };
     let redriver = RedriverConfig {
         common,

@@ -31,6 +31,11 @@ pub fn consumer(c: &ConsumerConfig) -> Vec<(&'static str, String)> {
             "IDEMPOTENCY_WINDOW_SECONDS",
             c.idempotency_window.as_secs().to_string(),
         ),
+        (
+            "RETRY_BUDGET_PERCENT",
+            c.retry_budget_percent
+                .map_or_else(|| "off".to_owned(), |p| p.to_string()),
+        ),
     ]);
     vars
 }
@@ -51,6 +56,19 @@ pub fn redriver(c: &RedriverConfig) -> Vec<(&'static str, String)> {
         ),
         ("PERMANENT_ACTION", c.permanent_action.to_string()),
         ("PAUSE_ON_ALARMS", c.pause_on_alarms.join(",")),
+        (
+            "PAUSE_CONSUMER_ON_ALARMS",
+            c.pause_consumer_on_alarms.join(","),
+        ),
+        (
+            "CONSUMER_EVENT_SOURCE_MAPPING",
+            c.consumer_mapping.clone().unwrap_or_default(),
+        ),
+        ("REDRIVE_RATE_MAX", c.rate_max.to_string()),
+        (
+            "ARCHIVE_SWEEP_SECONDS",
+            c.archive_sweep.as_secs().to_string(),
+        ),
     ]);
     vars
 }
@@ -86,6 +104,11 @@ mod tests {
             ("ARCHIVE_AFTER_SECONDS", "3600"),
             ("PERMANENT_ACTION", "archive"),
             ("PAUSE_ON_ALARMS", "a,b"),
+            ("PAUSE_CONSUMER_ON_ALARMS", "c"),
+            ("CONSUMER_EVENT_SOURCE_MAPPING", "esm-1"),
+            ("REDRIVE_RATE_MAX", "40"),
+            ("ARCHIVE_SWEEP_SECONDS", "120"),
+            ("RETRY_BUDGET_PERCENT", "off"),
         ];
         let set = || lookup(set.iter().map(|(k, v)| (*k, v.to_string())).collect());
         let c = ConsumerConfig::from_vars(&set()).unwrap();

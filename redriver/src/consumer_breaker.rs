@@ -101,10 +101,11 @@ pub fn probe_window(period: Duration) -> Duration {
     (period / 6).max(Duration::from_secs(1))
 }
 
-/// How often resq probes a pause whose alarms stay in `ALARM`: every five of the alarm's
-/// periods (5 minutes for the template's), so a probe's data point is evaluated before the next.
+/// How often resq probes a pause whose alarms stay in `ALARM`: every four of the alarm's
+/// periods (4 minutes for the template's: each run of its 5-minute schedule), so a probe's
+/// data point is evaluated well before the next.
 pub fn probe_every(period: Duration) -> Duration {
-    period * 5
+    period * 4
 }
 
 /// The alarm period assumed when none of the firing alarms says (a composite alarm): a minute.
@@ -178,6 +179,13 @@ pub fn decide(
             let mut r = record_of(PauseState::Resumed, PausedBy::Resq);
             (r.since, r.alarms) = (held.since, held.alarms.clone());
             r.reason = Some(why.as_str().to_owned());
+            // at the cap, the consumer gets the lead to run (or dead-letter) the oldest
+            // messages before a pause may start again: without CloudWatch's figure nothing
+            // else would say they are still there
+            if why == ResumeWhy::RetentionCap {
+                let lead = cap_lead(view.retention.clone().unwrap_or_default());
+                r.hold_off_until = Some(now_ms + lead.as_millis() as u64);
+            }
             return Verdict::Resume(r, why);
         }
         let since = held.since.unwrap_or(held.at);
@@ -214,8 +222,9 @@ pub fn decide(
     if firing.is_empty() {
         return Verdict::Running;
     }
-    // an operator's forced resume holds the breaker off until the alarms have left ALARM once
-    if record.is_some_and(|r| r.forced) {
+    // an operator's forced resume holds the breaker off until the alarms have left ALARM once;
+    // a resume at the retention cap, for its lead
+    if record.is_some_and(|r| r.forced || r.hold_off_until.is_some_and(|t| now_ms < t)) {
         return Verdict::Running;
     }
     // too close to the end of the retention to pause at all (the cap would end it at once)
@@ -398,8 +407,8 @@ mod tests {
     }
 
     #[test]
-    fn a_pause_is_probed_every_five_periods_for_a_sixth_of_one() {
-        let since = NOW - 4 * MIN;
+    fn a_pause_is_probed_every_four_periods_for_a_sixth_of_one() {
+        let since = NOW - 3 * MIN;
         let v = view(MappingState::Disabled, Some(resq_paused(since, None)));
         assert_eq!(
             decide(ID, &names(), Ok(&down()), &v, NOW),
@@ -408,7 +417,7 @@ mod tests {
                 alarms: vec!["stk-downstream-failing".into()]
             })
         );
-        let since = NOW - 5 * MIN;
+        let since = NOW - 4 * MIN;
         let v = view(MappingState::Disabled, Some(resq_paused(since, None)));
         let Verdict::Probe(r, window) = decide(ID, &names(), Ok(&down()), &v, NOW) else {
             panic!("no probe");
@@ -421,7 +430,7 @@ mod tests {
         // the next probe counts from the last
         let v = view(
             MappingState::Disabled,
-            Some(resq_paused(since, Some(NOW - 4 * MIN))),
+            Some(resq_paused(since, Some(NOW - 3 * MIN))),
         );
         assert!(matches!(
             decide(ID, &names(), Ok(&down()), &v, NOW),
@@ -471,9 +480,22 @@ mod tests {
         ));
         // 87 h: 9 h of room, within the lead: resumed whatever the alarms say
         v.oldest_age = Some(Duration::from_secs(87 * 3600));
+        let Verdict::Resume(resumed, ResumeWhy::RetentionCap) =
+            decide(ID, &names(), Ok(&down()), &v, NOW)
+        else {
+            panic!("not resumed at the cap");
+        };
+        // and no pause starts again for the lead, though the alarm holds and, without
+        // CloudWatch's figure, nothing says the oldest are still there
+        let lead_ms = 34_560_000;
+        let after = view(MappingState::Enabled, Some(resumed));
+        assert_eq!(
+            decide(ID, &names(), Ok(&down()), &after, NOW + lead_ms - 1),
+            Verdict::Running
+        );
         assert!(matches!(
-            decide(ID, &names(), Ok(&down()), &v, NOW),
-            Verdict::Resume(_, ResumeWhy::RetentionCap)
+            decide(ID, &names(), Ok(&down()), &after, NOW + lead_ms),
+            Verdict::Pause(_)
         ));
         // without CloudWatch's figure the pause's own length counts
         v.oldest_age = None;

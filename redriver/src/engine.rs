@@ -24,6 +24,7 @@ use crate::run::{Command, ConsumerAct, Now, Receive, Run, SettleId, Tuning};
 use crate::summary::{Replayed, StopReason, Summary};
 use crate::sweep::{self, SweepRecord};
 use resq::mapping::{EventSourceMappings, Mapping, MappingState};
+use resq::state::{PauseState, PausedBy};
 
 /// Who archive entries are signed by.
 pub const ARCHIVED_BY: &str = "redriver";
@@ -221,8 +222,8 @@ impl<Q: Queues, S: ObjectStore, A: Alarms, M: EventSourceMappings> Redriver<Q, S
                 let (alarms, view) = futures::join!(self.alarms_by(by), self.consumer_view(by));
                 Event::Breaker(alarms, view)
             }),
-            Command::Consumer { act, by } => Box::pin(async move {
-                let done = self.act_on_consumer(&act, by).await;
+            Command::Consumer { act, seen, by } => Box::pin(async move {
+                let done = self.act_on_consumer(&act, seen, by).await;
                 Event::Consumer(act, done)
             }),
             Command::ReadKeepLists { by } => Box::pin(async move {
@@ -287,13 +288,26 @@ impl<Q: Queues, S: ObjectStore, A: Alarms, M: EventSourceMappings> Redriver<Q, S
     /// Carries out `act` on the consumer's mapping by `by`, each step only after the one
     /// before went through: a pause is recorded before the mapping is disabled (so resq never
     /// holds a pause it has no record of), a resume recorded after it is enabled.
-    async fn act_on_consumer(&self, act: &ConsumerAct, by: Instant) -> Result<(), String> {
+    async fn act_on_consumer(
+        &self,
+        act: &ConsumerAct,
+        seen: Option<u64>,
+        by: Instant,
+    ) -> Result<(), String> {
         let Some(uuid) = self.config.consumer_mapping.as_deref() else {
             return Err("no CONSUMER_EVENT_SOURCE_MAPPING".into());
         };
         let store = self.settler.store();
         let record = |r| within(by, resq::state::record_pause(store, r));
         let switch = |on| within(by, self.mappings.set_enabled(uuid, on));
+        // an operator who paused the consumer since this run read its log decides: resq
+        // neither enables it nor writes over that pause (the mapping stays disabled)
+        let current = within(by, resq::state::current_pause(store, uuid)).await?;
+        if current.is_some_and(|c| {
+            c.by == PausedBy::Operator && c.state == PauseState::Paused && Some(c.at) != seen
+        }) {
+            return Err("an operator paused the consumer meanwhile: left to them".into());
+        }
         match act {
             ConsumerAct::Pause(r) => {
                 record(r).await?;
@@ -1359,5 +1373,47 @@ mod tests {
         let summary = with_breaker(&dlq, &store, &alarms, &mapping).await;
         assert!(mapping.switches().is_empty(), "{summary:?}");
         assert_eq!(summary.consumer_paused, Some(false));
+    }
+
+    #[tokio::test]
+    async fn an_operators_pause_written_meanwhile_stops_the_breakers_act() {
+        use crate::run::ConsumerAct;
+        use resq::state::{PauseRecord, PauseState, PausedBy};
+        // GIVEN resq's pause of the consumer on record, then an operator's pause written after
+        // the run read the log
+        let (dlq, store, alarms) = doubles();
+        let mapping = resq_testing::MemoryMapping::new("esm-1");
+        mapping.set_state(resq::mapping::MappingState::Disabled);
+        let cfg = config(&[("CONSUMER_EVENT_SOURCE_MAPPING", "esm-1")]);
+        let r = Redriver::new(&dlq, &store, &alarms, cfg).with_mappings(&mapping);
+        let t = now_ms();
+        let ours = PauseRecord::new("esm-1", PauseState::Paused, PausedBy::Resq, t - 1000);
+        resq::state::record_pause(&store, &ours).await.unwrap();
+        let op = PauseRecord::new("esm-1", PauseState::Paused, PausedBy::Operator, t);
+        resq::state::record_pause(&store, &op).await.unwrap();
+        let by = Instant::now() + Duration::from_secs(5);
+        // WHEN the run would resume what it saw as its own pause
+        let resume = ConsumerAct::Resume(PauseRecord::new(
+            "esm-1",
+            PauseState::Resumed,
+            PausedBy::Resq,
+            t + 1,
+        ));
+        let done = r.act_on_consumer(&resume, Some(t - 1000), by).await;
+        // THEN it does nothing: the mapping stays disabled, the operator's entry stays newest
+        assert!(done.is_err_and(|e| e.contains("operator")));
+        assert!(mapping.switches().is_empty());
+        let current = resq::state::current_pause(&store, "esm-1").await.unwrap();
+        assert_eq!(current, Some(op.clone()));
+        // AND the operator's pause the run had seen does not stop a pause of its own
+        let pause = ConsumerAct::Pause(PauseRecord::new(
+            "esm-1",
+            PauseState::Paused,
+            PausedBy::Resq,
+            t + 2,
+        ));
+        mapping.set_state(resq::mapping::MappingState::Enabled);
+        assert_eq!(r.act_on_consumer(&pause, Some(t), by).await, Ok(()));
+        assert_eq!(mapping.switches(), [false]);
     }
 }

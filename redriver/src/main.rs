@@ -30,7 +30,7 @@ async fn serve() -> Result<(), Error> {
     let queues = aws_sdk_sqs::Client::new(&aws);
     let store = S3Store::new(resq::aws::s3_client(&aws), &config.common.archive_bucket);
     let alarms = CloudWatchAlarms::new(aws_sdk_cloudwatch::Client::new(&aws));
-    let mappings = resq::mapping::LambdaMappings::new(aws_sdk_lambda::Client::new(&aws));
+    let mappings = resq_redriver::ports::LambdaMappings::new(aws_sdk_lambda::Client::new(&aws));
     let redriver = Redriver::new(queues, store, alarms, config.clone()).with_mappings(mappings);
     let (redriver, config) = (&redriver, &config);
     run(service_fn(move |event: LambdaEvent<Value>| {

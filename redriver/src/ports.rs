@@ -5,6 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{AlarmType, HistoryItemType, ScanBy, StateValue};
+use resq::mapping::Mapping;
 
 pub use crate::breaker::AlarmState;
 
@@ -244,5 +245,68 @@ impl Alarms for CloudWatchAlarms {
             }
         }
         Ok(found)
+    }
+}
+
+/// [`EventSourceMappings`] on Lambda.
+#[derive(Debug, Clone)]
+pub struct LambdaMappings {
+    client: aws_sdk_lambda::Client,
+}
+
+impl LambdaMappings {
+    /// The adapter.
+    pub fn new(client: aws_sdk_lambda::Client) -> Self {
+        Self { client }
+    }
+}
+
+/// What Get and Update both answer.
+fn mapping(
+    uuid: &str,
+    state: Option<&str>,
+    source: Option<&str>,
+    function: Option<&str>,
+) -> Mapping {
+    Mapping {
+        uuid: uuid.to_owned(),
+        state: resq::mapping::MappingState::parse(state.unwrap_or("Unknown")),
+        event_source_arn: source.map(str::to_owned),
+        function_arn: function.map(str::to_owned),
+    }
+}
+
+impl resq::mapping::EventSourceMappings for LambdaMappings {
+    async fn get(&self, uuid: &str) -> Result<Mapping, PortError> {
+        let out = self
+            .client
+            .get_event_source_mapping()
+            .uuid(uuid)
+            .send()
+            .await
+            .map_err(PortError::from_sdk)?;
+        Ok(mapping(
+            uuid,
+            out.state(),
+            out.event_source_arn(),
+            out.function_arn(),
+        ))
+    }
+
+    async fn set_enabled(&self, uuid: &str, enabled: bool) -> Result<Mapping, PortError> {
+        let out = self
+            .client
+            .update_event_source_mapping()
+            .uuid(uuid)
+            .enabled(enabled)
+            .send()
+            .await
+            .map_err(PortError::from_sdk)?;
+        Ok(mapping(
+            uuid,
+            out.state(),
+            out.event_source_arn(),
+            out.function_arn(),
+        ))
     }
 }

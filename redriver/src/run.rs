@@ -135,6 +135,9 @@ pub enum Command {
     Consumer {
         /// What to do.
         act: ConsumerAct,
+        /// The time of the pause log's newest entry when the run decided (`None`: it had
+        /// none): an operator's entry written since then stops the act.
+        seen: Option<u64>,
         /// The answer's deadline.
         by: Instant,
     },
@@ -185,6 +188,19 @@ pub enum ConsumerAct {
     Note(PauseRecord),
 }
 
+impl ConsumerAct {
+    /// The pause-log entry the act writes.
+    pub fn record(&self) -> &PauseRecord {
+        match self {
+            Self::Pause(r)
+            | Self::Resume(r)
+            | Self::Probe(r)
+            | Self::EndProbe(r)
+            | Self::Note(r) => r,
+        }
+    }
+}
+
 /// The consumer's breaker in a run.
 #[derive(Debug)]
 struct ConsumerBreaker {
@@ -196,6 +212,8 @@ struct ConsumerBreaker {
     acting: bool,
     /// A probe: its record, how long it runs, and when it ends once the mapping is enabled.
     probe: Option<(PauseRecord, Duration, Option<Instant>)>,
+    /// The time of the pause log's newest entry, as last read or written.
+    seen: Option<u64>,
 }
 
 /// The replay rate: where it is, where it starts and how far it may climb.
@@ -454,6 +472,7 @@ impl Run {
                 names: config.pause_consumer_on_alarms.clone(),
                 acting: false,
                 probe: None,
+                seen: None,
             }),
             pace: Pace {
                 rate,
@@ -581,6 +600,7 @@ impl Run {
         let by = self.by.settle_by;
         Some(Command::Consumer {
             act: ConsumerAct::EndProbe(record),
+            seen: c.seen,
             by,
         })
     }
@@ -660,6 +680,11 @@ impl Run {
             tracing::warn!(error_code = ErrorCode::BreakerUnreadable.code(), error_details = %e, alarms = %c.names.join(","), "the consumer breaker's alarms cannot be read: the consumer is not paused for them (the main flow fails open)");
         }
         let verdict = consumer::decide(&c.mapping, &c.names, read, view, now.epoch_ms);
+        c.seen = view
+            .record
+            .as_ref()
+            .ok()
+            .and_then(|r| r.as_ref().map(|r| r.at));
         let firing = read
             .unwrap_or_default()
             .iter()
@@ -714,7 +739,8 @@ impl Run {
         if let Some(act) = act {
             c.acting = true;
             let by = self.by.settle_by;
-            self.ready.push_back(Command::Consumer { act, by });
+            let seen = c.seen;
+            self.ready.push_back(Command::Consumer { act, seen, by });
         }
         if paused && !self.rules.paused {
             let reason = self.summary.consumer.clone().unwrap_or_default();
@@ -731,6 +757,9 @@ impl Run {
             return;
         };
         c.acting = false;
+        if done.is_ok() {
+            c.seen = Some(act.record().at);
+        }
         // the mapping is off after a pause or a probe's end that went through, and after a
         // resume or a probe that did not
         let off = match (act, &done) {

@@ -1,6 +1,7 @@
 //! The consumer's event source mapping (Lambda's SQS poller in front of it), as the redriver's
 //! consumer breaker and an operator's `resq consumer pause` see it: its state, and a switch.
-//! The port ([`EventSourceMappings`]) and its Lambda adapter ([`LambdaMappings`]).
+//! The port ([`EventSourceMappings`]); its Lambda adapter is the redriver's
+//! (`resq_redriver::ports::LambdaMappings`), so that the consumer carries no Lambda client.
 
 use std::future::Future;
 
@@ -102,69 +103,6 @@ impl<T: EventSourceMappings> EventSourceMappings for &T {
         enabled: bool,
     ) -> impl Future<Output = Result<Mapping, AwsError>> + Send {
         (**self).set_enabled(uuid, enabled)
-    }
-}
-
-/// [`EventSourceMappings`] on Lambda.
-#[derive(Debug, Clone)]
-pub struct LambdaMappings {
-    client: aws_sdk_lambda::Client,
-}
-
-impl LambdaMappings {
-    /// The adapter.
-    pub fn new(client: aws_sdk_lambda::Client) -> Self {
-        Self { client }
-    }
-}
-
-/// What Get and Update both answer.
-fn mapping(
-    uuid: &str,
-    state: Option<&str>,
-    source: Option<&str>,
-    function: Option<&str>,
-) -> Mapping {
-    Mapping {
-        uuid: uuid.to_owned(),
-        state: MappingState::parse(state.unwrap_or("Unknown")),
-        event_source_arn: source.map(str::to_owned),
-        function_arn: function.map(str::to_owned),
-    }
-}
-
-impl EventSourceMappings for LambdaMappings {
-    async fn get(&self, uuid: &str) -> Result<Mapping, AwsError> {
-        let out = self
-            .client
-            .get_event_source_mapping()
-            .uuid(uuid)
-            .send()
-            .await
-            .map_err(AwsError::from_sdk)?;
-        Ok(mapping(
-            uuid,
-            out.state(),
-            out.event_source_arn(),
-            out.function_arn(),
-        ))
-    }
-
-    async fn set_enabled(&self, uuid: &str, enabled: bool) -> Result<Mapping, AwsError> {
-        let out = self
-            .client
-            .update_event_source_mapping()
-            .uuid(uuid)
-            .enabled(enabled)
-            .send()
-            .await
-            .map_err(AwsError::from_sdk)?;
-        Ok(mapping(
-            uuid,
-            out.state(),
-            out.event_source_arn(),
-            out.function_arn(),
-        ))
     }
 }
 

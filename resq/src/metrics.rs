@@ -23,11 +23,12 @@ pub(crate) const COLD_START: &str = "ColdStart";
 /// Messages archived to S3 (also emitted per `Reason`).
 pub const ARCHIVED: &str = "Archived";
 
-/// Counts for one invocation, written out as EMF lines.
+/// Counts for one invocation, and its percentages, written out as EMF lines.
 #[derive(Debug, Clone)]
 pub struct Metrics {
     counts: BTreeMap<&'static str, u64>,
     archived: BTreeMap<ArchiveReason, u64>,
+    percents: BTreeMap<&'static str, f64>,
 }
 
 impl Metrics {
@@ -36,6 +37,7 @@ impl Metrics {
         Self {
             counts: names.iter().map(|n| (*n, 0)).collect(),
             archived: BTreeMap::new(),
+            percents: BTreeMap::new(),
         }
     }
 
@@ -55,8 +57,19 @@ impl Metrics {
         self.counts.get(name).copied().unwrap_or(0)
     }
 
-    /// The EMF documents in `t`'s namespace: one with every count by `service` and
-    /// `function_name`, one per archive reason (by `service`, `function_name` and `reason`).
+    /// Sets a percentage (unit `Percent`): written only once set, so that an invocation with
+    /// nothing to measure leaves no datapoint.
+    pub fn set_percent(&mut self, name: &'static str, value: f64) {
+        self.percents.insert(name, value);
+    }
+
+    /// A percentage, when set.
+    pub fn percent(&self, name: &str) -> Option<f64> {
+        self.percents.get(name).copied()
+    }
+
+    /// The EMF documents in `t`'s namespace: one with every count and percentage by `service`
+    /// and `function_name`, one per archive reason (by `service`, `function_name` and `reason`).
     pub(crate) fn to_emf(&self, t: &Telemetry, timestamp_ms: i64) -> Vec<Value> {
         let mut docs = Vec::new();
         let mut root = Map::new();
@@ -65,10 +78,14 @@ impl Metrics {
         for (name, value) in &self.counts {
             root.insert((*name).into(), json!(value));
         }
-        let defs: Vec<Value> = self
-            .counts
-            .keys()
-            .map(|n| json!({"Name": n, "Unit": "Count"}))
+        for (name, value) in &self.percents {
+            root.insert((*name).into(), json!(value));
+        }
+        let counts = self.counts.keys().map(|n| (n, "Count"));
+        let percents = self.percents.keys().map(|n| (n, "Percent"));
+        let defs: Vec<Value> = counts
+            .chain(percents)
+            .map(|(n, unit)| json!({"Name": n, "Unit": unit}))
             .collect();
         root.insert(
             "_aws".into(),
@@ -219,6 +236,30 @@ mod tests {
             json!([["service", "function_name", "reason"]])
         );
         assert!(docs[1..].iter().all(|d| d["service"] == "orders"));
+    }
+
+    #[test]
+    fn a_percentage_is_written_in_percent_only_once_set() {
+        let t = Telemetry::of(Names::ORDERS, "orders-consumer", None).unwrap();
+        let mut m = Metrics::new(&["Processed"]);
+        let declared = |m: &Metrics| {
+            let doc = m.to_emf(&t, 1).remove(0);
+            let defs = doc["_aws"]["CloudWatchMetrics"][0]["Metrics"].clone();
+            (doc, defs)
+        };
+        // not set: no datapoint, nothing declared
+        let (doc, defs) = declared(&m);
+        assert!(doc.get("FailurePercent").is_none());
+        assert_eq!(defs, json!([{"Name": "Processed", "Unit": "Count"}]));
+        // set: its value, declared in Percent beside the counts
+        m.set_percent("FailurePercent", 100.0 / 3.0);
+        assert_eq!(m.percent("FailurePercent"), Some(100.0 / 3.0));
+        let (doc, defs) = declared(&m);
+        assert_eq!(doc["FailurePercent"].as_f64(), Some(100.0 / 3.0));
+        assert_eq!(
+            defs,
+            json!([{"Name": "Processed", "Unit": "Count"}, {"Name": "FailurePercent", "Unit": "Percent"}])
+        );
     }
 
     #[test]

@@ -138,6 +138,10 @@ codes! {
         /// The consumer's breaker could not pause, probe or resume the consumer's event
         /// source mapping (or record it): the next reading tries again.
         ConsumerBreakerFailed => "CONSUMER_BREAKER_FAILED",
+        /// A main-queue redelivery over the consumer's retry budget (`RETRY_BUDGET_PERCENT`):
+        /// not run, backed off the longest; on its last allowed receive, the
+        /// `x-failure-reason` of its transient DLQ copy.
+        RetryBudget => "RETRY_BUDGET",
     }
 }
 

@@ -136,6 +136,10 @@ pub struct PauseRecord {
     /// after they have left ALARM once.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub forced: bool,
+    /// Epoch millis before which resq's breaker does not pause again (a resume at the main
+    /// queue's retention cap gives the consumer time to run the oldest messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_off_until: Option<u64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -157,6 +161,7 @@ impl PauseRecord {
             last_probe_at: None,
             probes: 0,
             forced: false,
+            hold_off_until: None,
         }
     }
 }

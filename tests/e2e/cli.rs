@@ -116,9 +116,16 @@ async fn status_shows_depths_and_alarm_states() {
         s.alarms,
         vec![("resq-dlq-depth".to_owned(), "ALARM".to_owned())]
     );
-    let table = resq_ops::render::status(&s, false);
+    // no event source mapping named: the consumer breaker is not configured
+    assert_eq!(
+        s.consumer,
+        resq_ops::consumer::ConsumerStatus::NotConfigured
+    );
+    let table = resq_ops::render::status(&s, resq_ops::now_ms(), false);
     assert!(
-        table.contains("resq-dlq-depth") && table.contains("ALARM"),
+        table.contains("resq-dlq-depth")
+            && table.contains("ALARM")
+            && table.contains("\nconsumer breaker: not configured"),
         "{table}"
     );
 }

@@ -6,6 +6,7 @@
 mod chaos;
 mod cli;
 mod consumer;
+mod consumer_breaker;
 mod docs;
 mod fixtures;
 mod helpers;

@@ -1,5 +1,6 @@
 //! The operator's answers (docs/cli.md) against the emulator: `resq find`, the shadow and canary
-//! replays, the patched restore, and `--stack`.
+//! replays, the patched restore, `--stack`, and the consumer's pause by hand
+//! (`resq consumer pause` / `resume`, `resq status`).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -974,6 +975,8 @@ fn resq(stack: &Stack, args: &[&str], env: &[(&str, &str)]) -> (i32, String, Str
         "IDEMPOTENCY_WINDOW_SECONDS",
         "ARCHIVE_AFTER_SECONDS",
         "MAX_REDRIVE_ATTEMPTS",
+        "CONSUMER_EVENT_SOURCE_MAPPING",
+        "PAUSE_CONSUMER_ON_ALARMS",
     ] {
         command.env_remove(var);
     }
@@ -1133,4 +1136,316 @@ async fn send_to(stack: &Stack, url: &str, body: &str) {
         .send()
         .await
         .unwrap();
+}
+
+/// The records of `mapping`'s pause log in `bucket`, newest first.
+async fn pause_log(stack: &Stack, bucket: &str, mapping: &str) -> Vec<serde_json::Value> {
+    let mut records = Vec::new();
+    for key in stack
+        .keys_in(bucket, &resq::state::pause_prefix(mapping))
+        .await
+    {
+        records.push(stack.json_object_in(bucket, &key).await);
+    }
+    records
+}
+
+/// The state Lambda reports for the event source mapping `uuid`.
+async fn mapping_state(lambda: &aws_sdk_lambda::Client, uuid: &str) -> String {
+    let out = lambda
+        .get_event_source_mapping()
+        .uuid(uuid)
+        .send()
+        .await
+        .unwrap();
+    out.state().unwrap_or_default().to_owned()
+}
+
+/// Deploys the template on moto (which stores functions and their event source mappings
+/// without running them; LocalStack cannot create functions without Docker), then pauses and
+/// resumes the consumer's mapping as an operator would, with the `resq` binary.
+#[tokio::test]
+async fn an_operators_pause_is_recorded_resq_status_says_whose_and_a_resume_waits_for_the_alarms() {
+    if resq_e2e::emulator_kind() != resq_e2e::EmulatorKind::Moto {
+        eprintln!("skipped on LocalStack: it cannot create the consumer's function");
+        return;
+    }
+    // GIVEN the template deployed as stack resq-brk, its consumer's event source mapping
+    // disabled as the local stack leaves it (moto would otherwise invoke the function), with
+    // no pause record, and the breaker's downstream-failing alarm OK (moto's CloudFormation
+    // skips alarms)
+    let stack = Stack::start(StackOptions::default()).await;
+    let config = stack.emulator.sdk_config().await;
+    let template = resq_e2e::translated_template(resq_local::stack::ARTIFACT_BUCKET).to_string();
+    let name = "resq-brk";
+    let outputs =
+        resq_local::stack::deploy_stack(stack.emulator.kind(), &config, &template, name, &[])
+            .await
+            .unwrap();
+    let lambda = aws_sdk_lambda::Client::new(&config);
+    let mappings = lambda
+        .list_event_source_mappings()
+        .function_name(&outputs.consumer_function)
+        .send()
+        .await
+        .unwrap();
+    let uuid = mappings.event_source_mappings()[0]
+        .uuid()
+        .expect("the mapping's UUID")
+        .to_owned();
+    assert_eq!(mapping_state(&lambda, &uuid).await, "Disabled");
+    let alarm = format!("{name}-downstream-failing");
+    stack
+        .cloudwatch
+        .put_metric_alarm()
+        .alarm_name(&alarm)
+        .namespace("resq")
+        .metric_name("TransientFailurePercent")
+        .statistic(aws_sdk_cloudwatch::types::Statistic::Average)
+        .period(60)
+        .evaluation_periods(1)
+        .threshold(50.0)
+        .comparison_operator(
+            aws_sdk_cloudwatch::types::ComparisonOperator::GreaterThanOrEqualToThreshold,
+        )
+        .send()
+        .await
+        .unwrap();
+    let set_alarm = async |state: aws_sdk_cloudwatch::types::StateValue| {
+        stack
+            .cloudwatch
+            .set_alarm_state()
+            .alarm_name(&alarm)
+            .state_value(state)
+            .state_reason("test")
+            .send()
+            .await
+            .unwrap();
+    };
+    let on_stack = |tail: &[&str]| -> Vec<String> {
+        ["--stack", name, "--mapping", &uuid]
+            .iter()
+            .chain(tail)
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    let run = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        resq(&stack, &args, &[])
+    };
+
+    // WHEN status is asked before anything: disabled, and no record says by whom
+    let (code, out, err) = run(on_stack(&["status"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "consumer: paused by hand (no record: disabled outside resq)\n  event source mapping {uuid}: Disabled"
+        )),
+        "{out}"
+    );
+    // AND a resume (the breaker's alarm OK) enables it and records it: there was no pause to end
+    let (code, out, err) = run(on_stack(&["consumer", "resume"]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(mapping_state(&lambda, &uuid).await, "Enabled");
+    assert!(
+        out.contains("it was disabled outside resq (no record)"),
+        "{out}"
+    );
+    let log = pause_log(&stack, &outputs.bucket, &uuid).await;
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(
+        (
+            &log[0]["state"],
+            &log[0]["by"],
+            &log[0]["since"],
+            &log[0]["forced"]
+        ),
+        (
+            &"resumed".into(),
+            &"operator".into(),
+            &serde_json::Value::Null,
+            &serde_json::Value::Null
+        )
+    );
+    let (code, out, err) = run(on_stack(&["status"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "consumer: running\n  event source mapping {uuid}: Enabled"
+        )),
+        "{out}"
+    );
+
+    // WHEN an operator pauses it, with a reason
+    let (code, out, err) = run(on_stack(&[
+        "consumer",
+        "pause",
+        "--reason",
+        "payments DB failover",
+    ]));
+    // THEN the mapping is disabled
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(mapping_state(&lambda, &uuid).await, "Disabled");
+    assert!(
+        out.starts_with(&format!(
+            "paused the consumer: event source mapping {uuid} is Disabled (was Enabled)\n"
+        )) && out.contains("resq's breaker never resumes a pause made by hand"),
+        "{out}"
+    );
+    // AND the pause is recorded as the operator's: why, who (the caller's STS identity), since
+    let log = pause_log(&stack, &outputs.bucket, &uuid).await;
+    assert_eq!(log.len(), 2, "{log:?}");
+    let paused = &log[0];
+    assert_eq!(
+        (&paused["mapping"], &paused["state"], &paused["by"]),
+        (&uuid.as_str().into(), &"paused".into(), &"operator".into())
+    );
+    assert_eq!(paused["reason"], "payments DB failover");
+    assert!(
+        paused["who"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("arn:aws:")),
+        "{paused}"
+    );
+    assert_eq!(paused["since"], paused["at"]);
+
+    // AND status says paused by hand: since when, by whom, why
+    let (code, out, err) = run(on_stack(&["status"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("consumer: paused by hand since ")
+            && out.contains(&format!(
+                "by {}, reason: payments DB failover",
+                paused["who"].as_str().unwrap_or_default()
+            ))
+            && out.contains(&format!("\n  event source mapping {uuid}: Disabled;")),
+        "{out}"
+    );
+    let (_, out, _) = run(on_stack(&["--json", "status"]));
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["consumer"]["standing"], "pausedByHand");
+    assert_eq!(&status["consumer"]["record"], paused);
+
+    // WHEN the breaker's alarm is in ALARM, a resume is refused, naming it, and changes nothing
+    set_alarm(aws_sdk_cloudwatch::types::StateValue::Alarm).await;
+    let (code, _, err) = run(on_stack(&["consumer", "resume"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "not resumed: the consumer breaker's alarm {alarm} is in ALARM"
+        )) && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(mapping_state(&lambda, &uuid).await, "Disabled");
+    assert_eq!(pause_log(&stack, &outputs.bucket, &uuid).await.len(), 2);
+
+    // WHEN it is forced: enabled, and the record says forced past the alarm
+    let (code, out, err) = run(on_stack(&["consumer", "resume", "--force"]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(mapping_state(&lambda, &uuid).await, "Enabled");
+    assert!(
+        out.starts_with(&format!(
+            "resumed the consumer: event source mapping {uuid} is Enabled (was Disabled)\n"
+        )) && out.contains(&format!(
+            "forced past the breaker's alarm in ALARM: {alarm}"
+        )),
+        "{out}"
+    );
+    // (the stack's consumer-errors alarm, which moto did not create, is said unchecked)
+    assert!(
+        err.contains(&format!(
+            "the consumer breaker's alarm {name}-consumer-errors does not exist: not checked"
+        )),
+        "{err}"
+    );
+    let log = pause_log(&stack, &outputs.bucket, &uuid).await;
+    assert_eq!(log.len(), 3, "{log:?}");
+    let resumed = &log[0];
+    assert_eq!(
+        (&resumed["state"], &resumed["by"], &resumed["forced"]),
+        (&"resumed".into(), &"operator".into(), &true.into())
+    );
+    assert_eq!(resumed["alarms"], serde_json::json!([alarm]));
+    assert_eq!(resumed["since"], paused["since"], "the pause it ended");
+
+    // WHEN the alarm is OK again: a pause and a plain resume go through, unforced
+    set_alarm(aws_sdk_cloudwatch::types::StateValue::Ok).await;
+    let (code, _, err) = run(on_stack(&["consumer", "pause"]));
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(on_stack(&["consumer", "resume"]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(mapping_state(&lambda, &uuid).await, "Enabled");
+    let log = pause_log(&stack, &outputs.bucket, &uuid).await;
+    assert_eq!(log.len(), 5, "{log:?}");
+    assert_eq!(
+        (&log[0]["state"], &log[0]["forced"]),
+        (&"resumed".into(), &serde_json::Value::Null)
+    );
+    assert_eq!(
+        log[1]["reason"],
+        serde_json::Value::Null,
+        "paused without a reason"
+    );
+
+    // WHEN the mapping is disabled outside resq: status says so, with no record to name
+    lambda
+        .update_event_source_mapping()
+        .uuid(&uuid)
+        .enabled(false)
+        .send()
+        .await
+        .unwrap();
+    let (code, out, err) = run(on_stack(&["status"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "consumer: paused by hand (no record: disabled outside resq)\n  event source mapping {uuid}: Disabled"
+        )),
+        "{out}"
+    );
+
+    // AND a mapping Lambda does not know is said so (status still prints the rest, exit 1)
+    let (code, out, err) = resq(
+        &stack,
+        &[
+            "--stack",
+            name,
+            "--mapping",
+            "00000000-0000-0000-0000-000000000000",
+            "status",
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        out.contains("queue ") && out.contains("consumer: unknown: no event source mapping"),
+        "{out}"
+    );
+    assert!(err.contains("no event source mapping 00000000-0000-0000-0000-000000000000 in this region and account"), "{err}");
+    let (code, _, err) = resq(
+        &stack,
+        &[
+            "--stack",
+            name,
+            "--mapping",
+            "00000000-0000-0000-0000-000000000000",
+            "consumer",
+            "pause",
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no event source mapping 00000000"), "{err}");
+
+    // AND the stack alone names the mapping once its template has the output; before, status
+    // says the breaker is not configured
+    let (code, out, err) = resq(&stack, &["--stack", name, "status"], &[]);
+    assert_eq!(code, 0, "{err}");
+    match stack_output(&config, name, "ConsumerEventSourceMapping").await {
+        Some(output) => {
+            assert_eq!(output, uuid);
+            assert!(out.contains("consumer: paused by hand (no record"), "{out}");
+        }
+        None => assert!(out.contains("consumer breaker: not configured"), "{out}"),
+    }
 }
