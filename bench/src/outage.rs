@@ -419,8 +419,8 @@ impl Scenario {
         metric_lag_seconds: 60.0,
         consumer_records_per_second: 1000.0,
         environments: 5.0,
-        retry_budget_percent: 10.0,
-        retry_floor_per_minute: 10.0,
+        retry_budget_percent: resq_consumer::config::DEFAULT_RETRY_BUDGET_PERCENT as f64,
+        retry_floor_per_minute: resq_consumer::retry_budget::FLOOR_PER_MINUTE as f64,
         rate_max: 200.0,
         archive_sweep_seconds: 3600.0,
         mapping_enabling_seconds: 5.0,
@@ -521,12 +521,20 @@ fn scheduled_run(x: &mut Tally, ms: f64) {
     x.redriver_ms += ms;
 }
 
-/// An alarm action's run of the breakers only: an invocation, the breaker's reads, the
-/// switch (`UpdateEventSourceMapping`) and its record.
-fn alarm_action(x: &mut Tally, ms: f64) {
-    breaker_read(x);
+/// One act of the consumer's breaker (pause, resume, a probe's start or end): the pause log's
+/// newest entry read again (an operator's pause written meanwhile stops it), the switch
+/// (`UpdateEventSourceMapping`) and its record.
+fn consumer_act(x: &mut Tally) {
+    x.add(Action::S3List, 1.0);
+    x.add(Action::S3Get, 1.0);
     x.add(Action::UpdateMapping, 1.0);
     x.add(Action::S3Put, 1.0);
+}
+
+/// An alarm action's run of the breakers only: an invocation, the breaker's reads and its act.
+fn alarm_action(x: &mut Tally, ms: f64) {
+    breaker_read(x);
+    consumer_act(x);
     x.redriver_invocations += 1.0;
     x.redriver_ms += ms;
 }
@@ -656,8 +664,8 @@ pub fn resq_outage(m: &Measured, t: &Template, s: &Scenario) -> ResqOutage {
         if run_at - last_probe >= every {
             // record the probe, enable, ask until Lambda says Enabled, the window, disable,
             // record the pause again
-            runs.add(Action::S3Put, 2.0);
-            runs.add(Action::UpdateMapping, 2.0);
+            consumer_act(runs);
+            consumer_act(runs);
             runs.add(
                 Action::GetMapping,
                 (s.mapping_enabling_seconds / PROBE_POLL_SECONDS).ceil(),
@@ -1061,9 +1069,12 @@ impl CustomMetrics {
     }
 }
 
-/// The consumer's metrics (SPEC §6, issue 34's contract) that an empty invocation does not
-/// write: `TransientFailurePercent` is written only when a handler ran.
-pub const CONSUMER_CONTRACT_METRICS: [&str; 2] = ["RetryBudgetExceeded", "TransientFailurePercent"];
+/// The consumer's metrics of issue 34's contract, counted even if the code stops writing them
+/// (`TransientFailurePercent` is written only by an invocation whose handler ran a record).
+pub const CONSUMER_CONTRACT_METRICS: [&str; 2] = [
+    resq_consumer::account::RETRY_BUDGET_EXCEEDED,
+    resq_consumer::account::TRANSIENT_FAILURE_PERCENT,
+];
 
 /// (name, dimension values) of every metric in EMF `lines`.
 fn emf_metrics(lines: &[String], into: &mut BTreeSet<(String, String)>) {
@@ -1100,6 +1111,7 @@ fn emf_metrics(lines: &[String], into: &mut BTreeSet<(String, String)>) {
 pub fn custom_metrics() -> CustomMetrics {
     use resq::metrics::{Metrics, cold_start_line};
     use resq::telemetry::{LogLevel, Names, Telemetry};
+    use resq_consumer::account::{Tally as Ran, answer};
     let at = chrono::Utc::now();
     let level = LogLevel::Info;
     let (mut always, mut by_reason) = (BTreeSet::new(), BTreeSet::new());
@@ -1108,10 +1120,7 @@ pub fn custom_metrics() -> CustomMetrics {
     run.kept_in_flight = Some(0);
     run.consumer_paused = Some(false);
     let functions = [
-        (
-            "consumer",
-            resq_consumer::account::answer(&[], Vec::new()).metrics,
-        ),
+        ("consumer", answer(&[], Vec::new(), &[Ran::Ran]).metrics),
         ("redriver", run.metrics()),
     ];
     for (function, metrics) in functions {
@@ -1357,7 +1366,7 @@ impl Bills {
     pub fn statement(&self) -> String {
         let (t, s) = (&self.template, &self.scenario);
         let mut out = vec![format!(
-            "- Outage ({}): resq: the downstream-failing alarm acts a period ({:.0} s) and an assumed {:.0} s of metric lag after the outage starts; until then each order is received and fails, backed off, and its redeliveries run within the retry budget ({:.0} % of first deliveries + {:.0} a minute in each of {:.0} environments), the rest held {:.0} s unrun. The alarm's action pauses the consumer: orders wait in the main queue, no request for them. Scheduled runs (half a period after the outage's start, every {:.0} min) read the breaker (DescribeAlarms, the mapping, the pause log's newest key and entry, the main queue's retention and oldest age) and the keep lists and last sweep note, and stop: no DLQ receive, except the archive sweep every {:.0} s (a receive and a release per 10). Every {:.0} s a run probes: the mapping enabled (Lambda assumed to report it Enabled after {:.0} s, asked every {PROBE_POLL_SECONDS} s), {:.0} s at {} records/s, each probe taking the same share of every waiting order (first deliveries run and fail, redeliveries within the budget; an order on its {:.0}th receive is dead-lettered), then disabled, each switch recorded (an S3 PUT). The first probe after the fix succeeds, the alarm goes OK a period and the lag later and its action resumes the consumer; the backlog is received once each and succeeds; the next run replays the DLQ from {:.0}/s climbing by a quarter of the way to {:.0}/s every {:.0} s. The seed design: every order received {:.0} times and failing, moved to the DLQ by SQS; its redriver replays {:.0}/s (send each, sleep 1/rate) for its {:.0} s each run during the outage (each replay failing {:.0} times again) and the whole DLQ after it ({:.1} h). Each failing batch is billed the measured batch time (resq {:.1} ms plus {:.0} ms per SQS call its consumer makes, BatchProcessor {:.1} ms) whether or not its records ran (an upper bound for resq's held records); a redriver run that receives nothing is billed {:.0} ms (assumed), a probe its wait and window, a sweep its reads at {} messages/s. SQS: each request billed per 64 KiB chunk of its payload, an order assumed {MESSAGE_BYTES:.0} bytes with its attributes (a call of 10: {:.0} chunk); S3 LIST ${:.3} and GET ${:.4} per 1,000; GetMetricData ${:.2} per 1,000 metrics; Lambda's GetEventSourceMapping and UpdateEventSourceMapping free; log bytes left out (the EMF and log lines of the runs are a few KB each).",
+            "- Outage ({}): resq: the downstream-failing alarm acts a period ({:.0} s) and an assumed {:.0} s of metric lag after the outage starts; until then each order is received and fails, backed off, and its redeliveries run within the retry budget ({:.0} % of first deliveries + {:.0} a minute in each of {:.0} environments), the rest held {:.0} s unrun. The alarm's action pauses the consumer: orders wait in the main queue, no request for them. Scheduled runs (half a period after the outage's start, every {:.0} min) read the breaker (DescribeAlarms, the mapping, the pause log's newest key and entry, the main queue's retention and oldest age) and the keep lists and last sweep note, and stop: no DLQ receive, except the archive sweep every {:.0} s (a receive and a release per 10). A run at least {:.0} s after the pause's start or the last probe probes ({}): the mapping enabled (Lambda assumed to report it Enabled after {:.0} s, asked every {PROBE_POLL_SECONDS} s), {:.0} s at {} records/s, each probe taking the same share of every waiting order (first deliveries run and fail, redeliveries within the budget; an order on its {:.0}th receive is dead-lettered), then disabled, each switch recorded (an S3 PUT). The first probe after the fix succeeds, the alarm goes OK a period and the lag later and its action resumes the consumer; the backlog is received once each and succeeds; the next run replays the DLQ from {:.0}/s climbing by a quarter of the way to {:.0}/s every {:.0} s. The seed design: every order received {:.0} times and failing, moved to the DLQ by SQS; its redriver replays {:.0}/s (send each, sleep 1/rate) for its {:.0} s each run during the outage (each replay failing {:.0} times again) and the whole DLQ after it ({:.1} h). Each failing batch is billed the measured batch time (resq {:.1} ms plus {:.0} ms per SQS call its consumer makes, BatchProcessor {:.1} ms) whether or not its records ran (an upper bound for resq's held records); a redriver run that receives nothing is billed {:.0} ms (assumed), a probe its wait and window, a sweep its reads at {} messages/s. SQS: each request billed per 64 KiB chunk of its payload, an order assumed {MESSAGE_BYTES:.0} bytes with its attributes (a call of 10: {:.0} chunk); S3 LIST ${:.3} and GET ${:.4} per 1,000; GetMetricData ${:.2} per 1,000 metrics; Lambda's GetEventSourceMapping and UpdateEventSourceMapping free; log bytes left out (the EMF and log lines of the runs are a few KB each).",
             match &self.profile {
                 Some(_) => "resq's counts from the soak's profile, scaled: see below",
                 None => "the code-derived model, `bench/src/outage.rs`",
@@ -1371,6 +1380,15 @@ impl Bills {
             t.redriver_schedule_minutes,
             s.archive_sweep_seconds,
             s.probe_every(),
+            match s.probe_every() <= t.redriver_schedule_minutes * 60.0 {
+                true => "each scheduled run, once the pause is that old".to_owned(),
+                false => format!(
+                    "every {:.0} s at most",
+                    (s.probe_every() / (t.redriver_schedule_minutes * 60.0)).ceil()
+                        * t.redriver_schedule_minutes
+                        * 60.0
+                ),
+            },
             s.mapping_enabling_seconds,
             s.probe_window(),
             grouped(s.consumer_records_per_second),
@@ -1539,7 +1557,8 @@ mod tests {
         assert_eq!(p.dead_lettered, 0.0);
         assert!(close(p.consumer_ms, 1_000.0 * 32.0));
         // the runs: 3 scheduled, 2 alarm actions; 2 probes each enabled (10 asks at 0.5 s
-        // for 5 s), 10 s, disabled, both switches recorded
+        // for 5 s), 10 s, disabled. Six acts (pause, resume, each probe's start and end),
+        // each reading the pause log again, switching the mapping and recording it
         let x = &r.phases.runs;
         assert_eq!(x.redriver_invocations, 5.0);
         assert!(close(x.redriver_ms, 5.0 * 500.0 + 2.0 * 15_000.0));
@@ -1547,12 +1566,13 @@ mod tests {
         assert_eq!(x.get(Action::GetMetricData), 5.0);
         assert_eq!(x.get(Action::QueueAttributes), 5.0);
         assert_eq!(x.get(Action::GetMapping), 5.0 + 2.0 * 10.0);
-        assert_eq!(x.get(Action::UpdateMapping), 2.0 + 2.0 * 2.0);
-        assert_eq!(x.get(Action::S3Put), 2.0 + 2.0 * 2.0);
-        assert_eq!(x.get(Action::S3Get), 5.0 + 3.0);
+        assert_eq!(x.get(Action::UpdateMapping), 6.0);
+        assert_eq!(x.get(Action::S3Put), 6.0);
+        // the breaker's reads (5), the runs' sweep notes (3), the acts' (6)
+        assert_eq!(x.get(Action::S3Get), 5.0 + 3.0 + 6.0);
         assert!(close(
             x.get(Action::S3List),
-            5.0 + 3.0 * (2.0 + 13.0 / 24.0)
+            5.0 + 3.0 * (2.0 + 13.0 / 24.0) + 6.0
         ));
         // paused runs do not receive from the DLQ (no sweep due)
         assert_eq!(x.get(Action::Receive), 0.0);
