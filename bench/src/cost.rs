@@ -18,6 +18,8 @@
 //!   passes are charged. Re-deliveries ride in full batches: each takes one slot of ten.
 
 use resq::keep::MAX_ENTRIES_PER_LIST;
+
+use crate::outage::{Bills, OutageProfile, Scenario};
 use resq::sqs::MAX_BATCH;
 
 /// Orders the figures are for.
@@ -43,10 +45,6 @@ pub const CLOUDWATCH_REQUEST: f64 = 0.01 / 1000.0;
 /// Lambda's memory size with one full vCPU, MB: CPU time is billed at `1769 / 1024` GB-s per
 /// vCPU-second whatever the memory size (a smaller size gets a smaller share, for longer).
 pub const ONE_VCPU_MB: f64 = 1769.0;
-/// SQS's in-flight quota per standard queue (about 120,000): what one redriver run can hold
-/// hidden while it reads past its budget.
-pub const IN_FLIGHT_QUOTA: f64 = 120_000.0;
-
 /// The long poll that ends each resq redriver run on an empty DLQ (`receive_wait_seconds: 1`
 /// in `resq_redriver::engine::Redriver::new`), ms; the seed's receive does not wait.
 pub const RESQ_RECEIVE_WAIT_MS: f64 = 1000.0;
@@ -67,6 +65,20 @@ pub struct Measured {
     pub resq_redrive_ms: f64,
     /// The seed redriver's wall time per message at the bench's non-binding rate, ms.
     pub seed_redrive_ms: f64,
+}
+
+impl Measured {
+    /// The latest `make bench` run's figures (bench/RESULTS.md, 2026-11-27 01:03 UTC): the
+    /// 10-record I/O-bound batch (resq at its default, `BatchProcessor`), the redrive run's
+    /// requests per message and wall time for 2,000 messages (16.11 s, 20.72 s).
+    pub const LATEST: Self = Self {
+        resq_batch_ms: 21.4,
+        seed_batch_ms: 202.0,
+        resq_requests_per_redrive: 0.832,
+        seed_requests_per_redrive: 1.202,
+        resq_redrive_ms: 16_110.0 / 2000.0,
+        seed_redrive_ms: 20_720.0 / 2000.0,
+    };
 }
 
 /// The defaults of `infra/template.yaml` the cost depends on.
@@ -275,7 +287,7 @@ pub struct Comparison {
 
 /// Invocations with at least one of `records` whose share is `share`: each batch holds
 /// `batch` records drawn independently; at least one call per 10 such records.
-fn invocations_with_any(invocations: f64, batch: f64, share: f64, records: f64) -> f64 {
+pub(crate) fn invocations_with_any(invocations: f64, batch: f64, share: f64, records: f64) -> f64 {
     (invocations * (1.0 - (1.0 - share).powf(batch))).max(records / MAX_BATCH as f64)
 }
 
@@ -292,7 +304,7 @@ fn share_of(part: f64, whole: f64) -> f64 {
     if whole > 0.0 { part / whole } else { 0.0 }
 }
 
-fn gb_s(ms: f64, memory_mb: f64) -> f64 {
+pub(crate) fn gb_s(ms: f64, memory_mb: f64) -> f64 {
     ms / 1000.0 * memory_mb / 1024.0
 }
 
@@ -390,7 +402,7 @@ pub fn per_million(
 }
 
 /// `12345.6` as `12,346`.
-fn grouped(x: f64) -> String {
+pub(crate) fn grouped(x: f64) -> String {
     let digits = format!("{:.0}", x.max(0.0));
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -495,18 +507,14 @@ pub struct Traffic {
     pub containers: f64,
     /// How long an environment lives before Lambda recycles it, hours (not documented: assumed).
     pub container_hours: f64,
-    /// How fast a run reads the DLQ past its budget (or paused), messages a second (the
-    /// LocalStack drain read about 2,000/s).
-    pub dlq_read_per_second: f64,
 }
 
 impl Traffic {
-    /// 100 orders/s, 5 environments living 2 h, reads at 2,000/s.
+    /// 100 orders/s, 5 environments living 2 h.
     pub const DEFAULT: Self = Self {
         orders_per_second: 100.0,
         containers: 5.0,
         container_hours: 2.0,
-        dlq_read_per_second: 2_000.0,
     };
 }
 
@@ -612,160 +620,6 @@ pub fn per_failure(m: &Measured, t: &Template, a: &Assumptions, share: f64) -> P
     }
 }
 
-/// A downstream outage: every order fails transiently for its duration, then all succeed.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Outage {
-    /// Orders a second.
-    pub orders_per_second: f64,
-    /// How long, hours.
-    pub hours: f64,
-}
-
-impl Outage {
-    /// One hour at 100 orders/s (360,000 orders).
-    pub const DEFAULT: Self = Self {
-        orders_per_second: 100.0,
-        hours: 1.0,
-    };
-    /// Orders that arrive during it.
-    pub fn orders(&self) -> f64 {
-        self.orders_per_second * self.hours * 3600.0
-    }
-}
-
-/// One stack's bill for an outage, $ by part.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct OutageBill {
-    /// Consumer: Lambda requests, GB-s, the poller's receives and deletes, backoff and DLQ
-    /// copies, for the failing deliveries (the orders' and the failing replays').
-    pub failing: f64,
-    /// Replays during the outage (they fail again): the redriver's requests and time.
-    pub replays_during: f64,
-    /// The drain after it: every order replayed once at the rate, the redriver billed for
-    /// the drain's time, and the successful delivery.
-    pub drain: f64,
-    /// Reading the DLQ past a run's budget (or paused): receives and releases of what it
-    /// holds for the run, and the time it takes (resq only).
-    pub rereads: f64,
-    /// Replays in all (during and after), and SQS requests in all.
-    pub replays: f64,
-    /// SQS requests in all.
-    pub requests: f64,
-}
-
-impl OutageBill {
-    /// The sum, $.
-    pub fn total(&self) -> f64 {
-        self.failing + self.replays_during + self.drain + self.rereads
-    }
-}
-
-/// The outage's bill for resq and the seed design.
-///
-/// Both: every order is delivered `maxReceiveCount` times and fails (each failing delivery
-/// billed the measured batch time, the downstream failing as fast as it answers), then sits in
-/// the DLQ; after the outage the redriver replays everything at `RedriveRatePerSecond`
-/// (billed for the whole drain: it paces), each replay succeeding on its one delivery.
-/// - resq backs each failure off (one `ChangeMessageVisibilityBatch` per failing invocation)
-///   and dead-letters it on its last receive (one `SendMessageBatch`); its breaker lets a run
-///   replay for about two minutes (until the replays-failing alarm trips) and then pauses for
-///   `ReplaysFailingHoldMinutes`, so one cycle of `hold + 2 min` replays `rate × 120 s`; every
-///   run past its budget or paused reads on through the DLQ (up to SQS's in-flight quota),
-///   one receive and one release per 10 messages, at [`Traffic::dlq_read_per_second`].
-/// - the seed design waits a visibility timeout between receives (no backoff, no copy); its
-///   redriver has no breaker: every run during the outage replays `rate × RedriverTimeout`,
-///   each replay failing `maxReceiveCount` times again.
-pub fn outage(m: &Measured, t: &Template, tr: &Traffic, o: &Outage) -> (OutageBill, OutageBill) {
-    let n = o.orders();
-    let (b, entries, mrc) = (t.batch_size.max(1.0), MAX_BATCH as f64, t.max_receive_count);
-    let rate = t.redrive_rate_per_second;
-    let runs_during = o.hours * 60.0 / t.redriver_schedule_minutes;
-    let drain_seconds = n / rate;
-    let drain_runs = (drain_seconds / (t.redriver_schedule_minutes * 60.0)).ceil();
-    let lambda = |invocations: f64, ms: f64, mb: f64| {
-        invocations * LAMBDA_REQUEST + gb_s(invocations * ms, mb) * LAMBDA_GB_SECOND
-    };
-    // one order's trip through the consumer, failing every receive
-    let resq_trip = |orders: f64| {
-        let inv = orders * mrc / b;
-        let calls = orders * (mrc - 1.0) / b + orders / b; // backoff, then the DLQ copy
-        let requests = inv + orders / b + calls; // poller receives, deletes of the last
-        (
-            lambda(inv, m.resq_batch_ms.ceil(), t.consumer_memory_mb)
-                + gb_s(calls * 10.0, t.consumer_memory_mb) * LAMBDA_GB_SECOND
-                + requests * SQS_REQUEST,
-            requests,
-        )
-    };
-    let seed_trip = |orders: f64| {
-        let inv = orders * mrc / b;
-        (
-            lambda(inv, m.seed_batch_ms.ceil(), t.consumer_memory_mb) + inv * SQS_REQUEST,
-            inv,
-        )
-    };
-    // a successful replay's delivery: one slot of a batch, the poller's receive and delete
-    let deliver = |orders: f64, batch_ms: f64| {
-        lambda(orders / b, batch_ms.ceil(), t.consumer_memory_mb) + 2.0 * orders / b * SQS_REQUEST
-    };
-
-    // resq
-    let cycle_minutes = t.replays_failing_hold_minutes + 2.0;
-    let resq_during = (rate * 120.0 * (o.hours * 60.0 / cycle_minutes)).min(n);
-    let (fail_r, req_fail_r) = resq_trip(n + resq_during);
-    let redrive_requests = |k: f64| k * m.resq_requests_per_redrive;
-    let resq_replay = |k: f64, seconds: f64| {
-        lambda(0.0, 0.0, 0.0)
-            + gb_s(seconds * 1000.0, t.redriver_memory_mb) * LAMBDA_GB_SECOND
-            + redrive_requests(k) * SQS_REQUEST
-    };
-    // re-reads: the DLQ's depth at each run, paused runs during the outage (it fills at the
-    // order rate after ~15 s of backoff) and the drain's runs past their budget
-    let mut reads = 0.0;
-    for k in 1..=runs_during as usize {
-        let depth = (o.orders_per_second * k as f64 * t.redriver_schedule_minutes * 60.0).min(n);
-        reads += depth.min(IN_FLIGHT_QUOTA);
-    }
-    let per_run = rate * t.redriver_schedule_minutes * 60.0;
-    for k in 0..drain_runs as usize {
-        let depth = (n - per_run * (k as f64 + 1.0)).max(0.0);
-        reads += depth.min(IN_FLIGHT_QUOTA);
-    }
-    let reread_requests = 2.0 * reads / entries;
-    let resq = OutageBill {
-        failing: fail_r,
-        replays_during: resq_replay(resq_during, 120.0 * (o.hours * 60.0 / cycle_minutes)),
-        drain: resq_replay(n, drain_seconds)
-            + drain_runs * LAMBDA_REQUEST
-            + deliver(n, m.resq_batch_ms),
-        rereads: reread_requests * SQS_REQUEST
-            + gb_s(
-                reads / tr.dlq_read_per_second * 1000.0,
-                t.redriver_memory_mb,
-            ) * LAMBDA_GB_SECOND,
-        replays: n + resq_during,
-        requests: req_fail_r + redrive_requests(n + resq_during) + 2.0 * n / b + reread_requests,
-    };
-
-    // seed design
-    let seed_during = (rate * t.redriver_timeout_seconds * runs_during).min(n);
-    let (fail_s, req_fail_s) = seed_trip(n + seed_during);
-    let sleep_ms = 1000.0 / rate;
-    let seed_replay = |k: f64| {
-        gb_s(k * (m.seed_redrive_ms + sleep_ms), t.redriver_memory_mb) * LAMBDA_GB_SECOND
-            + k * m.seed_requests_per_redrive * SQS_REQUEST
-    };
-    let seed = OutageBill {
-        failing: fail_s,
-        replays_during: seed_replay(seed_during) + runs_during * LAMBDA_REQUEST,
-        drain: seed_replay(n) + drain_runs * LAMBDA_REQUEST + deliver(n, m.seed_batch_ms),
-        rereads: 0.0,
-        replays: n + seed_during,
-        requests: req_fail_s + (n + seed_during) * m.seed_requests_per_redrive + 2.0 * n / b,
-    };
-    (resq, seed)
-}
-
 /// Everything the unit-price table shows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UnitPrices {
@@ -773,8 +627,8 @@ pub struct UnitPrices {
     pub own: OwnCost,
     /// Per failure.
     pub failure: PerFailure,
-    /// The outage: (resq, seed design).
-    pub outage: (OutageBill, OutageBill),
+    /// The outage's bills, both stacks, and resq's fixed monthly cost.
+    pub outage: Bills,
     /// Inputs, for the statement.
     pub measured: Measured,
     /// Measured on the function.
@@ -783,25 +637,29 @@ pub struct UnitPrices {
     pub template: Template,
     /// Assumed traffic.
     pub traffic: Traffic,
-    /// The outage's shape.
-    pub shape: Outage,
     /// The failure share the per-failure costs are taken at.
     pub share: f64,
 }
 
 impl UnitPrices {
-    /// All of them, at `share` of orders failing for the per-failure costs.
-    pub fn new(m: &Measured, u: &UnitMeasured, t: &Template, share: f64) -> Self {
-        let (tr, o) = (Traffic::DEFAULT, Outage::DEFAULT);
+    /// All of them, at `share` of orders failing for the per-failure costs; the outage's
+    /// bill for resq from the soak's `profile` when there is one, else from the model.
+    pub fn new(
+        m: &Measured,
+        u: &UnitMeasured,
+        t: &Template,
+        share: f64,
+        profile: Option<&OutageProfile>,
+    ) -> Self {
+        let tr = Traffic::DEFAULT;
         Self {
             own: own_cost(u, t, &tr),
             failure: per_failure(m, t, &Assumptions::DEFAULT, share),
-            outage: outage(m, t, &tr, &o),
+            outage: Bills::new(m, t, &Scenario::DEFAULT, profile),
             measured: *m,
             unit: *u,
             template: *t,
             traffic: tr,
-            shape: o,
             share,
         }
     }
@@ -811,10 +669,14 @@ impl UnitPrices {
         self.own.total()
     }
 
+    /// `outage_cost_ratio` on the bench line: resq's outage bill ÷ the seed design's.
+    pub fn outage_cost_ratio(&self) -> f64 {
+        self.outage.ratio()
+    }
+
     /// A markdown table and the assumptions under it.
     pub fn table(&self) -> String {
         let (o, f) = (&self.own, &self.failure);
-        let (r, s) = &self.outage;
         let mut t = String::from("| unit cost | resq | seed design |\n|---|---:|---:|\n");
         let mut row = |label: String, a: String, b: String| {
             t.push_str(&format!("| {label} | {a} | {b} |\n"));
@@ -867,44 +729,9 @@ impl UnitPrices {
             micro(f.resq_transient),
             micro(f.seed_transient),
         );
-        row(
-            format!(
-                "**one-hour downstream outage at {:.0} orders/s** ({} orders fail for an hour, then recover)",
-                self.shape.orders_per_second,
-                grouped(self.shape.orders())
-            ),
-            format!("**${:.2}**", r.total()),
-            format!("**${:.2}**", s.total()),
-        );
-        for (label, a, b) in [
-            (
-                "  failing deliveries (consumer, poller, backoff, DLQ copies)",
-                r.failing,
-                s.failing,
-            ),
-            (
-                "  replays during the outage (they fail again)",
-                r.replays_during,
-                s.replays_during,
-            ),
-            (
-                "  the drain after it (replays at the rate, their deliveries)",
-                r.drain,
-                s.drain,
-            ),
-            (
-                "  re-reading the DLQ past a run's budget or while paused",
-                r.rereads,
-                s.rereads,
-            ),
-        ] {
-            row(label.into(), format!("${a:.3}"), format!("${b:.3}"));
+        for [label, resq, seed] in self.outage.rows() {
+            row(label, resq, seed);
         }
-        row(
-            "  replays in all; SQS requests in all".into(),
-            format!("{}; {}", grouped(r.replays), grouped(r.requests)),
-            format!("{}; {}", grouped(s.replays), grouped(s.requests)),
-        );
         t.push('\n');
         t.push_str(&self.statement());
         t.push('\n');
@@ -913,13 +740,13 @@ impl UnitPrices {
 
     /// The prices and assumptions, one per line.
     pub fn statement(&self) -> String {
-        let (t, tr, m) = (&self.template, &self.traffic, &self.measured);
+        let (t, tr) = (&self.template, &self.traffic);
         [
-            format!("- Prices: AWS list prices, us-east-1, no free tier: Lambda arm64 ${LAMBDA_GB_SECOND} per GB-s and $0.20 per million requests; SQS standard $0.40 per million requests; S3 PUT $0.005 per 1,000; CloudWatch Logs ingestion (Standard) ${LOGS_INGESTION_PER_GB:.2} per GB; CloudWatch API requests (DescribeAlarms) $0.01 per 1,000. resq calls no PutMetricData (its metrics are EMF lines, in the log bytes); the custom metrics EMF creates are billed per metric and month, whatever the traffic."),
+            format!("- Prices: AWS list prices, us-east-1, no free tier: Lambda arm64 ${LAMBDA_GB_SECOND} per GB-s and $0.20 per million requests; SQS standard $0.40 per million requests; S3 PUT and LIST $0.005 per 1,000, GET $0.0004 per 1,000; CloudWatch Logs ingestion (Standard) ${LOGS_INGESTION_PER_GB:.2} per GB; CloudWatch API requests (DescribeAlarms) $0.01 per 1,000, GetMetricData $0.01 per 1,000 metrics. resq calls no PutMetricData (its metrics are EMF lines, in the log bytes); the custom metrics EMF creates are billed per metric and month, whatever the traffic."),
             format!("- Template defaults: consumer {:.0} MB, redriver {:.0} MB, batches of {:.0}, maxReceiveCount {:.0}, visibility timeout {:.0} s, a redriver run every {:.0} min of at most {:.0} s, {:.0} replays/s, replays-failing hold {:.0} min, TTL {:.0} h.", t.consumer_memory_mb, t.redriver_memory_mb, t.batch_size, t.max_receive_count, t.visibility_timeout_seconds, t.redriver_schedule_minutes, t.redriver_timeout_seconds, t.redrive_rate_per_second, t.replays_failing_hold_minutes, t.archive_after_seconds / 3600.0),
             format!("- Own cost: what every SQS consumer pays (Lambda requests, the poller's receives and deletes, the effect's wait, the platform's START/END/REPORT lines) is left out. The extra CPU is billed as if it never overlapped the effect's wait (an upper bound): a CPU-second costs {:.4} GB-s at any memory size (1,769 MB is one vCPU). Environments: {:.0} alive, each recycled every {:.0} h (assumed), reading the queue's attributes at start and every 10 min. The redriver's empty runs (a request, a 1 s long poll at {:.0} MB, a ReceiveMessage, a DescribeAlarms) are amortised at {:.0} orders/s.", ONE_VCPU_MB / 1024.0, tr.containers, tr.container_hours, t.redriver_memory_mb, tr.orders_per_second),
             format!("- Per failure: the difference {:.0} % of orders failing makes to the per-million bill above (`per_million`), per failing order. The seed design's pass: maxReceiveCount − 1 visibility timeouts, then half a schedule period until its redriver replays it again; a replay is a new message, so its loop never ends.", self.share * 100.0),
-            format!("- Outage: every order is received maxReceiveCount times and fails, each failing batch billed the measured batch time (resq {:.1} ms, BatchProcessor {:.1} ms: the downstream fails as fast as it answers); resq's breaker lets about 2 min of replays through per hold + 2 min (the replays-failing alarm's minute, then its hold), and every run past its budget or paused reads on through the DLQ (up to SQS's in-flight quota of 120,000), a receive and a release per 10 messages, at {:.0} messages/s; the seed's redriver, with no breaker, replays rate × its timeout each run. After the outage both drain the DLQ at {:.0}/s (billed for the drain's time: {:.1} h), each replay succeeding on its one delivery. Redrive requests per message as measured: resq {:.3}, seed {:.3}.", m.resq_batch_ms, m.seed_batch_ms, tr.dlq_read_per_second, t.redrive_rate_per_second, self.shape.orders() / t.redrive_rate_per_second / 3600.0, m.resq_requests_per_redrive, m.seed_requests_per_redrive),
+            self.outage.statement(),
         ]
         .join("\n")
     }
@@ -1116,37 +943,12 @@ mod tests {
     }
 
     #[test]
-    fn the_outage_counts_replays_and_rereads_by_hand() {
-        let (r, s) = outage(
-            &MEASURED,
-            &Template::DEFAULT,
-            &Traffic::DEFAULT,
-            &Outage::DEFAULT,
-        );
-        // resq: 2 min of replays at 10/s per 17 min cycle, over 60 min
-        assert!(close(r.replays, 360_000.0 + 10.0 * 120.0 * 60.0 / 17.0));
-        // the seed: every run (12 in the hour) replays 10/s for its 300 s
-        assert!(close(s.replays, 360_000.0 + 36_000.0));
-        // re-reads: paused runs at depths 30k..360k capped at 120k: 1.26M; the drain's 120
-        // runs: 80 at 120k, then 117k, 114k, ..., 0: 9.6M + 2.34M; a receive and a release
-        // per 10, and 13.2M messages read at 2,000/s at 0.25 GB
-        let reads = 1_260_000.0 + 9_600_000.0 + 2_340_000.0;
-        let expected = 2.0 * reads / 10.0 * 0.4e-6 + reads / 2000.0 * 0.25 * 0.0000133334;
-        assert!(close(r.rereads, expected), "{} vs {expected}", r.rereads);
-        assert_eq!(s.rereads, 0.0);
-        assert!(close(
-            r.total(),
-            r.failing + r.replays_during + r.drain + r.rereads
-        ));
-    }
-
-    #[test]
     fn the_unit_price_table_has_a_row_per_figure_and_the_assumptions_under_it() {
         let u = UnitMeasured {
             extra_cpu_us_per_record: 2.0,
             log_bytes_per_invocation: 800.0,
         };
-        let p = UnitPrices::new(&MEASURED, &u, &Template::DEFAULT, 0.01);
+        let p = UnitPrices::new(&MEASURED, &u, &Template::DEFAULT, 0.01, None);
         let table = p.table();
         assert!(table.contains("unit_cost_per_m_healthy"), "{table}");
         assert!(
@@ -1156,9 +958,16 @@ mod tests {
                 .all(|l| l.matches('|').count() == 4)
         );
         assert!(
-            table.contains("- Prices:") && table.contains("- Outage:"),
+            table.contains("- Prices:")
+                && table.contains("- Outage (")
+                && table.contains("- Fixed monthly cost"),
             "{table}"
         );
+        assert!(table.contains("`outage_cost_ratio`"), "{table}");
         assert!(close(p.unit_cost_per_m_healthy(), p.own.total()));
+        assert!(close(
+            p.outage_cost_ratio(),
+            p.outage.resq.dollars(&p.template) / p.outage.seed.dollars(&p.template)
+        ));
     }
 }

@@ -14,6 +14,7 @@ mod fakesqs;
 mod function;
 mod measured;
 mod options;
+mod outage;
 mod proxy;
 mod queues;
 mod realio;
@@ -120,6 +121,16 @@ enum Cmd {
         /// The consumer's memory size, MB.
         #[arg(long, default_value_t = cost::Template::DEFAULT.consumer_memory_mb)]
         memory_mb: f64,
+        /// The soak's outage profile (used when it exists).
+        #[arg(long, default_value = outage::PROFILE_PATH)]
+        outage_profile: PathBuf,
+    },
+    /// The outage's bill (`outage.rs`) at the latest run's measured figures, resq's from the
+    /// soak's profile when it exists, and `outage_cost_ratio`: no build, no emulator.
+    Outage {
+        /// The soak's outage profile (used when it exists).
+        #[arg(long, default_value = outage::PROFILE_PATH)]
+        outage_profile: PathBuf,
     },
     /// Child: `invocations` warm invocations of resq's consumer engine on an event file.
     ConsumerWarm { event: PathBuf, invocations: usize },
@@ -234,26 +245,48 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
             engine_rps,
             bare_rps,
             memory_mb,
+            outage_profile,
         } => {
             let log_bytes = function::log_bytes_per_invocation(&binary, 10, 20)?;
-            // the latest run's redrive and I/O figures (bench/RESULTS.md, 2026-11-25 00:46)
-            let measured = cost::Measured {
-                resq_batch_ms: 21.3,
-                seed_batch_ms: 201.8,
-                resq_requests_per_redrive: 0.300,
-                seed_requests_per_redrive: 1.202,
-                resq_redrive_ms: 15_700.0 / 2000.0,
-                seed_redrive_ms: 21_230.0 / 2000.0,
-            };
             let unit = cost::UnitMeasured {
                 extra_cpu_us_per_record: 1e6 / engine_rps - 1e6 / bare_rps,
                 log_bytes_per_invocation: log_bytes,
             };
             let template = cost::Template::with_consumer_memory(memory_mb);
-            println!(
-                "{}",
-                cost::UnitPrices::new(&measured, &unit, &template, 0.01).table()
+            let profile = outage::OutageProfile::read(&outage_profile)?;
+            let prices = cost::UnitPrices::new(
+                &cost::Measured::LATEST,
+                &unit,
+                &template,
+                0.01,
+                profile.as_ref(),
             );
+            println!("{}", prices.table());
+        }
+        Cmd::Outage { outage_profile } => {
+            let profile = outage::OutageProfile::read(&outage_profile)?;
+            let (m, t) = (cost::Measured::LATEST, cost::Template::DEFAULT);
+            let s = outage::Scenario::DEFAULT;
+            let bills = outage::Bills::new(&m, &t, &s, profile.as_ref());
+            println!("| outage | resq | seed design |\n|---|---:|---:|");
+            for [label, resq, seed] in bills.rows() {
+                println!("| {label} | {resq} | {seed} |");
+            }
+            println!("\n{}", bills.statement());
+            if let Some(p) = &profile {
+                for a in outage::agreement(p, &m, &t, &s) {
+                    println!(
+                        "profile against the model at its shape: {}: measured {:.4}, modelled {:.4} ({:.0} % apart, {} {:.0} %)",
+                        a.name,
+                        a.measured,
+                        a.modelled,
+                        a.error() * 100.0,
+                        if a.holds() { "within" } else { "NOT within" },
+                        outage::AGREEMENT_TOLERANCE * 100.0
+                    );
+                }
+            }
+            println!("outage_cost_ratio={:.2}", bills.ratio());
         }
         Cmd::FunctionMemory {
             binary,

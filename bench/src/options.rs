@@ -30,6 +30,9 @@ pub struct Options {
     /// Scratch space.
     #[arg(long, default_value = "target/bench")]
     pub work: PathBuf,
+    /// The soak's outage profile: resq's outage bill is counted from it when it exists.
+    #[arg(long, default_value = crate::outage::PROFILE_PATH)]
+    pub outage_profile: PathBuf,
     /// The results file (its generated section is replaced).
     #[arg(long, default_value = "bench/RESULTS.md")]
     pub results: PathBuf,

@@ -193,7 +193,7 @@ impl Report {
     pub fn summary_line(&self) -> String {
         let (resq_rpm, base_rpm) = self.requests_per_msg();
         format!(
-            "bench: consumer_speedup={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} {} engine_efficiency={:.2} unit_cost_per_m_healthy={:.4} rejected_6mb_rss_mb={:.1} rate_error_pct_localstack={:.2} redrive_msgs_per_s={:.0} drain_1m_minutes={:.1}",
+            "bench: consumer_speedup={:.1} redrive_speedup={:.1} redrive_requests_per_msg={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} {} engine_efficiency={:.2} unit_cost_per_m_healthy={:.4} rejected_6mb_rss_mb={:.1} rate_error_pct_localstack={:.2} redrive_msgs_per_s={:.0} drain_1m_minutes={:.1} outage_cost_ratio={:.2}",
             self.consumer_speedup(),
             self.redrive_speedup(),
             resq_rpm,
@@ -211,6 +211,7 @@ impl Report {
             self.rate_error_pct_localstack(),
             self.scale.msgs_per_s(),
             self.scale.drain_1m_minutes(),
+            self.unit.outage_cost_ratio(),
         )
     }
 
@@ -665,6 +666,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
         },
         &template,
         PERMANENT_SHARE,
+        crate::outage::OutageProfile::read(&o.outage_profile)?.as_ref(),
     );
     Ok(Report {
         consumer_rps: figures.batch_rps,
