@@ -48,8 +48,11 @@ pub const PERMISSIONS: &[resq::iam::Permission] = &[
     resq::iam::Permission::new("sqs:GetQueueAttributes", "OrdersQueue"),
 ];
 
-/// How long a source queue's limits that could not be read are not asked for again.
-const LIMITS_RETRY_AFTER: Duration = Duration::from_secs(300);
+/// How long a source queue's limits that could not be read are not asked for again. Short:
+/// until they are read, every transient failure on its last allowed receive goes to the DLQ
+/// without a reason, so one failed read at a cold start must not blind an environment for
+/// minutes; one `GetQueueAttributes` (of at most [`LIMITS_READ_TIMEOUT`]) every 10 s is cheap.
+const LIMITS_RETRY_AFTER: Duration = Duration::from_secs(10);
 
 /// How long limits read are used before they are read again (a stack update that changes the
 /// queue's retention or `maxReceiveCount` does not recycle the consumer's containers).
@@ -476,8 +479,8 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     }
 }
 
-/// A record's span: every line about it carries its `message_id` and, once read, its business
-/// id as `correlation_id` (which the log format writes again under the message type's own key,
+/// A record's span: every line about it carries its `message_id`, its `receive_count` and, once
+/// read, its business id as `correlation_id` (which the log format writes again under the message type's own key,
 /// `order_id`). At ERROR level so that it is on whatever AWS_LAMBDA_LOG_LEVEL allows: at WARN
 /// an INFO span would be off, and the warnings would lose their message_id and correlation_id.
 fn record_span(record: &Record, business_id: Option<&str>) -> Span {
@@ -485,6 +488,7 @@ fn record_span(record: &Record, business_id: Option<&str>) -> Span {
         "record",
         message_id = %record.message_id,
         correlation_id = business_id,
+        receive_count = record.receive_count,
         error_code = field::Empty,
         error_details = field::Empty,
     )
