@@ -1,9 +1,10 @@
 //! `resq stack check`, which `make deploy` runs first: a parameter set evaluated against the
 //! template (`infra/template.yaml`) before deploy. CloudFormation's `Rules` cannot compare
 //! numbers, so resq does it: a set that could lose messages (the retry horizon against the
-//! main queue's retention), double an effect (the order-record lifetime against a message's
-//! longest life) or stall (a breaker that can never trip, a batch whose tail can never start
-//! before the deadline) is refused, naming the parameters in conflict.
+//! main queue's retention, an archive sweep too rare for the DLQ's retention), double an effect
+//! (the order-record lifetime against a message's longest life) or stall (a breaker that can
+//! never trip, a drain ceiling below its base rate, a batch whose tail can never start before
+//! the deadline) is refused, naming the parameters in conflict.
 //!
 //! Everything here is pure ([`Template::parse`], [`parse_overrides`], [`samconfig_overrides`],
 //! [`resolve`], [`refusals`], [`Settings::from_set`], [`evaluate`]) except [`load`], which reads
@@ -45,6 +46,11 @@ pub mod names {
     pub const MAX_MESSAGES_PER_RUN: &str = "MaxMessagesPerRun";
     /// The redriver's rate (`REDRIVE_RATE_PER_SECOND`).
     pub const REDRIVE_RATE_PER_SECOND: &str = "RedriveRatePerSecond";
+    /// The rate a run climbs to while the breakers' alarms stay OK (`REDRIVE_RATE_MAX`).
+    pub const REDRIVE_RATE_MAX: &str = "RedriveRateMax";
+    /// How often a paused or budget-spent run reads through the DLQ to archive
+    /// (`ARCHIVE_SWEEP_SECONDS`).
+    pub const ARCHIVE_SWEEP_SECONDS: &str = "ArchiveSweepSeconds";
     /// The redriver's timeout.
     pub const REDRIVER_TIMEOUT: &str = "RedriverTimeout";
     /// The redriver's EventBridge schedule expression.
@@ -62,6 +68,9 @@ pub const VISIBILITY_PER_TIMEOUT: f64 = 6.0;
 pub const ALARM_PERIOD_SECONDS: f64 = 60.0;
 /// The per-record time assumed when none is given (`--record-ms`).
 pub const DEFAULT_RECORD_MS: u64 = 100;
+/// The DLQ's retention, in seconds: 14 days, fixed in the template (`DeadLetterQueue`'s
+/// `MessageRetentionPeriod`, checked by a test). What is not archived by then, SQS deletes.
+pub const DLQ_RETENTION_SECONDS: f64 = 1_209_600.0;
 
 /// Why the check could not evaluate a parameter set: what was given cannot be read. (A set
 /// that can be read and is refused is a [`Report`] with refusals or conflicts.)
@@ -658,6 +667,10 @@ pub struct Settings {
     pub max_messages_per_run: Option<f64>,
     /// `RedriveRatePerSecond`.
     pub rate_per_second: f64,
+    /// `RedriveRateMax`.
+    pub rate_max: f64,
+    /// `ArchiveSweepSeconds`.
+    pub archive_sweep_seconds: f64,
     /// `RedriverTimeout`, seconds.
     pub redriver_timeout: f64,
     /// `RedriverSchedule`.
@@ -706,6 +719,8 @@ impl Settings {
             replays_failing_threshold: num(REPLAYS_FAILING_THRESHOLD)?,
             max_messages_per_run: auto_or(MAX_MESSAGES_PER_RUN)?,
             rate_per_second: num(REDRIVE_RATE_PER_SECOND)?,
+            rate_max: num(REDRIVE_RATE_MAX)?,
+            archive_sweep_seconds: num(ARCHIVE_SWEEP_SECONDS)?,
             redriver_timeout: num(REDRIVER_TIMEOUT)?,
             schedule: text(REDRIVER_SCHEDULE)?.trim().to_owned(),
         })
@@ -734,12 +749,17 @@ pub enum Rule {
     RetryHorizon,
     /// The order records' lifetime against a message's longest life (TTL + retention).
     RecordLifetime,
+    /// The TTL, the archive sweep's interval, the schedule and a run against the DLQ's
+    /// retention.
+    ArchiveSweep,
     /// A numeric `MaxMessagesPerRun` against the breaker's probe.
     ReplayBudget,
     /// A period of replays at `RedriveRatePerSecond` against the breaker's threshold.
     ReplayRate,
     /// A run's replays against the breaker's probe.
     ReplayRun,
+    /// `RedriveRateMax` against `RedriveRatePerSecond`.
+    RateCeiling,
     /// The consumer's deadline margin against its timeout.
     DeadlineMargin,
     /// A full batch's records against the consumer's time.
@@ -754,9 +774,11 @@ impl Rule {
         match self {
             Self::RetryHorizon => "retry horizon",
             Self::RecordLifetime => "order-record lifetime",
+            Self::ArchiveSweep => "archive sweep",
             Self::ReplayBudget => "replay budget",
             Self::ReplayRate => "replay rate",
             Self::ReplayRun => "replays of a run",
+            Self::RateCeiling => "drain rate ceiling",
             Self::DeadlineMargin => "deadline margin",
             Self::BatchDeadline => "batch before the deadline",
             Self::ScheduledDrain => "scheduled drain",
@@ -824,8 +846,9 @@ pub struct Conflict {
 
 /// Every rule's verdict on `s`.
 pub fn evaluate(s: &Settings, a: &Assumptions) -> Vec<Verdict> {
-    let mut out = vec![retry_horizon(s), record_lifetime(s)];
+    let mut out = vec![retry_horizon(s), record_lifetime(s), archive_sweep(s)];
     out.extend(breaker(s));
+    out.push(rate_ceiling(s));
     out.extend(batch_deadline(s, a));
     out.extend(scheduled_drain(s));
     out
@@ -961,6 +984,62 @@ fn record_lifetime(s: &Settings) -> Verdict {
     })
 }
 
+/// Lose: a message past its TTL must be archived before the DLQ's retention ends. A run that is
+/// paused or has spent its replay budget archives only during an archive sweep, due
+/// `ArchiveSweepSeconds` after the last one: a message reaching its TTL just after a sweep
+/// passed it waits for the next one to come due, for the next scheduled run (a period of
+/// `RedriverSchedule`), and for that run to reach it (at most `RedriverTimeout`). So
+/// `ArchiveAfterSeconds` + `ArchiveSweepSeconds` + the period + the timeout must stay below the
+/// DLQ's retention. A cron schedule has no one period: a warning with the room it has.
+fn archive_sweep(s: &Settings) -> Verdict {
+    let rule = Rule::ArchiveSweep;
+    let known = s.archive_after_seconds + s.archive_sweep_seconds + s.redriver_timeout;
+    let period = schedule_period_seconds(&s.schedule);
+    let longest = known + period.unwrap_or(0.0);
+    let schedule = match period {
+        Some(p) => format!("RedriverSchedule {} = {} s", s.schedule, figure(p)),
+        None => format!("RedriverSchedule {} (period unknown)", s.schedule),
+    };
+    let figures = |cmp: &str| {
+        format!(
+            "ArchiveAfterSeconds {} s + ArchiveSweepSeconds {} s + {schedule} + RedriverTimeout {} s = {} s {cmp} the DLQ's retention {} s (14 days)",
+            figure(s.archive_after_seconds),
+            figure(s.archive_sweep_seconds),
+            figure(s.redriver_timeout),
+            figure(longest),
+            figure(DLQ_RETENTION_SECONDS)
+        )
+    };
+    if longest >= DLQ_RETENTION_SECONDS {
+        return Verdict::Conflict(Conflict {
+            rule,
+            risk: Risk::Lose,
+            parameters: vec![
+                ARCHIVE_SWEEP_SECONDS,
+                ARCHIVE_AFTER_SECONDS,
+                REDRIVER_SCHEDULE,
+                REDRIVER_TIMEOUT,
+            ],
+            figures: figures("≥"),
+            consequence: "while replay is paused or its budget spent, a message past its TTL can wait for the next archive sweep longer than the DLQ keeps it: SQS deletes it unarchived".into(),
+        });
+    }
+    match period {
+        Some(_) => Verdict::Holds {
+            rule,
+            figures: figures("<"),
+        },
+        None => Verdict::Warning {
+            rule,
+            figures: format!(
+                "{}: a run must come at least every {} s (the DLQ's retention less the rest), or a message past its TTL can wait for an archive sweep until SQS deletes it",
+                figures("<"),
+                figure(DLQ_RETENTION_SECONDS - known)
+            ),
+        },
+    }
+}
+
 /// Stall: the breaker must be able to trip. The replays-failing alarm trips when more than
 /// `ReplaysFailingThreshold` replays fail within one 60 s period, and a probe after it clears
 /// is 2 × (threshold + 1) replays ([`resq_redriver::breaker::probe_budget`]): a run's replays spread
@@ -1068,6 +1147,32 @@ fn replay_run(s: &Settings, probe: f64, probe_text: &str) -> Verdict {
             consequence: "a run's failing replays, spread over two periods, may never exceed the threshold in either: the breaker cannot trip".into(),
         })
     }
+}
+
+/// Stall: the rate a run climbs to while the breakers' alarms stay OK (`RedriveRateMax`) is at
+/// least the rate it starts at (`RedriveRatePerSecond`); the redriver refuses a lower ceiling
+/// at start-up (`REDRIVE_RATE_MAX`).
+fn rate_ceiling(s: &Settings) -> Verdict {
+    let figures = |cmp: &str| {
+        format!(
+            "RedriveRateMax {}/s {cmp} RedriveRatePerSecond {}/s",
+            figure(s.rate_max),
+            figure(s.rate_per_second)
+        )
+    };
+    if s.rate_max >= s.rate_per_second {
+        return Verdict::Holds {
+            rule: Rule::RateCeiling,
+            figures: figures("≥"),
+        };
+    }
+    Verdict::Conflict(Conflict {
+        rule: Rule::RateCeiling,
+        risk: Risk::Stall,
+        parameters: vec![REDRIVE_RATE_MAX, REDRIVE_RATE_PER_SECOND],
+        figures: figures("<"),
+        consequence: "the redriver refuses a drain ceiling below its base rate at start-up: every run fails, and nothing is replayed or archived".into(),
+    })
 }
 
 /// Stall: a full batch must be able to start before the consumer's deadline margin. A margin
@@ -1476,9 +1581,11 @@ mod tests {
             [
                 Rule::RetryHorizon,
                 Rule::RecordLifetime,
+                Rule::ArchiveSweep,
                 Rule::ReplayBudget,
                 Rule::ReplayRate,
                 Rule::ReplayRun,
+                Rule::RateCeiling,
                 Rule::DeadlineMargin,
                 Rule::BatchDeadline,
                 Rule::ScheduledDrain
@@ -1895,6 +2002,145 @@ mod tests {
         // and the pattern refuses the budget just below
         let below = set(&[(MAX_MESSAGES_PER_RUN, "101")]);
         assert_eq!(refusals(&t, &below).len(), 1);
+    }
+
+    // ---- archive sweep (lose)
+
+    /// The verdict of the archive-sweep rule on the defaults with `overrides`.
+    fn sweep(overrides: &[(&str, &str)]) -> Verdict {
+        archive_sweep(&settings(overrides))
+    }
+
+    #[test]
+    fn the_dlqs_retention_is_the_templates() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/template.yaml");
+        let doc: Yaml = serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let dlq = &doc["Resources"]["DeadLetterQueue"]["Properties"];
+        assert_eq!(
+            number(&dlq["MessageRetentionPeriod"]),
+            Some(DLQ_RETENTION_SECONDS)
+        );
+    }
+
+    #[test]
+    fn a_ttl_an_archive_sweep_a_period_and_a_run_must_end_before_the_dlqs_retention() {
+        // GIVEN the template's longest TTL, sweep interval and timeout: 1,123,200 + 43,200 +
+        // 900 = 1,167,300 s, which leaves 42,300 s (705 minutes) of the 14 days for the period
+        let longest = [
+            (ARCHIVE_AFTER_SECONDS, "1123200"),
+            (ARCHIVE_SWEEP_SECONDS, "43200"),
+            (REDRIVER_TIMEOUT, "900"),
+        ];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut o = longest.to_vec();
+            o.extend_from_slice(extra);
+            o
+        };
+        // THEN a period of 704 minutes passes (60 s to spare) …
+        let edge = with(&[(REDRIVER_SCHEDULE, "rate(704 minutes)")]);
+        assert_eq!(rules_in_conflict(&edge), vec![]);
+        let Verdict::Holds { figures, .. } = sweep(&edge) else {
+            panic!("holds");
+        };
+        assert_eq!(
+            figures,
+            "ArchiveAfterSeconds 1,123,200 s + ArchiveSweepSeconds 43,200 s + RedriverSchedule rate(704 minutes) = 42,240 s + RedriverTimeout 900 s = 1,209,540 s < the DLQ's retention 1,209,600 s (14 days)"
+        );
+        // … and 705 minutes reach the retention: refused, naming all four
+        let c = only(
+            &with(&[(REDRIVER_SCHEDULE, "rate(705 minutes)")]),
+            Rule::ArchiveSweep,
+        );
+        assert_eq!(c.risk, Risk::Lose);
+        assert_eq!(
+            c.parameters,
+            [
+                ARCHIVE_SWEEP_SECONDS,
+                ARCHIVE_AFTER_SECONDS,
+                REDRIVER_SCHEDULE,
+                REDRIVER_TIMEOUT
+            ]
+        );
+        assert!(
+            c.figures
+                .ends_with("= 1,209,600 s ≥ the DLQ's retention 1,209,600 s (14 days)"),
+            "{}",
+            c.figures
+        );
+        // AND each of the other three terms moves the edge as much
+        for (name, value) in [
+            (ARCHIVE_SWEEP_SECONDS, "43260"),
+            (ARCHIVE_AFTER_SECONDS, "1123260"),
+            (REDRIVER_TIMEOUT, "960"),
+        ] {
+            let mut o = edge.clone();
+            o.retain(|(n, _)| *n != name);
+            o.push((name, value));
+            assert_eq!(rules_in_conflict(&o), vec![Rule::ArchiveSweep], "{name}");
+        }
+    }
+
+    #[test]
+    fn the_templates_longest_ttl_sweep_and_run_fit_the_default_schedule() {
+        // GIVEN each term at the largest value the template accepts, the schedule at its default
+        let t = template();
+        let max = |name: &str| t.parameter(name).unwrap().max_value.unwrap().to_string();
+        let o = [
+            (ARCHIVE_AFTER_SECONDS, max(ARCHIVE_AFTER_SECONDS)),
+            (ARCHIVE_SWEEP_SECONDS, max(ARCHIVE_SWEEP_SECONDS)),
+            (REDRIVER_TIMEOUT, max(REDRIVER_TIMEOUT)),
+        ];
+        let o: Vec<(&str, &str)> = o.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        // THEN CloudFormation accepts them and they are archived in time
+        assert_eq!(refusals(&t, &set(&o)), vec![]);
+        assert!(
+            matches!(sweep(&o), Verdict::Holds { .. }),
+            "{:?}",
+            sweep(&o)
+        );
+    }
+
+    #[test]
+    fn a_cron_schedule_warns_how_often_a_run_must_come_unless_the_rest_is_already_too_long() {
+        let cron = (REDRIVER_SCHEDULE, "cron(0/5 * * * ? *)");
+        // the defaults leave 1,209,600 − (86,400 + 3,600 + 300) s for the period
+        let Verdict::Warning { figures, .. } = sweep(&[cron]) else {
+            panic!("a warning");
+        };
+        assert!(
+            figures.contains("a run must come at least every 1,119,300 s"),
+            "{figures}"
+        );
+        assert_eq!(rules_in_conflict(&[cron]), vec![]);
+        // without any period, past the retention already: refused
+        let too_long = [
+            cron,
+            (ARCHIVE_AFTER_SECONDS, "1200000"),
+            (ARCHIVE_SWEEP_SECONDS, "9600"),
+        ];
+        assert_eq!(rules_in_conflict(&too_long), vec![Rule::ArchiveSweep]);
+    }
+
+    // ---- the drain's rate ceiling (stall)
+
+    #[test]
+    fn the_drain_ceiling_may_equal_the_base_rate_but_not_fall_below_it() {
+        assert_eq!(
+            rules_in_conflict(&[(REDRIVE_RATE_PER_SECOND, "200"), (REDRIVE_RATE_MAX, "200")]),
+            vec![]
+        );
+        let c = only(
+            &[(REDRIVE_RATE_PER_SECOND, "201"), (REDRIVE_RATE_MAX, "200")],
+            Rule::RateCeiling,
+        );
+        assert_eq!(c.risk, Risk::Stall);
+        assert_eq!(c.parameters, [REDRIVE_RATE_MAX, REDRIVE_RATE_PER_SECOND]);
+        assert_eq!(
+            c.figures,
+            "RedriveRateMax 200/s < RedriveRatePerSecond 201/s"
+        );
+        // a ceiling lowered under the default base rate (10)
+        only(&[(REDRIVE_RATE_MAX, "9")], Rule::RateCeiling);
     }
 
     // ---- batch against the deadline (stall)

@@ -611,4 +611,17 @@ async fn function_yaml_deploys_a_teams_function_on_a_resq_stack() {
         &resq["OrdersQueueArn"],
     )
     .await;
+    // AND its output names that mapping, for the resq stack's ConsumerEventSourceMapping (the
+    // consumer breaker), which the resq stack has none of until then
+    let mappings = lambda
+        .list_event_source_mappings()
+        .function_name("payments-consumer")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        function["ConsumerEventSourceMapping"],
+        mappings.event_source_mappings()[0].uuid().unwrap()
+    );
+    assert!(!resq.contains_key("ConsumerEventSourceMapping"), "{resq:?}");
 }

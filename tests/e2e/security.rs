@@ -45,9 +45,27 @@ fn strings(v: &Value) -> BTreeSet<&str> {
     list(v).into_iter().map(|a| a.as_str().unwrap()).collect()
 }
 
+/// The actions AWS scopes to no resource: a statement may grant them on `"*"` (and nothing else
+/// on `"*"`); the functions' lists name that resource `*`.
+const UNSCOPED_ACTIONS: [&str; 1] = ["cloudwatch:GetMetricData"];
+
 /// A role statement's resource in the form the functions' lists use (`resq::iam::Permission`).
 fn resource_name(r: &Value, condition: &Value) -> String {
-    let base = if let Some([id, attr]) = r
+    let base = if *r == "*" {
+        "*".to_owned()
+    } else if let Some(mapping) = r["Fn::Sub"]
+        .as_array()
+        .and_then(|sub| sub.first())
+        .and_then(Value::as_str)
+        .and_then(|arn| arn.strip_suffix(":event-source-mapping:${Mapping}"))
+    {
+        // the consumer's event source mapping, by the UUID the template picks for it
+        assert_eq!(
+            mapping, "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}",
+            "{r}"
+        );
+        "ConsumerEventSourceMapping".to_owned()
+    } else if let Some([id, attr]) = r
         .get("Fn::GetAtt")
         .and_then(Value::as_array)
         .map(Vec::as_slice)
@@ -107,7 +125,10 @@ fn granted<'t>(r: &Resolver<'_>, role: &'t Value) -> (BTreeSet<(String, String)>
             continue;
         }
         for resource in list(&st["Resource"]) {
-            assert_ne!(*resource, "*", "wildcard resource in {st}");
+            assert!(
+                *resource != "*" || actions.iter().all(|a| UNSCOPED_ACTIONS.contains(a)),
+                "wildcard resource for an action AWS can scope in {st}"
+            );
             let name = resource_name(resource, &st["Condition"]);
             for a in &actions {
                 pairs.insert(((*a).to_owned(), name.clone()));

@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_cloudformation::types::{Capability, Parameter};
-use resq_e2e::{REGION, translated_template};
+use resq_e2e::{REGION, translated, translated_template};
 use serde_json::{Value, json};
 
 fn resources_of<'a>(t: &'a Value, kind: &str) -> Vec<(&'a String, &'a Value)> {
@@ -40,6 +40,12 @@ fn resq_function(m: &Value) -> &Value {
     &dims[1]["Value"]
 }
 
+/// The UUID a deployment gives the consumer's event source mapping (`Ref` of
+/// `ConsumerFunctionOrders`), where a test resolves the template for a stack.
+const MAPPING: &str = "0f1e2d3c-4b5a-4978-8a9b-acbdcedf0123";
+/// A team's function's mapping, given as the `ConsumerEventSourceMapping` parameter.
+const TEAM_MAPPING: &str = "11111111-2222-4333-8444-555555555555";
+
 fn number(v: &Value) -> f64 {
     v.as_f64()
         .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
@@ -60,7 +66,7 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
         })
         .collect();
     // name → (namespace, metric, threshold, period, evaluation periods)
-    let expected: [(&str, &str, &str, f64, f64, f64); 10] = [
+    let expected: [(&str, &str, &str, f64, f64, f64); 9] = [
         (
             "dlq-oldest-age",
             "AWS/SQS",
@@ -77,7 +83,6 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
             60.0,
             5.0,
         ),
-        ("consumer-errors", "AWS/Lambda", "Errors", 0.0, 60.0, 1.0),
         (
             "consumer-throttles",
             "AWS/Lambda",
@@ -133,8 +138,8 @@ fn every_alarm_watches_the_right_metric_and_notifies_both_ways() {
     ];
     assert_eq!(
         alarms.len(),
-        expected.len() + 6,
-        "the ten above plus dlq-depth, poison-archived, redriver-heartbeat, replays-failing, dead-letters-unexplained and kept: {:?}",
+        expected.len() + 8,
+        "the nine above plus dlq-depth, poison-archived, redriver-heartbeat, replays-failing, dead-letters-unexplained, kept, and the consumer breaker's consumer-errors and downstream-failing (tests below): {:?}",
         alarms.keys()
     );
     let topic = json!([{"Ref": "AlertTopic"}]);
@@ -520,7 +525,8 @@ fn redriver_config(
     let r = resq_local::stack::Resolver::new(t, "stk", params)
         .with_resource("OrdersQueue", "https://sqs.example/stk-orders")
         .with_resource("DeadLetterQueue", "https://sqs.example/stk-orders-dlq")
-        .with_resource("ArchiveBucket", "stk-archive");
+        .with_resource("ArchiveBucket", "stk-archive")
+        .with_resource("ConsumerFunctionOrders", MAPPING);
     let env: HashMap<String, String> =
         t["Resources"]["RedriverFunction"]["Properties"]["Environment"]["Variables"]
             .as_object()
@@ -676,6 +682,8 @@ fn breaker_conflicts(t: &Value) -> Vec<String> {
         replays_failing_threshold: threshold,
         max_messages_per_run: Some(*numeric_budgets(&p["MaxMessagesPerRun"]).start() as f64),
         rate_per_second: bound("RedriveRatePerSecond", "MinValue").unwrap_or(0.0),
+        rate_max: default("RedriveRateMax"),
+        archive_sweep_seconds: default("ArchiveSweepSeconds"),
         // Lambda's least timeout is 1 s
         redriver_timeout: bound("RedriverTimeout", "MinValue").unwrap_or(1.0),
         deadline_margin_ms: bound("DeadlineMarginMs", "MaxValue").unwrap_or(f64::INFINITY),
@@ -812,6 +820,9 @@ fn the_dashboard_shows_depths_ages_outcomes_and_errors() {
         "resq/Kept",
         "resq/DeadLetteredUnexplained",
         "resq/RedrivePausedTooLong",
+        "resq/TransientFailurePercent",
+        "resq/RetryBudgetExceeded",
+        "resq/ConsumerPaused",
         "AWS/Lambda/Errors",
         "AWS/Lambda/Throttles",
     ] {
@@ -849,12 +860,29 @@ fn the_dashboard_shows_depths_ages_outcomes_and_errors() {
         ("Kept", Some("Maximum")),
         ("RedrivePausedTooLong", Some("Maximum")),
         ("DeadLetteredUnexplained", None),
+        // a gauge per run: 1 while the consumer's mapping is paused
+        ("ConsumerPaused", Some("Maximum")),
     ] {
         let m = redriver
             .iter()
             .find(|m| m[1] == metric)
             .unwrap_or_else(|| panic!("{metric} of the redriver not on the dashboard"));
         assert_eq!(m[6]["stat"].as_str(), stat, "{metric}");
+    }
+    // the consumer breaker's row: the consumer's share of transient failures averaged (a sum of
+    // percentages means nothing), the redeliveries its retry budget held back counted
+    for (metric, stat) in [
+        ("TransientFailurePercent", "Average"),
+        ("RetryBudgetExceeded", "Sum"),
+    ] {
+        let m = body["widgets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|w| w["properties"]["metrics"].as_array().unwrap().iter())
+            .find(|m| m[1] == metric && m[5] == "${Consumer}")
+            .unwrap_or_else(|| panic!("{metric} of the consumer not on the dashboard"));
+        assert_eq!(m[6]["stat"], stat, "{metric}");
     }
     let vars = sub[1].as_object().unwrap();
     assert_eq!(
@@ -1003,6 +1031,11 @@ fn functions_are_rust_on_arm64_with_json_logs_and_the_spec_environment() {
         "ARCHIVE_AFTER_SECONDS",
         "PERMANENT_ACTION",
         "PAUSE_ON_ALARMS",
+        "PAUSE_CONSUMER_ON_ALARMS",
+        "CONSUMER_EVENT_SOURCE_MAPPING",
+        "REDRIVE_RATE_MAX",
+        "ARCHIVE_SWEEP_SECONDS",
+        "RETRY_BUDGET_PERCENT",
         // not resq's own: the CA bundle rustls-native-certs reads (docs/design.md)
         "SSL_CERT_FILE",
         // Powertools' (docs/logs-and-metrics.md)
@@ -1411,6 +1444,60 @@ async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order
         &outputs["OrdersQueueArn"],
     )
     .await;
+
+    // … the consumer breaker: the redriver told the consumer's mapping (the stack's output says
+    // it too) and the breaker's alarms, which may invoke it by their ARNs …
+    let mappings = lambda
+        .list_event_source_mappings()
+        .function_name(&outputs["ConsumerFunctionName"])
+        .send()
+        .await
+        .unwrap();
+    let mapping = mappings.event_source_mappings()[0].uuid().unwrap();
+    assert_eq!(outputs["ConsumerEventSourceMapping"], mapping);
+    let redriver = moto.get_json(&format!(
+        "/2015-03-31/functions/{}/configuration",
+        outputs["RedriverFunctionName"]
+    ));
+    let env = &redriver["Environment"]["Variables"];
+    assert_eq!(env["CONSUMER_EVENT_SOURCE_MAPPING"], mapping);
+    assert_eq!(
+        env["PAUSE_CONSUMER_ON_ALARMS"],
+        "resq-test-downstream-failing,resq-test-consumer-errors"
+    );
+    let policy: Value = serde_json::from_str(
+        lambda
+            .get_policy()
+            .function_name(&outputs["RedriverFunctionName"])
+            .send()
+            .await
+            .unwrap()
+            .policy()
+            .unwrap(),
+    )
+    .unwrap();
+    let by_alarms: BTreeSet<&str> = policy["Statement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|st| st["Principal"]["Service"] == "lambda.alarms.cloudwatch.amazonaws.com")
+        .map(|st| {
+            assert_eq!(
+                st["Condition"]["StringEquals"]["AWS:SourceAccount"],
+                "123456789012"
+            );
+            st["Condition"]["ArnLike"]["AWS:SourceArn"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        by_alarms,
+        BTreeSet::from([
+            "arn:aws:cloudwatch:us-east-1:123456789012:alarm:resq-test-downstream-failing",
+            "arn:aws:cloudwatch:us-east-1:123456789012:alarm:resq-test-consumer-errors"
+        ])
+    );
 
     // … and the redriver's schedule.
     let events = aws_sdk_eventbridge::Client::new(&config);
@@ -1853,4 +1940,564 @@ async fn a_fifo_stack_deploys_into_the_emulator_and_its_consumer_processes_an_or
     // consumer gets it once and records it
     the_stacks_consumer_processes_an_order(&config, &outputs, "o-fifo-1", Some("customer-7"), 2)
         .await;
+}
+
+// ---------------------------------------------------------------- the consumer breaker
+
+/// A stack's name in messages, its parameters, and the mapping its redriver is told.
+type BreakerStack = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    Option<&'static str>,
+);
+
+/// The stacks whose consumer breaker the tests below compare: resq's own consumer (the
+/// breaker on, on the mapping SAM generates), a team's function without its mapping given (the
+/// breaker off) and with it (on, on that mapping); each with the mapping the redriver is told.
+const BREAKER_STACKS: [BreakerStack; 3] = [
+    ("resq's consumer", &[], Some(MAPPING)),
+    (
+        "a team's function, no mapping given",
+        &[("ReferenceConsumer", "false")],
+        None,
+    ),
+    (
+        "a team's function and its mapping",
+        &[
+            ("ReferenceConsumer", "false"),
+            ("ConsumerEventSourceMapping", TEAM_MAPPING),
+        ],
+        Some(TEAM_MAPPING),
+    ),
+];
+
+/// The template as the stack `stk` with `params` gets it, its consumer's mapping as a
+/// deployment names it.
+fn breaker_stack<'a>(t: &'a Value, params: &[(&str, &str)]) -> resq_local::stack::Resolver<'a> {
+    resq_local::stack::Resolver::new(t, "stk", params)
+        .with_resource("ConsumerFunctionOrders", MAPPING)
+        .with_resource("ArchiveBucket.Arn", "arn:aws:s3:::stk-archive")
+        .with_resource(
+            "OrdersQueue.Arn",
+            "arn:aws:sqs:us-east-1:000000000000:stk-orders",
+        )
+}
+
+/// An alarm's ARN in the stack `r` resolves, by its `AlarmName`.
+fn alarm_arn(r: &resq_local::stack::Resolver<'_>, alarm: &Value) -> String {
+    let name = r.value(&alarm["AlarmName"]).unwrap();
+    format!("arn:aws:cloudwatch:{REGION}:000000000000:alarm:{name}")
+}
+
+/// The names in a comma-separated alarm list (empty: none).
+fn alarm_names(list: &str) -> BTreeSet<String> {
+    list.split(',')
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn redriver_env(t: &Value) -> &Value {
+    &t["Resources"]["RedriverFunction"]["Properties"]["Environment"]["Variables"]
+}
+
+#[test]
+fn the_downstream_failing_alarm_reads_the_consumers_share_of_transient_failures() {
+    let t = translated_template("resq-artifacts");
+    let a = alarm(&t, "downstream-failing");
+    // the consumer's TransientFailurePercent (per invocation that ran records), in resq's
+    // namespace and by its dimensions, averaged over a minute: a simple metric alarm, which
+    // LocalStack evaluates too (it does not evaluate metric math)
+    assert_eq!(resq_function(a), function_name(&t, "ConsumerFunction"));
+    assert!(a.get("Metrics").is_none(), "not metric math: {a}");
+    assert_eq!(
+        (
+            a["MetricName"].as_str(),
+            a["Statistic"].as_str(),
+            number(&a["Period"]),
+            number(&a["EvaluationPeriods"])
+        ),
+        (Some("TransientFailurePercent"), Some("Average"), 60.0, 1.0)
+    );
+    // at or over DownstreamFailingPercent (50 % by default) of the records run
+    assert_eq!(a["Threshold"], json!({"Ref": "DownstreamFailingPercent"}));
+    assert_eq!(a["ComparisonOperator"], "GreaterThanOrEqualToThreshold");
+    let p = &t["Parameters"]["DownstreamFailingPercent"];
+    assert_eq!(
+        (
+            number(&p["Default"]),
+            number(&p["MinValue"]),
+            number(&p["MaxValue"])
+        ),
+        (50.0, 1.0, 100.0)
+    );
+    // a paused consumer runs nothing: no data keeps the alarm's state (a probe's records
+    // decide), never reads as OK
+    assert_eq!(a["TreatMissingData"], "ignore");
+    // its output names it
+    assert_eq!(
+        t["Outputs"]["DownstreamFailingAlarmName"]["Value"],
+        json!({"Ref": "DownstreamFailingAlarm"})
+    );
+    assert_eq!(t["Resources"]["DownstreamFailingAlarm"]["Properties"], *a);
+}
+
+#[test]
+fn the_breakers_alarms_invoke_the_redriver_which_they_alone_may_when_the_breaker_is_on() {
+    let t = translated_template("resq-artifacts");
+    let topic = json!({"Ref": "AlertTopic"});
+    let redriver = json!({"Fn::GetAtt": ["RedriverFunction", "Arn"]});
+    let errors = alarm(&t, "consumer-errors");
+    for (stack, params, mapping) in BREAKER_STACKS {
+        let r = breaker_stack(&t, params);
+        let on = mapping.is_some();
+        assert_eq!(r.condition("ConsumerBreakerOn"), Some(on), "{stack}");
+        // GIVEN the alarms whose actions invoke the redriver in this stack
+        let mut invoking = BTreeSet::new();
+        for (id, a) in resources_of(&t, "AWS::CloudWatch::Alarm") {
+            let p = &a["Properties"];
+            let actions = r.decided(&p["AlarmActions"]).unwrap();
+            // every alarm notifies the alert topic both ways, with the same actions
+            assert!(
+                actions.as_array().unwrap().contains(&topic),
+                "{stack}: {id}"
+            );
+            assert_eq!(
+                Some(actions),
+                r.decided(&p["OKActions"]),
+                "{stack}: {id}: the same actions on OK"
+            );
+            if actions.as_array().unwrap().contains(&redriver) {
+                invoking.insert(r.value(&p["AlarmName"]).unwrap());
+            }
+        }
+        // THEN they are the alarms of PAUSE_CONSUMER_ON_ALARMS: downstream-failing and
+        // consumer-errors with the breaker on, none without
+        let pause = r
+            .value(&redriver_env(&t)["PAUSE_CONSUMER_ON_ALARMS"])
+            .unwrap();
+        assert_eq!(invoking, alarm_names(&pause), "{stack}");
+        let expected: BTreeSet<String> = if on {
+            ["downstream-failing", "consumer-errors"]
+                .iter()
+                .map(|n| r.value(&alarm(&t, n)["AlarmName"]).unwrap())
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        assert_eq!(invoking, expected, "{stack}");
+        // AND CloudWatch may invoke the redriver for exactly those alarms, by their ARN, from
+        // this account
+        let allowed: BTreeSet<String> = resources_of(&t, "AWS::Lambda::Permission")
+            .into_iter()
+            .filter(|(_, p)| {
+                p["Condition"]
+                    .as_str()
+                    .is_none_or(|c| r.condition(c) == Some(true))
+            })
+            .map(|(_, p)| &p["Properties"])
+            .filter(|p| p["Principal"] == "lambda.alarms.cloudwatch.amazonaws.com")
+            .map(|p| {
+                assert_eq!(p["Action"], "lambda:InvokeFunction", "{p}");
+                assert_eq!(p["FunctionName"], json!({"Ref": "RedriverFunction"}), "{p}");
+                assert_eq!(p["SourceAccount"], json!({"Ref": "AWS::AccountId"}), "{p}");
+                r.value(&p["SourceArn"]).unwrap()
+            })
+            .collect();
+        let arns: BTreeSet<String> = resources_of(&t, "AWS::CloudWatch::Alarm")
+            .into_iter()
+            .map(|(_, a)| &a["Properties"])
+            .filter(|p| invoking.contains(&r.value(&p["AlarmName"]).unwrap()))
+            .map(|p| alarm_arn(&r, p))
+            .collect();
+        assert_eq!(allowed, arns, "{stack}");
+        // AND the consumer-errors alarm keeps its state without data only when a pause can
+        // take its data away; otherwise a quiet consumer reads OK (it also pauses replay)
+        assert_eq!(
+            r.decided(&errors["TreatMissingData"]),
+            Some(&json!(if on { "ignore" } else { "notBreaching" })),
+            "{stack}"
+        );
+    }
+}
+
+#[test]
+fn the_redriver_is_told_the_consumers_mapping_and_may_switch_that_one_only() {
+    let t = translated_template("resq-artifacts");
+    // resq's consumer's mapping is SAM's for its event Orders: the consumer on the main queue
+    let esm = &t["Resources"]["ConsumerFunctionOrders"];
+    assert_eq!(esm["Type"], "AWS::Lambda::EventSourceMapping");
+    assert_eq!(esm["Condition"], "HasReferenceConsumer");
+    assert_eq!(
+        esm["Properties"]["FunctionName"],
+        json!({"Ref": "ConsumerFunction"})
+    );
+    assert_eq!(
+        esm["Properties"]["EventSourceArn"],
+        json!({"Fn::GetAtt": ["OrdersQueue", "Arn"]})
+    );
+    let env = redriver_env(&t);
+    assert_eq!(env["REDRIVE_RATE_MAX"], json!({"Ref": "RedriveRateMax"}));
+    assert_eq!(
+        env["ARCHIVE_SWEEP_SECONDS"],
+        json!({"Ref": "ArchiveSweepSeconds"})
+    );
+    assert_eq!(
+        t["Resources"]["ConsumerFunction"]["Properties"]["Environment"]["Variables"]["RETRY_BUDGET_PERCENT"],
+        json!({"Ref": "RetryBudgetPercent"})
+    );
+    let role = &t["Resources"]["RedriverRole"];
+    let state = resq::state::STATE_PREFIX;
+    for (stack, params, mapping) in BREAKER_STACKS {
+        let r = breaker_stack(&t, params);
+        // GIVEN the mapping the redriver is told (none: no consumer breaker)
+        assert_eq!(
+            r.value(&env["CONSUMER_EVENT_SOURCE_MAPPING"]).as_deref(),
+            Some(mapping.unwrap_or("")),
+            "{stack}"
+        );
+        let statements: Vec<&Value> =
+            role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|st| r.decided(st))
+                .collect();
+        let actions = |st: &Value| -> BTreeSet<String> {
+            match &st["Action"] {
+                Value::Array(a) => a.iter().map(|x| x.as_str().unwrap().to_owned()).collect(),
+                a => BTreeSet::from([a.as_str().unwrap().to_owned()]),
+            }
+        };
+        let granting = |action: &str| -> Vec<&Value> {
+            statements
+                .iter()
+                .copied()
+                .filter(|st| actions(st).contains(action))
+                .collect()
+        };
+        // THEN Lambda: reading and switching that one mapping, by its ARN, and nothing else
+        let lambda: Vec<&Value> = statements
+            .iter()
+            .copied()
+            .filter(|st| actions(st).iter().any(|a| a.starts_with("lambda:")))
+            .collect();
+        match mapping {
+            Some(m) => {
+                assert_eq!(lambda.len(), 1, "{stack}");
+                assert_eq!(
+                    actions(lambda[0]),
+                    BTreeSet::from([
+                        "lambda:GetEventSourceMapping".to_owned(),
+                        "lambda:UpdateEventSourceMapping".to_owned()
+                    ]),
+                    "{stack}"
+                );
+                assert_eq!(
+                    r.value(&lambda[0]["Resource"]),
+                    Some(format!(
+                        "arn:aws:lambda:{REGION}:000000000000:event-source-mapping:{m}"
+                    )),
+                    "{stack}"
+                );
+            }
+            None => assert!(lambda.is_empty(), "{stack}: {lambda:?}"),
+        }
+        // AND the breaker's reads only with the breaker: the downstream-failing alarm (its
+        // state and history), the main queue's retention, and its oldest message's age
+        // (GetMetricData, which AWS scopes to no resource: "*", and nothing else on "*")
+        let downstream = alarm_arn(&r, alarm(&t, "downstream-failing"));
+        let reading_downstream: Vec<&Value> = statements
+            .iter()
+            .copied()
+            .filter(|st| r.value(&st["Resource"]).as_deref() == Some(downstream.as_str()))
+            .collect();
+        let star: Vec<&Value> = statements
+            .iter()
+            .copied()
+            .filter(|st| st["Resource"] == "*")
+            .collect();
+        let retention = granting("sqs:GetQueueAttributes");
+        if mapping.is_some() {
+            assert_eq!(reading_downstream.len(), 1, "{stack}");
+            assert_eq!(
+                actions(reading_downstream[0]),
+                BTreeSet::from([
+                    "cloudwatch:DescribeAlarms".to_owned(),
+                    "cloudwatch:DescribeAlarmHistory".to_owned()
+                ])
+            );
+            assert_eq!(star.len(), 1, "{stack}: {star:?}");
+            assert_eq!(
+                actions(star[0]),
+                BTreeSet::from(["cloudwatch:GetMetricData".to_owned()])
+            );
+            assert_eq!(retention.len(), 1, "{stack}");
+            assert_eq!(
+                retention[0]["Resource"],
+                json!({"Fn::GetAtt": ["OrdersQueue", "Arn"]})
+            );
+            assert_eq!(actions(retention[0]).len(), 1);
+        } else {
+            assert!(reading_downstream.is_empty(), "{stack}");
+            assert!(star.is_empty(), "{stack}: {star:?}");
+            assert!(retention.is_empty(), "{stack}");
+        }
+        // AND the state log under state/ in any case (the archive sweeps keep theirs there):
+        // written and read there, listed there only
+        let objects = format!("arn:aws:s3:::stk-archive/{state}*");
+        for action in ["s3:PutObject", "s3:GetObject"] {
+            assert!(
+                granting(action)
+                    .iter()
+                    .any(|st| r.value(&st["Resource"]).as_deref() == Some(objects.as_str())),
+                "{stack}: {action} on {objects}"
+            );
+        }
+        let listing: Vec<&Value> = granting("s3:ListBucket")
+            .into_iter()
+            .filter(|st| st["Condition"]["StringLike"]["s3:prefix"] == format!("{state}*"))
+            .collect();
+        assert_eq!(listing.len(), 1, "{stack}");
+        assert_eq!(
+            listing[0]["Resource"],
+            json!({"Fn::GetAtt": ["ArchiveBucket", "Arn"]})
+        );
+    }
+}
+
+#[test]
+fn the_stack_outputs_the_mapping_its_breaker_pauses_and_a_teams_function_outputs_its_own() {
+    let t = translated_template("resq-artifacts");
+    let output = &t["Outputs"]["ConsumerEventSourceMapping"];
+    assert_eq!(output["Condition"], "ConsumerBreakerOn");
+    for (stack, params, mapping) in BREAKER_STACKS {
+        let r = breaker_stack(&t, params);
+        // the output is there exactly when the breaker is on, and says what the redriver is told
+        assert_eq!(
+            r.condition("ConsumerBreakerOn"),
+            Some(mapping.is_some()),
+            "{stack}"
+        );
+        if let Some(m) = mapping {
+            assert_eq!(r.value(&output["Value"]).as_deref(), Some(m), "{stack}");
+            assert_eq!(
+                r.value(&output["Value"]),
+                r.value(&redriver_env(&t)["CONSUMER_EVENT_SOURCE_MAPPING"])
+            );
+        }
+    }
+    // the parameter takes a mapping's UUID as Lambda writes it, or nothing
+    let pattern = t["Parameters"]["ConsumerEventSourceMapping"]["AllowedPattern"]
+        .as_str()
+        .unwrap();
+    let arn = format!("arn:aws:lambda:{REGION}:000000000000:event-source-mapping:{MAPPING}");
+    let upper = MAPPING.to_uppercase();
+    let matched = pattern_matches(
+        pattern,
+        &["", MAPPING, TEAM_MAPPING, "mapping", &arn, &upper, " "],
+    );
+    assert_eq!(
+        matched,
+        BTreeSet::from(["".to_owned(), MAPPING.to_owned(), TEAM_MAPPING.to_owned()])
+    );
+    assert_eq!(t["Parameters"]["ConsumerEventSourceMapping"]["Default"], "");
+    // infra/function.yaml: its output is its own mapping's (for the parameter above), and its
+    // engine gets the retry budget as resq's consumer does
+    let f = translated("infra/function.yaml", "resq-artifacts");
+    let mappings = resources_of(&f, "AWS::Lambda::EventSourceMapping");
+    assert_eq!(mappings.len(), 1);
+    let (id, esm) = mappings[0];
+    assert_eq!(
+        esm["Properties"]["FunctionName"],
+        json!({"Ref": "ConsumerFunction"})
+    );
+    assert_eq!(
+        f["Outputs"]["ConsumerEventSourceMapping"]["Value"],
+        json!({"Ref": id})
+    );
+    assert_eq!(
+        f["Resources"]["ConsumerFunction"]["Properties"]["Environment"]["Variables"]["RETRY_BUDGET_PERCENT"],
+        json!({"Ref": "RetryBudgetPercent"})
+    );
+    for key in ["Type", "Default", "AllowedPattern"] {
+        assert_eq!(
+            f["Parameters"]["RetryBudgetPercent"][key], t["Parameters"]["RetryBudgetPercent"][key],
+            "function.yaml's RetryBudgetPercent {key}: as the stack's"
+        );
+    }
+}
+
+/// The consumer's configuration as the template sets its environment for a stack with
+/// `params` (the rest default); the error's text when it refuses it.
+fn consumer_config(t: &Value, params: &[(&str, &str)]) -> Result<(), String> {
+    let r = resq_local::stack::Resolver::new(t, "stk", params)
+        .with_resource("OrdersQueue", "https://sqs.example/stk-orders")
+        .with_resource("DeadLetterQueue", "https://sqs.example/stk-orders-dlq")
+        .with_resource("ArchiveBucket", "stk-archive");
+    let env: HashMap<String, String> =
+        t["Resources"]["ConsumerFunction"]["Properties"]["Environment"]["Variables"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), r.value(v).unwrap_or_else(|| panic!("{k}: {v}"))))
+            .collect();
+    resq_consumer::config::ConsumerConfig::from_vars(&resq::config::Vars(move |k: &str| {
+        env.get(k).cloned()
+    }))
+    .map(|_| ())
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn the_new_parameters_take_what_the_functions_take() {
+    let t = translated_template("resq-artifacts");
+    let p = &t["Parameters"];
+    // the retry budget: off or 1 to 100, 10 by default; the consumer takes each
+    let budget = p["RetryBudgetPercent"]["AllowedPattern"].as_str().unwrap();
+    let accepted = ["off", "1", "10", "99", "100"];
+    let matched = pattern_matches(
+        budget,
+        &[&accepted[..], &["", "0", "101", "010", "auto", "10%", "-1"]].concat(),
+    );
+    assert_eq!(
+        matched,
+        accepted
+            .iter()
+            .map(|v| (*v).to_owned())
+            .collect::<BTreeSet<_>>()
+    );
+    assert_eq!(p["RetryBudgetPercent"]["Default"], "10");
+    assert!(accepted.contains(&p["RetryBudgetPercent"]["Default"].as_str().unwrap()));
+    for v in accepted {
+        if let Err(e) = consumer_config(&t, &[("RetryBudgetPercent", v)]) {
+            panic!("RetryBudgetPercent {v}: the consumer refuses it: {e}");
+        }
+    }
+    // the drain's ceiling: from the base rate's least to its most, 200 by default; the sweep
+    // every hour, from a minute to 12 hours; the redriver takes the ends
+    for (name, default, min, max) in [
+        ("RedriveRateMax", 200.0, 1.0, 3000.0),
+        ("ArchiveSweepSeconds", 3600.0, 60.0, 43_200.0),
+    ] {
+        assert_eq!(
+            (
+                number(&p[name]["Default"]),
+                number(&p[name]["MinValue"]),
+                number(&p[name]["MaxValue"])
+            ),
+            (default, min, max),
+            "{name}"
+        );
+    }
+    for key in ["MinValue", "MaxValue"] {
+        assert_eq!(
+            p["RedriveRateMax"][key], p["RedriveRatePerSecond"][key],
+            "RedriveRateMax {key}: the base rate's"
+        );
+    }
+    let end = |name: &str, key: &str| p[name][key].to_string().trim_matches('"').to_owned();
+    for params in [
+        [
+            (
+                "RedriveRatePerSecond",
+                end("RedriveRatePerSecond", "MinValue"),
+            ),
+            ("RedriveRateMax", end("RedriveRateMax", "MinValue")),
+            (
+                "ArchiveSweepSeconds",
+                end("ArchiveSweepSeconds", "MinValue"),
+            ),
+        ],
+        [
+            (
+                "RedriveRatePerSecond",
+                end("RedriveRatePerSecond", "MaxValue"),
+            ),
+            ("RedriveRateMax", end("RedriveRateMax", "MaxValue")),
+            (
+                "ArchiveSweepSeconds",
+                end("ArchiveSweepSeconds", "MaxValue"),
+            ),
+        ],
+    ] {
+        let params: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        if let Err(e) = redriver_config(&t, &params) {
+            panic!("{params:?}: {e}");
+        }
+    }
+}
+
+#[test]
+fn the_default_drain_ceiling_leaves_the_consumer_room_and_drains_an_hours_outage_within_the_hour() {
+    let t = translated_template("resq-artifacts");
+    let p = &t["Parameters"];
+    let default = |name: &str| number(&p[name]["Default"]);
+    let (base, ceiling) = (default("RedriveRatePerSecond"), default("RedriveRateMax"));
+    assert!(ceiling >= base);
+    // GIVEN what the consumer takes at its defaults: ConsumerMaximumConcurrency invocations of
+    // ConsumerBatchSize records, a batch's records together (auto concurrency) in about a
+    // record's time (resq stack check's assumption, --record-ms)
+    let record = resq_ops::stack::DEFAULT_RECORD_MS as f64 / 1000.0;
+    let consumer = default("ConsumerMaximumConcurrency") * default("ConsumerBatchSize") / record;
+    // THEN the ceiling takes at most a fifth of it: the rest is new orders' (100/s in issue
+    // 34's outage)
+    assert!(
+        ceiling * 5.0 <= consumer,
+        "RedriveRateMax {ceiling}/s against a consumer taking {consumer}/s"
+    );
+    // WHEN runs come every schedule period and each ramps from the base rate every 30 s by
+    // max(base, (ceiling - base) / 4) up to the ceiling, for its time less the margin
+    let period = resq_ops::stack::schedule_period_seconds(
+        p["RedriverSchedule"]["Default"].as_str().unwrap(),
+    )
+    .unwrap();
+    let run = default("RedriverTimeout") - default("DeadlineMarginMs") / 1000.0;
+    let step = ((ceiling - base) / 4.0).max(base);
+    let (mut at, mut rate, mut replays) = (0.0, base, 0.0);
+    while at < run {
+        let span = (run - at).min(30.0);
+        replays += rate * span;
+        at += span;
+        rate = (rate + step).min(ceiling);
+    }
+    let drain = replays / period;
+    // THEN the DLQ of a one-hour outage at 100 orders/s (360,000) drains within the hour
+    let outage = 100.0 * 3600.0;
+    assert!(
+        outage / drain <= 3600.0,
+        "{drain}/s drains {outage} in {} s",
+        outage / drain
+    );
+}
+
+#[test]
+fn the_state_log_expires_after_30_days_as_do_its_old_versions() {
+    let t = translated_template("resq-artifacts");
+    let rules = t["Resources"]["ArchiveBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+        .as_array()
+        .unwrap();
+    let state: Vec<&Value> = rules
+        .iter()
+        .filter(|r| r["Prefix"] == resq::state::STATE_PREFIX)
+        .collect();
+    assert_eq!(state.len(), 1, "{rules:?}");
+    assert_eq!(state[0]["Status"], "Enabled");
+    let days = number(&state[0]["ExpirationInDays"]);
+    assert_eq!(days, 30.0);
+    // a pause resq holds ends before the main queue's longest retention: its record outlives it
+    assert!(
+        days * 86_400.0 > number(&t["Parameters"]["OrdersRetentionSeconds"]["MaxValue"]),
+        "a pause record may expire while its pause holds"
+    );
+    // the bucket is versioned: an expired entry's old version goes too, by the bucket-wide rule
+    let tidy: Vec<&Value> = rules
+        .iter()
+        .filter(|r| r.get("Prefix").is_none() && r["NoncurrentVersionExpiration"].is_object())
+        .collect();
+    assert_eq!(tidy.len(), 1, "{rules:?}");
+    assert_eq!(
+        number(&tidy[0]["NoncurrentVersionExpiration"]["NoncurrentDays"]),
+        30.0
+    );
 }
