@@ -46,8 +46,6 @@ pub mod names {
     pub const MAX_MESSAGES_PER_RUN: &str = "MaxMessagesPerRun";
     /// The redriver's rate (`REDRIVE_RATE_PER_SECOND`).
     pub const REDRIVE_RATE_PER_SECOND: &str = "RedriveRatePerSecond";
-    /// The rate a run climbs to while the breakers' alarms stay OK (`REDRIVE_RATE_MAX`).
-    pub const REDRIVE_RATE_MAX: &str = "RedriveRateMax";
     /// How often a paused or budget-spent run reads through the DLQ to archive
     /// (`ARCHIVE_SWEEP_SECONDS`).
     pub const ARCHIVE_SWEEP_SECONDS: &str = "ArchiveSweepSeconds";
@@ -667,8 +665,6 @@ pub struct Settings {
     pub max_messages_per_run: Option<f64>,
     /// `RedriveRatePerSecond`.
     pub rate_per_second: f64,
-    /// `RedriveRateMax`.
-    pub rate_max: f64,
     /// `ArchiveSweepSeconds`.
     pub archive_sweep_seconds: f64,
     /// `RedriverTimeout`, seconds.
@@ -719,7 +715,6 @@ impl Settings {
             replays_failing_threshold: num(REPLAYS_FAILING_THRESHOLD)?,
             max_messages_per_run: auto_or(MAX_MESSAGES_PER_RUN)?,
             rate_per_second: num(REDRIVE_RATE_PER_SECOND)?,
-            rate_max: num(REDRIVE_RATE_MAX)?,
             archive_sweep_seconds: num(ARCHIVE_SWEEP_SECONDS)?,
             redriver_timeout: num(REDRIVER_TIMEOUT)?,
             schedule: text(REDRIVER_SCHEDULE)?.trim().to_owned(),
@@ -758,8 +753,6 @@ pub enum Rule {
     ReplayRate,
     /// A run's replays against the breaker's probe.
     ReplayRun,
-    /// `RedriveRateMax` against `RedriveRatePerSecond`.
-    RateCeiling,
     /// The consumer's deadline margin against its timeout.
     DeadlineMargin,
     /// A full batch's records against the consumer's time.
@@ -778,7 +771,6 @@ impl Rule {
             Self::ReplayBudget => "replay budget",
             Self::ReplayRate => "replay rate",
             Self::ReplayRun => "replays of a run",
-            Self::RateCeiling => "drain rate ceiling",
             Self::DeadlineMargin => "deadline margin",
             Self::BatchDeadline => "batch before the deadline",
             Self::ScheduledDrain => "scheduled drain",
@@ -848,7 +840,6 @@ pub struct Conflict {
 pub fn evaluate(s: &Settings, a: &Assumptions) -> Vec<Verdict> {
     let mut out = vec![retry_horizon(s), record_lifetime(s), archive_sweep(s)];
     out.extend(breaker(s));
-    out.push(rate_ceiling(s));
     out.extend(batch_deadline(s, a));
     out.extend(scheduled_drain(s));
     out
@@ -1147,32 +1138,6 @@ fn replay_run(s: &Settings, probe: f64, probe_text: &str) -> Verdict {
             consequence: "a run's failing replays, spread over two periods, may never exceed the threshold in either: the breaker cannot trip".into(),
         })
     }
-}
-
-/// Stall: the rate a run climbs to while the breakers' alarms stay OK (`RedriveRateMax`) is at
-/// least the rate it starts at (`RedriveRatePerSecond`); the redriver refuses a lower ceiling
-/// at start-up (`REDRIVE_RATE_MAX`).
-fn rate_ceiling(s: &Settings) -> Verdict {
-    let figures = |cmp: &str| {
-        format!(
-            "RedriveRateMax {}/s {cmp} RedriveRatePerSecond {}/s",
-            figure(s.rate_max),
-            figure(s.rate_per_second)
-        )
-    };
-    if s.rate_max >= s.rate_per_second {
-        return Verdict::Holds {
-            rule: Rule::RateCeiling,
-            figures: figures("≥"),
-        };
-    }
-    Verdict::Conflict(Conflict {
-        rule: Rule::RateCeiling,
-        risk: Risk::Stall,
-        parameters: vec![REDRIVE_RATE_MAX, REDRIVE_RATE_PER_SECOND],
-        figures: figures("<"),
-        consequence: "the redriver refuses a drain ceiling below its base rate at start-up: every run fails, and nothing is replayed or archived".into(),
-    })
 }
 
 /// Stall: a full batch must be able to start before the consumer's deadline margin. A margin
@@ -1585,7 +1550,6 @@ mod tests {
                 Rule::ReplayBudget,
                 Rule::ReplayRate,
                 Rule::ReplayRun,
-                Rule::RateCeiling,
                 Rule::DeadlineMargin,
                 Rule::BatchDeadline,
                 Rule::ScheduledDrain
@@ -2119,28 +2083,6 @@ mod tests {
             (ARCHIVE_SWEEP_SECONDS, "9600"),
         ];
         assert_eq!(rules_in_conflict(&too_long), vec![Rule::ArchiveSweep]);
-    }
-
-    // ---- the drain's rate ceiling (stall)
-
-    #[test]
-    fn the_drain_ceiling_may_equal_the_base_rate_but_not_fall_below_it() {
-        assert_eq!(
-            rules_in_conflict(&[(REDRIVE_RATE_PER_SECOND, "200"), (REDRIVE_RATE_MAX, "200")]),
-            vec![]
-        );
-        let c = only(
-            &[(REDRIVE_RATE_PER_SECOND, "201"), (REDRIVE_RATE_MAX, "200")],
-            Rule::RateCeiling,
-        );
-        assert_eq!(c.risk, Risk::Stall);
-        assert_eq!(c.parameters, [REDRIVE_RATE_MAX, REDRIVE_RATE_PER_SECOND]);
-        assert_eq!(
-            c.figures,
-            "RedriveRateMax 200/s < RedriveRatePerSecond 201/s"
-        );
-        // a ceiling lowered under the default base rate (10)
-        only(&[(REDRIVE_RATE_MAX, "9")], Rule::RateCeiling);
     }
 
     // ---- batch against the deadline (stall)

@@ -75,7 +75,8 @@ pub struct RedriverConfig {
     /// no consumer breaker.
     pub consumer_mapping: Option<String>,
     /// `REDRIVE_RATE_MAX`: the rate a scheduled run may climb to while its breakers stay
-    /// closed (at least `REDRIVE_RATE_PER_SECOND`, which it is when unset: no climb).
+    /// closed (at least `REDRIVE_RATE_PER_SECOND`, which it is when unset or set below: no
+    /// climb).
     pub rate_max: f64,
     /// `ARCHIVE_SWEEP_SECONDS`: how often a paused or budget-spent run reads the whole DLQ to
     /// archive what is due.
@@ -126,11 +127,14 @@ impl RedriverConfig {
                 expected: "keep or archive".into(),
             })?,
         };
-        let rate = rate_variable(vars, "REDRIVE_RATE_PER_SECOND", None)?;
+        let rate =
+            rate_variable(vars, "REDRIVE_RATE_PER_SECOND")?.unwrap_or(DEFAULT_RATE_PER_SECOND);
         Ok(Self {
             common: CommonConfig::from_vars(vars)?,
             rate_per_second: rate,
-            rate_max: rate_variable(vars, "REDRIVE_RATE_MAX", Some(rate))?,
+            // a ceiling at or below the base rate is no climb (the template accepts a base
+            // rate above its default ceiling: that set must start, not fail every run)
+            rate_max: rate_variable(vars, "REDRIVE_RATE_MAX")?.map_or(rate, |max| max.max(rate)),
             max_messages_per_run: max_messages_per_run(vars)?,
             kept_in_flight_max: vars.number(
                 "KEPT_IN_FLIGHT_MAX",
@@ -161,30 +165,23 @@ impl RedriverConfig {
     }
 }
 
-/// A rate variable (`REDRIVE_RATE_PER_SECOND`, `REDRIVE_RATE_MAX`): above 0 and at least
-/// `floor` (its default when unset), at most [`MAX_RATE_PER_SECOND`].
+/// A rate variable (`REDRIVE_RATE_PER_SECOND`, `REDRIVE_RATE_MAX`): above 0 and at most
+/// [`MAX_RATE_PER_SECOND`]; `None` when unset.
 fn rate_variable(
     vars: &Vars<impl Fn(&str) -> Option<String>>,
     var: &'static str,
-    floor: Option<f64>,
-) -> Result<f64, ConfigError> {
+) -> Result<Option<f64>, ConfigError> {
     let Some(raw) = vars.get(var) else {
-        return Ok(floor.unwrap_or(DEFAULT_RATE_PER_SECOND));
+        return Ok(None);
     };
-    let least = floor.unwrap_or(0.0);
     match raw.trim().parse::<f64>() {
-        Ok(r) if r.is_finite() && r > 0.0 && r >= least && r <= MAX_RATE_PER_SECOND => Ok(r),
+        Ok(r) if r.is_finite() && r > 0.0 && r <= MAX_RATE_PER_SECOND => Ok(Some(r)),
         _ => Err(ConfigError::Invalid {
             var,
             value: raw,
-            expected: match floor {
-                None => format!(
-                    "a number of messages per second above 0 and at most {MAX_RATE_PER_SECOND}"
-                ),
-                Some(f) => format!(
-                    "a number of messages per second from REDRIVE_RATE_PER_SECOND ({f}) to {MAX_RATE_PER_SECOND}"
-                ),
-            },
+            expected: format!(
+                "a number of messages per second above 0 and at most {MAX_RATE_PER_SECOND}"
+            ),
         }),
     }
 }
@@ -269,6 +266,17 @@ mod tests {
             (c.rate_max, c.archive_sweep),
             (200.0, Duration::from_secs(600))
         );
+        // a ceiling below the base rate: no climb, not a refusal
+        let mut low = REQUIRED.to_vec();
+        low.extend([
+            ("REDRIVE_RATE_PER_SECOND", "3000"),
+            ("REDRIVE_RATE_MAX", "200"),
+        ]);
+        let no_climb = RedriverConfig::from_vars(&vars(&low)).unwrap();
+        assert_eq!(
+            (no_climb.rate_per_second, no_climb.rate_max),
+            (3000.0, 3000.0)
+        );
         for (raw, parsed) in [("auto", None), (" AUTO ", None), ("1", Some(1))] {
             v.retain(|(k, _)| *k != "MAX_MESSAGES_PER_RUN");
             v.push(("MAX_MESSAGES_PER_RUN", raw));
@@ -307,8 +315,7 @@ mod tests {
             ("ARCHIVE_AFTER_SECONDS", "1209600"),
             ("ARCHIVE_AFTER_SECONDS", "1123201"),
             ("PERMANENT_ACTION", "delete"),
-            // the climb starts at the rate: a ceiling below it is a mistake
-            ("REDRIVE_RATE_MAX", "5"),
+            ("REDRIVE_RATE_MAX", "0"),
             ("REDRIVE_RATE_MAX", "3001"),
             ("ARCHIVE_SWEEP_SECONDS", "59"),
             ("ARCHIVE_SWEEP_SECONDS", "43201"),

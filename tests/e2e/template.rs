@@ -682,7 +682,6 @@ fn breaker_conflicts(t: &Value) -> Vec<String> {
         replays_failing_threshold: threshold,
         max_messages_per_run: Some(*numeric_budgets(&p["MaxMessagesPerRun"]).start() as f64),
         rate_per_second: bound("RedriveRatePerSecond", "MinValue").unwrap_or(0.0),
-        rate_max: default("RedriveRateMax"),
         archive_sweep_seconds: default("ArchiveSweepSeconds"),
         // Lambda's least timeout is 1 s
         redriver_timeout: bound("RedriverTimeout", "MinValue").unwrap_or(1.0),
