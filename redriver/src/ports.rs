@@ -248,7 +248,7 @@ impl Alarms for CloudWatchAlarms {
     }
 }
 
-/// [`EventSourceMappings`] on Lambda.
+/// [`EventSourceMappings`](resq::mapping::EventSourceMappings) on Lambda.
 #[derive(Debug, Clone)]
 pub struct LambdaMappings {
     client: aws_sdk_lambda::Client,
