@@ -197,7 +197,7 @@ chaos: $(TOOLS) $(if $(filter localstack,$(EMULATOR)),$(LOCALSTACK)) translate
 ## period 10 s): a burst of permanent failures, a downstream outage, recovery; then an audit
 soak: $(TOOLS) $(LOCALSTACK) translate
 	$(BUILD)
-	./target/debug/resq-local soak --localstack-python $(VENV_LOCALSTACK)/bin/python --template $(TRANSLATED) --consumer-bin target/debug/consumer --redriver-bin target/debug/redriver
+	./target/debug/resq-local soak --localstack-python $(VENV_LOCALSTACK)/bin/python --moto-server $(VENV)/bin/moto_server --template $(TRANSLATED) --consumer-bin target/debug/consumer --redriver-bin target/debug/redriver
 
 ## fuzz: each cargo-fuzz target for FUZZ_SECONDS (not in CI); prints the executions run.
 ## Installs cargo-fuzz if missing; builds without a sanitizer, so a stable toolchain does.

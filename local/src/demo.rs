@@ -163,6 +163,8 @@ pub struct Audit {
     pub dlq_by_reason: BTreeMap<(Option<String>, Option<String>), usize>,
     /// The emulator it ran on.
     pub emulator: Option<EmulatorKind>,
+    /// Every message found in a queue: (in the DLQ, its `SentTimestamp`), for its age.
+    pub queued: Vec<(bool, Option<u64>)>,
 }
 
 impl Audit {
@@ -500,10 +502,12 @@ impl Audit {
                     (1, "archived")
                 }
                 Place::MainQueue(q) => {
+                    audit.queued.push((false, q.sent_at));
                     audit.max_redrives = audit.max_redrives.max(q.redrives().unwrap_or(0));
                     (2, "main queue")
                 }
                 Place::Dlq(q) => {
+                    audit.queued.push((true, q.sent_at));
                     audit.max_redrives = audit.max_redrives.max(q.redrives().unwrap_or(0));
                     audit.dead_letter(q.failure_class.as_deref(), q.failure_reason.as_deref());
                     (3, "DLQ")

@@ -3,22 +3,32 @@
 //! what the response did not report failed) and the EventBridge schedule in front of the
 //! redriver (a run every period, never two at once).
 //!
+//! Two things of AWS are optional, for the runs that need them (the soak): the poller honours
+//! the mapping's enabled state as Lambda's does ([`MappingSwitch`]: it does not receive while the
+//! mapping is `Disabled` or `Disabling` in the Lambda API), and the schedule's function is also
+//! invoked by alarm actions ([`Schedule::run_with_alarms`]: a CloudWatch alarm state-change
+//! event, one invocation at a time with the schedule's, as a function of reserved concurrency 1
+//! throttles and Lambda retries it).
+//!
 //! The function is anything that can be invoked with an event ([`Invoke`]): the real binary
 //! under the local runtime API ([`crate::chaos::runtime::Function`]), `cargo lambda watch` or
 //! the binary ([`crate::live`]), or the functions in-process ([`crate::pipeline`]). What a run
 //! does around each invocation (count, print, plan a kill, hold the schedule) is its own, in a
 //! small set of hooks ([`MappingHooks`], [`ScheduleHooks`]); the loops are the same for all.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use resq::mapping::{EventSourceMappings, LambdaMappings};
 
 use aws_sdk_sqs::types::Message;
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
-use crate::CliError;
 use crate::emulator::REGION;
+use crate::{CliError, lock};
 
 /// A function that can be invoked with an event, as Lambda invokes it.
 // The futures carry no `Send` bound: rustc cannot prove one through the trait for the
@@ -120,6 +130,27 @@ pub trait ScheduleHooks<F> {
     /// How a run ended and how long it took (`function`: the live pipeline reads where it
     /// ran).
     fn answered(&mut self, function: &F, ended: Ended, took: Duration);
+
+    /// How an invocation by an alarm's action ([`Schedule::run_with_alarms`]) ended: counted
+    /// as a run unless the hooks say otherwise.
+    fn alarm_answered(&mut self, function: &F, alarm: &AlarmAction, ended: Ended, took: Duration) {
+        let _ = alarm;
+        self.answered(function, ended, took);
+    }
+}
+
+/// An alarm's state change whose action invokes the function (CloudWatch invokes Lambda with
+/// a state-change event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlarmAction {
+    /// The alarm.
+    pub alarm: String,
+    /// Its new state (`ALARM`, `OK`).
+    pub state: String,
+    /// Its state before.
+    pub previous: String,
+    /// When the change was seen.
+    pub at: Instant,
 }
 
 /// Lambda's SQS event source mapping: one poller of a queue in front of a function.
@@ -135,6 +166,62 @@ pub struct EventSourceMapping<'a> {
     pub batch_size: i32,
     /// `MaximumBatchingWindowInSeconds`.
     pub batching_window: Duration,
+    /// The mapping in the Lambda API whose enabled state the poller honours; `None`: always
+    /// enabled.
+    pub switch: Option<&'a MappingSwitch>,
+}
+
+/// An event source mapping's enabled state as Lambda's poller honours it: read from the Lambda
+/// API (`GetEventSourceMapping`) at most every `every`; while it is `Disabled` or `Disabling`
+/// the poller receives nothing. What cannot be read keeps the last state read (enabled before
+/// the first reading), as Lambda's pollers go on with the configuration they have.
+#[derive(Debug)]
+pub struct MappingSwitch {
+    mappings: LambdaMappings,
+    uuid: String,
+    every: Duration,
+    last: Mutex<Option<(Instant, bool)>>,
+}
+
+impl MappingSwitch {
+    /// The mapping `uuid` of `lambda`'s API, read at most every `every`.
+    pub fn new(lambda: aws_sdk_lambda::Client, uuid: &str, every: Duration) -> Self {
+        Self {
+            mappings: LambdaMappings::new(lambda),
+            uuid: uuid.to_owned(),
+            every,
+            last: Mutex::new(None),
+        }
+    }
+
+    /// The mapping's UUID.
+    pub fn uuid(&self) -> &str {
+        &self.uuid
+    }
+
+    /// Whether the poller may receive now: the state read within `every`, else read again.
+    pub async fn enabled(&self) -> bool {
+        let cached = *lock(&self.last);
+        if let Some((at, on)) = cached
+            && at.elapsed() < self.every
+        {
+            return on;
+        }
+        let on = match self.mappings.get(&self.uuid).await {
+            Ok(m) => m.state.is_on().unwrap_or(true),
+            Err(e) => {
+                tracing::warn!(error = %e, uuid = %self.uuid, "poller: the mapping cannot be read; its last state holds");
+                cached.is_none_or(|(_, on)| on)
+            }
+        };
+        *lock(&self.last) = Some((Instant::now(), on));
+        on
+    }
+
+    /// How long the poller waits before it asks again while the mapping is disabled.
+    pub fn every(&self) -> Duration {
+        self.every
+    }
 }
 
 impl EventSourceMapping<'_> {
@@ -161,6 +248,12 @@ impl EventSourceMapping<'_> {
         function: &mut F,
         hooks: &mut H,
     ) -> Result<(), CliError> {
+        if let Some(switch) = self.switch
+            && !switch.enabled().await
+        {
+            tokio::time::sleep(switch.every()).await;
+            return Ok(());
+        }
         hooks.receiving().await;
         let (sqs, url) = (self.sqs, self.queue_url);
         let batch = gather_batch(sqs, url, self.batch_size, self.batching_window).await;
@@ -231,6 +324,59 @@ impl Schedule<'_> {
         fired
     }
 
+    /// As [`Schedule::run`], and between runs the invocations of alarm actions sent to
+    /// `alarms`, each with a CloudWatch alarm state-change event ([`alarm_event`]): one at a
+    /// time with the schedule's runs (an action that comes during a run waits until it ends, as
+    /// Lambda throttles a function of reserved concurrency 1 and retries the alarm's
+    /// asynchronous invocation), in the order they came; a tick that comes while actions wait
+    /// runs after them.
+    pub async fn run_with_alarms<F: Invoke, H: ScheduleHooks<F>>(
+        &self,
+        function: &mut F,
+        hooks: &mut H,
+        mut alarms: mpsc::UnboundedReceiver<AlarmAction>,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(), CliError> {
+        let mut ticks = self.ticks();
+        let mut waiting: VecDeque<AlarmAction> = VecDeque::new();
+        let mut fired = Ok(());
+        while fired.is_ok() && !*stop.borrow() {
+            while let Ok(a) = alarms.try_recv() {
+                waiting.push_back(a);
+            }
+            if let Some(action) = waiting.pop_front() {
+                fired = self.fire_alarm(function, hooks, &action).await;
+                continue;
+            }
+            tokio::select! {
+                _ = ticks.tick() => {
+                    if !hooks.held() {
+                        fired = self.fire(function, hooks).await;
+                    }
+                }
+                Some(a) = alarms.recv() => waiting.push_back(a),
+                _ = stop.changed() => {}
+            }
+        }
+        function.stop().await;
+        fired
+    }
+
+    /// One invocation by an alarm's action.
+    async fn fire_alarm<F: Invoke, H: ScheduleHooks<F>>(
+        &self,
+        function: &mut F,
+        hooks: &mut H,
+        action: &AlarmAction,
+    ) -> Result<(), CliError> {
+        let kill_after = hooks.invoking();
+        let event = alarm_event(&action.alarm, &action.state, &action.previous).to_string();
+        let began = Instant::now();
+        let ended = function.invoke(&event, kill_after).await?;
+        hooks.alarm_answered(function, action, ended, began.elapsed());
+        Ok(())
+    }
+
     fn ticks(&self) -> tokio::time::Interval {
         let now = tokio::time::Instant::now();
         match self.first {
@@ -266,6 +412,37 @@ pub fn scheduled_event(rule: &str) -> Value {
         "region": REGION,
         "resources": [format!("arn:aws:events:{REGION}:123456789012:rule/{rule}")],
         "detail": {}
+    })
+}
+
+/// The event CloudWatch invokes a Lambda function with when alarm `alarm` (a metric alarm of
+/// this region's account) changes from `previous` to `state`, now: shaped as AWS documents it
+/// ("Lambda alarm actions"; the aws-lambda-rust-runtime's `example-cloudwatch-alarm-metric.json`).
+pub fn alarm_event(alarm: &str, state: &str, previous: &str) -> Value {
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3f+0000").to_string();
+    json!({
+        "source": "aws.cloudwatch",
+        "alarmArn": format!("arn:aws:cloudwatch:{REGION}:123456789012:alarm:{alarm}"),
+        "accountId": "123456789012",
+        "time": now,
+        "region": REGION,
+        "alarmData": {
+            "alarmName": alarm,
+            "state": {
+                "value": state,
+                "reason": format!("the alarm's metric moved it to {state}"),
+                "timestamp": now
+            },
+            "previousState": {
+                "value": previous,
+                "reason": format!("the alarm was {previous}"),
+                "timestamp": now
+            },
+            "configuration": {
+                "description": format!("{alarm} (resq-local)"),
+                "metrics": []
+            }
+        }
     })
 }
 

@@ -100,9 +100,17 @@ impl MetricForwarder {
         let s = sent.clone();
         let task = tokio::spawn(async move {
             while let Some(doc) = rx.recv().await {
+                // what came meanwhile goes in the same calls (PutMetricData takes up to 1,000
+                // data): a busy consumer's lines do not queue up behind one call each
+                let mut docs = vec![doc];
+                while docs.len() < 100
+                    && let Ok(more) = rx.try_recv()
+                {
+                    docs.push(more);
+                }
                 let mut by_namespace: std::collections::BTreeMap<String, Vec<MetricDatum>> =
                     Default::default();
-                for (ns, datum) in datums(&doc) {
+                for (ns, datum) in docs.iter().flat_map(datums) {
                     by_namespace.entry(ns).or_default().push(datum);
                 }
                 for (ns, data) in by_namespace {

@@ -48,6 +48,12 @@ pub fn http_ok(port: u16, path: &str) -> bool {
 impl MotoServer {
     /// Starts `binary` (moto_server) on 127.0.0.1 and waits until it answers.
     pub fn start(binary: &Path) -> Result<Self, CliError> {
+        Self::start_with(binary, &[])
+    }
+
+    /// Starts `binary` with `env` added to its environment (e.g. `MOTO_ACCOUNT_ID`, the account
+    /// every resource it makes belongs to) and waits until it answers.
+    pub fn start_with(binary: &Path, env: &[(&str, &str)]) -> Result<Self, CliError> {
         if !binary.exists() {
             return Err(CliError::Usage(format!(
                 "moto server not found at {}; run `make setup` (or `make test`, which installs it)",
@@ -58,6 +64,7 @@ impl MotoServer {
             let port = free_port()?;
             let mut cmd = Command::new(binary);
             cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .envs(env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
@@ -101,6 +108,20 @@ impl MotoServer {
 }
 
 impl MotoServer {
+    /// A form `POST` to moto's Query API of `service` (e.g. IAM's `Action=CreateRole&…`, which
+    /// the SDKs this workspace uses do not include): the status and body of the answer.
+    pub async fn post_form(&self, service: &str, form: &str) -> Result<(u16, String), CliError> {
+        let addr = self.endpoint.trim_start_matches("http://");
+        let headers = format!(
+            "Authorization: AWS4-HMAC-SHA256 Credential=testing/20260101/{REGION}/{service}/aws4_request, SignedHeaders=host, Signature=0\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+        );
+        let raw = crate::http::post(addr, "/", &headers, form)
+            .await
+            .map_err(|e| CliError::Usage(format!("moto on {addr}: {e}")))?;
+        crate::http::http_response(&raw)
+            .ok_or_else(|| CliError::Usage(format!("moto on {addr} answered no HTTP")))
+    }
+
     /// A plain `GET` of moto's REST API, as JSON (for responses the SDK cannot parse because
     /// moto deviates from AWS).
     pub fn get_json(&self, path: &str) -> serde_json::Value {
@@ -125,11 +146,17 @@ impl MotoServer {
 
 /// The SDK configuration for a local endpoint (region us-east-1, dummy credentials).
 pub async fn local_sdk_config(endpoint: &str) -> aws_config::SdkConfig {
+    local_sdk_config_as(endpoint, "testing").await
+}
+
+/// The SDK configuration for a local endpoint, signing with access key id `key` (a proxy in
+/// front of the emulator tells callers apart by it).
+pub async fn local_sdk_config_as(endpoint: &str, key: &str) -> aws_config::SdkConfig {
     resq::aws::config_loader()
         .endpoint_url(endpoint)
         .region(aws_config::Region::new(REGION))
         .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            "testing",
+            key,
             "testing",
             None,
             None,

@@ -579,6 +579,7 @@ async fn event_source_mapping(
         queue_arn: &outputs.main_queue_arn,
         batch_size: around.batch_size,
         batching_window: around.batching_window,
+        switch: None,
     };
     let mut hooks = LiveBatches {
         invocations: &invocations,

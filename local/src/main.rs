@@ -108,7 +108,10 @@ struct SoakArgs {
     /// LocalStack's Python (its venv).
     #[arg(long, default_value = ".venv-localstack/bin/python")]
     localstack_python: PathBuf,
-    /// The translated template (the replays-failing alarm's definition).
+    /// moto's server (the consumer's event source mapping lives there).
+    #[arg(long, default_value = ".venv/bin/moto_server")]
+    moto_server: PathBuf,
+    /// The translated template (the alarms' definitions).
     #[arg(long, default_value = "target/infra/template.json")]
     template: PathBuf,
     /// The consumer binary.
@@ -135,13 +138,18 @@ struct SoakArgs {
     /// Permanent failures in the burst per replayable message behind it.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     burst_factor: u32,
-    /// Orders sent while the consumer crashes (the drain after the fix is measured over the
-    /// full runs: at least two need about 2 × 20 × the rate).
-    #[arg(long, default_value_t = 2500)]
+    /// Orders sent while the consumer crashes.
+    #[arg(long, default_value_t = 1000)]
     crash_orders: usize,
-    /// Orders sent while the downstream is down.
-    #[arg(long, default_value_t = 40)]
-    outage_orders: usize,
+    /// Orders sent per second while the downstream is down.
+    #[arg(long, default_value_t = 20.0)]
+    outage_rate: f64,
+    /// How long the downstream is down, in alarm periods (at least 10).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(10..))]
+    outage_periods: u32,
+    /// Dead letters put into the DLQ once the consumer is paused (replayed after it resumes).
+    #[arg(long, default_value_t = 20)]
+    recovery_orders: usize,
     /// ARCHIVE_AFTER_SECONDS (the TTL, scaled down; longer than the crash phase, so that
     /// what it dead-letters is replayed before its TTL).
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(60..))]
@@ -274,6 +282,7 @@ async fn chaos(args: &ChaosArgs) -> Result<(), CliError> {
 async fn soak(args: &SoakArgs) -> Result<(), CliError> {
     let opts = resq_local::soak::SoakOptions {
         localstack_python: args.localstack_python.clone(),
+        moto_server: args.moto_server.clone(),
         template: args.template.clone(),
         consumer_bin: args.consumer_bin.clone(),
         redriver_bin: args.redriver_bin.clone(),
@@ -285,8 +294,9 @@ async fn soak(args: &SoakArgs) -> Result<(), CliError> {
         burst_factor: args.burst_factor,
         crash_orders: args.crash_orders,
         warmup_orders: 20,
-        outage_orders: args.outage_orders,
-        recovery_orders: 20,
+        outage_rate: args.outage_rate,
+        outage_periods: args.outage_periods,
+        recovery_orders: args.recovery_orders,
         ttl: Duration::from_secs(args.ttl_seconds),
         alarm_period: Duration::from_secs(args.alarm_period_seconds),
         hold_periods: 3,

@@ -296,6 +296,7 @@ impl<H: OrderHandler> Pipeline<H> {
             queue_arn: &self.outputs.main_queue_arn,
             batch_size: self.settings.batch_size,
             batching_window: self.settings.batching_window,
+            switch: None,
         };
         let schedule = Schedule {
             every: self.settings.redrive_every,

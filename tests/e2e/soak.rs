@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use resq_e2e::{function_binary, localstack_python, translated_template_file};
+use resq_e2e::{function_binary, localstack_python, moto_binary, translated_template_file};
 use resq_local::soak::{self, MAX_REDRIVE_ATTEMPTS, SoakOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -20,6 +20,7 @@ async fn over_time_nothing_is_lost_starved_or_replayed_past_the_cap_and_the_brea
     let template = translated_template_file(&dir);
     let opts = SoakOptions {
         localstack_python: localstack_python(),
+        moto_server: moto_binary(),
         template,
         consumer_bin: function_binary("consumer"),
         redriver_bin: function_binary("redriver"),
@@ -31,7 +32,8 @@ async fn over_time_nothing_is_lost_starved_or_replayed_past_the_cap_and_the_brea
         burst_factor: 100,
         crash_orders: 500,
         warmup_orders: 10,
-        outage_orders: 20,
+        outage_rate: 10.0,
+        outage_periods: 12,
         recovery_orders: 10,
         ttl: Duration::from_secs(300),
         alarm_period: Duration::from_secs(10),

@@ -5,8 +5,14 @@
 //! put of `orders/{id}.json` fails for a planned number of attempts, or always), and it keeps
 //! the evidence the audit needs: each successful order write, and the `x-redrive-count` of
 //! every copy sent. Production code has no fault switch: the faults come from outside.
+//!
+//! It also counts what passes (for the soak's outage profile): every call by caller and action
+//! (`sqs:ReceiveMessage`, `s3:PutObject`, `cloudwatch:DescribeAlarms`,
+//! `lambda:GetEventSourceMapping`, …), every attempt at an order write, the copies of each order
+//! sent to the queues it was told of, and the messages received from those queues past their
+//! retention.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,6 +34,10 @@ pub enum Service {
     Sqs,
     /// S3 (REST, path-style against the emulator).
     S3,
+    /// CloudWatch (the Query protocol: a form body naming its `Action`); never faulted.
+    CloudWatch,
+    /// Lambda (REST under `/2015-03-31/`: the event source mapping calls); never faulted.
+    Lambda,
 }
 
 /// One injected fault.
@@ -52,8 +62,16 @@ pub struct Call {
     pub order_write: Option<String>,
 }
 
-/// Reads what a request is from its request line, headers and body.
+/// Reads what a request is from its request line and `X-Amz-Target` header (SQS and S3); see
+/// [`call_of_body`] for the APIs told by their body.
 pub fn call_of(head: &str, target: Option<&str>) -> Call {
+    call_of_body(head, target, &[])
+}
+
+/// Reads what a request is from its request line, `X-Amz-Target` header and body: SQS by its
+/// target, Lambda by its path, CloudWatch's Query protocol by the `Action` of its form body,
+/// anything else as S3.
+pub fn call_of_body(head: &str, target: Option<&str>, body: &[u8]) -> Call {
     if let Some(t) = target.filter(|t| t.starts_with("AmazonSQS.")) {
         return Call {
             service: Service::Sqs,
@@ -65,6 +83,23 @@ pub fn call_of(head: &str, target: Option<&str>) -> Call {
     let method = parts.next().unwrap_or_default();
     let path = parts.next().unwrap_or_default();
     let path = path.split('?').next().unwrap_or_default();
+    if let Some(rest) = path.strip_prefix("/2015-03-31/") {
+        return Call {
+            service: Service::Lambda,
+            action: lambda_action(method, rest).to_owned(),
+            order_write: None,
+        };
+    }
+    if method == "POST"
+        && path == "/"
+        && let Some(action) = form_action(body)
+    {
+        return Call {
+            service: Service::CloudWatch,
+            action,
+            order_write: None,
+        };
+    }
     // path-style: /{bucket}/{key}
     let key = path.trim_start_matches('/').split_once('/').map(|(_, k)| k);
     let order_write = (method == "PUT")
@@ -86,6 +121,43 @@ pub fn call_of(head: &str, target: Option<&str>) -> Call {
     }
 }
 
+/// The Lambda API operation of a request under `/2015-03-31/` (`rest`: the path after it).
+fn lambda_action(method: &str, rest: &str) -> &'static str {
+    let parts: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+    match (method, parts.as_slice()) {
+        ("GET", ["event-source-mappings", _]) => "GetEventSourceMapping",
+        ("PUT", ["event-source-mappings", _]) => "UpdateEventSourceMapping",
+        ("GET", ["event-source-mappings"]) => "ListEventSourceMappings",
+        ("POST", ["event-source-mappings"]) => "CreateEventSourceMapping",
+        ("DELETE", ["event-source-mappings", _]) => "DeleteEventSourceMapping",
+        ("GET", ["functions", _]) => "GetFunction",
+        ("POST", ["functions", _, "invocations"]) => "Invoke",
+        _ => "Other",
+    }
+}
+
+/// The `Action` of a Query-protocol form body (`Action=DescribeAlarms&Version=…`).
+fn form_action(body: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    text.split('&')
+        .find_map(|p| p.strip_prefix("Action="))
+        .filter(|a| !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric()))
+        .map(str::to_owned)
+}
+
+/// A call's name in the outage profile: `sqs:ReceiveMessage`, `s3:PutObject`, `s3:GetObject`,
+/// `s3:ListBucket`, `cloudwatch:DescribeAlarms`, `lambda:GetEventSourceMapping`, … (an S3 listing
+/// is `s3:ListBucket`, what S3 bills as a LIST request).
+pub fn action_name(call: &Call) -> String {
+    match call.service {
+        Service::Sqs => format!("sqs:{}", call.action),
+        Service::S3 if call.action == "Bucket" => "s3:ListBucket".to_owned(),
+        Service::S3 => format!("s3:{}", call.action),
+        Service::CloudWatch => format!("cloudwatch:{}", call.action),
+        Service::Lambda => format!("lambda:{}", call.action),
+    }
+}
+
 /// The IAM action a call is authorized as, and its resource (see [`FaultStats::calls`]): the
 /// queue URL, or the object's whole key, or a listing's whole prefix. What this cannot map (an
 /// SQS call without a queue, an S3 subresource such as `?versionId` or `?tagging`, a copy, an
@@ -95,6 +167,17 @@ pub fn permission_of(head: &str, call: &Call, body: &[u8]) -> (String, String) {
     let unmapped = |what: &str| (format!("unmapped: {what}"), String::new());
     let request_line = head.lines().next().unwrap_or_default();
     match call.service {
+        Service::CloudWatch => (format!("cloudwatch:{}", call.action), "*".into()),
+        Service::Lambda => {
+            let path = request_line.split_whitespace().nth(1).unwrap_or_default();
+            let resource = path
+                .split('?')
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("/2015-03-31/")
+                .to_owned();
+            (format!("lambda:{}", call.action), resource)
+        }
         Service::Sqs => {
             // a batch call authorizes as its single one
             let action = format!("sqs:{}", call.action.trim_end_matches("Batch"));
@@ -204,13 +287,13 @@ pub fn error_response(service: Service, fault: Fault) -> Vec<u8> {
         (_, _) => (500, "Internal Server Error", "InternalError"),
     };
     let (content_type, body) = match service {
-        Service::Sqs => (
+        Service::Sqs | Service::Lambda => (
             "application/x-amz-json-1.0",
             format!(
                 r#"{{"__type":"com.amazonaws.sqs#{code}","message":"injected by resq chaos"}}"#
             ),
         ),
-        Service::S3 => (
+        Service::S3 | Service::CloudWatch => (
             "application/xml",
             format!(
                 r#"<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>injected by resq chaos</Message><RequestId>chaos</RequestId></Error>"#
@@ -248,6 +331,33 @@ pub struct FaultStats {
     /// resource: a queue URL, `{bucket}/{key}` for an object, `{bucket} if s3:prefix={prefix}`
     /// for a listing; see [`permission_of`]).
     pub calls: Mutex<BTreeSet<(String, String, String)>>,
+    /// (the caller's access key id, [`action_name`]) → requests: what each caller asked for,
+    /// faulted or not.
+    pub actions: Mutex<BTreeMap<(String, String), u64>>,
+    /// Order id → attempts at its write (`PutObject` of `orders/{id}.json`), failed or not.
+    pub order_attempts: Mutex<HashMap<String, u32>>,
+    /// (queue label, order id) → copies sent to that queue (`SendMessage(Batch)` entries), for
+    /// the queues told with [`FaultProxy::watch_queue`].
+    pub sent_to: Mutex<HashMap<(&'static str, String), u32>>,
+    /// Copies carrying `x-redrive-count` ≥ 1 sent to a queue labelled [`MAIN`]: replays.
+    pub replays: AtomicU64,
+    /// Copies sent to a queue labelled [`DLQ`].
+    pub dead_lettered: AtomicU64,
+    /// Message ids received from a watched queue past that queue's retention (counted from
+    /// their `SentTimestamp`): in AWS, SQS would have deleted them unarchived.
+    pub aged_out: Mutex<BTreeSet<String>>,
+}
+
+/// The label of the main queue ([`FaultProxy::watch_queue`]).
+pub const MAIN: &str = "main";
+/// The label of the DLQ ([`FaultProxy::watch_queue`]).
+pub const DLQ: &str = "dlq";
+
+/// A queue the proxy is told of: its label and retention.
+#[derive(Debug, Clone)]
+struct Watched {
+    label: &'static str,
+    retention_ms: u64,
 }
 
 impl FaultStats {
@@ -259,6 +369,11 @@ impl FaultStats {
     pub fn get(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
     }
+
+    /// The requests so far by caller and action ([`FaultStats::actions`]).
+    pub fn actions(&self) -> BTreeMap<(String, String), u64> {
+        lock(&self.actions).clone()
+    }
 }
 
 struct Shared {
@@ -267,6 +382,8 @@ struct Shared {
     rng: Mutex<StdRng>,
     downstream: Mutex<Downstream>,
     stats: Arc<FaultStats>,
+    /// Queue URL → what the proxy counts of it.
+    watched: Mutex<HashMap<String, Watched>>,
 }
 
 /// The running proxy (stops with the process).
@@ -293,6 +410,7 @@ impl FaultProxy {
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             downstream: Mutex::new(downstream),
             stats: stats.clone(),
+            watched: Mutex::default(),
         });
         let served = shared.clone();
         let addr = serve_on_thread(move |client| {
@@ -316,6 +434,18 @@ impl FaultProxy {
         lock(&self.shared.downstream).outage = down;
     }
 
+    /// Counts the copies sent to the queue at `url` under `label` ([`MAIN`], [`DLQ`]), and the
+    /// messages received from it past `retention`.
+    pub fn watch_queue(&self, url: &str, label: &'static str, retention: std::time::Duration) {
+        lock(&self.shared.watched).insert(
+            url.to_owned(),
+            Watched {
+                label,
+                retention_ms: retention.as_millis() as u64,
+            },
+        );
+    }
+
     /// Makes `order`'s write fail `failures` more times before it goes through.
     pub fn add_flaky(&self, order: &str, failures: u32) {
         lock(&self.shared.downstream)
@@ -334,10 +464,11 @@ async fn serve(mut client: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let stats = &shared.stats;
     FaultStats::count(&stats.requests);
     let target = request.header("x-amz-target");
-    let call = call_of(&request.head, target.as_deref());
     let body = request.body(&buf);
+    let call = call_of_body(&request.head, target.as_deref(), body);
     if call.service == Service::Sqs && call.action.starts_with("SendMessage") {
         note_redrive_counts(body, stats);
+        note_sends(body, stats, &lock(&shared.watched));
     }
     let (action, resource) = permission_of(&request.head, &call, body);
     let caller = request
@@ -347,7 +478,17 @@ async fn serve(mut client: TcpStream, shared: &Shared) -> std::io::Result<()> {
             Some(key.split('/').next()?.to_owned())
         })
         .unwrap_or_default();
+    *lock(&stats.actions)
+        .entry((caller.clone(), action_name(&call)))
+        .or_default() += 1;
     lock(&stats.calls).insert((caller, action, resource));
+    if let Some(id) = &call.order_write {
+        *lock(&stats.order_attempts).entry(id.clone()).or_default() += 1;
+    }
+    let receive_from = (call.service == Service::Sqs && call.action == "ReceiveMessage")
+        .then(|| queue_url_of(body))
+        .flatten()
+        .and_then(|url| lock(&shared.watched).get(&url).cloned());
     let downstream_fails = call.order_write.as_ref().is_some_and(|id| {
         let mut d = lock(&shared.downstream);
         if d.outage || d.doomed.contains(id) {
@@ -368,9 +509,10 @@ async fn serve(mut client: TcpStream, shared: &Shared) -> std::io::Result<()> {
             .await?;
         return client.shutdown().await;
     }
+    let faultable = matches!(call.service, Service::Sqs | Service::S3);
     let fault = {
         let mut rng = lock(&shared.rng);
-        (rng.random::<f64>() < shared.rate).then(|| match rng.random_range(0..3) {
+        (faultable && rng.random::<f64>() < shared.rate).then(|| match rng.random_range(0..3) {
             0 => Fault::Throttle,
             1 => Fault::ServerError,
             _ => Fault::LostResponse,
@@ -385,6 +527,9 @@ async fn serve(mut client: TcpStream, shared: &Shared) -> std::io::Result<()> {
         FaultStats::count(&stats.lost_responses);
     }
     let response = forward(shared.upstream, &request, &buf).await?;
+    if let Some(watched) = receive_from {
+        note_aged_out(&response, &watched, stats);
+    }
     if let Some(id) = &call.order_write
         && status_of(&response).is_some_and(|s| (200..300).contains(&s))
     {
@@ -463,6 +608,68 @@ fn note_redrive_counts(body: &[u8], stats: &FaultStats) {
         if let Ok(n) = count.trim().parse::<u32>() {
             let max = counts.entry(order.to_owned()).or_default();
             *max = (*max).max(n);
+        }
+    }
+}
+
+/// The `QueueUrl` of an SQS JSON request body.
+fn queue_url_of(body: &[u8]) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()?
+        .get("QueueUrl")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// Counts the copies a `SendMessage(Batch)` to a watched queue carries, by order, and among
+/// them the replays into the main queue and the dead letters.
+fn note_sends(body: &[u8], stats: &FaultStats, watched: &HashMap<String, Watched>) {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return;
+    };
+    let Some(queue) = v["QueueUrl"].as_str().and_then(|u| watched.get(u)) else {
+        return;
+    };
+    let entries: Vec<&serde_json::Value> = match v.get("Entries").and_then(|e| e.as_array()) {
+        Some(entries) => entries.iter().collect(),
+        None => vec![&v],
+    };
+    let mut sent = lock(&stats.sent_to);
+    for e in entries {
+        let attrs = &e["MessageAttributes"];
+        let replay = attrs[X_REDRIVE_COUNT]["StringValue"]
+            .as_str()
+            .and_then(|c| c.trim().parse::<u32>().ok())
+            .is_some_and(|n| n >= 1);
+        match queue.label {
+            MAIN if replay => FaultStats::count(&stats.replays),
+            DLQ => FaultStats::count(&stats.dead_lettered),
+            _ => {}
+        }
+        if let Some(order) = attrs[DEMO_ORDER_ATTRIBUTE]["StringValue"].as_str() {
+            *sent.entry((queue.label, order.to_owned())).or_default() += 1;
+        }
+    }
+}
+
+/// Notes the messages of a `ReceiveMessage` response from a watched queue that were past its
+/// retention when received (by their `SentTimestamp`, when the caller asked for it).
+fn note_aged_out(response: &[u8], queue: &Watched, stats: &FaultStats) {
+    let Some((200, body)) = crate::http::http_response(response) else {
+        return;
+    };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) else {
+        return;
+    };
+    let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    for m in v["Messages"].as_array().into_iter().flatten() {
+        let sent = m["Attributes"]["SentTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<u64>().ok());
+        if let (Some(sent), Some(id)) = (sent, m["MessageId"].as_str())
+            && now.saturating_sub(sent) > queue.retention_ms
+        {
+            lock(&stats.aged_out).insert(id.to_owned());
         }
     }
 }

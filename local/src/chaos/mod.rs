@@ -622,6 +622,7 @@ async fn event_source_mapping(
         queue_arn: &outputs.main_queue_arn,
         batch_size: 10,
         batching_window: Duration::from_millis(300),
+        switch: None,
     };
     let mut hooks = ChaosHooks::new(state, opts, seed, Duration::from_millis(200));
     mapping.run(&mut consumer, &mut hooks, stop).await
