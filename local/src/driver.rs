@@ -21,7 +21,8 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use resq::mapping::{EventSourceMappings, LambdaMappings};
+use resq::mapping::EventSourceMappings;
+use resq_redriver::ports::LambdaMappings;
 
 use aws_sdk_sqs::types::Message;
 use serde_json::{Value, json};
@@ -419,7 +420,9 @@ pub fn scheduled_event(rule: &str) -> Value {
 /// this region's account) changes from `previous` to `state`, now: shaped as AWS documents it
 /// ("Lambda alarm actions"; the aws-lambda-rust-runtime's `example-cloudwatch-alarm-metric.json`).
 pub fn alarm_event(alarm: &str, state: &str, previous: &str) -> Value {
-    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3f+0000").to_string();
+    let now = chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.3f+0000")
+        .to_string();
     json!({
         "source": "aws.cloudwatch",
         "alarmArn": format!("arn:aws:cloudwatch:{REGION}:123456789012:alarm:{alarm}"),

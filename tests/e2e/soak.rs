@@ -66,9 +66,12 @@ async fn over_time_nothing_is_lost_starved_or_replayed_past_the_cap_and_the_brea
         .expect("the drain rate was measured");
     assert!(
         error.abs() <= soak::DRAIN_RATE_TOLERANCE_PCT,
-        "drain {:?}/s over {} runs",
-        report.drain_rate,
-        report.drain_runs
+        "full runs (achieved, paced): {:?}",
+        report
+            .full_runs
+            .iter()
+            .map(|r| (r.achieved, r.paced))
+            .collect::<Vec<_>>()
     );
     // the kept burst ended in the archive (its TTL passed), not lost and not replayed
     assert_eq!(

@@ -153,7 +153,10 @@ mod tests {
 
     #[test]
     fn form_values_are_percent_encoded() {
-        assert_eq!(form_encoded(r#"{"a": "b/c"}"#), "%7B%22a%22%3A%20%22b%2Fc%22%7D");
+        assert_eq!(
+            form_encoded(r#"{"a": "b/c"}"#),
+            "%7B%22a%22%3A%20%22b%2Fc%22%7D"
+        );
         assert_eq!(form_encoded("plain-1_2.3~"), "plain-1_2.3~");
     }
 }

@@ -522,9 +522,13 @@ impl Alarms {
 
     /// `PAUSE_ON_ALARMS`.
     fn pause_on(&self) -> String {
-        [&self.replays_failing, &self.consumer_errors, &self.unexplained]
-            .map(String::as_str)
-            .join(",")
+        [
+            &self.replays_failing,
+            &self.consumer_errors,
+            &self.unexplained,
+        ]
+        .map(String::as_str)
+        .join(",")
     }
 
     /// `PAUSE_CONSUMER_ON_ALARMS`.
@@ -682,7 +686,13 @@ pub async fn run(opts: &SoakOptions) -> Result<SoakReport, CliError> {
             batches,
             stop_rx.clone()
         ),
-        schedule(redriver, &state, opts.schedule_every, actions_rx, stop_rx.clone()),
+        schedule(
+            redriver,
+            &state,
+            opts.schedule_every,
+            actions_rx,
+            stop_rx.clone()
+        ),
         watch_alarm(
             &ctx,
             &alarms.replays_failing,
@@ -1129,7 +1139,9 @@ impl<F> ScheduleHooks<F> for SoakRuns<'_> {
     }
 
     fn answered(&mut self, _: &F, ended: Ended, took: Duration) {
-        let started = lock(&self.0.run_started).take().unwrap_or_else(Instant::now);
+        let started = lock(&self.0.run_started)
+            .take()
+            .unwrap_or_else(Instant::now);
         if let Some(s) = self.summary(ended, took) {
             self.0.count_run(&s);
             self.note_consumer(&s, false);
@@ -1615,7 +1627,9 @@ async fn outage(
         println!(
             "[{:>4}s] the outage begins in {:.0} s, so that the kept burst reaches its TTL while the consumer is paused",
             w.at(),
-            begin.saturating_duration_since(Instant::now()).as_secs_f64()
+            begin
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64()
         );
         tokio::time::sleep_until(begin.into()).await;
     }
@@ -1644,7 +1658,11 @@ async fn outage(
     // the timeline: the alarms, the redriver's doings on the consumer, the fix, the drain
     let mut timeline = Timeline::default();
     let window = |at: &Instant| *at >= origin.checked_sub(Duration::from_secs(5)).unwrap_or(origin);
-    timeline.add(origin, origin, "the downstream goes down: every order write fails");
+    timeline.add(
+        origin,
+        origin,
+        "the downstream goes down: every order write fails",
+    );
     for (log, name) in [
         (&state.downstream_alarm, "downstream-failing"),
         (&state.consumer_errors_alarm, "consumer-errors"),
@@ -1667,7 +1685,11 @@ async fn outage(
         };
         timeline.add(origin, *at, format!("{by}: consumer {what}"));
     }
-    timeline.add(origin, fixed_at, "the fix: the downstream takes writes again");
+    timeline.add(
+        origin,
+        fixed_at,
+        "the fix: the downstream takes writes again",
+    );
     if let Some(d) = drained_at {
         timeline.add(
             origin,
@@ -1686,7 +1708,11 @@ async fn outage(
             .copied()
     });
     if let Some(at) = replayed_after {
-        timeline.add(origin, at, "a run replayed (the dead letters waited for the consumer)");
+        timeline.add(
+            origin,
+            at,
+            "a run replayed (the dead letters waited for the consumer)",
+        );
     }
     let timeline = timeline.sorted();
     let recovery_written = w.written(&recovery_ids) == recovery_ids.len();
@@ -1710,7 +1736,11 @@ async fn outage(
             orders_per_second: opts.outage_rate,
             outage_seconds: length.as_secs_f64(),
             orders: sent,
-            requests: by_action(&before.actions, &after.actions, &[CONSUMER_KEY, REDRIVER_KEY]),
+            requests: by_action(
+                &before.actions,
+                &after.actions,
+                &[CONSUMER_KEY, REDRIVER_KEY],
+            ),
             consumer_invocations: after.consumer_invocations - before.consumer_invocations,
             consumer_millis: after.consumer_millis - before.consumer_millis,
             redriver_invocations: after.redriver_invocations - before.redriver_invocations,
@@ -1721,7 +1751,13 @@ async fn outage(
             recovery_seconds: recovery.map(|r| r.as_secs_f64()),
         }),
     };
-    write_outage(w, &outage, &samples, fixed_at.saturating_duration_since(origin), drained_at.map(|d| d.saturating_duration_since(origin)))?;
+    write_outage(
+        w,
+        &outage,
+        &samples,
+        fixed_at.saturating_duration_since(origin),
+        drained_at.map(|d| d.saturating_duration_since(origin)),
+    )?;
     Ok(outage)
 }
 
@@ -1812,11 +1848,15 @@ async fn outage_orders(
         );
         send_orders(ctx, &batch, Plan::Doomed, plans).await?;
         ids.extend(batch.into_iter().map(|o| o.order_id));
-        if recovery_ids.is_empty() && opts.recovery_orders > 0 && w.mapping.paused().await == Some(true) {
+        if recovery_ids.is_empty()
+            && opts.recovery_orders > 0
+            && w.mapping.paused().await == Some(true)
+        {
             // dead letters from before the outage, where SQS's redrive policy would have put
             // them: replay waits while the consumer is paused, and resumes with it
             let dead = orders::generate("SOAK-RECOVERY-", opts.recovery_orders, 0.0, 0.0, rng);
-            let report = resq_ops::status::send_to(ctx, &ctx.dlq_url, &dead, demo::order_tag).await?;
+            let report =
+                resq_ops::status::send_to(ctx, &ctx.dlq_url, &dead, demo::order_tag).await?;
             if !report.failed.is_empty() {
                 return Err(CliError::Usage("LocalStack refused a dead letter".into()));
             }
@@ -1828,25 +1868,32 @@ async fn outage_orders(
                 recovery_ids.len()
             );
         }
-        if second % 10 == 0 {
+        if second.is_multiple_of(10) {
+            let (main, dlq, paused) = tokio::join!(
+                depth(ctx, &ctx.main_queue_url),
+                depth(ctx, &ctx.dlq_url),
+                w.mapping.paused()
+            );
+            let alarm = lock(&w.state.downstream_alarm)
+                .last()
+                .map_or_else(|| "unknown".to_owned(), |(_, s)| s.as_str().to_owned());
+            let consumer = match paused {
+                Some(true) => "paused",
+                Some(false) => "running",
+                None => "unknown",
+            };
             println!(
-                "[{:>4}s] outage: {} orders sent; main queue {}, DLQ {}; downstream-failing {}; consumer {}",
+                "[{:>4}s] outage: {} orders sent; main queue {main}, DLQ {dlq}; downstream-failing {alarm}; consumer {consumer}",
                 w.at(),
                 ids.len(),
-                depth(ctx, &ctx.main_queue_url).await,
-                depth(ctx, &ctx.dlq_url).await,
-                lock(&w.state.downstream_alarm)
-                    .last()
-                    .map_or("unknown", |(_, s)| s.as_str()),
-                match w.mapping.paused().await {
-                    Some(true) => "paused",
-                    Some(false) => "running",
-                    None => "unknown",
-                }
             );
         }
-        tokio::time::sleep_until((origin + Duration::from_secs(second)).min(origin + length).into())
-            .await;
+        tokio::time::sleep_until(
+            (origin + Duration::from_secs(second))
+                .min(origin + length)
+                .into(),
+        )
+        .await;
     }
     w.proxy.set_outage(false);
     let fixed_at = Instant::now();
@@ -1884,7 +1931,10 @@ async fn dlq_visible(ctx: &Context) -> u64 {
 async fn sample(w: &World<'_>, origin: Instant, sampling: &AtomicBool) -> Vec<Sample> {
     let (ctx, state) = (w.ctx, w.state);
     let mut out = Vec::new();
-    let mut last_replays = (Instant::now(), w.proxy.stats.replays.load(Ordering::Relaxed));
+    let mut last_replays = (
+        Instant::now(),
+        w.proxy.stats.replays.load(Ordering::Relaxed),
+    );
     while sampling.load(Ordering::SeqCst) {
         let tick = Instant::now();
         let (main, dlq, paused) = tokio::join!(
@@ -1936,7 +1986,11 @@ mod tests {
         let climbed = run(700, StopReason::Deadline, Some((39.0, 40.0)));
         let full = climbed.full().unwrap();
         // THEN its error is against its paced rate, not the base
-        assert!((full.error_pct() + 2.5).abs() < 1e-9, "{}", full.error_pct());
+        assert!(
+            (full.error_pct() + 2.5).abs() < 1e-9,
+            "{}",
+            full.error_pct()
+        );
         // AND a run that emptied the DLQ, a paused one, a probe, one that replayed nothing
         // are not full
         assert_eq!(run(50, StopReason::Empty, Some((10.0, 10.0))).full(), None);
@@ -1966,8 +2020,16 @@ mod tests {
             crash_paused_runs: 2,
             unrun_archived: 0,
             full_runs: vec![
-                FullRun { achieved: 9.8, paced: 10.0, ramped_to: None },
-                FullRun { achieved: 41.0, paced: 40.0, ramped_to: Some(57.5) },
+                FullRun {
+                    achieved: 9.8,
+                    paced: 10.0,
+                    ramped_to: None,
+                },
+                FullRun {
+                    achieved: 41.0,
+                    paced: 40.0,
+                    ramped_to: Some(57.5),
+                },
             ],
             rate_per_second: 10,
             downstream_fired: true,

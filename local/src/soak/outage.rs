@@ -125,7 +125,10 @@ pub struct Profile {
 }
 
 /// What grew between two snapshots of counters by key (keys that did not grow are left out).
-pub fn grown<K: Ord + Clone>(before: &BTreeMap<K, u64>, after: &BTreeMap<K, u64>) -> BTreeMap<K, u64> {
+pub fn grown<K: Ord + Clone>(
+    before: &BTreeMap<K, u64>,
+    after: &BTreeMap<K, u64>,
+) -> BTreeMap<K, u64> {
     after
         .iter()
         .filter_map(|(k, n)| {
@@ -185,7 +188,10 @@ mod tests {
             (Some("alarm in ALARM: stk-downstream-failing"), true),
             (Some("probed (probe 2)"), true),
             (Some("resumed: its alarms left ALARM"), true),
-            (Some("could not act on the consumer's mapping: timeout"), true),
+            (
+                Some("could not act on the consumer's mapping: timeout"),
+                true,
+            ),
             (Some("paused by resq (stk-downstream-failing)"), false),
             (None, false),
         ] {
@@ -205,7 +211,10 @@ mod tests {
         assert_eq!(percent(0, 0), 0.0);
         assert_eq!(percent(1, 8), 12.5);
         let outage = Duration::from_secs(120);
-        assert_eq!(recovery_ratio(outage, Some(Duration::from_secs(90))), Some(0.75));
+        assert_eq!(
+            recovery_ratio(outage, Some(Duration::from_secs(90))),
+            Some(0.75)
+        );
         assert_eq!(recovery_ratio(outage, None), None);
     }
 

@@ -36,11 +36,7 @@ pub fn draw(samples: &[Sample], marks: Marks, path: &Path) -> Result<(), CliErro
         .map_err(|e| CliError::Usage(format!("drawing {}: {e}", path.display())))
 }
 
-fn render(
-    samples: &[Sample],
-    marks: Marks,
-    path: &Path,
-) -> Result<(), Box<dyn std::error::Error>> {
+fn render(samples: &[Sample], marks: Marks, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let root = SVGBackend::new(path, (960, 720)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(
@@ -179,14 +175,22 @@ fn render(
 
 /// The outage's start, the fix and the drain as vertical lines.
 fn mark<DB: DrawingBackend>(
-    chart: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>,
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
     marks: Marks,
     top: f64,
 ) -> Result<(), Box<dyn std::error::Error>>
 where
     DB::ErrorType: 'static,
 {
-    let lines = [Some((0.0, "down")), Some((marks.fixed, "fix")), marks.drained.map(|d| (d, "drained"))];
+    let lines = [
+        Some((0.0, "down")),
+        Some((marks.fixed, "fix")),
+        marks.drained.map(|d| (d, "drained")),
+    ];
     for (x, label) in lines.into_iter().flatten() {
         chart.draw_series(std::iter::once(PathElement::new(
             vec![(x, 0.0), (x, top)],
@@ -220,12 +224,28 @@ mod tests {
             .collect();
         let path = std::env::temp_dir().join(format!("resq-outage-{}.svg", std::process::id()));
         // WHEN it is drawn
-        draw(&samples, Marks { fixed: 40.0, drained: Some(55.0) }, &path).unwrap();
+        draw(
+            &samples,
+            Marks {
+                fixed: 40.0,
+                drained: Some(55.0),
+            },
+            &path,
+        )
+        .unwrap();
         // THEN an SVG names each series and mark
         let svg = std::fs::read_to_string(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
-        for text in ["main queue", "DLQ", "replays / s", "ALARM", "disabled", "fix", "drained"] {
+        for text in [
+            "main queue",
+            "DLQ",
+            "replays / s",
+            "ALARM",
+            "disabled",
+            "fix",
+            "drained",
+        ] {
             assert!(svg.contains(text), "{text} missing");
         }
         assert!(svg.matches("<rect").count() >= 3);
