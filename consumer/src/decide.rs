@@ -207,6 +207,16 @@ pub enum Ran {
     TimedOut,
 }
 
+impl Ran {
+    /// The handler's effect ran and did not succeed (what spends the retry budget).
+    pub fn failed(&self) -> bool {
+        matches!(
+            self,
+            Ran::Handled(Err(_)) | Ran::Panicked(_) | Ran::TimedOut
+        )
+    }
+}
+
 /// Why a record is reported failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {

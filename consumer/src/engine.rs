@@ -411,8 +411,18 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         let ran = match parsed {
             None => Ran::NotRun,
             Some(Err(ran)) => ran,
-            Some(Ok(_)) if !self.within_retry_budget(record) => Ran::OverBudget,
-            Some(Ok(message)) => self.effect(record, &message, &span, stop_by).await,
+            Some(Ok(message)) => {
+                let delivery = Delivery::of(record);
+                if self.retry_budget(|b| b.admit(delivery, decide::epoch_ms())) {
+                    let ran = self.effect(record, &message, &span, stop_by).await;
+                    if ran.failed() {
+                        self.retry_budget(|b| b.failed(delivery, decide::epoch_ms()));
+                    }
+                    ran
+                } else {
+                    Ran::OverBudget
+                }
+            }
         };
         let tally = Tally::of(&ran);
         let decision = decide::decide(record, &self.config, horizon, ran);
@@ -434,12 +444,11 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             .and_then(|b| self.correlation.read(b))
     }
 
-    /// Whether the retry budget lets a parsed record's effect start now (what reaches the
-    /// downstream), counted if so: a record the handler never runs, or whose parsing refuses
-    /// it, neither earns nor spends.
-    fn within_retry_budget(&self, record: &Record) -> bool {
-        let mut budget = self.retry_budget.lock().unwrap_or_else(|e| e.into_inner());
-        budget.admit(Delivery::of(record), decide::epoch_ms())
+    /// The retry budget, locked for `f`: a parsed record's effect starts only if it admits it
+    /// (what reaches the downstream), and a redelivery's failure spends it; a record the
+    /// handler never runs, or whose parsing refuses it, neither earns nor spends.
+    fn retry_budget<T>(&self, f: impl FnOnce(&mut RetryBudget) -> T) -> T {
+        f(&mut self.retry_budget.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The handler's parsing: the team's code, so a panic there is the record's failure.

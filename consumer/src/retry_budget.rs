@@ -1,16 +1,22 @@
 //! The retry budget (docs/design.md, "Retry budget"): so that retries never multiply the load
-//! on a struggling downstream, an execution environment runs main-queue redeliveries, over any
-//! minute, at most `RETRY_BUDGET_PERCENT` of the first deliveries it ran in that minute, plus
-//! [`FLOOR_PER_MINUTE`]. A state machine over values: handed each record about to run and the
-//! time, it says whether the record may run, and counts it if so. No clock, no I/O; the
-//! engine holds one across invocations.
+//! on a struggling downstream, an execution environment lets main-queue redeliveries fail, over
+//! any minute, at most `RETRY_BUDGET_PERCENT` of the first deliveries it ran in that minute, plus
+//! [`FLOOR_PER_MINUTE`]; past that it runs no redelivery until the minute's failures have aged
+//! out. A redelivery spends the budget when it fails, not when it starts: one that succeeds put
+//! no extra load on a struggling downstream (as gRPC's retry throttling credits successes), so
+//! after recovery a backlog of redeliveries (what the consumer breaker's probes and a crash
+//! leave behind) drains at the consumer's speed instead of 10 a minute. Redeliveries already in
+//! flight when the budget runs out still finish: it is exceeded by at most the records in flight.
+//! A state machine over values: handed each record about to run, each failed redelivery and the
+//! time, it says whether a record may run. No clock, no I/O; the engine holds one across
+//! invocations.
 
 use resq::attributes::RedriveCount;
 
 use crate::event::Record;
 
-/// Redeliveries a minute may run whatever the first deliveries: a quiet queue's few retries
-/// still run.
+/// Redeliveries that may fail in a minute whatever the first deliveries: a quiet queue's few
+/// retries still run.
 pub const FLOOR_PER_MINUTE: u64 = 10;
 
 /// The sliding window, in one-second buckets.
@@ -22,11 +28,11 @@ pub enum Delivery {
     /// Its first receive from the main queue (`ApproximateReceiveCount` 1): earns budget.
     First,
     /// A main-queue redelivery (`ApproximateReceiveCount` > 1): runs only within the budget,
-    /// and spends it.
+    /// and spends it when it fails.
     Redelivery,
     /// A replay (`x-redrive-count` ≥ 1), on any receive: the redriver paces replays, so the
     /// budget never refuses one and counts it as neither (its traffic earns no retries for the
-    /// main queue, and its retries spend none of theirs).
+    /// main queue, and its failures spend none of theirs).
     Replay,
 }
 
@@ -41,11 +47,11 @@ impl Delivery {
     }
 }
 
-/// Whether one more redelivery may run, with `first` first deliveries and `redeliveries`
-/// redeliveries run in the last minute: while the redeliveries stay under the floor plus
+/// Whether one more redelivery may run, with `first` first deliveries run and `failed`
+/// redeliveries failed in the last minute: while the failures stay under the floor plus
 /// `percent` % of the first deliveries.
-pub fn allows(percent: u32, first: u64, redeliveries: u64) -> bool {
-    redeliveries * 100 < FLOOR_PER_MINUTE * 100 + first * u64::from(percent)
+pub fn allows(percent: u32, first: u64, failed: u64) -> bool {
+    failed * 100 < FLOOR_PER_MINUTE * 100 + first * u64::from(percent)
 }
 
 /// One second's counts.
@@ -54,11 +60,11 @@ struct Second {
     /// Seconds since the epoch.
     at: u64,
     first: u64,
-    redeliveries: u64,
+    failed: u64,
 }
 
-/// One execution environment's retry budget: what ran in the last minute, by second (a ring
-/// of 60, so its memory is bounded whatever the traffic).
+/// One execution environment's retry budget: what ran and failed in the last minute, by second
+/// (a ring of 60, so its memory is bounded whatever the traffic).
 #[derive(Debug, Clone)]
 pub struct RetryBudget {
     /// `RETRY_BUDGET_PERCENT`; `None`: off, every record runs.
@@ -75,9 +81,9 @@ impl RetryBudget {
         }
     }
 
-    /// Whether a record of `delivery` may start running at `now_ms` (epoch millis); counted
-    /// when it may: a first delivery earns budget as it starts, a redelivery spends it as it
-    /// starts. A redelivery over the budget is refused and not counted.
+    /// Whether a record of `delivery` may start running at `now_ms` (epoch millis): a first
+    /// delivery earns budget as it starts; a redelivery runs while the minute's failed
+    /// redeliveries are within the budget.
     pub fn admit(&mut self, delivery: Delivery, now_ms: u64) -> bool {
         let Some(percent) = self.percent else {
             return true;
@@ -89,13 +95,16 @@ impl RetryBudget {
                 true
             }
             Delivery::Redelivery => {
-                let (first, redeliveries) = self.last_minute(now_ms);
-                let admitted = allows(percent, first, redeliveries);
-                if admitted {
-                    self.second(now_ms).redeliveries += 1;
-                }
-                admitted
+                let (first, failed) = self.last_minute(now_ms);
+                allows(percent, first, failed)
             }
+        }
+    }
+
+    /// A record of `delivery` that ran failed at `now_ms`: a redelivery spends the budget.
+    pub fn failed(&mut self, delivery: Delivery, now_ms: u64) {
+        if self.percent.is_some() && delivery == Delivery::Redelivery {
+            self.second(now_ms).failed += 1;
         }
     }
 
@@ -113,15 +122,15 @@ impl RetryBudget {
         second
     }
 
-    /// First deliveries and redeliveries run in the minute up to `now_ms` (this second and the
-    /// 59 before it). A second later than now (the clock was set back) is not counted.
+    /// First deliveries run and redeliveries failed in the minute up to `now_ms` (this second
+    /// and the 59 before it). A second later than now (the clock was set back) is not counted.
     fn last_minute(&self, now_ms: u64) -> (u64, u64) {
         let now = now_ms / 1000;
         let recent = self
             .seconds
             .iter()
             .filter(|s| s.at <= now && now - s.at < WINDOW_SECONDS);
-        recent.fold((0, 0), |(f, r), s| (f + s.first, r + s.redeliveries))
+        recent.fold((0, 0), |(f, r), s| (f + s.first, r + s.failed))
     }
 }
 
@@ -135,10 +144,16 @@ mod tests {
     const T0: u64 = 1_700_000_000_000;
     const SECOND: u64 = 1000;
 
-    /// How many of `n` (at most 1000) redeliveries, one a millisecond from `at`, the budget
-    /// runs.
+    /// How many of `n` (at most 1000) redeliveries, one a millisecond from `at`, each failing
+    /// as it ends (the downstream still down), the budget runs.
     fn redeliveries_run(budget: &mut RetryBudget, n: u64, at: u64) -> u64 {
-        let admitted = (0..n).filter(|i| budget.admit(Delivery::Redelivery, at + i));
+        let admitted = (0..n).filter(|i| {
+            let run = budget.admit(Delivery::Redelivery, at + i);
+            if run {
+                budget.failed(Delivery::Redelivery, at + i);
+            }
+            run
+        });
         admitted.count() as u64
     }
 
@@ -162,6 +177,44 @@ mod tests {
             let allowance = FLOOR_PER_MINUTE + (first * u64::from(percent)).div_ceil(100);
             assert_eq!(run, allowance, "{percent} % of {first}");
         }
+    }
+
+    #[test]
+    fn redeliveries_that_succeed_spend_nothing_so_a_backlog_drains_after_recovery() {
+        // GIVEN a budget spent by failing redeliveries (the downstream down) and no first
+        // deliveries (the consumer paused, then resumed on a backlog of redeliveries)
+        let mut budget = RetryBudget::new(Some(10));
+        assert_eq!(redeliveries_run(&mut budget, 50, T0), FLOOR_PER_MINUTE);
+        // THEN within that minute none runs
+        assert!(!budget.admit(Delivery::Redelivery, T0 + 30 * SECOND));
+        // WHEN the failures have aged out and the downstream is back
+        let back = T0 + 61 * SECOND;
+        // THEN every redelivery runs as long as they succeed: thousands in a minute
+        let run = (0..5000)
+            .filter(|i| budget.admit(Delivery::Redelivery, back + i * 10))
+            .count();
+        assert_eq!(run, 5000);
+        // AND a redelivery's failure spends the budget again
+        for i in 0..FLOOR_PER_MINUTE {
+            budget.failed(Delivery::Redelivery, back + 50_000 + i);
+        }
+        assert!(!budget.admit(Delivery::Redelivery, back + 50_100));
+    }
+
+    #[test]
+    fn redeliveries_in_flight_when_the_budget_runs_out_still_finish() {
+        // GIVEN a batch of 64 redeliveries admitted at once (their failures not yet known)
+        let mut budget = RetryBudget::new(Some(10));
+        let admitted = (0..64)
+            .filter(|i| budget.admit(Delivery::Redelivery, T0 + i))
+            .count() as u64;
+        // THEN all run: the budget is exceeded by at most what is in flight
+        assert_eq!(admitted, 64);
+        // AND once they have failed, nothing more runs that minute
+        for i in 0..admitted {
+            budget.failed(Delivery::Redelivery, T0 + 100 + i);
+        }
+        assert!(!budget.admit(Delivery::Redelivery, T0 + 59 * SECOND));
     }
 
     #[test]
@@ -238,10 +291,11 @@ mod tests {
         assert!((0..500).all(|i| budget.admit(Delivery::Replay, T0 + i)));
         // AND replays earned nothing: a redelivery is still refused
         assert!(!budget.admit(Delivery::Redelivery, T0 + 1000));
-        // AND a replay does not spend: in a fresh minute the floor is whole
+        // AND a replay's failure does not spend: in a fresh minute the floor is whole
         let mut fresh = RetryBudget::new(Some(10));
         for i in 0..500 {
             fresh.admit(Delivery::Replay, T0 + i);
+            fresh.failed(Delivery::Replay, T0 + i);
         }
         assert_eq!(redeliveries_run(&mut fresh, 20, T0), FLOOR_PER_MINUTE);
     }
