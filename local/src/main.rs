@@ -147,8 +147,9 @@ struct SoakArgs {
     /// How long the downstream is down, in alarm periods (at least 10).
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(10..))]
     outage_periods: u32,
-    /// Dead letters put into the DLQ once the consumer is paused (replayed after it resumes).
-    #[arg(long, default_value_t = 20)]
+    /// Dead letters put into the DLQ once the consumer is paused (replayed after it resumes;
+    /// the drain's rate is measured over the full runs: two need about 2 × 20 × the rate).
+    #[arg(long, default_value_t = 500)]
     recovery_orders: usize,
     /// ARCHIVE_AFTER_SECONDS (the TTL, scaled down; longer than the crash phase, so that
     /// what it dead-letters is replayed before its TTL).

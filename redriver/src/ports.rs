@@ -115,7 +115,7 @@ const HISTORY_WAIT: Duration = Duration::from_secs(2);
 
 impl CloudWatchAlarms {
     /// Whether the alarm left `ALARM` since `since_ms`, from its history (`None` when the
-    /// history cannot be read in time or does not say).
+    /// history cannot be read in time or does not say; `false` when it holds no state update).
     async fn left_alarm(&self, name: &str, since_ms: u64) -> Option<bool> {
         let call = self
             .client
@@ -128,6 +128,12 @@ impl CloudWatchAlarms {
             .max_records(10)
             .send();
         let out = tokio::time::timeout(HISTORY_WAIT, call).await.ok()?.ok()?;
+        // no state update at all: the alarm has kept its first state (a new alarm without data,
+        // INSUFFICIENT_DATA under TreatMissingData ignore, whose state changed "recently" at
+        // its creation): it never left ALARM
+        if out.alarm_history_items().is_empty() {
+            return Some(false);
+        }
         let mut seen = false;
         for item in out.alarm_history_items() {
             let at = item

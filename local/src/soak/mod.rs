@@ -136,7 +136,8 @@ pub struct SoakOptions {
     /// [`MIN_OUTAGE_PERIODS`]).
     pub outage_periods: u32,
     /// Dead letters from before the outage (replayable orders) put into the DLQ once the
-    /// consumer is paused: replay waits for the consumer, and resumes with it.
+    /// consumer is paused: replay waits for the consumer, and resumes with it; the drain's rate
+    /// is measured over its full runs (two need about 2 × the redriver's timeout × the rate).
     pub recovery_orders: usize,
     /// `ARCHIVE_AFTER_SECONDS`.
     pub ttl: Duration,
@@ -1120,9 +1121,9 @@ impl SoakRuns<'_> {
     }
 
     /// Notes what the consumer's breaker did in a run, if worth noting.
-    fn note_consumer(&self, s: &resq_redriver::Summary, by_alarm: bool) {
+    fn note_consumer(&self, s: &resq_redriver::Summary, by_alarm: bool, at: Instant) {
         if let Some(what) = outage::consumer_event(s.consumer.as_deref()) {
-            lock(&self.0.consumer_log).push((Instant::now(), what, by_alarm));
+            lock(&self.0.consumer_log).push((at, what, by_alarm));
         }
     }
 }
@@ -1143,8 +1144,10 @@ impl<F> ScheduleHooks<F> for SoakRuns<'_> {
             .take()
             .unwrap_or_else(Instant::now);
         if let Some(s) = self.summary(ended, took) {
-            self.0.count_run(&s);
-            self.note_consumer(&s, false);
+            // one instant for all it did: a run that resumed the consumer and replayed did both
+            let at = Instant::now();
+            self.0.count_run(&s, at);
+            self.note_consumer(&s, false, at);
             lock(&self.0.run_log).push(RunRecord {
                 started,
                 redriven: s.redriven,
@@ -1162,14 +1165,14 @@ impl<F> ScheduleHooks<F> for SoakRuns<'_> {
         let _ = lock(&self.0.run_started).take();
         if let Some(s) = self.summary(ended, took) {
             tracing::info!(alarm = %action.alarm, state = %action.state, consumer = ?s.consumer, "the redriver, invoked by an alarm's action");
-            self.note_consumer(&s, true);
+            self.note_consumer(&s, true, Instant::now());
         }
     }
 }
 
 impl State {
     /// Counts a scheduled run that answered with its summary.
-    fn count_run(&self, s: &resq_redriver::Summary) {
+    fn count_run(&self, s: &resq_redriver::Summary, at: Instant) {
         let archived: u64 = s.archived.values().sum();
         self.runs.fetch_add(1, Ordering::Relaxed);
         self.replayed.fetch_add(s.redriven, Ordering::Relaxed);
@@ -1179,7 +1182,7 @@ impl State {
                 .fetch_add(archived, Ordering::Relaxed);
         }
         if s.redriven > 0 {
-            lock(&self.replaying_runs).push(Instant::now());
+            lock(&self.replaying_runs).push(at);
         }
         if let Some(kept) = s.kept_in_flight {
             self.kept_in_flight.store(kept, Ordering::Relaxed);
@@ -1704,7 +1707,7 @@ async fn outage(
     let replayed_after = resumed_at.and_then(|r| {
         lock(&state.replaying_runs)
             .iter()
-            .find(|at| **at > r)
+            .find(|at| **at >= r)
             .copied()
     });
     if let Some(at) = replayed_after {
