@@ -792,8 +792,13 @@ pub struct OutageProfile {
     pub outage_seconds: f64,
     /// Orders sent during its outage.
     pub orders: f64,
-    /// Requests by `service:Action`.
+    /// The functions' requests by `service:Action`.
     pub requests: BTreeMap<String, f64>,
+    /// The requests of the soak's stand-in for Lambda's SQS poller (receives and deletes; it
+    /// long-polls 1 s where Lambda's pollers wait up to 20 s, and not at all while the mapping
+    /// is disabled): billed to the queue's owner like the functions' own.
+    #[serde(default)]
+    pub poller_requests: BTreeMap<String, f64>,
     /// Consumer invocations.
     pub consumer_invocations: f64,
     /// Consumer time, ms.
@@ -836,7 +841,7 @@ impl OutageProfile {
     fn tally(&self) -> (Tally, Vec<String>) {
         let mut x = Tally::default();
         let mut unknown = Vec::new();
-        for (key, n) in &self.requests {
+        for (key, n) in self.requests.iter().chain(&self.poller_requests) {
             match Action::of_key(key) {
                 Some(a) => x.add(a, *n),
                 None => unknown.push(key.clone()),
@@ -1686,6 +1691,7 @@ mod tests {
                 .iter()
                 .map(|a| (a.key().to_owned(), x.get(*a)))
                 .collect(),
+            poller_requests: BTreeMap::new(),
             consumer_invocations: x.consumer_invocations,
             consumer_millis: x.consumer_ms,
             redriver_invocations: x.redriver_invocations,
