@@ -34,6 +34,8 @@ pub struct ConsumerView {
     pub retention: Result<Duration, String>,
     /// The age of the main queue's oldest message now, when CloudWatch told it.
     pub oldest_age: Option<Duration>,
+    /// The main queue's visible messages (`ApproximateNumberOfMessages`), when read.
+    pub waiting: Option<u64>,
 }
 
 /// Who holds the consumer paused.
@@ -62,6 +64,10 @@ pub enum ResumeWhy {
     RetentionCap,
     /// The main queue's retention cannot be read: nothing guarantees a pause ends in time.
     RetentionUnknown,
+    /// A probe was due and nothing waits in the main queue: it would run nothing, so give
+    /// the alarms no data, and the pause (with replay paused behind it) would hold until the
+    /// retention cap; a pause of an empty queue protects nothing.
+    NothingWaiting,
 }
 
 impl ResumeWhy {
@@ -71,6 +77,7 @@ impl ResumeWhy {
             Self::AlarmsCleared => "its alarms left ALARM",
             Self::RetentionCap => "the main queue's oldest message nears the end of its retention",
             Self::RetentionUnknown => "the main queue's retention cannot be read",
+            Self::NothingWaiting => "nothing waits in the main queue for a probe to run",
         }
     }
 }
@@ -94,11 +101,13 @@ pub enum Verdict {
     Unknown(String),
 }
 
-/// How long a probe lets the consumer run: a sixth of the alarm's period (10 s for the
-/// template's minute), at least a second: enough records for a data point, few enough that a
-/// downstream still down costs a handful of attempts.
+/// How long a probe lets the consumer run: a twelfth of the alarm's period (5 s for the
+/// template's minute, counted from Lambda reporting the mapping `Enabled`), at least a second:
+/// enough records for a data point, few enough that a downstream still down costs few attempts
+/// (a tenth of an outage's orders at the template's defaults; a sixth cost the soak 1.8 writes
+/// an order).
 pub fn probe_window(period: Duration) -> Duration {
-    (period / 6).max(Duration::from_secs(1))
+    (period / 12).max(Duration::from_secs(1))
 }
 
 /// How often resq probes a pause whose alarms stay in `ALARM`: every four of the alarm's
@@ -175,6 +184,11 @@ pub fn decide(
             _ if firing.is_empty() => Some(ResumeWhy::AlarmsCleared),
             _ => None,
         };
+        let last_probe = held.last_probe_at.or(held.since).unwrap_or(held.at);
+        let probe_due =
+            !on && now_ms.saturating_sub(last_probe) >= probe_every(period).as_millis() as u64;
+        let why =
+            why.or((probe_due && view.waiting == Some(0)).then_some(ResumeWhy::NothingWaiting));
         if let Some(why) = why {
             let mut r = record_of(PauseState::Resumed, PausedBy::Resq);
             (r.since, r.alarms) = (held.since, held.alarms.clone());
@@ -190,8 +204,7 @@ pub fn decide(
         }
         let since = held.since.unwrap_or(held.at);
         if !on {
-            let last = held.last_probe_at.unwrap_or(since);
-            if now_ms.saturating_sub(last) >= probe_every(period).as_millis() as u64 {
+            if probe_due {
                 let mut r = record_of(PauseState::Probing, PausedBy::Resq);
                 (r.since, r.alarms) = (Some(since), firing_names);
                 (r.last_probe_at, r.probes) = (Some(now_ms), held.probes + 1);
@@ -303,6 +316,7 @@ mod tests {
             record: Ok(record),
             retention: Ok(Duration::from_secs(345_600)),
             oldest_age: None,
+            waiting: Some(1000),
         }
     }
 
@@ -407,7 +421,37 @@ mod tests {
     }
 
     #[test]
-    fn a_pause_is_probed_every_four_periods_for_a_sixth_of_one() {
+    fn a_due_probe_of_an_empty_main_queue_resumes_instead() {
+        // GIVEN resq's pause, its alarm still in ALARM, and nothing waiting in the main queue
+        // (a crash's messages went to the DLQ, or no orders come in the night)
+        let since = NOW - 4 * MIN;
+        let mut v = view(MappingState::Disabled, Some(resq_paused(since, None)));
+        v.waiting = Some(0);
+        // THEN a probe would run nothing and give the alarm no data: resume instead
+        let Verdict::Resume(r, why) = decide(ID, &names(), Ok(&down()), &v, NOW) else {
+            panic!("no resume");
+        };
+        assert_eq!(why, ResumeWhy::NothingWaiting);
+        assert_eq!((r.state, r.by), (PauseState::Resumed, PausedBy::Resq));
+        // BUT before a probe is due the pause holds, and with the depth unknown it probes
+        let mut early = view(
+            MappingState::Disabled,
+            Some(resq_paused(NOW - 3 * MIN, None)),
+        );
+        early.waiting = Some(0);
+        assert!(matches!(
+            decide(ID, &names(), Ok(&down()), &early, NOW),
+            Verdict::Held(_)
+        ));
+        v.waiting = None;
+        assert!(matches!(
+            decide(ID, &names(), Ok(&down()), &v, NOW),
+            Verdict::Probe(..)
+        ));
+    }
+
+    #[test]
+    fn a_pause_is_probed_every_four_periods_for_a_twelfth_of_one() {
         let since = NOW - 3 * MIN;
         let v = view(MappingState::Disabled, Some(resq_paused(since, None)));
         assert_eq!(
@@ -422,7 +466,7 @@ mod tests {
         let Verdict::Probe(r, window) = decide(ID, &names(), Ok(&down()), &v, NOW) else {
             panic!("no probe");
         };
-        assert_eq!(window, Duration::from_secs(10));
+        assert_eq!(window, Duration::from_secs(5));
         assert_eq!(
             (r.state, r.since, r.last_probe_at, r.probes),
             (PauseState::Probing, Some(since), Some(NOW), 1)

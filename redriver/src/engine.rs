@@ -280,6 +280,7 @@ impl<Q: Queues, S: ObjectStore, A: Alarms, M: EventSourceMappings> Redriver<Q, S
         Some(ConsumerView {
             mapping,
             record,
+            waiting: limits.as_ref().ok().and_then(|l| l.visible),
             retention: limits.map(|l| l.retention),
             oldest_age: oldest.ok().flatten(),
         })

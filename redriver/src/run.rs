@@ -2300,6 +2300,7 @@ mod tests {
             }),
             record: Ok(record),
             retention: Ok(Duration::from_secs(345_600)),
+            waiting: Some(1000),
             oldest_age: None,
         }
     }
@@ -2361,7 +2362,7 @@ mod tests {
         let mut request = RunRequest::defaults(&cfg);
         request.alarm = Some("downstream-failing".into());
         let (summary, end) = world.drive_timed(run_of(&request, &cfg, Tuning::default(), t0), t0);
-        // THEN the run probed: enabled, then 10 s later (a sixth of the minute) disabled again;
+        // THEN the run probed: enabled, then 5 s later (a twelfth of the minute) disabled again;
         // it touched no message and ended only after the probe did
         assert_eq!(world.commands, ["breaker", "consumer", "consumer"]);
         let [ConsumerAct::Probe(p), ConsumerAct::EndProbe(e)] = &world.acts[..] else {
@@ -2371,7 +2372,7 @@ mod tests {
             (p.probes, e.probes, e.state),
             (1, 1, resq::state::PauseState::Paused)
         );
-        assert_eq!(end.instant - t0.instant, Duration::from_secs(10));
+        assert_eq!(end.instant - t0.instant, Duration::from_secs(5));
         assert_eq!(summary.received, 0);
         // AND a probe whose mapping could not be enabled ends the run at once, said
         let mut world = World::new([]);

@@ -533,6 +533,9 @@ pub struct QueueLimits {
     pub retention: Duration,
     /// `VisibilityTimeout`: when a message not backed off comes back.
     pub visibility_timeout: Duration,
+    /// `ApproximateNumberOfMessages` when these were read (a snapshot, for a reader that
+    /// reads them each time: the redriver's consumer breaker; `None` when not given).
+    pub visible: Option<u64>,
 }
 
 impl QueueLimits {
@@ -544,6 +547,7 @@ impl QueueLimits {
             dead_letter_target: None,
             retention: Duration::from_secs(345_600),
             visibility_timeout: Duration::from_secs(30),
+            visible: None,
         }
     }
 
@@ -583,6 +587,9 @@ impl QueueLimits {
             dead_letter_target,
             retention: seconds("MessageRetentionPeriod", defaults.retention)?,
             visibility_timeout: seconds("VisibilityTimeout", defaults.visibility_timeout)?,
+            visible: attributes
+                .get("ApproximateNumberOfMessages")
+                .and_then(|v| v.trim().parse().ok()),
         })
     }
 }
@@ -599,6 +606,7 @@ pub async fn read_limits(
         .attribute_names(Q::RedrivePolicy)
         .attribute_names(Q::MessageRetentionPeriod)
         .attribute_names(Q::VisibilityTimeout)
+        .attribute_names(Q::ApproximateNumberOfMessages)
         .send()
         .await
         .map_err(AwsError::from_sdk)?;

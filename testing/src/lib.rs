@@ -439,13 +439,19 @@ impl MemorySqs {
 
 impl Queues for MemorySqs {
     async fn limits(&self, queue: &str) -> Result<resq::sqs::QueueLimits, AwsError> {
+        let visible = self.visible(queue) as u64;
         let mut state = lock(&self.state);
         state.limits_read += 1;
-        match state.limits.get(queue) {
+        let limits = match state.limits.get(queue) {
             None => Ok(resq::sqs::QueueLimits::sqs_defaults()),
             Some(Ok(limits)) => Ok(limits.clone()),
             Some(Err(e)) => Err(AwsError::service("AccessDenied", e.clone())),
-        }
+        };
+        // as GetQueueAttributes answers: the depth of the moment beside the settings
+        limits.map(|l| resq::sqs::QueueLimits {
+            visible: Some(visible),
+            ..l
+        })
     }
 
     async fn receive(

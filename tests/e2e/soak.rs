@@ -32,7 +32,7 @@ async fn over_time_nothing_is_lost_starved_or_replayed_past_the_cap_and_the_brea
         burst_factor: 100,
         crash_orders: 500,
         warmup_orders: 10,
-        outage_rate: 10.0,
+        outage_rate: 20.0,
         outage_periods: 12,
         recovery_orders: 500,
         ttl: Duration::from_secs(300),
