@@ -1546,27 +1546,27 @@ mod tests {
     fn a_ten_minute_outage_has_one_failing_probe_by_hand() {
         let r = resq_outage(&M, &T, &lasting(600.0));
         // runs at 150 (paused 30 s: no probe), 450 (probe, failing), 750 (probe, the fix is
-        // in: the alarm goes OK at 750 + 10 + 120)
+        // in: the alarm goes OK at 750 + 5 + 120)
         assert_eq!((r.paused_runs, r.failing_probes, r.sweeps), (3.0, 1.0, 0.0));
-        assert!(close(r.resumed_after, 280.0));
-        // at 450: 33,000 fresh orders and the 12,000 held since detection; 10,000 received
-        // (2/9 of each): 7,333.3 first deliveries, of the 2,666.7 redeliveries 733.3 + 50 run
+        assert!(close(r.resumed_after, 275.0));
+        // at 450: 33,000 fresh orders and the 12,000 held since detection; 5,000 received
+        // (1/9 of each): 3,666.7 first deliveries, of the 1,333.3 redeliveries 366.7 + 50 run
         let p = &r.phases.probes;
-        assert!(close(p.consumer_invocations, 1_000.0));
-        assert!(close(p.get(Action::Receive), 1_000.0));
-        assert!(close(p.get(Action::ChangeVisibility), 1_000.0));
+        assert!(close(p.consumer_invocations, 500.0));
+        assert!(close(p.get(Action::Receive), 500.0));
+        assert!(close(p.get(Action::ChangeVisibility), 500.0));
         assert!(close(
             p.attempts,
-            33_000.0 * 2.0 / 9.0 + 33_000.0 * 0.2 / 9.0 + 50.0
+            33_000.0 / 9.0 + 33_000.0 * 0.1 / 9.0 + 50.0
         ));
         assert_eq!(p.dead_lettered, 0.0);
-        assert!(close(p.consumer_ms, 1_000.0 * 32.0));
+        assert!(close(p.consumer_ms, 500.0 * 32.0));
         // the runs: 3 scheduled, 2 alarm actions; 2 probes each enabled (10 asks at 0.5 s
-        // for 5 s), 10 s, disabled. Six acts (pause, resume, each probe's start and end),
+        // for 5 s), 5 s, disabled. Six acts (pause, resume, each probe's start and end),
         // each reading the pause log again, switching the mapping and recording it
         let x = &r.phases.runs;
         assert_eq!(x.redriver_invocations, 5.0);
-        assert!(close(x.redriver_ms, 5.0 * 500.0 + 2.0 * 15_000.0));
+        assert!(close(x.redriver_ms, 5.0 * 500.0 + 2.0 * 10_000.0));
         assert_eq!(x.get(Action::DescribeAlarms), 5.0);
         assert_eq!(x.get(Action::GetMetricData), 5.0);
         assert_eq!(x.get(Action::QueueAttributes), 5.0);
@@ -1593,13 +1593,13 @@ mod tests {
     fn an_order_on_its_last_receive_in_a_probe_is_dead_lettered_and_drained_by_hand() {
         let r = resq_outage(&M, &T, &lasting(900.0));
         assert_eq!(r.failing_probes, 2.0);
-        // the 1,300 received three times in detection: 2/9 of them a fourth time at 450,
-        // 2/15 of those (75,000 waiting at 750) a fifth: dead-lettered
-        let dead = 1_300.0 * 2.0 / 9.0 * 2.0 / 15.0;
+        // the 1,300 received three times in detection: 1/9 of them a fourth time at 450,
+        // 1/15 of those (75,000 waiting at 750) a fifth: dead-lettered
+        let dead = 1_300.0 / 9.0 / 15.0;
         assert!(close(r.phases.probes.dead_lettered, dead));
         // each copy is a SendMessageBatch of an invocation that has one, the poller's delete
         // of it another
-        let with = 1_000.0 * (1.0 - (1.0 - dead / 10_000.0).powi(10));
+        let with = 500.0 * (1.0 - (1.0 - dead / 5_000.0).powi(10));
         assert!(close(r.phases.probes.get(Action::SendBatch), with));
         assert!(close(r.phases.probes.get(Action::Delete), with));
         // the drain: one run replays them at 10/s (under 30 s: no climb, no recheck)
@@ -1735,8 +1735,8 @@ mod tests {
         };
         let (p, unknown) = from_profile(&half, &M, &T, &s);
         assert_eq!(unknown, vec!["sts:GetCallerIdentity".to_owned()]);
-        assert!(close(p.total().get(Action::Receive), 2.0 * 4600.0));
-        assert!(close(p.total().consumer_ms, 2.0 * 125_000.0));
+        assert!(close(p.total().get(Action::Receive), 2.0 * 3500.0));
+        assert!(close(p.total().consumer_ms, 2.0 * 92_000.0));
         // half the rate for the hour: twice the orders, the same time. The mapping's switches
         // are the probes' and the alarm's only (time): as measured; a send the model never
         // makes is scaled by the orders and put with the runs
