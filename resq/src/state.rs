@@ -26,6 +26,16 @@ pub fn entry_key(prefix: &str, at_ms: u64) -> String {
     format!("{prefix}{:020}.json", u64::MAX - at_ms)
 }
 
+/// The millisecond a key of `prefix` was written at ([`entry_key`]'s inverse).
+fn key_millis(prefix: &str, key: &str) -> Option<u64> {
+    let n: u64 = key
+        .strip_prefix(prefix)?
+        .strip_suffix(".json")?
+        .parse()
+        .ok()?;
+    Some(u64::MAX - n)
+}
+
 /// The newest entry under `prefix`, `None` when there is none. An entry that is not a `T`
 /// is an error: state resq cannot read must not be taken for no state.
 pub async fn latest<T: DeserializeOwned>(
@@ -43,9 +53,11 @@ pub async fn latest<T: DeserializeOwned>(
         .map_err(|e| AwsError::local(format!("{key} is not a state entry resq can read: {e}")))
 }
 
-/// Appends `entry` at `at_ms` under `prefix`; returns its key. Two entries in the same
-/// millisecond: the second takes the next free millisecond, so it sorts first and the entry
-/// written last is the current state.
+/// Appends `entry` at `at_ms` under `prefix`; returns its key. The entry written last is the
+/// current state whatever the writers' clocks say: its key is at least a millisecond after the
+/// newest one's (an operator's laptop a minute ahead of Lambda's clock must not bury the
+/// breaker's later pause under its resume), and two entries in the same millisecond take the
+/// next free one.
 pub async fn append<T: Serialize>(
     store: &impl ObjectStore,
     prefix: &str,
@@ -53,6 +65,11 @@ pub async fn append<T: Serialize>(
     entry: &T,
 ) -> Result<String, AwsError> {
     let body = serde_json::to_vec(entry).map_err(|e| AwsError::local(e.to_string()))?;
+    let newest = store
+        .first_key(prefix)
+        .await?
+        .and_then(|k| key_millis(prefix, &k));
+    let at_ms = newest.map_or(at_ms, |n| at_ms.max(n.saturating_add(1)));
     for at in at_ms..at_ms.saturating_add(1000) {
         let key = entry_key(prefix, at);
         if store.put_if_absent(&key, body.clone()).await? == PutOutcome::Created {

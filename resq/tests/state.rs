@@ -42,3 +42,20 @@ async fn an_entry_resq_cannot_read_is_an_error_not_no_state() {
     store.set_failing(true);
     assert!(state::current_pause(&store, "m-1").await.is_err());
 }
+
+#[tokio::test]
+async fn the_entry_written_last_is_current_whatever_the_writers_clocks_say() {
+    // GIVEN an operator's resume stamped by a laptop a minute ahead of Lambda's clock
+    let store = MemoryStore::default();
+    let resumed = PauseRecord::new("m-1", PauseState::Resumed, PausedBy::Operator, 61_000);
+    state::record_pause(&store, &resumed).await.unwrap();
+    // WHEN the breaker pauses the consumer 5 s later by Lambda's clock (stamped 6 s)
+    let paused = PauseRecord::new("m-1", PauseState::Paused, PausedBy::Resq, 6_000);
+    let key = state::record_pause(&store, &paused).await.unwrap();
+    // THEN its entry sorts first: the pause is the current state, and the breaker owns it
+    assert_eq!(key, state::entry_key(&state::pause_prefix("m-1"), 61_001));
+    assert_eq!(
+        state::current_pause(&store, "m-1").await.unwrap(),
+        Some(paused)
+    );
+}
