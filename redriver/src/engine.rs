@@ -301,13 +301,18 @@ impl<Q: Queues, S: ObjectStore, A: Alarms, M: EventSourceMappings> Redriver<Q, S
         let store = self.settler.store();
         let record = |r| within(by, resq::state::record_pause(store, r));
         let switch = |on| within(by, self.mappings.set_enabled(uuid, on));
-        // an operator who paused the consumer since this run read its log decides: resq
-        // neither enables it nor writes over that pause (the mapping stays disabled)
+        // an operator who paused or resumed the consumer since this run read its log decides:
+        // resq neither switches the mapping nor writes over their entry (a forced resume during
+        // a probe stays resumed; a pause stays paused)
         let current = within(by, resq::state::current_pause(store, uuid)).await?;
-        if current.is_some_and(|c| {
-            c.by == PausedBy::Operator && c.state == PauseState::Paused && Some(c.at) != seen
-        }) {
-            return Err("an operator paused the consumer meanwhile: left to them".into());
+        if let Some(c) = current.filter(|c| c.by == PausedBy::Operator && Some(c.at) != seen) {
+            let what = match c.state {
+                PauseState::Resumed => "resumed",
+                _ => "paused",
+            };
+            return Err(format!(
+                "an operator {what} the consumer meanwhile: left to them"
+            ));
         }
         match act {
             ConsumerAct::Pause(r) => {
@@ -1416,5 +1421,18 @@ mod tests {
         mapping.set_state(resq::mapping::MappingState::Enabled);
         assert_eq!(r.act_on_consumer(&pause, Some(t), by).await, Ok(()));
         assert_eq!(mapping.switches(), [false]);
+        // AND an operator's forced resume written during a probe is not undone at its end
+        let probing = PauseRecord::new("esm-1", PauseState::Probing, PausedBy::Resq, t + 10);
+        resq::state::record_pause(&store, &probing).await.unwrap();
+        let mut forced = PauseRecord::new("esm-1", PauseState::Resumed, PausedBy::Operator, t + 11);
+        forced.forced = true;
+        resq::state::record_pause(&store, &forced).await.unwrap();
+        mapping.set_state(resq::mapping::MappingState::Enabled);
+        let end = ConsumerAct::EndProbe(crate::consumer_breaker::probe_over(&probing, t + 12));
+        let done = r.act_on_consumer(&end, Some(t + 10), by).await;
+        assert!(done.is_err_and(|e| e.contains("operator resumed")));
+        assert_eq!(mapping.switches(), [false], "the mapping left enabled");
+        let current = resq::state::current_pause(&store, "esm-1").await.unwrap();
+        assert_eq!(current, Some(forced));
     }
 }
