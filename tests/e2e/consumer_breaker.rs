@@ -143,9 +143,10 @@ async fn the_consumer_breaker_pauses_probes_and_resumes_its_own_pause_on_moto() 
         (0, (0, 0))
     );
 
-    // AND once the pause has held four of the alarm's periods (a minute, on record), a run
-    // probes: the mapping runs for a sixth of a period, then is disabled again, the probe
-    // counted on record
+    // AND once the pause has held four of the alarm's periods (a minute, on record), with
+    // orders waiting in the main queue, a run probes: the mapping runs for a twelfth of a
+    // period, then is disabled again, the probe counted on record
+    send(&stack, &stack.main, &order_body("o-2"), &[], None).await;
     let store = S3Store::new(stack.s3.clone(), &stack.bucket);
     let mut older = record.clone();
     (older.at, older.since) = (now_ms(), Some(now_ms() - 60_000));
