@@ -149,7 +149,7 @@ struct SoakArgs {
     outage_periods: u32,
     /// Dead letters put into the DLQ once the consumer is paused (replayed after it resumes;
     /// the drain's rate is measured over the full runs: two need about 2 × 20 × the rate).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 2000)]
     recovery_orders: usize,
     /// ARCHIVE_AFTER_SECONDS (the TTL, scaled down; longer than the crash phase, so that
     /// what it dead-letters is replayed before its TTL).
