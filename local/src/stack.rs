@@ -756,6 +756,11 @@ pub fn around_functions(template: &Value, r: &Resolver<'_>) -> Result<AroundFunc
             .into_iter()
             .flatten()
             .map(|(k, v)| {
+                // the local poller honours no event source mapping (nor does the stack's one
+                // resolve here): no consumer breaker in the local pipeline
+                if k == "CONSUMER_EVENT_SOURCE_MAPPING" {
+                    return Ok((k.clone(), String::new()));
+                }
                 r.value(v).map(|v| (k.clone(), v)).ok_or_else(|| {
                     CliError::Usage(format!("the functions' variable {k} is unresolved"))
                 })

@@ -108,15 +108,20 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
     );
     assert_eq!(
         unexercised("redriver"),
-        // the breaker's alarms: this run sets no PAUSE_ON_ALARMS (the soak runs the breaker, on
-        // LocalStack's CloudWatch), and so no paused run sends a dead letter's explained copy
-        // back into the DLQ (the soak's crash phase does); every run reads the keep lists (to
-        // count the kept messages hidden against KEPT_IN_FLIGHT_MAX)
+        // the breakers' alarms: this run sets no PAUSE_ON_ALARMS and no consumer breaker (the
+        // soak runs both, on LocalStack's CloudWatch and moto's Lambda API: the mapping, the
+        // main queue's retention and depth, its oldest age), and so no paused run sends a dead
+        // letter's explained copy back into the DLQ (the soak's crash phase does); every run
+        // reads the keep lists (to count the kept messages hidden against KEPT_IN_FLIGHT_MAX)
         [
             ("cloudwatch:DescribeAlarmHistory", "alarm:consumer-errors"),
             (
                 "cloudwatch:DescribeAlarmHistory",
                 "alarm:dead-letters-unexplained"
+            ),
+            (
+                "cloudwatch:DescribeAlarmHistory",
+                "alarm:downstream-failing"
             ),
             ("cloudwatch:DescribeAlarmHistory", "alarm:replays-failing"),
             ("cloudwatch:DescribeAlarms", "alarm:consumer-errors"),
@@ -124,7 +129,15 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
                 "cloudwatch:DescribeAlarms",
                 "alarm:dead-letters-unexplained"
             ),
+            ("cloudwatch:DescribeAlarms", "alarm:downstream-failing"),
             ("cloudwatch:DescribeAlarms", "alarm:replays-failing"),
+            ("cloudwatch:GetMetricData", "*"),
+            ("lambda:GetEventSourceMapping", "ConsumerEventSourceMapping"),
+            (
+                "lambda:UpdateEventSourceMapping",
+                "ConsumerEventSourceMapping"
+            ),
+            ("sqs:GetQueueAttributes", "OrdersQueue"),
             ("sqs:SendMessage", "DeadLetterQueue"),
         ]
     );
