@@ -431,6 +431,14 @@ pub fn without_functions(template: &Value) -> Value {
         })
         .map(|(id, _)| id.clone())
         .collect();
+    // what else of Lambda's went (the consumer's event source mapping) is referred to as
+    // nothing: an empty mapping is no consumer breaker, as for a stack without one
+    let mut names = names;
+    for id in &removed {
+        if !names.contains_key(id) && resources[id]["Type"] != "AWS::Events::Rule" {
+            names.insert(id.clone(), json!(""));
+        }
+    }
     let mut out = template.clone();
     if let Some(rs) = out["Resources"].as_object_mut() {
         for id in &removed {
