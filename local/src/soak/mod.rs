@@ -570,7 +570,6 @@ pub async fn run(opts: &SoakOptions) -> Result<SoakReport, CliError> {
         Duration::ZERO,
     )
     .await?;
-    let template = with_downstream_alarm(&template);
     for id in BREAKER_ALARMS.iter().chain(&CONSUMER_BREAKER_ALARMS) {
         template_alarm(&template, opts, id)?
             .send_with(&ctx.cloudwatch)
@@ -923,37 +922,6 @@ pub const CONSUMER_BREAKER_ALARMS: [&str; 1] = ["DownstreamFailingAlarm"];
 
 /// The consumer's event source mapping's batch size (the template's `ConsumerBatchSize`).
 const BATCH_SIZE: i32 = 10;
-
-/// `template` with the downstream-failing alarm as issue 34's contract defines it, while the
-/// template does not have it yet (and then the consumer-errors alarm keeps its state without
-/// data, as the contract has it with the consumer breaker on); the template itself once it has.
-fn with_downstream_alarm(template: &Value) -> Value {
-    if template["Resources"]["DownstreamFailingAlarm"].is_object() {
-        return template.clone();
-    }
-    let mut t = template.clone();
-    t["Resources"]["DownstreamFailingAlarm"] = serde_json::json!({
-        "Type": "AWS::CloudWatch::Alarm",
-        "Properties": {
-            "AlarmName": {"Fn::Sub": "${AWS::StackName}-downstream-failing"},
-            "Namespace": {"Ref": "MetricsNamespace"},
-            "MetricName": "TransientFailurePercent",
-            "Dimensions": [
-                {"Name": "service", "Value": {"Ref": "ServiceName"}},
-                {"Name": "function_name", "Value": {"Fn::Sub": "${AWS::StackName}-consumer"}}
-            ],
-            "Statistic": "Average",
-            "Period": 60,
-            "EvaluationPeriods": 1,
-            "Threshold": 50,
-            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
-            "TreatMissingData": "ignore"
-        }
-    });
-    t["Resources"]["ConsumerErrorsAlarm"]["Properties"]["TreatMissingData"] =
-        Value::String("ignore".into());
-    t
-}
 
 /// The template's alarm `id`, as `PutMetricAlarm` for the soak's stack: every property from
 /// the template, the period scaled down to `alarm_period`, the hold and the threshold as the
