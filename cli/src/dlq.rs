@@ -22,6 +22,8 @@ pub struct Filter {
     pub reason: Option<String>,
     /// Only messages at least this old (from the producer's send).
     pub older_than: Option<Duration>,
+    /// Only this `MessageGroupId` (a tenant).
+    pub group: Option<String>,
     /// At most this many.
     pub limit: usize,
 }
@@ -164,15 +166,12 @@ pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliErro
         }
         for m in batch {
             let p = peeked(&m, now_ms);
-            let age = m
-                .first_sent_at()
-                .map(|sent| Duration::from_millis(now_ms.saturating_sub(sent)));
-            let selected = resq_redriver::classify::selects(
-                filter.reason.as_deref(),
-                filter.older_than,
-                m.failure_reason(),
-                age,
-            );
+            let selected = resq_redriver::classify::Selection {
+                reason: filter.reason.as_deref(),
+                older_than: filter.older_than,
+                group: filter.group.as_deref(),
+            }
+            .picks(&m, now_ms);
             if selected && shown.len() < filter.limit {
                 shown.push(p);
             }
@@ -218,6 +217,8 @@ pub struct RedriveOptions {
     pub failure_reason: Option<String>,
     /// Only messages at least this old.
     pub older_than: Option<Duration>,
+    /// Only this `MessageGroupId` (a tenant).
+    pub group: Option<String>,
     /// Handle at most this many messages.
     pub max_messages: u32,
     /// Token-bucket rate.
@@ -239,6 +240,7 @@ impl RedriveOptions {
             rate_per_second: self.rate_per_second,
             reason: self.failure_reason.clone(),
             older_than: self.older_than,
+            group: self.group.clone(),
             // an operator's rate is held, not climbed from
             rate_max: self.rate_per_second,
             alarm: None,
@@ -424,6 +426,7 @@ mod tests {
             dry_run: true,
             failure_reason: Some("VALIDATION_FAILED".into()),
             older_than: Some(Duration::from_secs(600)),
+            group: None,
             max_messages: 50,
             rate_per_second: 2.5,
             max_redrive_attempts: 3,
@@ -438,6 +441,7 @@ mod tests {
                 rate_per_second: 2.5,
                 reason: Some("VALIDATION_FAILED".into()),
                 older_than: Some(Duration::from_secs(600)),
+                group: None,
                 rate_max: 2.5,
                 alarm: None,
             }

@@ -240,6 +240,9 @@ struct PeekArgs {
     /// Only messages at least this many seconds old.
     #[arg(long = "older-than-seconds", alias = "older-than")]
     older_than_seconds: Option<u64>,
+    /// Only this tenant: messages of this MessageGroupId (a fair queue's or a FIFO group).
+    #[arg(long, value_parser = group)]
+    group: Option<String>,
     /// At most this many.
     #[arg(long, default_value_t = 20)]
     limit: usize,
@@ -260,6 +263,9 @@ struct RedriveArgs {
     /// Only messages at least this many seconds old.
     #[arg(long = "older-than-seconds", alias = "older-than")]
     older_than_seconds: Option<u64>,
+    /// Only this tenant: messages of this MessageGroupId (a fair queue's or a FIFO group).
+    #[arg(long, value_parser = group)]
+    group: Option<String>,
     /// Replay at most this many messages (the run still archives what is due past them).
     #[arg(long = "max-messages", alias = "max", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     max_messages: u32,
@@ -359,6 +365,17 @@ fn rate(s: &str) -> Result<f64, String> {
         _ => Err(format!(
             "\"{s}\" is not a rate above 0 and at most {}",
             resq_redriver::config::MAX_RATE_PER_SECOND
+        )),
+    }
+}
+
+/// A `MessageGroupId` as SQS takes one: 1 to 128 characters.
+fn group(s: &str) -> Result<String, String> {
+    match s.chars().count() {
+        1..=resq::sqs::MAX_ID_LEN => Ok(s.to_owned()),
+        _ => Err(format!(
+            "a message group id is 1 to {} characters",
+            resq::sqs::MAX_ID_LEN
         )),
     }
 }
@@ -671,6 +688,7 @@ async fn peek(ctx: &Context, args: PeekArgs, json: bool) -> Result<(), CliError>
     let filter = dlq::Filter {
         reason: args.failure_reason,
         older_than: args.older_than_seconds.map(Duration::from_secs),
+        group: args.group,
         limit: args.limit,
     };
     let report = dlq::peek_report(ctx, &filter, args.kept).await?;
@@ -701,6 +719,7 @@ async fn redrive(
         dry_run: args.dry_run,
         failure_reason: args.failure_reason,
         older_than: args.older_than_seconds.map(Duration::from_secs),
+        group: args.group,
         max_messages: args.max_messages,
         rate_per_second: args.rate_per_second,
         max_redrive_attempts: cap.unwrap_or(args.max_redrive_attempts),

@@ -402,6 +402,7 @@ impl Copying {
                 permanent_action: options.permanent_action,
                 reason: options.failure_reason.clone(),
                 older_than: options.older_than,
+                group: options.group.clone(),
                 paused: false,
             },
             to: QueueUrl::from(to),
@@ -454,7 +455,8 @@ impl Copying {
                         to: self.to.clone(),
                         message,
                     };
-                    let id = match m.group_id() {
+                    // a group's order is FIFO's alone: a fair queue's tenants go in parallel
+                    let id = match m.group_id().filter(|_| self.to_fifo) {
                         Some(group) => plan.push_to(group, action),
                         None => plan.push(action),
                     };
@@ -593,6 +595,7 @@ mod tests {
             permanent_action: PermanentAction::Keep,
             reason: reason.map(str::to_owned),
             older_than: None,
+            group: None,
             paused: false,
         }
     }

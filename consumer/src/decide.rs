@@ -153,16 +153,17 @@ impl std::fmt::Display for LastReceive {
 /// reached the queue's `maxReceiveCount`, or the queue's retention would end before its next
 /// delivery could come: from the invocation's deadline (when its backoff is set at the
 /// latest), the longer of its backoff's ceiling (in FIFO, the backoff's cap: a blocked record
-/// takes its group's delay) and the queue's visibility timeout, plus the longest batching
+/// takes its group's delay; a fair queue's record is a standard one) and the queue's visibility timeout, plus the longest batching
 /// window. `None` when the limits are not known.
 pub fn last_receive(
     record: &Record,
     horizon: Horizon<'_>,
     backoff: &Backoff,
 ) -> Option<LastReceive> {
-    let delay = match record.group_id {
-        Some(_) => backoff.ceiling(u32::MAX),
-        None => backoff.ceiling(record.receive_count),
+    // a fair queue's record (a standard queue's, with a group) is a standard record
+    let delay = match record.source_arn.as_deref().is_some_and(resq::sqs::is_fifo) {
+        true => backoff.ceiling(u32::MAX),
+        false => backoff.ceiling(record.receive_count),
     };
     last_receive_after(record, horizon, delay)
 }
@@ -824,6 +825,13 @@ mod tests {
             last_receive(&fifo[0], at(now), &backoff),
             Some(LastReceive::RetentionEnds { .. })
         ));
+        // a fair queue's record (a standard queue's, with a group) is a standard record
+        let fair = parse_event(json!({"Records": [received(1, sent, json!({
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": sent.to_string(), "MessageGroupId": "tenant-a"}
+        }))]}))
+        .unwrap();
+        assert_eq!(fair[0].group_id.as_deref(), Some("tenant-a"));
+        assert_eq!(last_receive(&fair[0], at(now), &backoff), None);
     }
 
     #[test]
@@ -1015,6 +1023,16 @@ mod tests {
             Some("1700000000000")
         );
         assert_eq!((copy.group_id, copy.deduplication_id), (None, None));
+        // a fair queue's tenant stays on the copy, without a deduplication id
+        let fair = parse_event(json!({"Records": [rec("a", json!({"attributes": {
+            "ApproximateReceiveCount": "1", "SentTimestamp": "1700000000000", "MessageGroupId": "tenant-a"
+        }}))]}))
+        .unwrap();
+        let copy = dead_letter_copy(&fair[0], "permanent", "MALFORMED_JSON", false).unwrap();
+        assert_eq!(
+            (copy.group_id.as_deref(), copy.deduplication_id),
+            (Some("tenant-a"), None)
+        );
 
         let fifo = fifo_records(&["g7"]);
         let copy = dead_letter_copy(&fifo[0], "permanent", "VALIDATION_FAILED", true).unwrap();

@@ -25,7 +25,8 @@ pub fn is_unexplained(m: &ReceivedMessage) -> bool {
 
 /// The copy of an unexplained dead letter that says why, for the DLQ itself: body and
 /// attributes unchanged, `x-failure-class=transient`, `x-failure-reason=INVOCATION_FAILED`,
-/// `x-first-sent-at` carried (the copy's own `SentTimestamp` is new); or why it cannot be sent.
+/// `x-first-sent-at` carried (the copy's own `SentTimestamp` is new), its group kept; or why it
+/// cannot be sent.
 pub fn explained(m: &ReceivedMessage) -> Result<OutgoingMessage, ArchiveReason> {
     let mut set = vec![
         (
@@ -43,10 +44,11 @@ pub fn explained(m: &ReceivedMessage) -> Result<OutgoingMessage, ArchiveReason> 
     let attributes = attributes::copy_attributes(&m.message_attributes, set)
         .map_err(|_| ArchiveReason::AttributeLimit)?;
     fits(m, &attributes)?;
+    // into a standard DLQ only (plan::explain): the group alone, a fair queue's tenant
     Ok(OutgoingMessage {
         body: m.body.clone(),
         attributes,
-        group_id: None,
+        group_id: m.group_id().map(str::to_owned),
         deduplication_id: None,
     })
 }
@@ -60,7 +62,7 @@ pub enum Verdict {
     Archive(ArchiveReason),
     /// A permanent failure, kept in the DLQ for a human (`PERMANENT_ACTION=keep`).
     Keep,
-    /// Outside this run's selection (`reason`, `olderThanSeconds`): left in the DLQ.
+    /// Outside this run's selection (`reason`, `olderThanSeconds`, `group`): left in the DLQ.
     NotSelected,
     /// Replayable, but the circuit breaker holds redrive: left in the DLQ.
     Paused,
@@ -79,6 +81,8 @@ pub struct Rules {
     pub reason: Option<String>,
     /// Selection by age.
     pub older_than: Option<Duration>,
+    /// Selection by `MessageGroupId`.
+    pub group: Option<String>,
     /// The circuit breaker holds redrive: archive what must be archived, redrive nothing.
     pub paused: bool,
 }
@@ -95,23 +99,46 @@ impl Rules {
             permanent_action: config.permanent_action,
             reason: request.reason.clone(),
             older_than: request.older_than,
+            group: request.group.clone(),
             paused: false,
+        }
+    }
+
+    /// What a selective run touches.
+    pub fn selection(&self) -> Selection<'_> {
+        Selection {
+            reason: self.reason.as_deref(),
+            older_than: self.older_than,
+            group: self.group.as_deref(),
         }
     }
 }
 
-/// Selection, one rule for the redriver's selective runs and the operator tool's peek: whether a
-/// message with failure reason `reason` and age `age` (from the producer's send;
-/// `None` when unknown) is selected by `failure_reason` and `older_than` (`None`: any). A
-/// message of unknown age is never selected by age.
-pub fn selects(
-    failure_reason: Option<&str>,
-    older_than: Option<Duration>,
-    reason: Option<&str>,
-    age: Option<Duration>,
-) -> bool {
-    failure_reason.is_none_or(|wanted| reason == Some(wanted))
-        && older_than.is_none_or(|min| age.is_some_and(|a| a >= min))
+/// What a selective run (or an operator's look at the DLQ) picks; `None`: any.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Selection<'a> {
+    /// This `x-failure-reason` only.
+    pub reason: Option<&'a str>,
+    /// At least this old, from the producer's send.
+    pub older_than: Option<Duration>,
+    /// This `MessageGroupId` only (a fair queue's tenant, a FIFO group).
+    pub group: Option<&'a str>,
+}
+
+impl Selection<'_> {
+    /// Selection, one rule for the redriver's selective runs and the operator tool's looks:
+    /// whether `m` is picked at `now_ms`. A message of unknown age is never picked by age.
+    pub fn picks(&self, m: &ReceivedMessage, now_ms: u64) -> bool {
+        let age = m
+            .first_sent_at()
+            .map(|sent| Duration::from_millis(now_ms.saturating_sub(sent)));
+        self.reason
+            .is_none_or(|wanted| m.failure_reason() == Some(wanted))
+            && self.group.is_none_or(|wanted| m.group_id() == Some(wanted))
+            && self
+                .older_than
+                .is_none_or(|min| age.is_some_and(|a| a >= min))
+    }
 }
 
 /// Classifies one message at `now_ms` (epoch millis). Selection comes first: a selective run
@@ -127,12 +154,7 @@ pub fn classify(m: &ReceivedMessage, rules: &Rules, now_ms: u64) -> Verdict {
     let age = m
         .first_sent_at()
         .map(|sent| Duration::from_millis(now_ms.saturating_sub(sent)));
-    if !selects(
-        rules.reason.as_deref(),
-        rules.older_than,
-        m.failure_reason(),
-        age,
-    ) {
+    if !rules.selection().picks(m, now_ms) {
         return Verdict::NotSelected;
     }
     if let Some(reason) = attributes::cap_on_replay(m.redrive_count(), rules.max_redrive_attempts) {
@@ -241,19 +263,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reason_and_age_both_select() {
+    fn reason_age_and_group_all_select() {
         let min = Some(Duration::from_secs(60));
-        let (old, young) = (Some(Duration::from_secs(61)), Some(Duration::from_secs(59)));
-        assert!(selects(None, None, None, None));
-        assert!(selects(Some("A"), None, Some("A"), None));
-        assert!(!selects(Some("A"), None, Some("B"), old));
-        assert!(!selects(Some("A"), None, None, old));
-        assert!(selects(None, min, None, old));
-        assert!(selects(None, min, None, Some(Duration::from_secs(60))));
-        assert!(!selects(None, min, None, young));
-        assert!(!selects(None, min, Some("A"), None), "unknown age");
-        assert!(selects(Some("A"), min, Some("A"), old));
-        assert!(!selects(Some("A"), min, Some("A"), young));
+        let at = |attrs: &[(&str, AttributeValue)], age_s: u64| msg(attrs, NOW - age_s * 1000);
+        let a = permanent("A");
+        let b = permanent("B");
+        let (old, young) = (61, 59);
+        let picks = |reason, older_than, group, m: &ReceivedMessage| {
+            Selection {
+                reason,
+                older_than,
+                group,
+            }
+            .picks(m, NOW)
+        };
+        assert!(picks(None, None, None, &at(&[], old)));
+        assert!(picks(Some("A"), None, None, &at(&a, old)));
+        assert!(!picks(Some("A"), None, None, &at(&b, old)));
+        assert!(!picks(Some("A"), None, None, &at(&[], old)));
+        assert!(picks(None, min, None, &at(&[], old)));
+        assert!(picks(None, min, None, &at(&[], 60)));
+        assert!(!picks(None, min, None, &at(&[], young)));
+        let mut unknown_age = at(&a, old);
+        unknown_age.attributes.remove("SentTimestamp");
+        assert!(!picks(None, min, None, &unknown_age), "unknown age");
+        assert!(picks(Some("A"), min, None, &at(&a, old)));
+        assert!(!picks(Some("A"), min, None, &at(&a, young)));
+        // the group: `msg` is of group "g"
+        assert!(picks(None, None, Some("g"), &at(&[], old)));
+        assert!(!picks(None, None, Some("h"), &at(&[], old)));
+        let mut no_group = at(&[], old);
+        no_group.attributes.remove("MessageGroupId");
+        assert!(!picks(None, None, Some("g"), &no_group));
+        assert!(picks(Some("A"), min, Some("g"), &at(&a, old)));
     }
     use std::collections::BTreeMap;
 
@@ -267,6 +309,7 @@ mod tests {
             permanent_action: PermanentAction::Keep,
             reason: None,
             older_than: None,
+            group: None,
             paused: false,
         }
     }
@@ -423,7 +466,11 @@ mod tests {
             !copy.attributes.contains_key(X_FAILURE_CLASS)
                 && !copy.attributes.contains_key(X_FAILURE_REASON)
         );
-        assert_eq!((&copy.group_id, &copy.deduplication_id), (&None, &None));
+        // a standard main queue: the group alone (a fair queue's tenant)
+        assert_eq!(
+            (copy.group_id.as_deref(), &copy.deduplication_id),
+            (Some("g"), &None)
+        );
         assert_eq!(
             copy.size(),
             resq::attributes::message_size(&m.body, &copy.attributes)

@@ -3,7 +3,7 @@
 //! in `x-redrive-count`; permanent failures wait for a human; a run pauses while an alarm of
 //! `PAUSE_ON_ALARMS` is in `ALARM`; a DLQ message is deleted only once its copy or archive is
 //! confirmed. resq's SAM template deploys the `redriver` binary with its schedule; invoked by
-//! hand it takes `{"dryRun", "maxMessages", "ratePerSecond", "reason", "olderThanSeconds"}`
+//! hand it takes `{"dryRun", "maxMessages", "ratePerSecond", "reason", "olderThanSeconds", "group"}`
 //! ([`request::RunRequest`]).
 //!
 //! [`Redriver`] is the engine over its ports (SQS, the archive store, the alarms). Here it runs

@@ -95,7 +95,7 @@ mod tests {
             ),
             (
                 json!({"max_messages": 10}),
-                "invalid redriver input: max_messages: not a field of a manual payload; a manual payload takes dryRun, maxMessages, ratePerSecond, reason, olderThanSeconds",
+                "invalid redriver input: max_messages: not a field of a manual payload; a manual payload takes dryRun, maxMessages, ratePerSecond, reason, olderThanSeconds, group",
             ),
         ] {
             let Err(e) = read_request(payload.clone(), &config()) else {

@@ -270,7 +270,11 @@ fn redrive(
     if dry_run {
         return Fate::Held(Held::WouldRedrive);
     }
-    let lane = copy.group_id.clone();
+    // a group's order is FIFO's alone: a fair queue's tenants go out in parallel
+    let lane = copy
+        .group_id
+        .clone()
+        .filter(|_| resq::sqs::is_fifo(&queues.main));
     let action = Action::Copy {
         to: queues.main.clone(),
         message: copy,

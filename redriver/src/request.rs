@@ -6,7 +6,8 @@ use std::time::Duration;
 use crate::config::{MAX_RATE_PER_SECOND, RedriverConfig};
 use serde_json::Value;
 
-/// A manual payload: `{"dryRun", "maxMessages", "ratePerSecond", "reason", "olderThanSeconds"}`,
+/// A manual payload: `{"dryRun", "maxMessages", "ratePerSecond", "reason", "olderThanSeconds",
+/// "group"}`,
 /// each field checked as it is read ([`FIELDS`] says what each takes).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Overrides {
@@ -21,17 +22,20 @@ pub struct Overrides {
     pub reason: Option<String>,
     /// Only messages at least this old (from the producer's send).
     pub older_than_seconds: Option<u64>,
+    /// Only messages of this `MessageGroupId` (a tenant); 1 to 128 characters.
+    pub group: Option<String>,
     /// Not a field: the alarm whose action invoked the run (a CloudWatch alarm event).
     pub alarm: Option<String>,
 }
 
 /// The fields of a manual payload.
-pub const FIELDS: [&str; 5] = [
+pub const FIELDS: [&str; 6] = [
     "dryRun",
     "maxMessages",
     "ratePerSecond",
     "reason",
     "olderThanSeconds",
+    "group",
 ];
 
 /// What a field of a manual payload takes, in the words errors use: the bounds it is read
@@ -42,6 +46,10 @@ fn takes(field: &str) -> String {
         "maxMessages" => format!("a whole number from 1 to {}", u32::MAX),
         "ratePerSecond" => format!("a number above 0 and at most {MAX_RATE_PER_SECOND}"),
         "reason" => "a failure reason, a non-empty string (e.g. VALIDATION_FAILED)".to_owned(),
+        "group" => format!(
+            "a message group id (a tenant), 1 to {} characters",
+            resq::sqs::MAX_ID_LEN
+        ),
         _ => format!("a whole number of seconds from 0 to {}", u64::MAX),
     }
 }
@@ -59,6 +67,8 @@ pub struct RunRequest {
     pub reason: Option<String>,
     /// Selection: at least this old.
     pub older_than: Option<Duration>,
+    /// Selection: this `MessageGroupId` only.
+    pub group: Option<String>,
     /// The rate a run may climb to while its breakers stay closed (`REDRIVE_RATE_MAX`; a
     /// manual `ratePerSecond` is held, not climbed from).
     pub rate_max: f64,
@@ -68,7 +78,7 @@ pub struct RunRequest {
 }
 
 /// What the redriver takes, for messages.
-const EXPECTED: &str = "the redriver takes an EventBridge scheduled event, a CloudWatch alarm's state-change event, or a manual payload with dryRun, maxMessages, ratePerSecond, reason or olderThanSeconds";
+const EXPECTED: &str = "the redriver takes an EventBridge scheduled event, a CloudWatch alarm's state-change event, or a manual payload with dryRun, maxMessages, ratePerSecond, reason, olderThanSeconds or group";
 
 /// The input is neither a scheduled event nor a valid manual payload.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,6 +94,7 @@ impl RunRequest {
             rate_per_second: config.rate_per_second,
             reason: None,
             older_than: None,
+            group: None,
             rate_max: config.rate_max.max(config.rate_per_second),
             alarm: None,
         }
@@ -109,6 +120,7 @@ impl RunRequest {
             self.reason = Some(reason);
         }
         self.older_than = overrides.older_than_seconds.map(Duration::from_secs);
+        self.group = overrides.group;
         self.alarm = overrides.alarm;
         self
     }
@@ -197,6 +209,10 @@ impl Overrides {
                     .map(str::trim)
                     .filter(|r| !r.is_empty())
                     .map(|r| o.reason = Some(r.to_owned())),
+                "group" => value
+                    .as_str()
+                    .filter(|g| !g.is_empty() && g.chars().count() <= resq::sqs::MAX_ID_LEN)
+                    .map(|g| o.group = Some(g.to_owned())),
                 _ => value.as_u64().map(|s| o.older_than_seconds = Some(s)),
             };
             if read.is_none() {
@@ -266,7 +282,7 @@ mod tests {
     #[test]
     fn a_manual_payload_overrides() {
         let r = RunRequest::from_event(
-            json!({"dryRun": true, "maxMessages": 50, "ratePerSecond": 2.5, "reason": "VALIDATION_FAILED", "olderThanSeconds": 600}),
+            json!({"dryRun": true, "maxMessages": 50, "ratePerSecond": 2.5, "reason": "VALIDATION_FAILED", "olderThanSeconds": 600, "group": "tenant-b"}),
             &config(),
         )
         .unwrap();
@@ -274,6 +290,15 @@ mod tests {
         assert_eq!((r.max_messages, r.rate_per_second), (Some(50), 2.5));
         assert_eq!(r.reason.as_deref(), Some("VALIDATION_FAILED"));
         assert_eq!(r.older_than, Some(Duration::from_secs(600)));
+        assert_eq!(r.group.as_deref(), Some("tenant-b"));
+        // a group SQS would not take is named
+        for bad in [json!(""), json!("g".repeat(129)), json!(7)] {
+            let err = RunRequest::from_event(json!({ "group": bad }), &config()).unwrap_err();
+            assert!(
+                err.0.starts_with("group: expected a message group id"),
+                "{err}"
+            );
+        }
     }
 
     #[test]
@@ -406,11 +431,11 @@ mod tests {
             // unknown fields are refused, with the fields a payload takes
             (
                 json!({"dryrun": true}),
-                "dryrun: not a field of a manual payload (did you mean dryRun?); a manual payload takes dryRun, maxMessages, ratePerSecond, reason, olderThanSeconds".to_owned(),
+                "dryrun: not a field of a manual payload (did you mean dryRun?); a manual payload takes dryRun, maxMessages, ratePerSecond, reason, olderThanSeconds, group".to_owned(),
             ),
             (
                 json!({"limit": 5}),
-                "limit: not a field of a manual payload; a manual payload takes dryRun, maxMessages, ratePerSecond, reason, olderThanSeconds".to_owned(),
+                "limit: not a field of a manual payload; a manual payload takes dryRun, maxMessages, ratePerSecond, reason, olderThanSeconds, group".to_owned(),
             ),
             // every problem at once
             (
@@ -464,6 +489,7 @@ mod tests {
                 rate_per_second: 5.0,
                 reason: Some("VALIDATION_FAILED".into()),
                 older_than: None,
+                group: None,
                 rate_max: 5.0,
                 alarm: None,
             }

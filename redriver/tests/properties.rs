@@ -139,13 +139,15 @@ fn rules() -> impl Strategy<Value = Rules> {
             "VALIDATION_FAILED",
         ])),
         prop::option::of((0u64..100_000).prop_map(Duration::from_secs)),
+        prop::option::of(prop::sample::select(vec!["tenant-a", "tenant-b"])),
     )
-        .prop_map(|(cap, ttl, action, reason, older)| Rules {
+        .prop_map(|(cap, ttl, action, reason, older, group)| Rules {
             max_redrive_attempts: cap,
             archive_after: ttl,
             permanent_action: action,
             reason: reason.map(str::to_owned),
             older_than: older,
+            group: group.map(str::to_owned),
             paused: false,
         })
 }

@@ -463,7 +463,8 @@ fn entry_results<T>(
 // copies it sends (a DLQ copy of a permanent failure, a replay, a restored archive entry).
 // See docs/design.md, "FIFO".
 //
-// A copy keeps the original's `MessageGroupId`, so a group's order survives the trip. Its
+// A copy keeps the original's `MessageGroupId`, so a group's order survives the trip (and, on
+// a standard queue, a fair queue's tenant: docs/tenants.md). A FIFO copy's
 // deduplication id is derived from the original's message id and what the copy is, so a
 // retried send of the same copy (an entry SQS did not confirm, a run that ended before its
 // delete) is dropped by SQS as a duplicate inside its five-minute window, while a later,
@@ -495,7 +496,8 @@ pub enum Copy {
 }
 
 /// The `(MessageGroupId, MessageDeduplicationId)` of a copy of message `message_id` (whose
-/// group was `group`) sent to a FIFO queue; `(None, None)` for a standard queue.
+/// group was `group`): to a FIFO queue, the group (or [`DEFAULT_GROUP`]) and a deduplication
+/// id; to a standard queue, the group alone (a fair queue's tenant), none without one.
 pub fn copy_ids(
     to_fifo: bool,
     group: Option<&str>,
@@ -503,7 +505,7 @@ pub fn copy_ids(
     message_id: &str,
 ) -> (Option<String>, Option<String>) {
     if !to_fifo {
-        return (None, None);
+        return (group.map(str::to_owned), None);
     }
     let deduplication_id = match copy {
         Copy::DeadLetter => format!("permanent-{message_id}"),
@@ -787,8 +789,13 @@ mod tests {
     }
 
     #[test]
-    fn a_standard_queue_gets_no_ids() {
-        assert_eq!(copy_ids(false, Some("g"), Copy::Restore, "m"), (None, None));
+    fn a_standard_queue_gets_the_group_alone() {
+        // a fair queue's tenant stays on the copy; no deduplication id (SQS refuses one there)
+        assert_eq!(
+            copy_ids(false, Some("g"), Copy::Restore, "m"),
+            (Some("g".into()), None)
+        );
+        assert_eq!(copy_ids(false, None, Copy::Restore, "m"), (None, None));
     }
 
     #[test]

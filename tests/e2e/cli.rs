@@ -266,6 +266,7 @@ async fn dlq_redrive_dry_run_first_then_selectively() {
         rate_per_second: 100.0,
         reason: Some("VALIDATION_FAILED".into()),
         older_than: None,
+        group: None,
         rate_max: 100.0,
         alarm: None,
     };

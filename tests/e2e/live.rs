@@ -292,6 +292,7 @@ async fn the_live_pipeline_processes_orders_dead_letters_bad_ones_and_follows_wa
             &resq_ops::dlq::Filter {
                 reason: None,
                 older_than: None,
+                group: None,
                 limit: 10,
             },
         )
