@@ -78,6 +78,7 @@ pub mod classify;
 pub mod config;
 pub mod consumer_breaker;
 pub mod engine;
+mod fair;
 #[cfg(test)]
 mod fixtures;
 pub mod plan;

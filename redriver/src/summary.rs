@@ -79,6 +79,10 @@ pub struct Summary {
     pub received: u64,
     /// Copies confirmed in the main queue (their DLQ message deleted or being deleted).
     pub redriven: u64,
+    /// The message groups (tenants; messages without a group are one) those replays were of:
+    /// a run shares its budget round-robin across the groups it holds.
+    #[serde(default)]
+    pub groups_served: u64,
     /// Archive entries written, by reason.
     pub archived: BTreeMap<ArchiveReason, u64>,
     /// Left in the DLQ on purpose: permanent failures kept, messages outside the selection,
@@ -153,6 +157,7 @@ impl Summary {
             probe: None,
             received: 0,
             redriven: 0,
+            groups_served: 0,
             archived: BTreeMap::new(),
             skipped: 0,
             kept: 0,
@@ -190,6 +195,7 @@ impl Summary {
             probe = self.probe,
             received = self.received,
             redriven = self.redriven,
+            groups_served = self.groups_served,
             archived_redrive_cap = archived(ArchiveReason::RedriveCap),
             archived_invalid_redrive_count = archived(ArchiveReason::InvalidRedriveCount),
             archived_ttl_expired = archived(ArchiveReason::TtlExpired),
@@ -283,6 +289,7 @@ mod tests {
             probe: Some(10),
             received: 120,
             redriven: 40,
+            groups_served: 3,
             archived: ArchiveReason::ALL
                 .into_iter()
                 .zip(1..)

@@ -196,7 +196,7 @@ proptest! {
                 prop_assert_eq!(count, RedriveCount::Invalid);
             }
             Verdict::NotSelected => {
-                prop_assert!(rules.reason.is_some() || rules.older_than.is_some());
+                prop_assert!(rules.reason.is_some() || rules.older_than.is_some() || rules.group.is_some());
             }
             _ => {}
         }
@@ -214,7 +214,13 @@ proptest! {
                 prop_assert_eq!(parse_count_value(next), RedriveCount::Count(n.saturating_add(1)));
                 prop_assert!(!copy.attributes.contains_key(X_FAILURE_CLASS));
                 prop_assert!(!copy.attributes.contains_key(X_FAILURE_REASON));
-                prop_assert_eq!(copy.group_id.is_some(), fifo);
+                // FIFO: a group always (the original's, or resq's); standard: the original's
+                // alone (a fair queue's tenant)
+                match fifo {
+                    true => prop_assert!(copy.group_id.is_some()),
+                    false => prop_assert_eq!(copy.group_id.as_deref(), m.group_id()),
+                }
+                prop_assert_eq!(copy.deduplication_id.is_some(), fifo);
                 prop_assert!(copy.deduplication_id.as_ref().is_none_or(|d| !d.is_empty() && d.chars().count() <= 128));
                 if let Some(sent) = m.first_sent_at() {
                     let carried = copy.attributes[X_FIRST_SENT_AT].string_value.clone();
