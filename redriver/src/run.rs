@@ -57,6 +57,8 @@ pub const IN_FLIGHT_MAX: u64 = 110_000;
 /// How long a run reads the keep lists at most before it counts the kept messages as unknown
 /// (then it hides no more): a slow S3 must not eat the run.
 pub const KEEP_LIST_WAIT: Duration = Duration::from_secs(5);
+/// Receives in flight at most while a run first gathers its replay candidates.
+pub const FILL_CYCLES: usize = 8;
 /// Received messages stay hidden this long past the deadline, so one the run could not finish
 /// (a crash, a call cut off) comes back soon after it.
 pub const HOLD_PAST_DEADLINE: Duration = Duration::from_secs(30);
@@ -921,7 +923,7 @@ impl Run {
         // a short batch is common in a standard queue: only an empty one says drained
         w.drained = false;
         if batch.len() == MAX_BATCH {
-            w.open = (w.open * 2).min(w.depth);
+            self.window.open = (self.window.open * 2).min(self.receive_depth());
         }
         let (plan, cycle) = self.plan(batch, now.epoch_ms, receive.at, Batch::Received);
         // nothing to settle (a dry run; a batch of candidates, all held)
@@ -1069,7 +1071,7 @@ impl Run {
         let may = !w.checking
             && (!w.drained || (w.probe && w.receiving == 0))
             && w.stopped.is_none()
-            && w.cycles < w.open
+            && w.cycles < w.open.min(self.receive_depth())
             && self.budget.planned_replays <= w.ahead
             && self.candidates.len() < self.tuning.candidates_max.max(1);
         if !may {
@@ -1093,6 +1095,20 @@ impl Run {
             wait_seconds: (self.tuning.receive_wait_seconds.max(0) as u64).min(left) as i32,
             by: self.by.move_by,
         })
+    }
+
+    /// The most cycles in flight for receives: what the rate needs, or, while the candidates
+    /// are first gathered (nothing is dealt before), [`FILL_CYCLES`], so that a slow rate does
+    /// not also make a slow start.
+    fn receive_depth(&self) -> usize {
+        match self.pooled && !self.dealing {
+            true => self
+                .window
+                .depth
+                .max(FILL_CYCLES)
+                .min(self.tuning.max_cycles),
+            false => self.window.depth,
+        }
     }
 
     /// Why another receive may not start: the deadline margin, a dry run's budget counted, or

@@ -138,10 +138,12 @@ pub async fn send(
         .queue_url(&queue.url)
         .message_body(body)
         .set_message_attributes(Some(attrs));
+    // a standard queue takes the group alone (a fair queue's tenant)
     if let Some(g) = group {
-        req = req
-            .message_group_id(g)
-            .message_deduplication_id(format!("{g}-{}", uuid_like(body)));
+        req = req.message_group_id(g);
+    }
+    if let Some(g) = group.filter(|_| resq::sqs::is_fifo(&queue.url)) {
+        req = req.message_deduplication_id(format!("{g}-{}", uuid_like(body)));
     }
     req.send()
         .await

@@ -19,5 +19,6 @@ mod redriver;
 mod security;
 mod soak;
 mod template;
+mod tenants;
 mod third_party;
 mod workspace;
