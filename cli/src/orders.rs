@@ -25,6 +25,9 @@ pub struct Outgoing {
     pub body: String,
     /// Its kind.
     pub kind: Kind,
+    /// Its tenant: the `MessageGroupId` it is sent with (a fair queue's; a FIFO queue's group
+    /// is the order's own when there is none).
+    pub group: Option<String>,
 }
 
 /// Where `resq send` takes its orders from.
@@ -105,6 +108,7 @@ pub fn from_file(path: &std::path::Path) -> Result<Vec<Outgoing>, CliError> {
                 order_id,
                 body,
                 kind,
+                group: None,
             }
         })
         .collect())
@@ -116,6 +120,21 @@ pub fn valid(order_id: &str, rng: &mut impl Rng) -> String {
         .map(|_| json!({"productId": format!("p-{}", rng.random_range(1..=500)), "quantity": rng.random_range(1..=5)}))
         .collect();
     json!({"orderId": order_id, "userId": format!("u-{}", rng.random_range(1..=1000)), "items": items, "currency": "EUR"}).to_string()
+}
+
+/// The noisy tenant of [`with_tenants`].
+pub const NOISY_TENANT: &str = "tenant-noisy";
+
+/// Spreads `orders` over tenants as a fair queue sees them: a third under one noisy tenant
+/// ([`NOISY_TENANT`]), the rest over ten quiet ones (`tenant-01` … `tenant-10`), at random.
+pub fn with_tenants(mut orders: Vec<Outgoing>, rng: &mut impl Rng) -> Vec<Outgoing> {
+    for o in &mut orders {
+        o.group = Some(match rng.random_range(0..3) {
+            0 => NOISY_TENANT.to_owned(),
+            _ => format!("tenant-{:02}", rng.random_range(1..=10)),
+        });
+    }
+    orders
 }
 
 /// A percentage flag (`--malformed-pct 10`): a number from 0 to 100.
@@ -158,18 +177,21 @@ pub fn generate(
                     body: format!("{{\"orderId\":\"{order_id}\",\"items\":[{{"),
                     order_id,
                     kind: Kind::Malformed,
+                    group: None,
                 }
             } else if kind == Kind::Invalid {
                 Outgoing {
                     body: json!({"orderId": order_id, "userId": "u-1", "items": []}).to_string(),
                     order_id,
                     kind: Kind::Invalid,
+                    group: None,
                 }
             } else {
                 Outgoing {
                     body: valid(&order_id, rng),
                     order_id,
                     kind: Kind::Valid,
+                    group: None,
                 }
             }
         })
@@ -181,6 +203,19 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
     use rand::rngs::StdRng;
+
+    #[test]
+    fn a_third_of_the_orders_are_the_noisy_tenants_and_the_rest_spread_over_ten() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let orders = with_tenants(generate("o-", 3000, 0.0, 0.0, &mut rng), &mut rng);
+        let groups: Vec<&str> = orders.iter().filter_map(|o| o.group.as_deref()).collect();
+        assert_eq!(groups.len(), orders.len(), "every order has a tenant");
+        let noisy = groups.iter().filter(|g| **g == NOISY_TENANT).count();
+        assert!((900..1100).contains(&noisy), "{noisy} of 3,000");
+        let quiet: std::collections::BTreeSet<&&str> =
+            groups.iter().filter(|g| **g != NOISY_TENANT).collect();
+        assert_eq!(quiet.len(), 10, "{quiet:?}");
+    }
 
     #[test]
     fn generated_orders_match_their_kind() {

@@ -48,9 +48,9 @@ pub async fn send_to(
     attrs: impl Fn(&Outgoing) -> HashMap<String, MessageAttributeValue>,
 ) -> Result<SendReport, CliError> {
     let mut report = SendReport::default();
-    // a FIFO queue needs a group: each order is its own (orders are independent; the same order
-    // sent again falls into the same group, where the template's content-based deduplication
-    // drops it)
+    // an order's tenant is its group (a fair queue's); a FIFO queue needs one: without a tenant
+    // each order is its own (orders are independent; the same order sent again falls into the
+    // same group, where the template's content-based deduplication drops it)
     let fifo = resq::sqs::is_fifo(queue_url);
     for chunk in orders.chunks(resq::sqs::MAX_BATCH) {
         let entries = chunk
@@ -61,12 +61,11 @@ pub async fn send_to(
                     .id(i.to_string())
                     .message_body(&o.body)
                     .set_message_attributes(Some(attrs(o)).filter(|a| !a.is_empty()))
-                    .set_message_group_id(fifo.then(|| {
-                        if o.order_id.is_empty() {
-                            resq::sqs::DEFAULT_GROUP.to_owned()
-                        } else {
-                            o.order_id.chars().take(resq::sqs::MAX_ID_LEN).collect()
-                        }
+                    .set_message_group_id(o.group.clone().or_else(|| {
+                        fifo.then(|| match o.order_id.is_empty() {
+                            true => resq::sqs::DEFAULT_GROUP.to_owned(),
+                            false => o.order_id.chars().take(resq::sqs::MAX_ID_LEN).collect(),
+                        })
                     }))
                     .build()
                     .map_err(|e| CliError::Request {

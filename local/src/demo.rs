@@ -233,38 +233,40 @@ pub fn plan_orders(
     max_failures: u32,
     rng: &mut StdRng,
 ) -> Vec<(Outgoing, Plan, u32)> {
-    orders::generate(
+    // spread over tenants as a fair queue sees them: a third under one noisy tenant
+    let orders = orders::generate(
         "DEMO-",
         opts.orders,
         opts.malformed_pct,
         opts.invalid_pct,
         rng,
-    )
-    .into_iter()
-    .map(|o| {
-        let plan = match o.kind {
-            Kind::Malformed => Plan::Malformed,
-            Kind::Invalid => Plan::Invalid,
-            Kind::Valid => {
-                let roll: f64 = rng.random_range(0.0..100.0);
-                let scale = 100.0 / (100.0 - opts.malformed_pct - opts.invalid_pct).max(1.0);
-                if roll < opts.doomed_pct * scale {
-                    Plan::Doomed
-                } else if roll < (opts.doomed_pct + opts.flaky_pct) * scale {
-                    Plan::Flaky
-                } else {
-                    Plan::Valid
+    );
+    orders::with_tenants(orders, rng)
+        .into_iter()
+        .map(|o| {
+            let plan = match o.kind {
+                Kind::Malformed => Plan::Malformed,
+                Kind::Invalid => Plan::Invalid,
+                Kind::Valid => {
+                    let roll: f64 = rng.random_range(0.0..100.0);
+                    let scale = 100.0 / (100.0 - opts.malformed_pct - opts.invalid_pct).max(1.0);
+                    if roll < opts.doomed_pct * scale {
+                        Plan::Doomed
+                    } else if roll < (opts.doomed_pct + opts.flaky_pct) * scale {
+                        Plan::Flaky
+                    } else {
+                        Plan::Valid
+                    }
                 }
-            }
-        };
-        let failures = if plan == Plan::Flaky {
-            rng.random_range(1..=max_failures.max(1))
-        } else {
-            0
-        };
-        (o, plan, failures)
-    })
-    .collect()
+            };
+            let failures = if plan == Plan::Flaky {
+                rng.random_range(1..=max_failures.max(1))
+            } else {
+                0
+            };
+            (o, plan, failures)
+        })
+        .collect()
 }
 
 /// The attribute every demo (and chaos) message carries: its order id.

@@ -1268,6 +1268,19 @@ fn seen(states: &AlarmLog, value: &StateValue, after: Option<Instant>) -> Option
         .map(|(at, _)| *at)
 }
 
+/// Orders as [`orders::generate`] makes them, spread over tenants as a fair queue sees them
+/// ([`orders::with_tenants`]: a third under one noisy tenant).
+fn tenants_orders(
+    prefix: &str,
+    count: usize,
+    malformed_pct: f64,
+    invalid_pct: f64,
+    rng: &mut impl rand::Rng,
+) -> Vec<Outgoing> {
+    let orders = orders::generate(prefix, count, malformed_pct, invalid_pct, rng);
+    orders::with_tenants(orders, rng)
+}
+
 async fn send_orders(
     ctx: &Context,
     orders: &[Outgoing],
@@ -1350,7 +1363,7 @@ async fn phases(w: &World<'_>) -> Result<Driven, CliError> {
     let mut plans: HashMap<String, Plan> = HashMap::new();
 
     // 1. warm-up
-    let warm = orders::generate("SOAK-WARM-", opts.warmup_orders, 0.0, 0.0, &mut rng);
+    let warm = tenants_orders("SOAK-WARM-", opts.warmup_orders, 0.0, 0.0, &mut rng);
     send_orders(ctx, &warm, Plan::Valid, &mut plans).await?;
     let ids: Vec<String> = warm.iter().map(|o| o.order_id.clone()).collect();
     until("warm-up orders processed", limit, started, || async {
@@ -1365,7 +1378,7 @@ async fn phases(w: &World<'_>) -> Result<Driven, CliError> {
     })
     .await;
     let burst_size = opts.burst_factor as usize * opts.probes;
-    let burst = orders::generate("SOAK-BURST-", burst_size, 100.0, 0.0, &mut rng);
+    let burst = tenants_orders("SOAK-BURST-", burst_size, 100.0, 0.0, &mut rng);
     let burst_at = Instant::now();
     for chunk in burst.chunks(100) {
         send_orders(ctx, chunk, Plan::Malformed, &mut plans).await?;
@@ -1377,7 +1390,7 @@ async fn phases(w: &World<'_>) -> Result<Driven, CliError> {
         || async { depth(ctx, &ctx.dlq_url).await >= burst_size as u64 },
     )
     .await;
-    let probes = orders::generate("SOAK-PROBE-", opts.probes, 0.0, 0.0, &mut rng);
+    let probes = tenants_orders("SOAK-PROBE-", opts.probes, 0.0, 0.0, &mut rng);
     // straight into the DLQ, where SQS's redrive policy would put them
     let report = resq_ops::status::send_to(ctx, &ctx.dlq_url, &probes, demo::order_tag).await?;
     if !report.failed.is_empty() {
@@ -1460,7 +1473,7 @@ async fn crash(
     let (limit, started) = (w.limit(), w.started);
     let crash_started = Instant::now();
     state.crashing.store(true, Ordering::SeqCst);
-    let orders = orders::generate("SOAK-CRASH-", opts.crash_orders, 0.0, 0.0, rng);
+    let orders = tenants_orders("SOAK-CRASH-", opts.crash_orders, 0.0, 0.0, rng);
     for chunk in orders.chunks(500) {
         send_orders(ctx, chunk, Plan::Valid, plans).await?;
     }
@@ -1810,7 +1823,7 @@ async fn outage_orders(
     while origin.elapsed() < length {
         second += 1;
         let due = (opts.outage_rate * second as f64).round() as usize;
-        let batch = orders::generate(
+        let batch = tenants_orders(
             &format!("SOAK-OUTAGE-{second:04}-"),
             due.saturating_sub(ids.len()),
             0.0,
@@ -1825,7 +1838,7 @@ async fn outage_orders(
         {
             // dead letters from before the outage, where SQS's redrive policy would have put
             // them: replay waits while the consumer is paused, and resumes with it
-            let dead = orders::generate("SOAK-RECOVERY-", opts.recovery_orders, 0.0, 0.0, rng);
+            let dead = tenants_orders("SOAK-RECOVERY-", opts.recovery_orders, 0.0, 0.0, rng);
             let report =
                 resq_ops::status::send_to(ctx, &ctx.dlq_url, &dead, demo::order_tag).await?;
             if !report.failed.is_empty() {
