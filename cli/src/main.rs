@@ -225,7 +225,8 @@ struct SendArgs {
 
 #[derive(Subcommand, Debug)]
 enum DlqCommand {
-    /// Show DLQ messages without removing them.
+    /// Show DLQ messages without removing them, and count those that match by failure reason
+    /// and by MessageGroupId (a tenant), the largest first.
     Peek(PeekArgs),
     /// Redrive DLQ messages into the main queue through the redriver's rules.
     #[command(alias = "replay")]
@@ -243,7 +244,9 @@ struct PeekArgs {
     /// Only this tenant: messages of this MessageGroupId (a fair queue's or a FIFO group).
     #[arg(long, value_parser = group)]
     group: Option<String>,
-    /// At most this many.
+    /// Show at most this many (0: the counts only). The counts by reason and by group are of
+    /// the messages that match among those read: the first 1,000 (more when showing --limit
+    /// needs more), or the whole DLQ when it holds fewer.
     #[arg(long, default_value_t = 20)]
     limit: usize,
     /// Include the kept messages (permanent failures the redriver hides until their TTL):
@@ -693,7 +696,7 @@ async fn peek(ctx: &Context, args: PeekArgs, json: bool) -> Result<(), CliError>
     };
     let report = dlq::peek_report(ctx, &filter, args.kept).await?;
     eprint!("{}", render::peek_notes(&report));
-    print!("{}", render::peek(&report.shown, json));
+    print!("{}", render::peek(&report, json));
     Ok(())
 }
 
