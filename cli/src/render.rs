@@ -734,8 +734,12 @@ fn queued(label: &str, q: &Queued, marks: String, now_ms: u64) -> String {
     let age = q.first_sent_at.map_or_else(String::new, |t| {
         format!(" age={}s", now_ms.saturating_sub(t) / 1000)
     });
+    let group = q
+        .group
+        .as_deref()
+        .map_or_else(String::new, |g| format!(" group={g}"));
     format!(
-        "{label:<11} message {} {marks} redrives={}{age}{}",
+        "{label:<11} message {} {marks} redrives={}{age}{group}{}",
         q.message_id,
         q.redrive_count.as_deref().unwrap_or("0"),
         by_text(q.matched_by_text)
@@ -843,6 +847,11 @@ pub fn find_notes(f: &Finding, as_json: bool) -> String {
     let c = &f.look.coverage;
     let main = &c.main_queue;
     let mut out = looked_at(c);
+    if let Some(group) = &c.group {
+        out.push_str(&format!(
+            "narrowed to group {group} (--group): in the main queue and the DLQ, only messages of MessageGroupId {group} were looked at; order records, kept messages and archive entries are shown whatever their group\n"
+        ));
+    }
     if main.last_receive_used > 0 {
         out.push_str(&format!(
             "warning: this look used the last allowed receive of {} main-queue message(s): SQS moves them to the DLQ, without a reason, on their next receive (the redriver replays them)\n",
@@ -1616,6 +1625,7 @@ mod tests {
                 failure_reason: Some("DOWNSTREAM_UNAVAILABLE".into()),
                 sent_at: Some(1_795_000_000_000),
                 first_sent_at: Some(1_795_000_000_000),
+                group: None,
                 matched_by_text: false,
             }),
             Place::Kept(Kept {
@@ -1678,5 +1688,41 @@ mod tests {
             ..f
         };
         assert_eq!(find(&nowhere, now, false), "ORD-1: seen nowhere\n");
+    }
+
+    #[test]
+    fn find_narrowed_to_a_group_says_so_and_names_the_copies_it_left_out() {
+        // GIVEN a look narrowed to tenant-b that saw the order's DLQ copy of tenant-b, and left
+        // out one of tenant-a
+        let mut f = finding();
+        if let Place::Dlq(q) = &mut f.places[1] {
+            q.group = Some("tenant-b".into());
+        }
+        f.look.coverage.group = Some("tenant-b".into());
+        f.look.coverage.dlq.other_groups = BTreeMap::from([("tenant-a".to_owned(), 1)]);
+        let now = 1_795_000_042_000;
+        // THEN the copy's line names its group
+        let out = find(&f, now, false);
+        assert!(
+            out.contains("  DLQ         message m-2 class=transient reason=DOWNSTREAM_UNAVAILABLE redrives=1 age=42s group=tenant-b\n"),
+            "{out}"
+        );
+        // AND the notes say the queues were narrowed, and what was left out
+        let notes = find_notes(&f, false);
+        assert!(
+            notes.lines().any(|l| l.starts_with("narrowed to group tenant-b (--group): in the main queue and the DLQ, only messages of MessageGroupId tenant-b were looked at")),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("not seen: 1 DLQ messages of the order are of other groups, left out by --group tenant-b: tenant-a 1\n"),
+            "{notes}"
+        );
+        // AND --json has the group of each copy and of the look
+        let v = parse(&find(&f, now, true));
+        assert_eq!(v["places"][1]["group"], "tenant-b");
+        assert_eq!(v["coverage"]["group"], "tenant-b");
+        assert_eq!(v["coverage"]["dlq"]["otherGroups"], json!({"tenant-a": 1}));
+        // AND a look not narrowed says nothing of groups
+        assert!(!find_notes(&finding(), false).contains("group"));
     }
 }

@@ -59,6 +59,7 @@ const FIND: FindOptions = FindOptions {
     order_id_attribute: None,
     archive_since: None,
     correlation: CorrelationKey::ORDERS,
+    group: None,
 };
 
 /// `resq find --main-queue`.
@@ -68,6 +69,7 @@ const FIND_MAIN: FindOptions = FindOptions {
     order_id_attribute: None,
     archive_since: None,
     correlation: CorrelationKey::ORDERS,
+    group: None,
 };
 
 async fn versions(stack: &Stack, key: &str) -> usize {
