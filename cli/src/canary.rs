@@ -230,7 +230,15 @@ pub async fn run(
         leave(&mut report, &kept, Vec::new(), options, &mut progress);
         return Ok(report);
     }
-    report.waited_ms = follow(ctx, &mut report.canaries, canary, since, &mut progress).await?;
+    let look = follow_look(since, options.group.as_deref());
+    report.waited_ms = follow(
+        ctx,
+        &mut report.canaries,
+        canary,
+        (&look, since),
+        &mut progress,
+    )
+    .await?;
     report.succeeded = report
         .canaries
         .iter()
@@ -251,18 +259,34 @@ pub async fn run(
         "canary: {} of {total} succeeded (at least {} %): replaying the rest of the selection",
         report.succeeded, canary.min_success
     ));
-    let left = options.max_messages.saturating_sub(total as u32);
-    if left > 0 {
-        let rest = RedriveOptions {
-            max_messages: left,
-            ..options.clone()
-        };
+    if let Some(rest) = rest_run(options, total) {
         let (summary, rest_replayed) = redrive_listed(ctx, &rest).await;
         replayed.extend(rest_replayed.into_iter().map(|r| r.dlq_message_id));
         report.rest = Some(summary);
     }
     leave(&mut report, &kept, replayed, options, &mut progress);
     Ok(report)
+}
+
+/// The run that replays the canaries: the selection asked for (reason, age, group), N of it
+/// (at most `--max-messages`).
+pub fn canary_run(options: &RedriveOptions, canary: &CanaryOptions) -> RedriveOptions {
+    RedriveOptions {
+        max_messages: canary.count.min(options.max_messages),
+        ..options.clone()
+    }
+}
+
+/// The run that replays the rest of the selection after `replayed` canaries: the same
+/// selection, what is left of `--max-messages` (`None`: nothing is left).
+pub fn rest_run(options: &RedriveOptions, replayed: usize) -> Option<RedriveOptions> {
+    let left = options
+        .max_messages
+        .saturating_sub(u32::try_from(replayed).unwrap_or(u32::MAX));
+    (left > 0).then(|| RedriveOptions {
+        max_messages: left,
+        ..options.clone()
+    })
 }
 
 /// Replays the canaries (at most `--max-messages`): the report of their run, each canary's
@@ -272,11 +296,7 @@ async fn replay_canaries(
     options: &RedriveOptions,
     canary: &CanaryOptions,
 ) -> CanaryReport {
-    let first = RedriveOptions {
-        max_messages: canary.count.min(options.max_messages),
-        ..options.clone()
-    };
-    let (canary_run, replayed) = redrive_listed(ctx, &first).await;
+    let (canary_run, replayed) = redrive_listed(ctx, &canary_run(options, canary)).await;
     CanaryReport {
         kept_made_visible: canary_run.unhidden,
         canary_run,
@@ -298,14 +318,35 @@ async fn replay_canaries(
     }
 }
 
-/// Waits for the canaries' outcomes: looks every [`POLL`] until each is decided or the
-/// canary's timeout is over, telling `progress` each outcome. Returns how long it waited, in
-/// milliseconds.
+/// The look that follows canaries replayed since `since` (epoch millis): the DLQ (a copy back
+/// there failed again), the records and the archive written since; not the main queue (a
+/// receive would hide a canary from the consumer). A canary's copy keeps its group: with
+/// `group`, the DLQ is looked at for that group's messages only (another tenant's order of the
+/// same id is not a canary's).
+pub fn follow_look(since: u64, group: Option<&str>) -> LookOptions {
+    LookOptions {
+        main_queue: QueueLook::SKIP,
+        count_main_queue: false,
+        dlq: QueueLook {
+            limit: DEFAULT_DLQ_LIMIT,
+            visibility: DLQ_VISIBILITY,
+        },
+        kept: false,
+        archive_since: chrono::DateTime::from_timestamp_millis(since as i64),
+        identity: Identity::default(),
+        group: group.map(str::to_owned),
+        receive_wait: 1,
+    }
+}
+
+/// Waits for the canaries' outcomes, replayed `since` (epoch millis): looks (`look_options`)
+/// every [`POLL`] until each is decided or the canary's timeout is over, telling `progress`
+/// each outcome. Returns how long it waited, in milliseconds.
 async fn follow(
     ctx: &Context,
     canaries: &mut [CanaryResult],
     canary: &CanaryOptions,
-    since: u64,
+    (look_options, since): (&LookOptions, u64),
     progress: &mut impl FnMut(String),
 ) -> Result<u64, CliError> {
     progress(format!(
@@ -319,18 +360,6 @@ async fn follow(
         canary.timeout.as_secs()
     ));
     let started = Instant::now();
-    let look_options = LookOptions {
-        main_queue: QueueLook::SKIP,
-        count_main_queue: false,
-        dlq: QueueLook {
-            limit: DEFAULT_DLQ_LIMIT,
-            visibility: DLQ_VISIBILITY,
-        },
-        kept: false,
-        archive_since: chrono::DateTime::from_timestamp_millis(since as i64),
-        identity: Identity::default(),
-        receive_wait: 1,
-    };
     loop {
         let pending: BTreeSet<String> = canaries
             .iter()
@@ -341,7 +370,7 @@ async fn follow(
             break;
         }
         tokio::time::sleep(POLL.min(canary.timeout.saturating_sub(started.elapsed()))).await;
-        let look = locate(ctx, &Wanted::Orders(pending), &look_options).await?;
+        let look = locate(ctx, &Wanted::Orders(pending), look_options).await?;
         for c in canaries.iter_mut().filter(|c| !c.outcome.decided()) {
             c.outcome = outcome(&c.replayed, &look, since);
             if c.outcome.decided() {
@@ -436,8 +465,58 @@ mod tests {
             failure_reason: Some("VALIDATION_FAILED".into()),
             sent_at: Some(sent),
             first_sent_at: Some(1),
+            group: None,
             matched_by_text: false,
         })
+    }
+
+    fn redrive_options(group: Option<&str>, max_messages: u32) -> RedriveOptions {
+        RedriveOptions {
+            dry_run: false,
+            failure_reason: Some("VALIDATION_FAILED".into()),
+            older_than: None,
+            group: group.map(str::to_owned),
+            max_messages,
+            rate_per_second: 10.0,
+            max_redrive_attempts: 3,
+            archive_after: Duration::from_secs(86_400),
+            permanent_action: resq_redriver::config::PermanentAction::Keep,
+        }
+    }
+
+    #[test]
+    fn the_canaries_and_the_rest_are_of_the_selection_asked_for() {
+        // GIVEN a canary replay of tenant-b's dead letters, 100 at most, 5 canaries
+        let options = redrive_options(Some("tenant-b"), 100);
+        let how = CanaryOptions {
+            count: 5,
+            min_success: 100.0,
+            timeout: Duration::from_secs(60),
+        };
+        // THEN the canaries are 5 of tenant-b's
+        let first = canary_run(&options, &how);
+        assert_eq!(first.group.as_deref(), Some("tenant-b"));
+        assert_eq!(first.max_messages, 5);
+        assert_eq!(
+            first.run_request().group.as_deref(),
+            Some("tenant-b"),
+            "the run selects the group"
+        );
+        // AND the rest is tenant-b's too, what --max-messages leaves
+        let rest = rest_run(&options, 5).unwrap();
+        assert_eq!(
+            (rest.group.as_deref(), rest.max_messages),
+            (Some("tenant-b"), 95)
+        );
+        // AND never more canaries than --max-messages, nor a rest past it
+        assert_eq!(canary_run(&redrive_options(None, 3), &how).max_messages, 3);
+        assert_eq!(rest_run(&redrive_options(None, 3), 3), None);
+        // AND their copies are followed in that group's messages only
+        assert_eq!(
+            follow_look(1_000, Some("tenant-b")).group.as_deref(),
+            Some("tenant-b")
+        );
+        assert_eq!(follow_look(1_000, None).group, None);
     }
 
     fn recorded(at: u64) -> Place {

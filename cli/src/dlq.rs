@@ -1,5 +1,6 @@
 //! `resq dlq peek` and `resq dlq redrive`.
 
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use resq::config::CommonConfig;
@@ -28,6 +29,103 @@ pub struct Filter {
     pub limit: usize,
 }
 
+impl Filter {
+    /// The redriver's selection for this filter: one rule for what a peek shows and what a
+    /// run touches.
+    fn selection(&self) -> resq_redriver::classify::Selection<'_> {
+        resq_redriver::classify::Selection {
+            reason: self.reason.as_deref(),
+            older_than: self.older_than,
+            group: self.group.as_deref(),
+        }
+    }
+}
+
+/// DLQ messages a peek reads to count what waits (or more, when it needs more to show
+/// `--limit` of them; or fewer, when the DLQ holds fewer): enough to see which tenants and
+/// reasons fill the DLQ without holding a large DLQ in flight (each message read stays hidden
+/// until the peek ends).
+pub const COUNTS_READ: usize = 1_000;
+
+/// How a peek's counts name the messages without a `MessageGroupId` (SQS takes no space in a
+/// group id: no group is named so).
+pub const NO_GROUP: &str = "(no group)";
+
+/// How a peek's counts name the messages without an `x-failure-reason` (dead letters SQS
+/// moved itself).
+pub const NO_REASON: &str = "(no reason)";
+
+/// Messages under one key: a failure reason, or a `MessageGroupId` (`None`: without one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tally {
+    /// The reason or the group.
+    pub key: Option<String>,
+    /// How many messages.
+    pub messages: usize,
+}
+
+/// Counts the messages by key, the largest first (equal counts by key, the messages without
+/// one last).
+pub fn tally<'a>(keys: impl IntoIterator<Item = Option<&'a str>>) -> Vec<Tally> {
+    let mut by: HashMap<Option<&str>, usize> = HashMap::new();
+    for key in keys {
+        *by.entry(key).or_default() += 1;
+    }
+    let mut out: Vec<Tally> = by
+        .into_iter()
+        .map(|(key, messages)| Tally {
+            key: key.map(str::to_owned),
+            messages,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        let order = |t: &Tally| (std::cmp::Reverse(t.messages), t.key.is_none());
+        order(a).cmp(&order(b)).then_with(|| a.key.cmp(&b.key))
+    });
+    out
+}
+
+/// What a peek counted: the messages that match its filter among those it read, by reason
+/// and by group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// DLQ messages read (each once).
+    pub read: usize,
+    /// Of those, the messages that match the filter: those counted.
+    pub matching: usize,
+    /// The reading stopped at its bound, not at the end of the DLQ: it may hold more.
+    pub more: bool,
+    /// By `x-failure-reason`, the largest first.
+    pub by_reason: Vec<Tally>,
+    /// By `MessageGroupId` (a tenant), the largest first.
+    pub by_group: Vec<Tally>,
+}
+
+impl Counts {
+    /// The counts of `matching` (the messages that match, as (reason, group)) among `read`
+    /// messages read.
+    pub fn of<'a>(
+        read: usize,
+        matching: &[(Option<&'a str>, Option<&'a str>)],
+        more: bool,
+    ) -> Self {
+        Self {
+            read,
+            matching: matching.len(),
+            more,
+            by_reason: tally(matching.iter().map(|(reason, _)| *reason)),
+            by_group: tally(matching.iter().map(|(_, group)| *group)),
+        }
+    }
+}
+
+/// Whether a peek receives again, after a batch that brought `new` messages not seen yet
+/// (none: the end of the DLQ, or only messages whose hide ran out), with `shown` of `limit`
+/// shown and `read` messages read: until both what it shows and what it counts are full.
+pub fn peek_on(new: usize, shown: usize, limit: usize, read: usize) -> bool {
+    new > 0 && (shown < limit || read < COUNTS_READ)
+}
+
 /// One DLQ message as shown.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -42,6 +140,8 @@ pub struct Peeked {
     pub redrive_count: Option<String>,
     /// Age in seconds from the producer's send.
     pub age_seconds: Option<u64>,
+    /// Its `MessageGroupId` (a fair queue's tenant, a FIFO group), if any.
+    pub group: Option<String>,
     /// The body (cut at 200 characters).
     pub body: String,
 }
@@ -64,6 +164,7 @@ fn peeked(m: &ReceivedMessage, now_ms: u64) -> Peeked {
         failure_class: attr(resq::attributes::X_FAILURE_CLASS),
         redrive_count: attr(resq::attributes::X_REDRIVE_COUNT),
         age_seconds: m.first_sent_at().map(|t| now_ms.saturating_sub(t) / 1000),
+        group: m.group_id().map(str::to_owned),
         body,
     }
 }
@@ -97,6 +198,10 @@ pub struct PeekReport {
     pub unhidden: Option<usize>,
     /// The messages selected.
     pub shown: Vec<Peeked>,
+    /// What waits, counted by reason and by group.
+    pub counts: Counts,
+    /// DLQ messages visible when the peek began.
+    pub waiting: u64,
     /// Without `--kept`: DLQ messages in flight after the peek (kept permanent failures, or
     /// messages a run holds); 0 when unknown.
     pub hidden: u64,
@@ -114,13 +219,13 @@ pub async fn peek_report(
         ctx.archive_bucket()?;
     }
     // the DLQ answers (credentials, endpoint, permission) before anything is changed
-    reach(ctx).await?;
+    let (waiting, _) = reach(ctx).await?;
     let unhidden = if kept {
         Some(unhide_kept(ctx, filter.reason.as_deref()).await?)
     } else {
         None
     };
-    let shown = peek(ctx, filter).await?;
+    let Peek { shown, counts } = peek_counted(ctx, filter).await?;
     let hidden = if kept {
         0
     } else {
@@ -129,6 +234,8 @@ pub async fn peek_report(
     Ok(PeekReport {
         unhidden,
         shown,
+        counts,
+        waiting,
         hidden,
     })
 }
@@ -147,43 +254,75 @@ pub async fn reach(ctx: &Context) -> Result<(u64, u64), CliError> {
 
 /// Lists DLQ messages without removing any: each is received, shown, and made visible again.
 pub async fn peek(ctx: &Context, filter: &Filter) -> Result<Vec<Peeked>, CliError> {
+    peek_counted(ctx, filter).await.map(|p| p.shown)
+}
+
+/// What a peek saw: the messages shown, and what waits, counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peek {
+    /// The first `limit` messages that match the filter.
+    pub shown: Vec<Peeked>,
+    /// The messages that match, among those read, by reason and by group.
+    pub counts: Counts,
+}
+
+/// Lists DLQ messages without removing any, and counts those that match the filter by reason
+/// and by group: each message is received (once, however often SQS hands it out), shown or
+/// counted, and made visible again when the peek ends. Reads until it has shown `limit` and
+/// read [`COUNTS_READ`] messages, or to the end of the DLQ ([`peek_on`]).
+pub async fn peek_counted(ctx: &Context, filter: &Filter) -> Result<Peek, CliError> {
     let dlq_url = ctx.dlq()?;
     let now_ms = crate::now_ms();
+    let selection = filter.selection();
     let mut shown = Vec::new();
-    let mut seen = Vec::new();
+    let mut matching = Vec::new();
+    let mut ids = HashSet::new();
+    let mut handles = Vec::new();
     // hidden while peeking, so each is seen once; released at the end
-    loop {
-        let batch = ctx
-            .sqs
-            .receive(dlq_url, 10, Some(60), 0)
-            .await
-            .map_err(|source| CliError::Aws {
-                what: format!("receiving from {dlq_url}"),
-                source,
-            })?;
-        if batch.is_empty() {
-            break;
-        }
+    let (received, more) = loop {
+        let batch = match ctx.sqs.receive(dlq_url, 10, Some(60), 0).await {
+            Ok(batch) => batch,
+            Err(source) => {
+                break (
+                    Err(CliError::Aws {
+                        what: format!("receiving from {dlq_url}"),
+                        source,
+                    }),
+                    false,
+                );
+            }
+        };
+        let mut new = 0;
         for m in batch {
-            let p = peeked(&m, now_ms);
-            let selected = resq_redriver::classify::Selection {
-                reason: filter.reason.as_deref(),
-                older_than: filter.older_than,
-                group: filter.group.as_deref(),
+            handles.push(m.receipt_handle.clone());
+            if !ids.insert(m.message_id.clone()) {
+                continue;
             }
-            .picks(&m, now_ms);
-            if selected && shown.len() < filter.limit {
-                shown.push(p);
+            new += 1;
+            if !selection.picks(&m, now_ms) {
+                continue;
             }
-            seen.push(m.receipt_handle);
+            if shown.len() < filter.limit {
+                shown.push(peeked(&m, now_ms));
+            }
+            matching.push(m);
         }
-        if shown.len() >= filter.limit {
-            break;
+        if !peek_on(new, shown.len(), filter.limit, ids.len()) {
+            break (Ok(()), new > 0);
         }
-    }
-    ctx.settle(&Plan::release(&QueueUrl::from(dlq_url), seen))
+    };
+    // what was received is released even when receiving failed part-way
+    ctx.settle(&Plan::release(&QueueUrl::from(dlq_url), handles))
         .await;
-    Ok(shown)
+    received?;
+    let keys: Vec<(Option<&str>, Option<&str>)> = matching
+        .iter()
+        .map(|m| (m.failure_reason(), m.group_id()))
+        .collect();
+    Ok(Peek {
+        shown,
+        counts: Counts::of(ids.len(), &keys, more),
+    })
 }
 
 /// Checks what a redrive needs before it starts: the main queue (replays go there), the DLQ
@@ -426,7 +565,7 @@ mod tests {
             dry_run: true,
             failure_reason: Some("VALIDATION_FAILED".into()),
             older_than: Some(Duration::from_secs(600)),
-            group: None,
+            group: Some("tenant-b".into()),
             max_messages: 50,
             rate_per_second: 2.5,
             max_redrive_attempts: 3,
@@ -441,11 +580,136 @@ mod tests {
                 rate_per_second: 2.5,
                 reason: Some("VALIDATION_FAILED".into()),
                 older_than: Some(Duration::from_secs(600)),
-                group: None,
+                group: Some("tenant-b".into()),
                 rate_max: 2.5,
                 alarm: None,
             }
         );
+    }
+
+    #[test]
+    fn a_peeks_filter_is_the_redrivers_selection() {
+        // GIVEN dead letters of two tenants, and one without a group
+        let dead_letter = |group: Option<&str>, reason: &str| {
+            let mut m = resq_testing::received(
+                "m-1",
+                "{}",
+                0,
+                &[(
+                    resq::attributes::X_FAILURE_REASON,
+                    resq::attributes::AttributeValue::string(reason),
+                )],
+            );
+            if let Some(g) = group {
+                m.attributes.insert("MessageGroupId".into(), g.into());
+            }
+            m
+        };
+        let filter = Filter {
+            group: Some("tenant-b".into()),
+            reason: Some("DOWNSTREAM_UNAVAILABLE".into()),
+            ..Filter::default()
+        };
+        // THEN --group picks that tenant's only, with the other filters
+        let picks = |m: &ReceivedMessage| filter.selection().picks(m, 0);
+        assert!(picks(&dead_letter(
+            Some("tenant-b"),
+            "DOWNSTREAM_UNAVAILABLE"
+        )));
+        assert!(!picks(&dead_letter(
+            Some("tenant-a"),
+            "DOWNSTREAM_UNAVAILABLE"
+        )));
+        assert!(!picks(&dead_letter(None, "DOWNSTREAM_UNAVAILABLE")));
+        assert!(!picks(&dead_letter(Some("tenant-b"), "VALIDATION_FAILED")));
+        // AND a message's group is shown
+        let shown = peeked(&dead_letter(Some("tenant-b"), "X"), 0);
+        assert_eq!(shown.group.as_deref(), Some("tenant-b"));
+        assert_eq!(peeked(&dead_letter(None, "X"), 0).group, None);
+    }
+
+    #[test]
+    fn counts_are_the_largest_first_and_the_messages_without_a_key_last() {
+        // GIVEN keys with ties, and messages without a key as many as the largest
+        let keys = [
+            Some("b"),
+            None,
+            Some("a"),
+            Some("c"),
+            Some("c"),
+            None,
+            Some("b"),
+            Some("c"),
+            Some("a"),
+            None,
+        ];
+        // THEN the largest first, ties by key, the messages without one last among equals
+        let tallies = tally(keys);
+        let counted: Vec<(Option<&str>, usize)> = tallies
+            .iter()
+            .map(|t| (t.key.as_deref(), t.messages))
+            .collect();
+        assert_eq!(
+            counted,
+            vec![(Some("c"), 3), (None, 3), (Some("a"), 2), (Some("b"), 2)]
+        );
+        assert_eq!(
+            counted.iter().map(|(_, n)| n).sum::<usize>(),
+            keys.len(),
+            "every message counted once"
+        );
+        assert!(tally([]).is_empty());
+    }
+
+    #[test]
+    fn a_peek_counts_what_matches_by_reason_and_by_group() {
+        // GIVEN 5 messages read, 3 matching: two of tenant-a, one without a group
+        let matching = [
+            (Some("DOWNSTREAM_UNAVAILABLE"), Some("tenant-a")),
+            (None, None),
+            (Some("DOWNSTREAM_UNAVAILABLE"), Some("tenant-a")),
+        ];
+        let c = Counts::of(5, &matching, false);
+        // THEN each is counted once by reason and once by group
+        assert_eq!((c.read, c.matching, c.more), (5, 3, false));
+        assert_eq!(
+            c.by_group,
+            vec![
+                Tally {
+                    key: Some("tenant-a".into()),
+                    messages: 2
+                },
+                Tally {
+                    key: None,
+                    messages: 1
+                }
+            ]
+        );
+        assert_eq!(
+            c.by_reason[0].key.as_deref(),
+            Some("DOWNSTREAM_UNAVAILABLE")
+        );
+        assert_eq!(
+            c.by_reason[1],
+            Tally {
+                key: None,
+                messages: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_peek_reads_until_it_has_shown_and_counted_enough_or_the_dlq_ends() {
+        // GIVEN a batch that brought new messages
+        // WHEN fewer are shown than asked, or fewer read than counted at most: on
+        assert!(peek_on(10, 5, 20, 5));
+        assert!(peek_on(10, 20, 20, 20), "shown enough, but not counted");
+        assert!(peek_on(10, 5, 20, COUNTS_READ), "counted, but not shown");
+        // THEN both full: stop (the counts say there may be more)
+        assert!(!peek_on(10, 20, 20, COUNTS_READ));
+        assert!(!peek_on(10, 0, 0, COUNTS_READ), "--limit 0 counts only");
+        // AND a batch with nothing new is the end of the DLQ (or of its hide)
+        assert!(!peek_on(0, 0, 20, 3));
     }
 
     fn summary(failed: u64, stopped_by: &str) -> Summary {

@@ -33,6 +33,8 @@ pub struct FindOptions {
     /// Read only the archive entries written since then (the archive is keyed by message, not
     /// by order: without it every entry is read).
     pub archive_since: Option<chrono::DateTime<chrono::Utc>>,
+    /// In the queues, only the messages of this `MessageGroupId` (a tenant: `--group`).
+    pub group: Option<String>,
 }
 
 impl FindOptions {
@@ -54,6 +56,7 @@ impl FindOptions {
                 attribute: self.order_id_attribute.clone(),
                 correlation: self.correlation.clone(),
             },
+            group: self.group.clone(),
             receive_wait: 1,
         }
     }
@@ -201,6 +204,7 @@ mod tests {
             order_id_attribute: Some("demo-order-id".into()),
             archive_since: None,
             correlation: CorrelationKey::new("payment_id", "paymentId"),
+            group: Some("tenant-b".into()),
         }
         .look();
         assert_eq!(look.main_queue.limit, 0);
@@ -212,6 +216,11 @@ mod tests {
         assert_eq!(look.dlq.limit, 50);
         assert!(look.kept, "kept messages are found in the keep lists");
         assert_eq!(look.identity.attribute.as_deref(), Some("demo-order-id"));
+        assert_eq!(
+            look.group.as_deref(),
+            Some("tenant-b"),
+            "the queues narrowed to the group"
+        );
     }
 
     #[test]

@@ -36,6 +36,13 @@
 //! ([`QueueCoverage::order_unknown`], [`Coverage::archive_order_unknown`]), so that an order
 //! not found while such messages exist is not said to be nowhere.
 //!
+//! A look can be narrowed to one `MessageGroupId` (a fair queue's tenant, a FIFO group:
+//! [`LookOptions::group`], `resq find --group`): in the queues it then sees that group's
+//! messages only. The messages of the orders wanted that other groups hold (or no group) are
+//! counted by group ([`QueueCoverage::other_groups`]), so that an order looked for under the
+//! wrong group is not said to be nowhere. Order records, keep lists and archive entries are not
+//! narrowed.
+//!
 //! Everything here is I/O except the pure parts: [`Wanted`], [`Identity`], [`mentions`],
 //! [`remaining_hide`], [`Look::of`] and [`Look::unseen`].
 
@@ -53,6 +60,7 @@ use resq::store::ObjectStore;
 use serde::Serialize;
 
 use crate::context::Context;
+use crate::dlq::NO_GROUP;
 use crate::{CliError, now_ms};
 
 /// Where order records live: `orders/{orderId}.json`.
@@ -212,6 +220,8 @@ pub struct LookOptions {
     pub archive_since: Option<DateTime<Utc>>,
     /// How messages name their order.
     pub identity: Identity,
+    /// In the queues, only the messages of this `MessageGroupId` (a tenant); all when `None`.
+    pub group: Option<String>,
     /// `ReceiveMessage`'s wait: 1 s makes an empty answer mean empty on AWS (a short poll
     /// samples a few servers); 0 against an emulator.
     pub receive_wait: i32,
@@ -250,6 +260,8 @@ pub struct Queued {
     pub sent_at: Option<u64>,
     /// The producer's send (`x-first-sent-at`, else `SentTimestamp`), epoch millis.
     pub first_sent_at: Option<u64>,
+    /// Its `MessageGroupId` (a fair queue's tenant, a FIFO group), if any.
+    pub group: Option<String>,
     /// Its order id could not be read: it was matched by its body's text holding the id.
     pub matched_by_text: bool,
 }
@@ -270,6 +282,7 @@ impl Queued {
             failure_reason: attr(X_FAILURE_REASON),
             sent_at: system("SentTimestamp"),
             first_sent_at: m.first_sent_at(),
+            group: m.group_id().map(str::to_owned),
             matched_by_text: false,
         }
     }
@@ -379,6 +392,9 @@ pub struct QueueCoverage {
     pub order_unknown: usize,
     /// Of those, matched by text to an order looked for.
     pub matched_by_text: usize,
+    /// Narrowed to a group: messages of the orders looked for that another group holds, left
+    /// out, by group ([`NO_GROUP`] for those without one).
+    pub other_groups: BTreeMap<String, usize>,
 }
 
 /// How far a look reached.
@@ -410,6 +426,8 @@ pub struct Coverage {
     pub archive_not_read: usize,
     /// The body field an order id is read from (`orderId`).
     pub id_field: String,
+    /// The `MessageGroupId` the look into the queues was narrowed to, if any.
+    pub group: Option<String>,
 }
 
 /// What a look saw.
@@ -498,6 +516,23 @@ impl Coverage {
         if self.dlq.looked && dlq_in_flight > 0 {
             out.push(format!(
                 "{dlq_in_flight} messages in flight in the DLQ (held by a redriver run, or kept) cannot be received"
+            ));
+        }
+        for (name, q) in [("main-queue", &self.main_queue), ("DLQ", &self.dlq)] {
+            if q.other_groups.is_empty() {
+                continue;
+            }
+            let mut groups: Vec<(&String, &usize)> = q.other_groups.iter().collect();
+            groups.sort_by_key(|&(group, n)| (std::cmp::Reverse(*n), group == NO_GROUP));
+            let by_group: Vec<String> = groups
+                .iter()
+                .map(|(group, n)| format!("{group} {n}"))
+                .collect();
+            out.push(format!(
+                "{} {name} messages of the order are of other groups, left out by --group {}: {}",
+                q.other_groups.values().sum::<usize>(),
+                self.group.as_deref().unwrap_or_default(),
+                by_group.join(", ")
             ));
         }
         out
@@ -590,6 +625,7 @@ pub async fn locate(
     };
     let mut look = Look::default();
     look.coverage.id_field = options.identity.correlation.body_field().to_owned();
+    look.coverage.group = options.group.clone();
     records(ctx, &bucket, wanted, &mut look).await?;
     archive(ctx, wanted, options, &mut look).await?;
     if let Some(url) = &main_url {
@@ -606,15 +642,9 @@ pub async fn locate(
             {
                 look.coverage.main_queue.last_receive_used += 1;
             }
-            sight(
-                &mut look,
-                wanted,
-                &options.identity,
-                m,
-                q,
-                Place::MainQueue,
-                |c| &mut c.main_queue,
-            );
+            sight(&mut look, wanted, options, m, q, Place::MainQueue, |c| {
+                &mut c.main_queue
+            });
         }
     } else if options.count_main_queue
         && let Ok(url) = ctx.main_queue()
@@ -635,7 +665,7 @@ pub async fn locate(
             sight(
                 &mut look,
                 wanted,
-                &options.identity,
+                options,
                 m,
                 Queued::of(m),
                 Place::Dlq,
@@ -652,19 +682,29 @@ pub async fn locate(
 }
 
 /// Notes a message received from a queue (`place` and `cover` say which): a sighting when it
-/// is of an order wanted (by its id, or by text), and counted when its order is not known.
+/// is of an order wanted (by its id, or by text), and counted when its order is not known. In
+/// a look narrowed to a group, a message of another group (or of none) is only counted, by its
+/// group, when it is of an order wanted ([`other_group`]).
 fn sight(
     look: &mut Look,
     wanted: &Wanted,
-    identity: &Identity,
+    options: &LookOptions,
     m: &ReceivedMessage,
     mut q: Queued,
     place: fn(Queued) -> Place,
     cover: fn(&mut Coverage) -> &mut QueueCoverage,
 ) {
-    let (order_id, by_text) = identity
+    let (order_id, by_text) = options
+        .identity
         .whose(wanted, &m.body, &m.message_attributes)
         .order();
+    if let Some(group) = other_group(options.group.as_deref(), m.group_id()) {
+        if wanted.wants(order_id.as_deref()) {
+            let c = cover(&mut look.coverage);
+            *c.other_groups.entry(group.to_owned()).or_default() += 1;
+        }
+        return;
+    }
     if order_id.is_none() || by_text {
         let c = cover(&mut look.coverage);
         c.order_unknown += 1;
@@ -676,6 +716,15 @@ fn sight(
             order_id,
             place: place(q),
         });
+    }
+}
+
+/// In a look narrowed to group `wanted`, the group of a message of group `group` that is not
+/// `wanted` ([`NO_GROUP`] for a message without one); `None` when the message is looked at.
+pub fn other_group<'a>(wanted: Option<&str>, group: Option<&'a str>) -> Option<&'a str> {
+    match wanted {
+        Some(w) if group != Some(w) => Some(group.unwrap_or(NO_GROUP)),
+        _ => None,
     }
 }
 
@@ -1161,8 +1210,114 @@ mod tests {
             failure_reason: None,
             sent_at: None,
             first_sent_at: None,
+            group: None,
             matched_by_text: false,
         }
+    }
+
+    #[test]
+    fn a_look_narrowed_to_a_group_looks_at_that_groups_messages_only() {
+        // GIVEN no group asked for: every message is looked at
+        assert_eq!(other_group(None, Some("tenant-a")), None);
+        assert_eq!(other_group(None, None), None);
+        // WHEN a group is asked for THEN its messages are looked at, the others are not
+        assert_eq!(other_group(Some("tenant-b"), Some("tenant-b")), None);
+        assert_eq!(
+            other_group(Some("tenant-b"), Some("tenant-a")),
+            Some("tenant-a")
+        );
+        assert_eq!(other_group(Some("tenant-b"), None), Some(NO_GROUP));
+    }
+
+    fn options(group: Option<&str>) -> LookOptions {
+        LookOptions {
+            main_queue: QueueLook::SKIP,
+            count_main_queue: false,
+            dlq: QueueLook::SKIP,
+            kept: false,
+            archive_since: None,
+            identity: Identity::default(),
+            group: group.map(str::to_owned),
+            receive_wait: 0,
+        }
+    }
+
+    #[test]
+    fn messages_of_other_groups_are_left_out_and_counted_when_they_are_the_orders() {
+        // GIVEN DLQ messages of ORD-1 in tenant-a, tenant-b and no group, one of ORD-2 in
+        // tenant-a, and one of unknown order in tenant-a
+        let message = |id: &str, body: &str, group: Option<&str>| {
+            let mut m = resq_testing::received(id, body, 1, &[]);
+            if let Some(g) = group {
+                m.attributes.insert("MessageGroupId".into(), g.into());
+            }
+            m
+        };
+        let ord1 = r#"{"orderId":"ORD-1"}"#;
+        let messages = [
+            message("a-1", ord1, Some("tenant-a")),
+            message("b-1", ord1, Some("tenant-b")),
+            message("n-1", ord1, None),
+            message("a-2", r#"{"orderId":"ORD-2"}"#, Some("tenant-a")),
+            message("a-3", "{not json", Some("tenant-a")),
+        ];
+        let look_for = |group: Option<&str>| {
+            let mut look = Look::default();
+            let options = options(group);
+            for m in &messages {
+                sight(
+                    &mut look,
+                    &Wanted::one("ORD-1"),
+                    &options,
+                    m,
+                    Queued::of(m),
+                    Place::Dlq,
+                    |c| &mut c.dlq,
+                );
+            }
+            look
+        };
+        // WHEN ORD-1 is looked for in tenant-b
+        let narrowed = look_for(Some("tenant-b"));
+        // THEN only tenant-b's copy is seen, with its group
+        let seen: Vec<&Place> = narrowed.of("ORD-1").collect();
+        assert!(
+            matches!(seen.as_slice(), [Place::Dlq(q)] if q.message_id == "b-1" && q.group.as_deref() == Some("tenant-b")),
+            "{seen:?}"
+        );
+        // AND the order's copies in other groups are counted by group, other orders' not
+        assert_eq!(
+            narrowed.coverage.dlq.other_groups,
+            BTreeMap::from([("tenant-a".to_owned(), 1), (NO_GROUP.to_owned(), 1)])
+        );
+        // AND a message of another group whose order cannot be read is not the order's
+        assert_eq!(narrowed.coverage.dlq.order_unknown, 0);
+        // AND without a group every copy is seen, and nothing is left out
+        let all = look_for(None);
+        assert_eq!(all.of("ORD-1").count(), 3);
+        assert!(all.coverage.dlq.other_groups.is_empty());
+        assert_eq!(all.coverage.dlq.order_unknown, 1);
+    }
+
+    #[test]
+    fn copies_left_out_by_a_group_are_said_so_the_order_is_not_nowhere() {
+        // GIVEN a look narrowed to tenant-b that saw everything, and left out the order's
+        // copies in other groups
+        let mut look = Look::default();
+        look.coverage.main_queue.looked = true;
+        look.coverage.dlq.looked = true;
+        look.coverage.kept_read = true;
+        look.coverage.group = Some("tenant-b".into());
+        assert!(look.unseen().is_empty());
+        look.coverage.dlq.other_groups =
+            BTreeMap::from([("tenant-a".to_owned(), 2), (NO_GROUP.to_owned(), 1)]);
+        // THEN they are said, by group, and how to see them
+        assert_eq!(
+            look.unseen(),
+            vec![
+                "3 DLQ messages of the order are of other groups, left out by --group tenant-b: tenant-a 2, (no group) 1"
+            ]
+        );
     }
 
     #[test]

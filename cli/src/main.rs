@@ -155,6 +155,11 @@ struct FindArgs {
     /// keyed by message, not by order, so without it every entry is read.
     #[arg(long, value_name = "YYYY-MM-DD", value_parser = day_start)]
     archive_since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only this tenant's copies in the queues: the main queue's and the DLQ's messages of this
+    /// MessageGroupId (the order's copies in other groups are counted, not shown). Order
+    /// records, kept messages and archive entries are shown whatever their group.
+    #[arg(long, value_parser = group)]
+    group: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -225,7 +230,8 @@ struct SendArgs {
 
 #[derive(Subcommand, Debug)]
 enum DlqCommand {
-    /// Show DLQ messages without removing them.
+    /// Show DLQ messages without removing them, and count those that match by failure reason
+    /// and by MessageGroupId (a tenant), the largest first.
     Peek(PeekArgs),
     /// Redrive DLQ messages into the main queue through the redriver's rules.
     #[command(alias = "replay")]
@@ -243,7 +249,9 @@ struct PeekArgs {
     /// Only this tenant: messages of this MessageGroupId (a fair queue's or a FIFO group).
     #[arg(long, value_parser = group)]
     group: Option<String>,
-    /// At most this many.
+    /// Show at most this many (0: the counts only). The counts by reason and by group are of
+    /// the messages that match among those read: the first 1,000 (more when showing --limit
+    /// needs more), or the whole DLQ when it holds fewer.
     #[arg(long, default_value_t = 20)]
     limit: usize,
     /// Include the kept messages (permanent failures the redriver hides until their TTL):
@@ -676,6 +684,7 @@ async fn find(
         order_id_attribute: args.order_id_attribute,
         correlation,
         archive_since: args.archive_since,
+        group: args.group,
     };
     let finding = find::find(ctx, &args.order_id, &options).await?;
     print!("{}", render::find(&finding, resq_ops::now_ms(), json));
@@ -693,7 +702,7 @@ async fn peek(ctx: &Context, args: PeekArgs, json: bool) -> Result<(), CliError>
     };
     let report = dlq::peek_report(ctx, &filter, args.kept).await?;
     eprint!("{}", render::peek_notes(&report));
-    print!("{}", render::peek(&report.shown, json));
+    print!("{}", render::peek(&report, json));
     Ok(())
 }
 
@@ -935,6 +944,61 @@ mod tests {
             ),
             names(&["b", "c"])
         );
+    }
+
+    #[test]
+    fn group_narrows_peek_redrive_and_find_to_one_tenant() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|cli| cli.command);
+        // GIVEN --group on each command that takes it THEN each carries it
+        let group = |args: &[&str]| match parse(args).unwrap() {
+            Command::Dlq(DlqCommand::Peek(a)) => a.group,
+            Command::Dlq(DlqCommand::Redrive(a)) => a.group,
+            Command::Find(a) => a.group,
+            other => panic!("{other:?}"),
+        };
+        let tenant = Some("tenant-b".to_owned());
+        assert_eq!(
+            group(&["resq", "dlq", "peek", "--group", "tenant-b"]),
+            tenant
+        );
+        assert_eq!(
+            group(&["resq", "dlq", "redrive", "--dry-run", "--group", "tenant-b"]),
+            tenant
+        );
+        assert_eq!(
+            group(&[
+                "resq", "dlq", "redrive", "--group", "tenant-b", "--canary", "2"
+            ]),
+            tenant
+        );
+        assert_eq!(
+            group(&[
+                "resq",
+                "dlq",
+                "redrive",
+                "--group",
+                "tenant-b",
+                "--to",
+                "https://q/staging",
+                "--keep-source"
+            ]),
+            tenant
+        );
+        assert_eq!(
+            group(&["resq", "find", "ORD-1", "--group", "tenant-b"]),
+            tenant
+        );
+        assert_eq!(group(&["resq", "find", "ORD-1"]), None);
+        // AND a group SQS would not take is refused, saying why
+        let too_long = "g".repeat(resq::sqs::MAX_ID_LEN + 1);
+        for bad in ["", too_long.as_str()] {
+            let e = parse(&["resq", "find", "ORD-1", "--group", bad]).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("a message group id is 1 to 128 characters"),
+                "{e}"
+            );
+        }
     }
 
     fn typed_everything() -> Typed {

@@ -9,7 +9,7 @@ use crate::CliError;
 use crate::archive::{Audit, PatchedRestore};
 use crate::canary::CanaryReport;
 use crate::consumer::{ConsumerStatus, PauseReport, ResumeReport, Standing};
-use crate::dlq::{PeekReport, Peeked};
+use crate::dlq::{self, PeekReport, Tally};
 use crate::find::{self, Finding};
 use crate::locate::{Coverage, Place, Queued};
 use crate::shadow::ShadowReport;
@@ -410,28 +410,94 @@ pub fn consumer_resumed_notes(r: &ResumeReport) -> String {
         .collect()
 }
 
-/// `resq dlq peek`: the messages shown, each with its failure marks, age and body.
-pub fn peek(shown: &[Peeked], as_json: bool) -> String {
+/// How many reasons, and how many groups, `resq dlq peek` names at most; the others are summed
+/// up in one line.
+pub const COUNTS_NAMED: usize = 10;
+
+/// `resq dlq peek`: the messages shown, each with its failure marks, age, group and body, then
+/// what matches counted by reason and by group (the largest first). With `--json`, one object:
+/// `messages`, and `counts` (every reason and group).
+pub fn peek(report: &PeekReport, as_json: bool) -> String {
+    let c = &report.counts;
     if as_json {
-        return line(json!(shown));
+        let tallies = |name: &str, tallies: &[Tally]| -> Vec<serde_json::Value> {
+            tallies
+                .iter()
+                .map(|t| {
+                    let mut o = serde_json::Map::new();
+                    o.insert(name.to_owned(), json!(t.key));
+                    o.insert("messages".to_owned(), json!(t.messages));
+                    serde_json::Value::Object(o)
+                })
+                .collect()
+        };
+        return line(json!({
+            "messages": report.shown,
+            "counts": {
+                "read": c.read,
+                "matching": c.matching,
+                "more": c.more,
+                "byReason": tallies("reason", &c.by_reason),
+                "byGroup": tallies("group", &c.by_group),
+            },
+        }));
     }
-    if shown.is_empty() {
+    if report.shown.is_empty() && c.matching == 0 {
         return "no DLQ messages match\n".to_owned();
     }
-    shown
+    let mut out: String = report
+        .shown
         .iter()
         .map(|p| {
             format!(
-                "{}  reason={} class={} redrives={} age={}s\n  {}\n",
+                "{}  reason={} class={} redrives={} age={}s{}\n  {}\n",
                 p.message_id,
                 p.reason.as_deref().unwrap_or("-"),
                 p.failure_class.as_deref().unwrap_or("-"),
                 p.redrive_count.as_deref().unwrap_or("0"),
                 p.age_seconds.map_or("?".into(), |a| a.to_string()),
+                p.group
+                    .as_deref()
+                    .map_or_else(String::new, |g| format!(" group={g}")),
                 p.body
             )
         })
-        .collect()
+        .collect();
+    out.push_str(&format!(
+        "{} matching of the {} DLQ messages read{}, by reason:\n",
+        c.matching,
+        c.read,
+        if c.more { " (the DLQ holds more)" } else { "" }
+    ));
+    out.push_str(&tallies(&c.by_reason, dlq::NO_REASON, "reasons"));
+    out.push_str("by group:\n");
+    out.push_str(&tallies(&c.by_group, dlq::NO_GROUP, "groups"));
+    out
+}
+
+/// Counts, a line each, the largest [`COUNTS_NAMED`] named (`none` for the messages without a
+/// key), the others summed up in a last line.
+fn tallies(tallies: &[Tally], none: &str, plural: &str) -> String {
+    let named = tallies.len().min(COUNTS_NAMED);
+    let mut out: String = tallies[..named]
+        .iter()
+        .map(|t| {
+            format!(
+                "  {:>7}  {}\n",
+                t.messages,
+                t.key.as_deref().unwrap_or(none)
+            )
+        })
+        .collect();
+    let others = &tallies[named..];
+    if !others.is_empty() {
+        out.push_str(&format!(
+            "  {:>7}  in {} more {plural}\n",
+            others.iter().map(|t| t.messages).sum::<usize>(),
+            others.len()
+        ));
+    }
+    out
 }
 
 /// `resq dlq peek`'s notes on stderr: the kept messages made visible, or how many stay
@@ -447,6 +513,14 @@ pub fn peek_notes(report: &PeekReport) -> String {
         out.push_str(&format!(
             "{} more DLQ messages are hidden: permanent failures the redriver keeps until their TTL (--kept shows them), or messages a run holds\n",
             report.hidden
+        ));
+    }
+    if report.counts.more {
+        out.push_str(&format!(
+            "the counts are of the first {} DLQ messages read, of about {} visible when the peek began (a peek reads {} to count, or as many as it needs to show --limit, each hidden until it ends)\n",
+            report.counts.read,
+            report.waiting,
+            dlq::COUNTS_READ
         ));
     }
     out
@@ -660,8 +734,12 @@ fn queued(label: &str, q: &Queued, marks: String, now_ms: u64) -> String {
     let age = q.first_sent_at.map_or_else(String::new, |t| {
         format!(" age={}s", now_ms.saturating_sub(t) / 1000)
     });
+    let group = q
+        .group
+        .as_deref()
+        .map_or_else(String::new, |g| format!(" group={g}"));
     format!(
-        "{label:<11} message {} {marks} redrives={}{age}{}",
+        "{label:<11} message {} {marks} redrives={}{age}{group}{}",
         q.message_id,
         q.redrive_count.as_deref().unwrap_or("0"),
         by_text(q.matched_by_text)
@@ -769,6 +847,11 @@ pub fn find_notes(f: &Finding, as_json: bool) -> String {
     let c = &f.look.coverage;
     let main = &c.main_queue;
     let mut out = looked_at(c);
+    if let Some(group) = &c.group {
+        out.push_str(&format!(
+            "narrowed to group {group} (--group): in the main queue and the DLQ, only messages of MessageGroupId {group} were looked at; order records, kept messages and archive entries are shown whatever their group\n"
+        ));
+    }
     if main.last_receive_used > 0 {
         out.push_str(&format!(
             "warning: this look used the last allowed receive of {} main-queue message(s): SQS moves them to the DLQ, without a reason, on their next receive (the redriver replays them)\n",
@@ -937,6 +1020,7 @@ mod tests {
     use resq::state::{PauseRecord, PauseState, PausedBy};
 
     use super::*;
+    use crate::dlq::Peeked;
     use crate::status::QueueState;
 
     fn parse(text: &str) -> Value {
@@ -1237,6 +1321,7 @@ mod tests {
                 failure_class: Some("permanent".into()),
                 redrive_count: Some("2".into()),
                 age_seconds: Some(75),
+                group: Some("tenant-a".into()),
                 body: "{bad".into(),
             },
             Peeked {
@@ -1245,56 +1330,155 @@ mod tests {
                 failure_class: None,
                 redrive_count: None,
                 age_seconds: None,
+                group: None,
                 body: "{}".into(),
             },
         ]
     }
 
+    /// A peek report of `shown`, the messages that match counted from their reasons and groups,
+    /// `read` read in all.
+    fn peek_report(shown: Vec<Peeked>, read: usize, more: bool) -> PeekReport {
+        let keys: Vec<(Option<&str>, Option<&str>)> = shown
+            .iter()
+            .map(|p| (p.reason.as_deref(), p.group.as_deref()))
+            .collect();
+        let counts = dlq::Counts::of(read, &keys, more);
+        PeekReport {
+            unhidden: None,
+            shown: shown.clone(),
+            counts,
+            waiting: 0,
+            hidden: 0,
+        }
+    }
+
     #[test]
     fn peek_plain_and_json() {
+        // GIVEN two messages shown (one of tenant-a, one without a group), of 5 read
+        let report = peek_report(peeked(), 5, false);
+        // THEN each is a line with its marks (its group when it has one), then the counts
         assert_eq!(
-            peek(&peeked(), false),
-            "m-1  reason=MALFORMED_JSON class=permanent redrives=2 age=75s\n  {bad\n\
-             m-2  reason=- class=- redrives=0 age=?s\n  {}\n"
+            peek(&report, false),
+            "m-1  reason=MALFORMED_JSON class=permanent redrives=2 age=75s group=tenant-a\n  {bad\n\
+             m-2  reason=- class=- redrives=0 age=?s\n  {}\n\
+             2 matching of the 5 DLQ messages read, by reason:\n\
+             \x20       1  MALFORMED_JSON\n\
+             \x20       1  (no reason)\n\
+             by group:\n\
+             \x20       1  tenant-a\n\
+             \x20       1  (no group)\n"
         );
-        assert_eq!(peek(&[], false), "no DLQ messages match\n");
-        let v = parse(&peek(&peeked(), true));
-        assert_eq!(v.as_array().unwrap().len(), 2);
+        let nothing = peek_report(vec![], 5, false);
+        assert_eq!(peek(&nothing, false), "no DLQ messages match\n");
+        // AND as JSON: the messages and the counts, those without a group or reason as null
+        let v = parse(&peek(&report, true));
+        assert_eq!(v["messages"].as_array().unwrap().len(), 2);
         assert_eq!(
-            v[0],
-            json!({"messageId": "m-1", "reason": "MALFORMED_JSON", "failureClass": "permanent", "redriveCount": "2", "ageSeconds": 75, "body": "{bad"})
+            v["messages"][0],
+            json!({"messageId": "m-1", "reason": "MALFORMED_JSON", "failureClass": "permanent", "redriveCount": "2", "ageSeconds": 75, "group": "tenant-a", "body": "{bad"})
         );
-        assert_eq!(v[1]["reason"], Value::Null);
-        assert_eq!(parse(&peek(&[], true)), json!([]));
+        assert_eq!(v["messages"][1]["reason"], Value::Null);
+        assert_eq!(
+            v["counts"],
+            json!({
+                "read": 5, "matching": 2, "more": false,
+                "byReason": [{"reason": "MALFORMED_JSON", "messages": 1}, {"reason": null, "messages": 1}],
+                "byGroup": [{"group": "tenant-a", "messages": 1}, {"group": null, "messages": 1}],
+            })
+        );
+        assert_eq!(parse(&peek(&nothing, true))["messages"], json!([]));
+    }
+
+    #[test]
+    fn peek_counts_name_the_largest_groups_and_sum_up_the_others() {
+        // GIVEN more groups than are named, of different sizes
+        let groups = COUNTS_NAMED + 3;
+        let mut shown = Vec::new();
+        for g in 0..groups {
+            for i in 0..=g {
+                shown.push(Peeked {
+                    message_id: format!("m-{g}-{i}"),
+                    group: Some(format!("tenant-{g:02}")),
+                    ..peeked()[1].clone()
+                });
+            }
+        }
+        let total = shown.len();
+        // WHEN only the counts are asked for (--limit 0: nothing shown)
+        let mut report = peek_report(shown, total, true);
+        report.shown.clear();
+        let out = peek(&report, false);
+        let by_group: Vec<&str> = out.split("by group:\n").nth(1).unwrap().lines().collect();
+        // THEN the largest are named, the largest first, and the others summed up
+        assert_eq!(by_group.len(), COUNTS_NAMED + 1, "{out}");
+        assert_eq!(
+            by_group[0].split_whitespace().collect::<Vec<_>>(),
+            [
+                groups.to_string().as_str(),
+                &format!("tenant-{:02}", groups - 1)
+            ]
+        );
+        let others: usize = (1..=3).sum();
+        assert_eq!(
+            by_group[COUNTS_NAMED]
+                .split_whitespace()
+                .collect::<Vec<_>>(),
+            [others.to_string().as_str(), "in", "3", "more", "groups"]
+        );
+        let named: usize = by_group
+            .iter()
+            .map(|l| {
+                l.split_whitespace()
+                    .next()
+                    .unwrap()
+                    .parse::<usize>()
+                    .unwrap()
+            })
+            .sum();
+        assert_eq!(named, total, "every message counted once");
+        // AND the counts say the DLQ holds more than was read
+        assert!(
+            out.contains(&format!(
+                "{total} matching of the {total} DLQ messages read (the DLQ holds more)"
+            )),
+            "{out}"
+        );
+        assert!(
+            peek_notes(&report).contains("the counts are of the first"),
+            "{}",
+            peek_notes(&report)
+        );
+        // AND JSON has every group
+        assert_eq!(
+            parse(&peek(&report, true))["counts"]["byGroup"]
+                .as_array()
+                .unwrap()
+                .len(),
+            groups
+        );
     }
 
     #[test]
     fn peek_notes_say_what_was_unhidden_or_stays_hidden() {
         let kept = PeekReport {
             unhidden: Some(4),
-            shown: peeked(),
-            hidden: 0,
+            ..peek_report(peeked(), 2, false)
         };
         assert_eq!(
             peek_notes(&kept),
             "4 kept messages made visible (the next scheduled run keeps and hides them again)\n"
         );
         let hidden = PeekReport {
-            unhidden: None,
-            shown: vec![],
             hidden: 7,
+            ..peek_report(vec![], 0, false)
         };
         let note = peek_notes(&hidden);
         assert!(
             note.starts_with("7 more DLQ messages are hidden: ") && note.contains("--kept"),
             "{note}"
         );
-        let nothing = PeekReport {
-            unhidden: None,
-            shown: vec![],
-            hidden: 0,
-        };
-        assert_eq!(peek_notes(&nothing), "");
+        assert_eq!(peek_notes(&peek_report(vec![], 0, false)), "");
     }
 
     fn summary(dry_run: bool) -> Summary {
@@ -1441,6 +1625,7 @@ mod tests {
                 failure_reason: Some("DOWNSTREAM_UNAVAILABLE".into()),
                 sent_at: Some(1_795_000_000_000),
                 first_sent_at: Some(1_795_000_000_000),
+                group: None,
                 matched_by_text: false,
             }),
             Place::Kept(Kept {
@@ -1503,5 +1688,41 @@ mod tests {
             ..f
         };
         assert_eq!(find(&nowhere, now, false), "ORD-1: seen nowhere\n");
+    }
+
+    #[test]
+    fn find_narrowed_to_a_group_says_so_and_names_the_copies_it_left_out() {
+        // GIVEN a look narrowed to tenant-b that saw the order's DLQ copy of tenant-b, and left
+        // out one of tenant-a
+        let mut f = finding();
+        if let Place::Dlq(q) = &mut f.places[1] {
+            q.group = Some("tenant-b".into());
+        }
+        f.look.coverage.group = Some("tenant-b".into());
+        f.look.coverage.dlq.other_groups = BTreeMap::from([("tenant-a".to_owned(), 1)]);
+        let now = 1_795_000_042_000;
+        // THEN the copy's line names its group
+        let out = find(&f, now, false);
+        assert!(
+            out.contains("  DLQ         message m-2 class=transient reason=DOWNSTREAM_UNAVAILABLE redrives=1 age=42s group=tenant-b\n"),
+            "{out}"
+        );
+        // AND the notes say the queues were narrowed, and what was left out
+        let notes = find_notes(&f, false);
+        assert!(
+            notes.lines().any(|l| l.starts_with("narrowed to group tenant-b (--group): in the main queue and the DLQ, only messages of MessageGroupId tenant-b were looked at")),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("not seen: 1 DLQ messages of the order are of other groups, left out by --group tenant-b: tenant-a 1\n"),
+            "{notes}"
+        );
+        // AND --json has the group of each copy and of the look
+        let v = parse(&find(&f, now, true));
+        assert_eq!(v["places"][1]["group"], "tenant-b");
+        assert_eq!(v["coverage"]["group"], "tenant-b");
+        assert_eq!(v["coverage"]["dlq"]["otherGroups"], json!({"tenant-a": 1}));
+        // AND a look not narrowed says nothing of groups
+        assert!(!find_notes(&finding(), false).contains("group"));
     }
 }

@@ -678,6 +678,46 @@ mod tests {
     }
 
     #[test]
+    fn a_shadow_of_one_tenant_copies_that_tenants_dead_letters_with_their_group() {
+        // GIVEN `--group tenant-b --to STAGING --keep-source`
+        let options = RedriveOptions {
+            dry_run: false,
+            failure_reason: None,
+            older_than: None,
+            group: Some("tenant-b".into()),
+            max_messages: 10,
+            rate_per_second: 10.0,
+            max_redrive_attempts: 3,
+            archive_after: Duration::from_secs(86_400),
+            permanent_action: PermanentAction::Keep,
+        };
+        let rules = Copying::new(&options, STAGING).rules;
+        assert_eq!(rules.group.as_deref(), Some("tenant-b"));
+        let now = 10_000_000;
+        let transient = [("x-failure-class", AttributeValue::string("transient"))];
+        let of = |group: Option<&str>| {
+            let mut m = dead_letter(&transient, now - 1000);
+            if let Some(g) = group {
+                m.attributes.insert("MessageGroupId".into(), g.into());
+            }
+            m
+        };
+        // THEN tenant-b's dead letter is copied, keeping its group on the standard queue
+        let Shadow::Copy(copy) = decide(&of(Some("tenant-b")), &rules, now, false) else {
+            panic!("not copied")
+        };
+        assert_eq!(copy.group_id.as_deref(), Some("tenant-b"));
+        assert_eq!(copy.deduplication_id, None);
+        // AND another tenant's, or one without a group, is not selected
+        for other in [Some("tenant-a"), None] {
+            assert_eq!(
+                decide(&of(other), &rules, now, false),
+                Shadow::Skip("notSelected".into())
+            );
+        }
+    }
+
+    #[test]
     fn a_staging_queue_must_not_be_production() {
         let dlq_arn = "arn:aws:sqs:us-east-1:1:orders-dlq";
         assert!(check_staging(STAGING, Some(MAIN), DLQ, Some(dlq_arn), None).is_ok());

@@ -476,6 +476,7 @@ pub async fn audit(
             attribute: Some(DEMO_ORDER_ATTRIBUTE.to_owned()),
             ..Identity::default()
         },
+        group: None,
         receive_wait: 0,
     };
     let look = locate(ctx, &Wanted::All, &options).await?;

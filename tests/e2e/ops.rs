@@ -59,6 +59,7 @@ const FIND: FindOptions = FindOptions {
     order_id_attribute: None,
     archive_since: None,
     correlation: CorrelationKey::ORDERS,
+    group: None,
 };
 
 /// `resq find --main-queue`.
@@ -68,6 +69,7 @@ const FIND_MAIN: FindOptions = FindOptions {
     order_id_attribute: None,
     archive_since: None,
     correlation: CorrelationKey::ORDERS,
+    group: None,
 };
 
 async fn versions(stack: &Stack, key: &str) -> usize {
@@ -1451,4 +1453,201 @@ async fn an_operators_pause_is_recorded_resq_status_says_whose_and_a_resume_wait
         }
         None => assert!(out.contains("consumer breaker: not configured"), "{out}"),
     }
+}
+
+/// Sends a dead letter of order `order` to the stack's standard DLQ, as the consumer's copy of
+/// a transient failure is: with its tenant's group alone (`None`: a message without a group).
+async fn tenants_dead_letter(stack: &Stack, order: &str, group: Option<&str>) {
+    let mut request = stack
+        .sqs
+        .send_message()
+        .queue_url(&stack.dlq.url)
+        .message_body(order_body(order))
+        .set_message_group_id(group.map(str::to_owned));
+    for (name, value) in transient() {
+        request = request.message_attributes(name, value);
+    }
+    request.send().await.unwrap();
+}
+
+/// The groups of `messages`, each group with its orders (`None`: without a group).
+fn orders_by_group(
+    messages: &[aws_sdk_sqs::types::Message],
+) -> std::collections::BTreeMap<Option<String>, BTreeSet<String>> {
+    let mut out = std::collections::BTreeMap::<Option<String>, BTreeSet<String>>::new();
+    for m in messages {
+        let group = sys_attr(
+            m,
+            aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId,
+        );
+        let order: serde_json::Value = serde_json::from_str(m.body().unwrap_or_default()).unwrap();
+        out.entry(group.map(str::to_owned))
+            .or_default()
+            .insert(order["orderId"].as_str().unwrap_or_default().to_owned());
+    }
+    out
+}
+
+#[tokio::test]
+async fn one_tenant_is_peeked_counted_replayed_and_found_by_its_group() {
+    // GIVEN a standard queue's DLQ holding dead letters of two tenants (a fair queue's
+    // groups) and one without a group
+    let stack = Stack::start(StackOptions::default()).await;
+    let tenants = [("tenant-a", 3), ("tenant-b", 2)];
+    let (noisy, quiet) = (tenants[0].0, tenants[1].0);
+    let mut expected: std::collections::BTreeMap<Option<String>, BTreeSet<String>> =
+        Default::default();
+    for (group, n) in tenants {
+        for i in 0..n {
+            let order = format!("{group}-ORD-{i}");
+            tenants_dead_letter(&stack, &order, Some(group)).await;
+            expected
+                .entry(Some(group.to_owned()))
+                .or_default()
+                .insert(order);
+        }
+    }
+    tenants_dead_letter(&stack, "ORD-NO-GROUP", None).await;
+    expected
+        .entry(None)
+        .or_default()
+        .insert("ORD-NO-GROUP".to_owned());
+    let dead_letters: usize = expected.values().map(BTreeSet::len).sum();
+    let named = [
+        "--main-queue-url",
+        stack.main.url.as_str(),
+        "--dlq-url",
+        stack.dlq.url.as_str(),
+        "--archive-bucket",
+        stack.bucket.as_str(),
+    ];
+    let cli = |args: &[&str]| {
+        let all: Vec<&str> = named.iter().chain(args).copied().collect();
+        resq(&stack, &all, &[])
+    };
+    let json = |out: &str| serde_json::from_str::<serde_json::Value>(out).unwrap();
+
+    // WHEN the operator peeks at the DLQ
+    let (code, out, err) = cli(&["--json", "dlq", "peek"]);
+    assert_eq!(code, 0, "{err}");
+    // THEN its counts by group are each tenant's, the largest first, those without a group
+    // counted apart
+    let mut by_group: Vec<serde_json::Value> = expected
+        .iter()
+        .map(|(group, orders)| serde_json::json!({"group": group, "messages": orders.len()}))
+        .collect();
+    by_group.sort_by_key(|t| {
+        (
+            std::cmp::Reverse(t["messages"].as_u64()),
+            t["group"].is_null(),
+        )
+    });
+    let peek = json(&out);
+    assert_eq!(
+        peek["counts"]["byGroup"],
+        serde_json::json!(by_group),
+        "{peek}"
+    );
+    assert_eq!(peek["counts"]["matching"], dead_letters);
+    assert_eq!(
+        peek["counts"]["byReason"],
+        serde_json::json!([{"reason": "DOWNSTREAM_UNAVAILABLE", "messages": dead_letters}])
+    );
+    // AND the plain answer names them too
+    let (_, plain, _) = cli(&["dlq", "peek"]);
+    assert!(
+        plain.contains(&format!("by group:\n  {:>7}  {noisy}\n", tenants[0].1))
+            && plain.contains("  (no group)\n"),
+        "{plain}"
+    );
+
+    // WHEN the operator peeks at the quiet tenant
+    let (code, out, err) = cli(&["--json", "dlq", "peek", "--group", quiet]);
+    assert_eq!(code, 0, "{err}");
+    // THEN only its dead letters are shown and counted
+    let peek = json(&out);
+    let shown: BTreeSet<&str> = peek["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["group"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(shown, BTreeSet::from([quiet]), "{peek}");
+    assert_eq!(
+        peek["messages"].as_array().unwrap().len(),
+        expected[&Some(quiet.to_owned())].len()
+    );
+    assert_eq!(
+        peek["counts"]["byGroup"],
+        serde_json::json!([{"group": quiet, "messages": expected[&Some(quiet.to_owned())].len()}])
+    );
+    // AND peeking removed and hid nothing
+    assert_eq!(stack.depth(&stack.dlq).await, (dead_letters as u64, 0));
+
+    // WHEN the quiet tenant's replay is tried dry first
+    let replay = [
+        "dlq",
+        "redrive",
+        "--group",
+        quiet,
+        "--rate-per-second",
+        "100",
+    ];
+    let (code, out, err) = cli(&[&replay[..], &["--dry-run"][..]].concat());
+    assert_eq!(code, 0, "{err}");
+    // THEN it would replay that tenant's only, and changed nothing
+    let dry = json(&out);
+    assert_eq!(dry["dryRun"], true);
+    assert_eq!(dry["redriven"], expected[&Some(quiet.to_owned())].len());
+    assert_eq!(stack.depth(&stack.dlq).await, (dead_letters as u64, 0));
+    assert_eq!(stack.depth(&stack.main).await, (0, 0));
+
+    // WHEN it is replayed
+    let (code, out, err) = cli(&replay);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        json(&out)["redriven"],
+        expected[&Some(quiet.to_owned())].len()
+    );
+    // THEN its orders are in the main queue, each copy keeping its group
+    let mut replayed = expected.clone();
+    replayed.retain(|group, _| group.as_deref() == Some(quiet));
+    let mut left = expected.clone();
+    left.retain(|group, _| group.as_deref() != Some(quiet));
+    assert_eq!(
+        orders_by_group(&drain_view(&stack, &stack.main).await),
+        replayed
+    );
+    // AND the other tenant's and the one without a group wait in the DLQ as they were
+    assert_eq!(orders_by_group(&drain_view(&stack, &stack.dlq).await), left);
+
+    // WHEN the noisy tenant's order is looked for in its group
+    let order = expected[&Some(noisy.to_owned())].first().unwrap().clone();
+    let (code, out, err) = cli(&["--json", "find", &order, "--group", noisy]);
+    // THEN it is found in the DLQ, with its group
+    assert_eq!(code, 0, "{out}{err}");
+    let found = json(&out);
+    assert_eq!(found["places"][0]["place"], "dlq", "{found}");
+    assert_eq!(found["places"][0]["group"], noisy);
+    // AND looked for under the other tenant's group it is not seen there, and its copy in
+    // the noisy tenant's group is named (exit 4, not nowhere)
+    let (code, out, err) = cli(&["find", &order, "--group", quiet]);
+    assert_eq!(code, 4, "{out}{err}");
+    assert!(
+        err.contains(&format!(
+            "not seen: 1 DLQ messages of the order are of other groups, left out by --group {quiet}: {noisy} 1"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("narrowed to group {quiet} (--group)")),
+        "{err}"
+    );
+    // AND a replayed order is found in the main queue under its group
+    let order = expected[&Some(quiet.to_owned())].first().unwrap().clone();
+    let (code, out, err) = cli(&["--json", "find", &order, "--group", quiet, "--main-queue"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let found = json(&out);
+    assert_eq!(found["places"][0]["place"], "mainQueue", "{found}");
+    assert_eq!(found["places"][0]["group"], quiet);
 }
