@@ -11,7 +11,7 @@ use resq_redriver::config::{PermanentAction, RedriverConfig};
 use resq_redriver::ports::CloudWatchAlarms;
 use resq_redriver::request::RunRequest;
 use resq_redriver::summary::Replayed;
-use resq_redriver::{Redriver, StopReason, Summary};
+use resq_redriver::{Redriver, StopReason, Summary, fair};
 
 use crate::CliError;
 use crate::context::Context;
@@ -549,7 +549,15 @@ fn redriver(
         archive_sweep: Duration::from_secs(resq_redriver::config::DEFAULT_ARCHIVE_SWEEP_SECONDS),
     };
     let alarms = CloudWatchAlarms::new(ctx.cloudwatch.clone());
+    // an operator's run holds about what it replays (twice its --max-messages, up to the
+    // scheduled run's 1,000): an interrupted one leaves little hidden
+    let candidates = request.max_messages.map_or(fair::MAX_CANDIDATES, |n| {
+        (n as usize)
+            .saturating_mul(2)
+            .clamp(resq::sqs::MAX_BATCH, fair::MAX_CANDIDATES)
+    });
     Redriver::new(ctx.sqs.clone(), ctx.store(), alarms, config)
+        .with_candidates_max(candidates)
         .with_receive_wait(0)
         // an operator's run prints its summary; EMF lines on a terminal reach no CloudWatch
         .with_metrics(false)

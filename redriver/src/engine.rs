@@ -128,6 +128,14 @@ impl<Q: Queues, S: ObjectStore, A: Alarms, M: EventSourceMappings> Redriver<Q, S
         self
     }
 
+    /// The most replay candidates a run holds ahead to deal out by group (default
+    /// [`crate::fair::MAX_CANDIDATES`]); 0 replays in the order received. An operator's run
+    /// holds about what it replays.
+    pub fn with_candidates_max(mut self, n: usize) -> Self {
+        self.tuning.candidates_max = n;
+        self
+    }
+
     /// The most DLQ messages a run holds hidden, kept ones included (default
     /// [`crate::run::IN_FLIGHT_MAX`]); a stand-in with a smaller in-flight quota sets it below
     /// its quota.
@@ -944,7 +952,8 @@ mod tests {
         dlq.set_delay(Duration::from_millis(5));
         let r = Redriver::new(&dlq, &store, &alarms, cfg.clone())
             .with_receive_wait(0)
-            .with_max_cycles_in_flight(1);
+            .with_max_cycles_in_flight(1)
+            .with_candidates_max(0);
         r.run(&RunRequest::defaults(&cfg), deadline).await;
         assert_eq!(dlq.peak_concurrent_calls(), 1);
     }

@@ -15,6 +15,12 @@ use resq::sqs::ReceivedMessage;
 
 /// Replay candidates a run holds ahead at most (within its in-flight room).
 pub const MAX_CANDIDATES: usize = 1_000;
+/// Their bytes at most (bodies and attributes, as SQS counts them): 1,000 messages of up to
+/// 1 MiB would not fit the redriver's 256 MB.
+pub const MAX_CANDIDATE_BYTES: usize = 64 << 20;
+/// The groups a run counts as served at most (`groupsServed` is then a lower bound): a
+/// producer that gives every message its own group must not grow the run's memory.
+pub const MAX_SERVED_COUNTED: usize = 100_000;
 
 /// The replay candidates a run holds, by group, and whose turn is next.
 #[derive(Debug, Default)]
@@ -24,6 +30,7 @@ pub struct Candidates {
     /// The groups with candidates, in turn order.
     turns: VecDeque<Option<String>>,
     len: usize,
+    bytes: usize,
 }
 
 impl Candidates {
@@ -35,6 +42,11 @@ impl Candidates {
     /// Whether none is held.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Whether `max` are held, or [`MAX_CANDIDATE_BYTES`].
+    pub fn full(&self, max: usize) -> bool {
+        self.len >= max || self.bytes >= MAX_CANDIDATE_BYTES
     }
 
     /// Holds `m`; when it is held already (a standard queue may hand a message out twice), its
@@ -50,6 +62,7 @@ impl Candidates {
         if queue.is_empty() {
             self.turns.push_back(group);
         }
+        self.bytes += size(&m);
         queue.push_back(m);
         self.len += 1;
     }
@@ -72,6 +85,7 @@ impl Candidates {
             }
         }
         self.len -= dealt.len();
+        self.bytes -= dealt.iter().map(size).sum::<usize>();
         dealt
     }
 
@@ -81,7 +95,13 @@ impl Candidates {
     }
 }
 
-/// The groups a run served (replayed at least one message of), counted by a hash of each.
+/// A message's size as SQS counts it.
+fn size(m: &ReceivedMessage) -> usize {
+    resq::attributes::message_size(&m.body, &m.message_attributes)
+}
+
+/// The groups a run served (replayed at least one message of), counted by a hash of each, up
+/// to [`MAX_SERVED_COUNTED`].
 #[derive(Debug, Default)]
 pub struct Served(HashSet<u64>);
 
@@ -90,7 +110,9 @@ impl Served {
     pub fn note(&mut self, m: &ReceivedMessage) {
         let mut h = DefaultHasher::new();
         m.group_id().hash(&mut h);
-        self.0.insert(h.finish());
+        if self.0.len() < MAX_SERVED_COUNTED {
+            self.0.insert(h.finish());
+        }
     }
 
     /// How many groups were served.
@@ -161,6 +183,24 @@ mod tests {
         c.push(again);
         assert_eq!(c.len(), 1);
         assert_eq!(c.deal(10)[0].receipt_handle, "newer");
+    }
+
+    #[test]
+    fn large_candidates_fill_the_pool_by_their_bytes() {
+        let mut c = Candidates::default();
+        let mut big = of(Some("A"), "big");
+        big.body = "x".repeat(900 << 10);
+        let per = size(&big);
+        let fits = MAX_CANDIDATE_BYTES.div_ceil(per);
+        for i in 0..fits {
+            assert!(!c.full(MAX_CANDIDATES), "{i} of {per} bytes");
+            let mut m = big.clone();
+            m.message_id = format!("big{i}");
+            c.push(m);
+        }
+        assert!(c.full(MAX_CANDIDATES) && c.len() < MAX_CANDIDATES);
+        c.deal(1);
+        assert!(!c.full(MAX_CANDIDATES), "dealt: room again");
     }
 
     #[test]

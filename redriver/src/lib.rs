@@ -78,7 +78,7 @@ pub mod classify;
 pub mod config;
 pub mod consumer_breaker;
 pub mod engine;
-mod fair;
+pub mod fair;
 #[cfg(test)]
 mod fixtures;
 pub mod plan;

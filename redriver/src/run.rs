@@ -305,8 +305,8 @@ enum Batch {
 enum Purpose {
     /// Kept messages of a selective run's reason made visible: how many earlier runs hid.
     Unhide(u64),
-    /// A cycle's messages and their fates.
-    Cycle(Cycle),
+    /// A cycle's messages and their fates: a received batch's, or (`true`) candidates dealt.
+    Cycle(Cycle, bool),
     /// Kept messages listed, then hidden: each with its listing and its hide.
     Keep(Vec<(KeptMessage, ActionId, ActionId)>),
     /// A release: of replays whose delete failed, while cycles go on (`true`), or of what the
@@ -329,6 +329,9 @@ struct Window {
     cycles: usize,
     /// Of those, receiving.
     receiving: usize,
+    /// Of those, candidates dealt out (settling): they have slots of their own beside the
+    /// receives' and their settles.
+    dealt: usize,
     /// Releases of replays whose delete failed, under way: what they make visible is received
     /// again by this run.
     releasing: usize,
@@ -428,11 +431,14 @@ pub struct Run {
     started_ms: u64,
     /// Invoked by an alarm's action: the breakers only, no message touched.
     breakers_only: bool,
-    /// The replay candidates held (a standard DLQ, not a dry run: `pooled`), dealt out fairly
-    /// once `dealing` (enough are held, or no more come).
+    /// The replay candidates held (a standard DLQ: `pooled`), dealt out fairly once `dealing`
+    /// (enough were received, or no more come).
     candidates: Candidates,
     pooled: bool,
     dealing: bool,
+    /// Messages received by the run, of any kind: dealing begins once `candidates_max` came,
+    /// whatever they were (kept, outside the selection, due for the archive).
+    gathered: usize,
     /// The groups this run's replays were of.
     served: Served,
 }
@@ -469,6 +475,7 @@ impl Run {
                 open: depth.min(2),
                 cycles: 0,
                 receiving: 0,
+                dealt: 0,
                 releasing: 0,
                 keeping: 0,
                 checking: false,
@@ -514,9 +521,8 @@ impl Run {
             started_ms: now.epoch_ms,
             breakers_only: request.alarm.is_some(),
             candidates: Candidates::default(),
-            pooled: !request.dry_run
-                && !resq::sqs::is_fifo(&config.common.dlq_url)
-                && tuning.candidates_max > 0,
+            pooled: !resq::sqs::is_fifo(&config.common.dlq_url) && tuning.candidates_max > 0,
+            gathered: 0,
             dealing: false,
             served: Served::default(),
         }
@@ -922,6 +928,7 @@ impl Run {
         };
         // a short batch is common in a standard queue: only an empty one says drained
         w.drained = false;
+        self.gathered += batch.len();
         if batch.len() == MAX_BATCH {
             self.window.open = (self.window.open * 2).min(self.receive_depth());
         }
@@ -931,7 +938,7 @@ impl Run {
             self.window.cycles -= 1;
             self.account(cycle, None);
         } else {
-            let command = self.settle(plan, self.by, Purpose::Cycle(cycle));
+            let command = self.settle(plan, self.by, Purpose::Cycle(cycle, false));
             self.ready.push_back(command);
         }
     }
@@ -948,9 +955,10 @@ impl Run {
                 tracing::info!(reason, unhidden, "kept messages made visible for this run");
                 self.start_cycles(Some(hidden), unhidden, now);
             }
-            Purpose::Cycle(cycle) => {
+            Purpose::Cycle(cycle, dealt) => {
                 let w = &mut self.window;
                 (w.cycles, w.probe) = (w.cycles - 1, true);
+                w.dealt -= usize::from(dealt);
                 // a copy that could not start or was not answered stops receiving only at the
                 // deadline margin: one call the SDK timed out earlier (its messages reappear
                 // by themselves after the run) ends nothing
@@ -1031,7 +1039,11 @@ impl Run {
         if let Some(deal) = self.deal(now) {
             return Some(deal);
         }
-        self.next_receive(now).map(Command::Receive)
+        // a receive, or, when that stopped receiving, the candidates held are dealt now
+        match self.next_receive(now) {
+            Some(receive) => Some(Command::Receive(receive)),
+            None => self.deal(now),
+        }
     }
 
     /// The next deal of the candidates held, round-robin by group, as a cycle of its own: up to
@@ -1039,28 +1051,35 @@ impl Run {
     /// come). Once no replay can go (paused, the budget spent, the start margin passed) all
     /// of them at once, to be held (and released at the end) or given their reason.
     fn deal(&mut self, now: Now) -> Option<Command> {
-        let w = &self.window;
-        if self.candidates.is_empty() || w.checking || w.cycles >= w.depth {
-            return None;
-        }
-        let budget = self.replay_budget();
-        let (dealt, of) = if self.rules.paused || budget == 0 || now.instant >= self.by.start_by {
-            (self.candidates.drain(), Batch::Left)
-        } else {
-            self.dealing |= self.candidates.len() >= self.tuning.candidates_max
-                || w.drained
-                || w.stopped.is_some();
-            if !self.dealing || self.budget.planned_replays > w.ahead {
+        loop {
+            let w = &self.window;
+            if self.candidates.is_empty() || w.checking || w.dealt >= w.depth {
                 return None;
             }
-            (
-                self.candidates.deal(MAX_BATCH.min(budget as usize)),
-                Batch::Dealt,
-            )
-        };
-        self.window.cycles += 1;
-        let (plan, cycle) = self.plan(dealt, now.epoch_ms, now.instant, of);
-        Some(self.settle(plan, self.by, Purpose::Cycle(cycle)))
+            let budget = self.replay_budget();
+            let left = self.rules.paused || budget == 0 || now.instant >= self.by.start_by;
+            let (dealt, of) = if left {
+                (self.candidates.drain(), Batch::Left)
+            } else {
+                self.dealing |= self.gathered >= self.tuning.candidates_max
+                    || self.candidates.full(self.tuning.candidates_max)
+                    || w.drained
+                    || w.stopped.is_some();
+                if !self.dealing || self.budget.planned_replays > w.ahead {
+                    return None;
+                }
+                let n = MAX_BATCH.min(budget as usize);
+                (self.candidates.deal(n), Batch::Dealt)
+            };
+            let (plan, cycle) = self.plan(dealt, now.epoch_ms, now.instant, of);
+            if !plan.is_empty() {
+                (self.window.cycles, self.window.dealt) =
+                    (self.window.cycles + 1, self.window.dealt + 1);
+                return Some(self.settle(plan, self.by, Purpose::Cycle(cycle, true)));
+            }
+            // nothing to settle (a dry run's): counted at once
+            self.account(cycle, None);
+        }
     }
 
     /// A receive, when one may start: no breaker reading under way, the DLQ not looked
@@ -1068,12 +1087,16 @@ impl Run {
     /// and maybe receiving stops (the deadline margin, the in-flight limit).
     fn next_receive(&mut self, now: Now) -> Option<Receive> {
         let w = &self.window;
+        // while candidates are held, receives go on beside the deals (which have slots of their
+        // own), for as many as the pool has room for; else no receive starts while more
+        // replays wait for tokens than `ahead`
+        let holding = self.holding();
         let may = !w.checking
             && (!w.drained || (w.probe && w.receiving == 0))
             && w.stopped.is_none()
-            && w.cycles < w.open.min(self.receive_depth())
-            && self.budget.planned_replays <= w.ahead
-            && self.candidates.len() < self.tuning.candidates_max.max(1);
+            && w.cycles - w.dealt < w.open.min(self.receive_depth())
+            && (holding || self.budget.planned_replays <= w.ahead)
+            && (!holding || self.room_for_candidates());
         if !may {
             return None;
         }
@@ -1095,6 +1118,26 @@ impl Run {
             wait_seconds: (self.tuning.receive_wait_seconds.max(0) as u64).min(left) as i32,
             by: self.by.move_by,
         })
+    }
+
+    /// Whether a receive may bring more candidates: fewer than `candidates_max` are held
+    /// (the first 1,000 a run receives are shared round-robin), and, once dealing began, fewer
+    /// than the budget left can use (more would only be released at the end). No bound once
+    /// nothing is held any more (paused, the budget spent): receiving then is for archiving.
+    fn room_for_candidates(&self) -> bool {
+        let max = match self.dealing {
+            false => self.tuning.candidates_max,
+            true => self
+                .tuning
+                .candidates_max
+                .min(self.replay_budget() as usize),
+        };
+        !self.candidates.full(max)
+    }
+
+    /// Whether a received batch's candidates are held: a standard DLQ, replay going on.
+    fn holding(&self) -> bool {
+        self.pooled && !self.rules.paused && self.replay_budget() > 0
     }
 
     /// The most cycles in flight for receives: what the rate needs, or, while the candidates
@@ -1224,7 +1267,7 @@ impl Run {
         of: Batch,
     ) -> (Plan, Cycle) {
         let budget = self.replay_budget();
-        if of == Batch::Received && self.pooled && !self.rules.paused && budget > 0 {
+        if of == Batch::Received && self.holding() {
             let (candidates, rest) = batch.into_iter().partition(|m| {
                 !self.in_cycles.contains(&m.message_id)
                     && !self.replayed.contains(&m.message_id)
@@ -1613,6 +1656,8 @@ mod tests {
         paces: Vec<f64>,
         refuse: Box<dyn Fn(&Action) -> bool>,
         receipts: u64,
+        /// How many receipts were handed out when the first replay went.
+        receipts_at_first_replay: Option<u64>,
         commands: Vec<&'static str>,
     }
 
@@ -1635,6 +1680,7 @@ mod tests {
                 paces: Vec::new(),
                 refuse: Box::new(|_| false),
                 receipts: 0,
+                receipts_at_first_replay: None,
                 commands: Vec::new(),
             }
         }
@@ -1677,6 +1723,7 @@ mod tests {
             }
             match action {
                 Action::Copy { to, message } if **to == *self.main_url => {
+                    self.receipts_at_first_replay.get_or_insert(self.receipts);
                     self.main.push(message.clone())
                 }
                 Action::Copy { message, .. } => {
@@ -2135,6 +2182,65 @@ mod tests {
     }
 
     #[test]
+    fn a_run_reads_ahead_its_first_thousand_candidates_then_only_what_its_budget_needs() {
+        // GIVEN 3,000 dead letters and no archive sweep due
+        let recent = || {
+            Ok(Some(SweepRecord {
+                at: EPOCH_MS - 60_000,
+            }))
+        };
+        let slack = (FILL_CYCLES * MAX_BATCH) as u64; // what the receives in flight bring
+        for (budget, read_at_most) in [
+            // a budget of 60: the first 1,000 are read and shared, no more
+            (60, fair::MAX_CANDIDATES as u64 + slack),
+            // a budget of 1,500: once dealing began, no more held than the budget can use
+            (1500, 1500 + slack),
+        ] {
+            let cfg = config(&[("MAX_MESSAGES_PER_RUN", &budget.to_string())]);
+            let mut world = World::new(fresh(3000, "m"));
+            world.sweep = recent();
+            let summary = world.drive(scheduled(&cfg, start()), start());
+            // THEN it read no more, and released all it did not replay
+            assert!(summary.received <= read_at_most, "{summary:?}");
+            assert_eq!(summary.redriven, budget);
+            let left = 3000 - budget as usize;
+            assert_eq!((world.visible.len(), world.in_flight.len()), (left, 0));
+        }
+        // AND a budget for all of them replays all of them
+        let mut world = World::new(fresh(3000, "m"));
+        let summary = world.drive(scheduled(&config(&[]), start()), start());
+        assert_eq!(
+            (summary.redriven, world.main.len()),
+            (3000, 3000),
+            "{summary:?}"
+        );
+    }
+
+    #[test]
+    fn replay_begins_once_the_run_received_its_read_ahead_whatever_the_messages_were() {
+        // GIVEN a read-ahead of 100, and the quiet tenant's 30 dead letters between 300 and 300
+        // permanent failures to keep (a producer's bug flooding the DLQ)
+        let kept = |from: usize| {
+            (from..from + 300)
+                .map(|i| dlq_message(&format!("p{i}"), EPOCH_MS, &permanent("VALIDATION_FAILED")))
+        };
+        let b = (0..30).map(|i| in_group(&format!("b{i:02}"), "B"));
+        let mut world = World::new(kept(0).chain(b).chain(kept(300)));
+        let hundred = Tuning {
+            candidates_max: 100,
+            ..Tuning::default()
+        };
+        let cfg = config(&[]);
+        let run = run_of(&RunRequest::defaults(&cfg), &cfg, hundred, start());
+        let summary = world.drive(run, start());
+        // THEN the 30 were replayed, the first of them before the DLQ was read to its end:
+        // the kept messages counted towards the read-ahead although none was a candidate
+        assert_eq!(summary.redriven, 30, "{summary:?}");
+        let at = world.receipts_at_first_replay.unwrap();
+        assert!(at < 630, "the first replay waited for {at} receipts");
+    }
+
+    #[test]
     fn candidates_held_when_the_breaker_opens_are_released_or_given_their_reason() {
         // GIVEN a run holding 20 candidates of two tenants, 5 of them without a reason
         let cfg = config(&[("PAUSE_ON_ALARMS", "replays-failing")]);
@@ -2366,7 +2472,7 @@ mod tests {
     }
 
     #[test]
-    fn a_dry_run_settles_nothing_and_stops_at_its_budget() {
+    fn a_dry_run_settles_nothing_and_counts_what_the_run_would_do() {
         let cfg = config(&[("MAX_MESSAGES_PER_RUN", "15")]);
         let request = RunRequest {
             dry_run: true,
@@ -2374,14 +2480,16 @@ mod tests {
         };
         let mut world = World::new(fresh(30, "m").into_iter().chain(expired(5)));
         let summary = world.drive(run_of(&request, &cfg, Tuning::default(), start()), start());
-        // THEN it counted what it would do up to its budget (the second batch: 5 of 10),
-        // received no further, and its only settle released what it held
-        assert_eq!(summary.stopped_by, StopReason::MaxMessages, "{summary:?}");
+        // THEN it read ahead as the run it stands for would (all 35: fewer than 1,000), counted
+        // what it would replay up to its budget, as that run would deal them out, and what it
+        // would archive, and its only settle released what it held
+        assert_eq!(summary.stopped_by, StopReason::Empty, "{summary:?}");
         assert_eq!(
             (summary.received, summary.redriven),
-            (20, 15),
+            (35, 15),
             "{summary:?}"
         );
+        assert_eq!(summary.archived.values().sum::<u64>(), 5);
         assert!(world.main.is_empty() && world.archived.is_empty());
         assert_eq!(world.commands.iter().filter(|c| **c == "settle").count(), 1);
         assert_eq!(world.visible.len(), 35);
