@@ -251,7 +251,8 @@ pub async fn consumer_io(
 pub enum Design {
     /// Several receive → settle cycles in flight under one token bucket (the default).
     Pipelined,
-    /// One batch in flight at a time (`with_max_cycles_in_flight(1)`), for comparison.
+    /// One batch in flight at a time (`with_max_cycles_in_flight(1)`, in the order received),
+    /// for comparison.
     Sequential,
 }
 
@@ -311,7 +312,8 @@ pub async fn redrive(
     .with_receive_wait(0);
     let mut cycles = resq_redriver::plan::cycles_in_flight(rate);
     if design == Design::Sequential {
-        engine = engine.with_max_cycles_in_flight(1);
+        // one batch at a time, in the order received (no candidates held ahead)
+        engine = engine.with_max_cycles_in_flight(1).with_candidates_max(0);
         cycles = 1;
     }
     let (started, cpu_before) = (Instant::now(), cpu_seconds());
