@@ -17,6 +17,17 @@ fn group(m: &Message) -> Option<&str> {
     sys_attr(m, Sys::MessageGroupId)
 }
 
+/// Prints a copy as the closing notes show it (`--nocapture`).
+fn show(path: &str, copy: &Message) {
+    let reason = attr(copy, "x-failure-reason").unwrap_or("-");
+    let count = attr(copy, "x-redrive-count").unwrap_or("-");
+    println!(
+        "{path}: copy {} group={:?} x-failure-reason={reason} x-redrive-count={count}",
+        copy.message_id().unwrap_or_default(),
+        group(copy)
+    );
+}
+
 fn transient() -> Vec<(&'static str, aws_sdk_sqs::types::MessageAttributeValue)> {
     vec![
         ("x-failure-class", string_attr("transient")),
@@ -38,6 +49,7 @@ async fn a_tenants_permanent_failure_keeps_its_group_in_the_dlq() {
     let dlq = stack.receive_n(&stack.dlq, 1).await;
     assert_eq!(attr(&dlq[0], "x-failure-reason"), Some("MALFORMED_JSON"));
     assert_eq!(group(&dlq[0]), Some(TENANT));
+    show("consumer DLQ copy (permanent)", &dlq[0]);
 }
 
 #[tokio::test]
@@ -59,6 +71,7 @@ async fn a_tenants_last_receive_copy_keeps_its_group() {
     let dlq = stack.receive_n(&stack.dlq, 1).await;
     assert_eq!(attr(&dlq[0], "x-failure-class"), Some("transient"));
     assert_eq!(group(&dlq[0]), Some(TENANT));
+    show("consumer last-receive copy", &dlq[0]);
 }
 
 #[tokio::test]
@@ -77,6 +90,7 @@ async fn a_tenants_replay_keeps_its_group() {
     let main = stack.receive_n(&stack.main, 1).await;
     assert_eq!(attr(&main[0], "x-redrive-count"), Some("1"));
     assert_eq!(group(&main[0]), Some(TENANT));
+    show("redriver replay", &main[0]);
 }
 
 #[tokio::test]
@@ -96,6 +110,7 @@ async fn a_tenants_dead_letter_without_a_reason_keeps_its_group_when_explained()
     let dlq = stack.receive_n(&stack.dlq, 1).await;
     assert_eq!(attr(&dlq[0], "x-failure-reason"), Some("INVOCATION_FAILED"));
     assert_eq!(group(&dlq[0]), Some(TENANT));
+    show("redriver explained copy", &dlq[0]);
 }
 
 #[tokio::test]
@@ -122,6 +137,7 @@ async fn a_tenants_restored_archive_entry_keeps_its_group() {
     let main = stack.receive_n(&stack.main, 1).await;
     assert_eq!(main[0].message_id(), id.as_deref());
     assert_eq!(group(&main[0]), Some(TENANT));
+    show("archive restore", &main[0]);
 }
 
 #[tokio::test]
@@ -160,6 +176,7 @@ async fn a_tenants_shadow_copy_keeps_its_group() {
     assert_eq!(report.copied, 1, "{report:?}");
     let copies = receive_until(&stack.sqs, &staging, 1).await;
     assert_eq!(group(&copies[0]), Some(TENANT));
+    show("shadow copy", &copies[0]);
     assert_eq!(stack.depth(&stack.dlq).await, (1, 0), "the DLQ as it was");
 }
 
