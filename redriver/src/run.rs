@@ -1095,8 +1095,10 @@ impl Run {
             && (!w.drained || (w.probe && w.receiving == 0))
             && w.stopped.is_none()
             && w.cycles - w.dealt < w.open.min(self.receive_depth())
-            && (holding || self.budget.planned_replays <= w.ahead)
-            && (!holding || self.room_for_candidates());
+            && match holding {
+                true => self.room_for_candidates(),
+                false => self.budget.planned_replays <= w.ahead,
+            };
         if !may {
             return None;
         }
@@ -1268,13 +1270,14 @@ impl Run {
     ) -> (Plan, Cycle) {
         let budget = self.replay_budget();
         if of == Batch::Received && self.holding() {
-            let (candidates, rest) = batch.into_iter().partition(|m| {
+            let (candidates, rest): (Vec<_>, Vec<_>) = batch.into_iter().partition(|m| {
                 !self.in_cycles.contains(&m.message_id)
                     && !self.replayed.contains(&m.message_id)
                     && classify::classify(m, &self.rules, now_ms) == classify::Verdict::Redrive
             });
-            let candidates: Vec<ReceivedMessage> = candidates;
-            candidates.into_iter().for_each(|m| self.candidates.push(m));
+            for m in candidates {
+                self.candidates.push(m);
+            }
             batch = rest;
         }
         let b = &self.budget;

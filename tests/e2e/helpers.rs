@@ -350,3 +350,24 @@ pub async fn assert_reports_batch_item_failures(
     assert_eq!(esm.batch_size(), Some(10));
     assert_eq!(esm.maximum_batching_window_in_seconds(), Some(1));
 }
+
+/// A staging queue for shadow replays.
+pub async fn staging_queue(stack: &Stack) -> String {
+    stack
+        .sqs
+        .create_queue()
+        .queue_name("orders-staging")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap()
+}
+
+/// The attributes of a transient dead letter the consumer wrote.
+pub fn transient() -> Vec<(&'static str, aws_sdk_sqs::types::MessageAttributeValue)> {
+    vec![
+        ("x-failure-class", string_attr("transient")),
+        ("x-failure-reason", string_attr("DOWNSTREAM_UNAVAILABLE")),
+    ]
+}

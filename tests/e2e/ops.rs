@@ -22,29 +22,10 @@ use resq_ops::{CliError, archive, canary, dlq, find, shadow};
 use crate::helpers::*;
 
 /// A staging queue for a shadow replay to copy into; its URL.
-async fn staging_queue(stack: &Stack) -> String {
-    stack
-        .sqs
-        .create_queue()
-        .queue_name("orders-staging")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap()
-}
-
 fn permanent(reason: &str) -> Vec<(&'static str, aws_sdk_sqs::types::MessageAttributeValue)> {
     vec![
         ("x-failure-class", string_attr("permanent")),
         ("x-failure-reason", string_attr(reason)),
-    ]
-}
-
-fn transient() -> Vec<(&'static str, aws_sdk_sqs::types::MessageAttributeValue)> {
-    vec![
-        ("x-failure-class", string_attr("transient")),
-        ("x-failure-reason", string_attr("DOWNSTREAM_UNAVAILABLE")),
     ]
 }
 

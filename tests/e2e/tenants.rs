@@ -28,13 +28,6 @@ fn show(path: &str, copy: &Message) {
     );
 }
 
-fn transient() -> Vec<(&'static str, aws_sdk_sqs::types::MessageAttributeValue)> {
-    vec![
-        ("x-failure-class", string_attr("transient")),
-        ("x-failure-reason", string_attr("DOWNSTREAM_UNAVAILABLE")),
-    ]
-}
-
 #[tokio::test]
 async fn a_tenants_permanent_failure_keeps_its_group_in_the_dlq() {
     // GIVEN a malformed order of the tenant in a standard main queue
@@ -144,15 +137,7 @@ async fn a_tenants_restored_archive_entry_keeps_its_group() {
 async fn a_tenants_shadow_copy_keeps_its_group() {
     let stack = Stack::start(StackOptions::default()).await;
     let ctx = context(&stack).await;
-    let staging = stack
-        .sqs
-        .create_queue()
-        .queue_name("orders-staging")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let staging = staging_queue(&stack).await;
     send(
         &stack,
         &stack.dlq,
