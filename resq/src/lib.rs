@@ -65,6 +65,7 @@ pub mod keep;
 pub mod lambda;
 pub mod mapping;
 pub mod metrics;
+pub mod payload;
 pub mod reason;
 pub mod settle;
 pub mod sqs;

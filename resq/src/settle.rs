@@ -23,6 +23,7 @@
 //! - **Shared.** A settler holds no state between calls: several plans may settle at once
 //!   (the consumer's lanes, batches in flight under one pacer).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
@@ -483,10 +484,48 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
         if go.is_empty() {
             return out;
         }
-        let (ids, messages): (Vec<usize>, Vec<&OutgoingMessage>) = go.iter().copied().unzip();
+        let mut sendable = Vec::with_capacity(go.len());
+        for &(i, message) in go {
+            match self.offload(message, by.move_by).await {
+                Ok(copy) => sendable.push((i, copy)),
+                Err(failed) => out.push((i, failed, Some(Instant::now()))),
+            }
+        }
+        let (ids, messages): (Vec<usize>, Vec<Cow<'_, OutgoingMessage>>) =
+            sendable.into_iter().unzip();
+        let messages: Vec<&OutgoingMessage> = messages.iter().map(AsRef::as_ref).collect();
         let answer = self.queues.send(queue, &messages);
         out.extend(answered(ids, by.move_by, answer, Some).await);
         out
+    }
+
+    /// A copy as it can travel: as it is, or, too large for SQS, as a pointer to its body,
+    /// which is stored first under `payloads/` in the archive bucket (by `by`).
+    async fn offload<'m>(
+        &self,
+        message: &'m OutgoingMessage,
+        by: Instant,
+    ) -> Result<Cow<'m, OutgoingMessage>, Confirmation> {
+        let store = self.archiver.store();
+        let Some((pointer, body, attributes)) =
+            crate::payload::offload(&message.body, &message.attributes, store.bucket())
+        else {
+            return Ok(Cow::Borrowed(message));
+        };
+        let put = async {
+            let stored = store.put_if_absent(&pointer.key, message.body.clone().into_bytes());
+            stored.await.map(|_| vec![Ok(())])
+        };
+        match answered(vec![0], by, put, |()| None).await.pop() {
+            Some((_, Confirmation::Confirmed(_), _)) => Ok(Cow::Owned(OutgoingMessage {
+                body,
+                attributes,
+                group_id: message.group_id.clone(),
+                deduplication_id: message.deduplication_id.clone(),
+            })),
+            Some((_, refused, _)) => Err(refused),
+            None => Err(Confirmation::Failed(SettleError::Unanswered(None))),
+        }
     }
 }
 

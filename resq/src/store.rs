@@ -5,6 +5,7 @@ use std::future::Future;
 use aws_sdk_s3::error::ProvideErrorMetadata;
 
 use crate::error::{AwsError, error_chain};
+use crate::payload::{MAX_PAYLOAD_BYTES, Payload, Pointer};
 use aws_sdk_s3::primitives::ByteStream;
 
 /// What a conditional put found.
@@ -40,6 +41,12 @@ pub trait ObjectStore: Send + Sync {
     ) -> impl Future<Output = Result<Option<String>, AwsError>> + Send {
         async move { Ok(self.list(prefix).await?.into_iter().next()) }
     }
+
+    /// The bucket it writes into (what a pointer to a stored payload names).
+    fn bucket(&self) -> &str;
+
+    /// The payload an extended-client pointer names, in any bucket the function may read.
+    fn payload(&self, pointer: &Pointer) -> impl Future<Output = Result<Payload, AwsError>> + Send;
 }
 
 fn store_error<E>(err: &aws_sdk_s3::error::SdkError<E>, what: String) -> AwsError
@@ -104,6 +111,35 @@ impl S3Store {
 }
 
 impl ObjectStore for S3Store {
+    fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    async fn payload(&self, pointer: &Pointer) -> Result<Payload, AwsError> {
+        let at = format!("s3://{}/{}", pointer.bucket, pointer.key);
+        let out = self
+            .client
+            .get_object()
+            .bucket(&pointer.bucket)
+            .key(&pointer.key)
+            .send()
+            .await;
+        let out = match out {
+            Ok(out) => out,
+            Err(err) if matches!(err.code(), Some("NoSuchKey" | "NoSuchBucket")) => {
+                return Ok(Payload::Missing);
+            }
+            Err(err) => return Err(store_error(&err, at)),
+        };
+        let size = out.content_length().unwrap_or(0).max(0) as u64;
+        if size > MAX_PAYLOAD_BYTES {
+            return Ok(Payload::TooLarge(size));
+        }
+        let bytes = out.body.collect().await;
+        let bytes = bytes.map_err(|e| AwsError::local(format!("{at}: {e}")))?;
+        Ok(Payload::Found(bytes.into_bytes().to_vec()))
+    }
+
     async fn first_key(&self, prefix: &str) -> Result<Option<String>, AwsError> {
         let out = self
             .client
@@ -205,6 +241,14 @@ impl<T: ObjectStore> ObjectStore for std::sync::Arc<T> {
     ) -> impl Future<Output = Result<Option<String>, AwsError>> + Send {
         (**self).first_key(prefix)
     }
+
+    fn bucket(&self) -> &str {
+        (**self).bucket()
+    }
+
+    fn payload(&self, pointer: &Pointer) -> impl Future<Output = Result<Payload, AwsError>> + Send {
+        (**self).payload(pointer)
+    }
 }
 
 impl<T: ObjectStore> ObjectStore for &T {
@@ -229,5 +273,13 @@ impl<T: ObjectStore> ObjectStore for &T {
         prefix: &str,
     ) -> impl Future<Output = Result<Option<String>, AwsError>> + Send {
         (**self).first_key(prefix)
+    }
+
+    fn bucket(&self) -> &str {
+        (**self).bucket()
+    }
+
+    fn payload(&self, pointer: &Pointer) -> impl Future<Output = Result<Payload, AwsError>> + Send {
+        (**self).payload(pointer)
     }
 }

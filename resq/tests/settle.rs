@@ -514,3 +514,74 @@ proptest::proptest! {
         }
     }
 }
+
+#[tokio::test]
+async fn a_copy_too_large_for_sqs_is_stored_first_and_sent_as_a_pointer() {
+    use resq::payload::{EXTENDED_PAYLOAD_SIZE, Pointer};
+    // GIVEN a copy a byte over SQS's limit, and a small one
+    let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+    let settler = Settler::new(&sqs, &store, "test");
+    let big = "x".repeat(resq::attributes::MAX_MESSAGE_BYTES + 1);
+    let mut plan = Plan::new();
+    let sent = plan.push(copy(&big, Some("tenant-a")));
+    plan.push(copy("small", None));
+    // WHEN it settles (twice: a retried copy finds its payload stored)
+    for _ in 0..2 {
+        let report = settler.settle(&plan, later(), &Unpaced).await;
+        assert!(report.get(sent).is_confirmed(), "{report:?}");
+    }
+    // THEN the body is in the store, named by its content, and the copy is its pointer
+    let copies = sqs.sent(MAIN);
+    let pointers: Vec<_> = copies
+        .iter()
+        .filter_map(|m| Pointer::parse(&m.body))
+        .collect();
+    assert_eq!(
+        pointers.len(),
+        2,
+        "{:?}",
+        copies.iter().map(|m| m.body.len()).collect::<Vec<_>>()
+    );
+    let pointer = &pointers[0];
+    assert_eq!(
+        (pointer.bucket.as_str(), pointer.key.as_str()),
+        (
+            resq_testing::MEMORY_BUCKET,
+            resq::payload::key_of(&big).as_str()
+        )
+    );
+    assert_eq!(store.keys("payloads/"), vec![pointer.key.clone()]);
+    let copy = copies.iter().find(|m| m.body == pointer.body()).unwrap();
+    assert_eq!(copy.group_id.as_deref(), Some("tenant-a"));
+    assert_eq!(
+        copy.attributes[EXTENDED_PAYLOAD_SIZE].string_value,
+        Some(big.len().to_string())
+    );
+    assert!(copies.iter().any(|m| m.body == "small"));
+}
+
+#[tokio::test]
+async fn a_copy_whose_payload_cannot_be_stored_is_not_sent() {
+    let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+    store.set_failing(true);
+    let settler = Settler::new(&sqs, &store, "test");
+    let mut plan = Plan::new();
+    let big = plan.push(copy(
+        &"x".repeat(resq::attributes::MAX_MESSAGE_BYTES + 1),
+        None,
+    ));
+    let after = plan.then(big, delete("never"));
+    let report = settler.settle(&plan, later(), &Unpaced).await;
+    assert!(
+        matches!(
+            report.get(big),
+            Confirmation::Failed(SettleError::Refused(_))
+        ),
+        "{report:?}"
+    );
+    assert!(matches!(
+        report.get(after),
+        Confirmation::NotAttempted(Unattempted::Blocked)
+    ));
+    assert!(sqs.sent(MAIN).is_empty());
+}

@@ -32,6 +32,7 @@ use resq::error::AwsError;
 use resq::mapping::{EventSourceMappings, Mapping, MappingState};
 use resq::sqs::MAX_VISIBILITY_TIMEOUT;
 use resq::sqs::{OutgoingMessage, Queues, ReceivedMessage};
+use resq::payload::{Payload, Pointer};
 use resq::store::{ObjectStore, PutOutcome};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -550,7 +551,24 @@ impl MemoryStore {
     }
 }
 
+/// The bucket a [`MemoryStore`] says it is.
+pub const MEMORY_BUCKET: &str = "memory-bucket";
+
 impl ObjectStore for MemoryStore {
+    fn bucket(&self) -> &str {
+        MEMORY_BUCKET
+    }
+
+    /// A pointer into [`MEMORY_BUCKET`] reads from this store; one into any other bucket
+    /// finds nothing.
+    async fn payload(&self, pointer: &Pointer) -> Result<Payload, AwsError> {
+        self.check(&pointer.key)?;
+        let object = (pointer.bucket == MEMORY_BUCKET)
+            .then(|| lock(&self.objects).get(&pointer.key).cloned())
+            .flatten();
+        Ok(object.map_or(Payload::Missing, Payload::Found))
+    }
+
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, AwsError> {
         self.check(key)?;
         Ok(lock(&self.objects).get(key).cloned())

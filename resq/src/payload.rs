@@ -1,0 +1,210 @@
+//! Large payloads (docs/design.md, "Large payloads"): the pointers of AWS's SQS extended
+//! client libraries, read and written. A body that is such a pointer names an S3 object that
+//! holds the real payload; the consumer reads it before the handler runs, and a copy that would
+//! not fit in an SQS message stores its body under [`PREFIX`] in the archive bucket and travels
+//! as a pointer itself ([`offload`], carried out by the settle executor).
+
+use serde_json::json;
+
+use crate::attributes::{
+    self, AttributeValue, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, MessageAttributes,
+};
+
+/// The class name the extended clients put first in a pointer body.
+pub const POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
+/// The attribute an extended client sets on a pointer message: the payload's size in bytes.
+pub const EXTENDED_PAYLOAD_SIZE: &str = "ExtendedPayloadSize";
+/// Where resq stores the bodies of copies too large for SQS, in the archive bucket.
+pub const PREFIX: &str = "payloads/";
+/// The largest payload resq reads into memory (a pointer to a larger one is a permanent
+/// failure, `PAYLOAD_TOO_LARGE`): an invocation runs up to 64 records at once in 256 MB.
+pub const MAX_PAYLOAD_BYTES: u64 = 8 * 1_048_576;
+
+/// Where a pointer body says the payload is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pointer {
+    /// `s3BucketName`.
+    pub bucket: String,
+    /// `s3Key`.
+    pub key: String,
+}
+
+impl Pointer {
+    /// The pointer `body` is, if it is one:
+    /// `["software.amazon.payloadoffloading.PayloadS3Pointer", {"s3BucketName": …, "s3Key": …}]`.
+    pub fn parse(body: &str) -> Option<Self> {
+        // a cheap test first: most bodies are orders, not pointers
+        if !body.trim_start().starts_with('[') || !body.contains(POINTER_CLASS) {
+            return None;
+        }
+        let value: serde_json::Value = serde_json::from_str(body).ok()?;
+        let [class, fields] = value.as_array()?.as_slice() else {
+            return None;
+        };
+        if class.as_str()? != POINTER_CLASS {
+            return None;
+        }
+        let field = |name: &str| fields.get(name)?.as_str().map(str::to_owned);
+        Some(Self {
+            bucket: field("s3BucketName")?,
+            key: field("s3Key")?,
+        })
+    }
+
+    /// The pointer as a message body, in the extended clients' format.
+    pub fn body(&self) -> String {
+        json!([POINTER_CLASS, {"s3BucketName": self.bucket, "s3Key": self.key}]).to_string()
+    }
+}
+
+/// What reading a pointer's object found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// The payload.
+    Found(Vec<u8>),
+    /// No object at the pointer (`NoSuchKey`, `NoSuchBucket`).
+    Missing,
+    /// An object larger than [`MAX_PAYLOAD_BYTES`], of this many bytes: not read.
+    TooLarge(u64),
+}
+
+/// Why a copy cannot be sent, even as a pointer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unfit {
+    /// Too large for SQS, and a pointer needs an attribute more than SQS allows.
+    #[error("a copy would be {size} bytes, and its pointer needs an 11th attribute")]
+    AttributeLimit {
+        /// The size SQS would count.
+        size: usize,
+    },
+    /// Too large even as a pointer (its attributes alone).
+    #[error(
+        "a copy would be {size} bytes, and its attributes alone fill SQS's {MAX_MESSAGE_BYTES}"
+    )]
+    SizeLimit {
+        /// The size SQS would count.
+        size: usize,
+    },
+}
+
+/// `Ok` when a copy of `body` with `attrs` can be sent: as it is, or as a pointer (the settle
+/// executor stores the body then, [`offload`]).
+pub fn fits(body: &str, attrs: &MessageAttributes) -> Result<(), Unfit> {
+    let size = attributes::message_size(body, attrs);
+    if size <= MAX_MESSAGE_BYTES {
+        return Ok(());
+    }
+    if attrs.len() >= MAX_MESSAGE_ATTRIBUTES {
+        return Err(Unfit::AttributeLimit { size });
+    }
+    let pointer = Pointer {
+        bucket: "b".repeat(63),
+        key: key_of(body),
+    };
+    let (body, attrs) = pointer_copy(&pointer, body, attrs);
+    match attributes::message_size(&body, &attrs) <= MAX_MESSAGE_BYTES {
+        true => Ok(()),
+        false => Err(Unfit::SizeLimit { size }),
+    }
+}
+
+/// The key a body too large for SQS is stored under: named by its content, so a retried copy
+/// writes the same object (a conditional put that finds it is done).
+pub fn key_of(body: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(body.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{PREFIX}{hex}")
+}
+
+/// A copy that does not fit in SQS, as it travels: its body stored at `(bucket, key_of(body))`
+/// and replaced by the pointer, with `ExtendedPayloadSize`; `None` when it fits as it is.
+pub fn offload(
+    body: &str,
+    attrs: &MessageAttributes,
+    bucket: &str,
+) -> Option<(Pointer, String, MessageAttributes)> {
+    if attributes::message_size(body, attrs) <= MAX_MESSAGE_BYTES {
+        return None;
+    }
+    let pointer = Pointer {
+        bucket: bucket.to_owned(),
+        key: key_of(body),
+    };
+    let (pointer_body, attrs) = pointer_copy(&pointer, body, attrs);
+    Some((pointer, pointer_body, attrs))
+}
+
+fn pointer_copy(
+    pointer: &Pointer,
+    body: &str,
+    attrs: &MessageAttributes,
+) -> (String, MessageAttributes) {
+    let mut attrs = attrs.clone();
+    attrs.insert(
+        EXTENDED_PAYLOAD_SIZE.to_owned(),
+        AttributeValue::number(body.len() as u64),
+    );
+    (pointer.body(), attrs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // GIVEN the body the Java and Python extended clients send
+    const JAVA: &str = r#"["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":"orders-payloads","s3Key":"4b0b8a0e-5d2c-4a2e-9a38-2f0c1e0d7b11"}]"#;
+
+    #[test]
+    fn reads_the_extended_clients_pointer_and_writes_it_back() {
+        let p = Pointer::parse(JAVA).expect("a pointer");
+        assert_eq!(p.bucket, "orders-payloads");
+        assert_eq!(p.key, "4b0b8a0e-5d2c-4a2e-9a38-2f0c1e0d7b11");
+        assert_eq!(Pointer::parse(&p.body()), Some(p));
+    }
+
+    #[test]
+    fn an_order_or_a_lookalike_is_no_pointer() {
+        for body in [
+            r#"{"orderId":"o-1"}"#,
+            r#"["software.amazon.payloadoffloading.PayloadS3Pointer"]"#,
+            r#"["other.Class",{"s3BucketName":"b","s3Key":"k"}]"#,
+            r#"["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":"b"}]"#,
+            "[software.amazon.payloadoffloading.PayloadS3Pointer",
+        ] {
+            assert_eq!(Pointer::parse(body), None, "{body}");
+        }
+    }
+
+    #[test]
+    fn a_copy_over_sqs_limit_travels_as_a_pointer_that_fits() {
+        let body = "x".repeat(MAX_MESSAGE_BYTES);
+        let mut attrs = MessageAttributes::new();
+        attrs.insert("x-failure-reason".into(), AttributeValue::string("R"));
+        assert_eq!(fits(&body, &attrs), Ok(()));
+        let (pointer, sent, sent_attrs) = offload(&body, &attrs, "archive").expect("offloaded");
+        assert_eq!(pointer.key, key_of(&body));
+        assert!(pointer.key.starts_with(PREFIX));
+        assert_eq!(Pointer::parse(&sent), Some(pointer));
+        assert_eq!(
+            sent_attrs[EXTENDED_PAYLOAD_SIZE].string_value.as_deref(),
+            Some(body.len().to_string().as_str())
+        );
+        assert!(attributes::message_size(&sent, &sent_attrs) <= MAX_MESSAGE_BYTES);
+        // what fits is sent as it is
+        assert_eq!(offload("{}", &attrs, "archive"), None);
+    }
+
+    #[test]
+    fn a_pointer_needs_a_free_attribute() {
+        let body = "x".repeat(MAX_MESSAGE_BYTES);
+        let attrs: MessageAttributes = (0..MAX_MESSAGE_ATTRIBUTES)
+            .map(|i| (format!("a{i}"), AttributeValue::string("v")))
+            .collect();
+        assert!(matches!(
+            fits(&body, &attrs),
+            Err(Unfit::AttributeLimit { .. })
+        ));
+        assert_eq!(fits("{}", &attrs), Ok(()));
+    }
+}
