@@ -12,7 +12,7 @@ use rand::Rng;
 use resq::archive::{ArchiveEntry, OriginalMessage};
 use resq::attributes::{
     self, AttributeLimitExceeded, AttributeValue, FAILURE_CLASS_PERMANENT, FAILURE_CLASS_TRANSIENT,
-    MAX_MESSAGE_BYTES, X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT,
+    X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT,
 };
 use resq::reason::{ArchiveReason, ErrorCode, FailureReason};
 use resq::settle::{Action, QueueUrl};
@@ -452,12 +452,9 @@ pub enum CopyRefused {
     /// More than 10 attributes.
     #[error(transparent)]
     AttributeLimit(#[from] AttributeLimitExceeded),
-    /// Body plus attributes over SQS's 1 MiB.
-    #[error("a copy would be {size} bytes; SQS allows {MAX_MESSAGE_BYTES}")]
-    SizeLimit {
-        /// The size SQS would count.
-        size: usize,
-    },
+    /// Body plus attributes over SQS's 1 MiB, and no pointer can carry it.
+    #[error(transparent)]
+    Unfit(#[from] resq::payload::Unfit),
 }
 
 impl CopyRefused {
@@ -465,7 +462,7 @@ impl CopyRefused {
     pub fn reason(&self) -> ArchiveReason {
         match self {
             CopyRefused::AttributeLimit(_) => ArchiveReason::AttributeLimit,
-            CopyRefused::SizeLimit { .. } => ArchiveReason::SizeLimit,
+            CopyRefused::Unfit(unfit) => unfit.reason(),
         }
     }
 }
@@ -489,10 +486,7 @@ pub fn dead_letter_copy(
     }
     let attributes = attributes::copy_attributes(&record.message_attributes, set)?;
     let body = record.body.clone().unwrap_or_default();
-    let size = attributes::message_size(&body, &attributes);
-    if size > MAX_MESSAGE_BYTES {
-        return Err(CopyRefused::SizeLimit { size });
-    }
+    resq::payload::fits(&body, &attributes)?;
     let (group_id, deduplication_id) = resq::sqs::copy_ids(
         dlq_is_fifo,
         record.group_id.as_deref(),
@@ -562,6 +556,7 @@ mod tests {
     use crate::fixtures::{fifo_records, parse_event, rec};
     use rand::SeedableRng;
     use rand::rngs::StdRng;
+    use resq::attributes::MAX_MESSAGE_BYTES;
     use resq::config::CommonConfig;
     use serde_json::{Value, json};
 
@@ -1048,16 +1043,27 @@ mod tests {
         );
     }
     #[test]
-    fn dead_letter_copy_over_the_size_limit_fails() {
-        // a body that fits alone, but not with the failure marks
+    fn a_dead_letter_copy_over_the_size_limit_travels_as_a_pointer() {
+        // a body that fits alone, but not with the failure marks: the copy keeps it whole (the
+        // settle executor stores it and sends the pointer), unless no attribute is left for one
         let body = format!("{{{}", "x".repeat(MAX_MESSAGE_BYTES - 10));
         let records = parse_event(json!({"Records": [rec("a", json!({"body": body}))]})).unwrap();
+        let copy = dead_letter_copy(&records[0], "permanent", "MALFORMED_JSON", false).unwrap();
+        assert_eq!(copy.body, body);
+        assert!(copy.size() > MAX_MESSAGE_BYTES);
+        let attrs: serde_json::Map<String, serde_json::Value> = (0..7)
+            .map(|i| {
+                (
+                    format!("a{i}"),
+                    json!({"dataType": "String", "stringValue": "v"}),
+                )
+            })
+            .collect();
+        let full = rec("b", json!({"body": body, "messageAttributes": attrs}));
+        let records = parse_event(json!({"Records": [full]})).unwrap();
         let refused =
             dead_letter_copy(&records[0], "permanent", "MALFORMED_JSON", false).unwrap_err();
-        assert_eq!(refused.reason(), ArchiveReason::SizeLimit);
-        assert!(
-            matches!(refused, CopyRefused::SizeLimit { size } if size > MAX_MESSAGE_BYTES),
-            "{refused:?}"
-        );
+        assert!(matches!(refused, CopyRefused::Unfit(_)), "{refused:?}");
+        assert_eq!(refused.reason(), ArchiveReason::AttributeLimit);
     }
 }

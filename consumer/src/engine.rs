@@ -23,6 +23,8 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use resq::correlation::CorrelationKey;
 use resq::metrics;
+use resq::payload::{MAX_PAYLOAD_BYTES, Payload, Pointer};
+use resq::reason::{ErrorCode, FailureReason};
 use resq::settle::{Action, Confirmation, Deadlines, QueueUrl, Settler};
 use resq::sqs::QueueLimits;
 use resq::sqs::Queues;
@@ -33,7 +35,7 @@ use tracing::{Instrument, Span, field};
 use crate::account::{self, BatchReport, Tally};
 use crate::decide::{self, Fate, Horizon, Ran};
 use crate::event::{self, EventError, Record, SqsInvocation};
-use crate::handler::{MessageHandler, RecordMeta};
+use crate::handler::{HandlerError, MessageHandler, RecordMeta};
 use crate::retry_budget::{Delivery, RetryBudget};
 
 /// Who archive entries are signed by.
@@ -387,7 +389,15 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         stop_by: Instant,
     ) -> Settling {
         let runs = decide::runs(record, &self.config, horizon.now_ms);
-        let parsed = runs.then(|| self.parse(record));
+        let pointer = record.body.as_deref().and_then(Pointer::parse);
+        let parsed = match (runs, pointer) {
+            (false, _) => None,
+            (true, None) => Some(self.parse(record.body.as_deref())),
+            (true, Some(pointer)) => Some(match self.payload(&pointer, stop_by).await {
+                Ok(payload) => self.parse(Some(&payload)),
+                Err(ran) => Err(ran),
+            }),
+        };
         let business_id = match &parsed {
             Some(Ok(message)) => {
                 std::panic::catch_unwind(AssertUnwindSafe(|| self.handler.business_id(message)))
@@ -451,11 +461,33 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         f(&mut self.retry_budget.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// The payload an extended-client pointer names, read by `stop_by`; or how the record
+    /// ends: no object (or one too large) is permanent, any other failure transient.
+    async fn payload(&self, pointer: &Pointer, stop_by: Instant) -> Result<String, Ran> {
+        let at = format!("s3://{}/{}", pointer.bucket, pointer.key);
+        let read = self.settler.store().payload(pointer);
+        let failed = |e| Err(Ran::Handled(Err(e)));
+        match tokio::time::timeout_at(stop_by.into(), read).await {
+            Ok(Ok(Payload::Found(bytes))) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+            Ok(Ok(Payload::Missing)) => failed(HandlerError::permanent(
+                FailureReason::PayloadNotFound.code(),
+                format!("{at}: no such object"),
+            )),
+            Ok(Ok(Payload::TooLarge(size))) => failed(HandlerError::permanent(
+                FailureReason::PayloadTooLarge.code(),
+                format!("{at}: {size} bytes, over the {MAX_PAYLOAD_BYTES} resq reads"),
+            )),
+            Ok(Err(e)) => failed(HandlerError::transient(
+                ErrorCode::PayloadUnreadable.code(),
+                e.to_string(),
+            )),
+            Err(_) => Err(Ran::TimedOut),
+        }
+    }
+
     /// The handler's parsing: the team's code, so a panic there is the record's failure.
-    fn parse(&self, record: &Record) -> Result<H::Message, Ran> {
-        let parsed = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            self.handler.parse(record.body.as_deref())
-        }));
+    fn parse(&self, body: Option<&str>) -> Result<H::Message, Ran> {
+        let parsed = std::panic::catch_unwind(AssertUnwindSafe(|| self.handler.parse(body)));
         match parsed {
             Ok(Ok(message)) => Ok(message),
             Ok(Err(rejection)) => Err(Ran::Rejected(rejection)),

@@ -1550,3 +1550,47 @@ async fn first_deliveries_earn_redeliveries_their_share_in_events_other_projects
     assert!(changes.ends_with(&vec![longest.clone(); 5]), "{changes:?}");
     assert_eq!(changes.iter().filter(|c| **c == longest).count(), 5);
 }
+
+#[tokio::test]
+async fn an_extended_client_pointer_runs_its_payload_and_travels_as_the_pointer() {
+    use resq::payload::Pointer;
+    // GIVEN pointers as an extended client sends them: one to a stored order, one to nothing
+    let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+    store
+        .put_if_absent("big/o-1", order("o-1").into_bytes())
+        .await
+        .unwrap();
+    let pointer = |key: &str| {
+        let bucket = resq_testing::MEMORY_BUCKET.to_owned();
+        let key = key.to_owned();
+        Pointer { bucket, key }.body()
+    };
+    let (found, gone) = (pointer("big/o-1"), pointer("big/gone"));
+    let consumer = recording(&queues, &store, "http://127.0.0.1/1/dlq");
+    let event =
+        json!({"Records": [record("a", &found, None, None), record("b", &gone, None, None)]});
+    // WHEN the batch runs
+    let report = consumer.process(event, later()).await.unwrap();
+    // THEN the payload is the order the handler recorded; a pointer to nothing is permanent,
+    // and its DLQ copy is the pointer
+    assert_eq!(
+        report.outcomes,
+        vec![
+            Outcome::Processed,
+            Outcome::DeadLettered("PAYLOAD_NOT_FOUND".into())
+        ]
+    );
+    assert_eq!(store.keys("orders/"), vec!["orders/o-1.json".to_owned()]);
+    let copies = dlq_copies(&queues);
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].body, gone);
+    // AND a store that cannot be read makes the pointer a transient failure, retried
+    store.set_failing(true);
+    let event = json!({"Records": [record("c", &found, None, None)]});
+    let report = consumer.process(event, later()).await.unwrap();
+    assert!(
+        matches!(&report.outcomes[0], Outcome::Failed(Failure::Transient { code, .. }) if code == "PAYLOAD_UNREADABLE"),
+        "{:?}",
+        report.outcomes
+    );
+}

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::config::PermanentAction;
 use resq::attributes::{
-    self, AttributeValue, MAX_MESSAGE_BYTES, MessageAttributes, RedriveCount, X_FAILURE_CLASS,
-    X_FAILURE_REASON, X_FIRST_SENT_AT, X_REDRIVE_COUNT,
+    self, AttributeValue, MessageAttributes, RedriveCount, X_FAILURE_CLASS, X_FAILURE_REASON,
+    X_FIRST_SENT_AT, X_REDRIVE_COUNT,
 };
 use resq::reason::{ArchiveReason, FailureReason};
 pub use resq::sqs::{OutgoingMessage, ReceivedMessage};
@@ -203,12 +203,10 @@ pub fn next_redrive_count(m: &ReceivedMessage) -> Result<u64, ArchiveReason> {
     }
 }
 
-/// `Ok` when the body with these attributes fits in an SQS message.
+/// `Ok` when the body with these attributes can be sent: in an SQS message, or as a pointer
+/// to the body stored in the archive bucket.
 fn fits(m: &ReceivedMessage, attributes: &MessageAttributes) -> Result<(), ArchiveReason> {
-    if attributes::message_size(&m.body, attributes) > MAX_MESSAGE_BYTES {
-        return Err(ArchiveReason::SizeLimit);
-    }
-    Ok(())
+    resq::payload::fits(&m.body, attributes).map_err(|unfit| unfit.reason())
 }
 
 /// When a kept permanent failure's TTL ends (epoch millis): it is hidden until then, so that
@@ -489,11 +487,16 @@ mod tests {
         let mut m = msg(&[], NOW);
         m.message_attributes = ten.into_iter().collect();
         assert_eq!(replay(&m, false), Err(ArchiveReason::AttributeLimit));
+        // a body SQS took, over its limit with the replay's count: sent whole (the settle
+        // executor stores it and sends its pointer), unless no attribute is left for a pointer
         let mut big = msg(&[], NOW);
-        big.body = "x".repeat(MAX_MESSAGE_BYTES - 20);
-        assert_eq!(replay(&big, false), Err(ArchiveReason::SizeLimit));
-        big.body = "x".repeat(MAX_MESSAGE_BYTES - 100);
-        assert!(replay(&big, false).unwrap().size() <= MAX_MESSAGE_BYTES);
+        big.body = "x".repeat(attributes::MAX_MESSAGE_BYTES - 20);
+        assert_eq!(replay(&big, false).unwrap().body, big.body);
+        let eight: Vec<(String, AttributeValue)> = (0..8)
+            .map(|i| (format!("a{i}"), AttributeValue::string("v")))
+            .collect();
+        big.message_attributes = eight.into_iter().collect();
+        assert_eq!(replay(&big, false), Err(ArchiveReason::AttributeLimit));
     }
 
     #[test]
@@ -510,7 +513,10 @@ mod tests {
         let mut crowded = msg(&[], NOW);
         crowded.message_attributes = ten.into_iter().collect();
         let mut huge = msg(&[], NOW);
-        huge.body = "x".repeat(MAX_MESSAGE_BYTES - 20);
+        huge.body = "x".repeat(attributes::MAX_MESSAGE_BYTES - 20);
+        huge.message_attributes = (0..8)
+            .map(|i| (format!("a{i}"), AttributeValue::string("v")))
+            .collect();
         for (m, r) in [
             (msg(&[count("3")], NOW), &rules()),
             (msg(&[count("x")], NOW), &rules()),

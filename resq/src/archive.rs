@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::attributes::{MessageAttributes, RedriveCount, first_sent_at, parse_redrive_count};
 use crate::error::AwsError;
+use crate::payload::{MAX_PAYLOAD_BYTES, Payload, Pointer};
 use crate::reason::ArchiveReason;
 use crate::store::{ObjectStore, PutOutcome};
 
@@ -181,6 +182,26 @@ impl<S: ObjectStore> Archiver<S> {
         &self.store
     }
 
+    /// The payload a pointer body names, to keep beside the pointer (so the entry stays whole
+    /// when the object is gone), or why it could not be kept; `(None, None)` for any other body.
+    async fn payload(&self, body: &str) -> (Option<String>, Option<String>) {
+        let Some(pointer) = Pointer::parse(body) else {
+            return (None, None);
+        };
+        let at = format!("s3://{}/{}", pointer.bucket, pointer.key);
+        match self.store.payload(&pointer).await {
+            Ok(Payload::Found(bytes)) => (Some(String::from_utf8_lossy(&bytes).into_owned()), None),
+            Ok(Payload::Missing) => (None, Some(format!("{at}: no such object"))),
+            Ok(Payload::TooLarge(size)) => (
+                None,
+                Some(format!(
+                    "{at}: {size} bytes, over the {MAX_PAYLOAD_BYTES} resq reads"
+                )),
+            ),
+            Err(e) => (None, Some(e.to_string())),
+        }
+    }
+
     /// Writes `entry` as archived at `at`; returns its key. An entry already there counts as written.
     ///
     /// The key's day is the day the message was first sent (`facts.first_sent_at`), not the
@@ -210,8 +231,13 @@ impl<S: ObjectStore> Archiver<S> {
             .and_then(|ms| Utc.timestamp_millis_opt(ms).single())
             .unwrap_or(at);
         let key = archive_key(entry.reason, day, &entry.message.message_id);
+        let (payload, payload_unread) = self.payload(&entry.message.body).await;
         let envelope = EnvelopeRef {
-            original_message: &entry.message,
+            original_message: OriginalRef {
+                message: &entry.message,
+                payload,
+                payload_unread,
+            },
             metadata,
         };
         let body = serde_json::to_vec(&envelope).map_err(|e| AwsError::local(e.to_string()))?;
@@ -224,8 +250,20 @@ impl<S: ObjectStore> Archiver<S> {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct EnvelopeRef<'a> {
-    original_message: &'a OriginalMessage,
+    original_message: OriginalRef<'a>,
     metadata: ArchiveMetadata,
+}
+
+/// The message as archived: with the payload its body points to, when it is a pointer.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OriginalRef<'a> {
+    #[serde(flatten)]
+    message: &'a OriginalMessage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_unread: Option<String>,
 }
 
 /// One message to archive, with why: what the settle executor's archive action writes.

@@ -87,6 +87,16 @@ pub enum Unfit {
     },
 }
 
+impl Unfit {
+    /// The archive reason of a message whose copy cannot be sent.
+    pub fn reason(&self) -> crate::reason::ArchiveReason {
+        match self {
+            Unfit::AttributeLimit { .. } => crate::reason::ArchiveReason::AttributeLimit,
+            Unfit::SizeLimit { .. } => crate::reason::ArchiveReason::SizeLimit,
+        }
+    }
+}
+
 /// `Ok` when a copy of `body` with `attrs` can be sent: as it is, or as a pointer (the settle
 /// executor stores the body then, [`offload`]).
 pub fn fits(body: &str, attrs: &MessageAttributes) -> Result<(), Unfit> {

@@ -142,6 +142,9 @@ codes! {
         /// not run, backed off the longest; on its last allowed receive, the
         /// `x-failure-reason` of its transient DLQ copy.
         RetryBudget => "RETRY_BUDGET",
+        /// An extended-client pointer's payload could not be read (transient: retried, then
+        /// dead-lettered with this reason).
+        PayloadUnreadable => "PAYLOAD_UNREADABLE",
     }
 }
 
@@ -166,6 +169,11 @@ codes! {
         /// A different order (another `userId` or other `items`) under an `orderId` already
         /// recorded: acknowledging it as done would lose it.
         OrderIdConflict => "ORDER_ID_CONFLICT",
+        /// An extended-client pointer that names no object: its payload is gone.
+        PayloadNotFound => "PAYLOAD_NOT_FOUND",
+        /// An extended-client pointer to a payload larger than resq reads
+        /// (`resq::payload::MAX_PAYLOAD_BYTES`).
+        PayloadTooLarge => "PAYLOAD_TOO_LARGE",
     }
 }
 

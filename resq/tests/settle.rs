@@ -585,3 +585,63 @@ async fn a_copy_whose_payload_cannot_be_stored_is_not_sent() {
     ));
     assert!(sqs.sent(MAIN).is_empty());
 }
+
+#[tokio::test]
+async fn an_archived_pointer_keeps_its_payload_beside_it() {
+    use resq::payload::Pointer;
+    use resq::store::ObjectStore;
+    // GIVEN two pointer messages: one whose payload is stored, one whose object is gone
+    let (sqs, store) = (MemorySqs::default(), MemoryStore::default());
+    store
+        .put_if_absent("payloads/p1", b"{\"orderId\":\"o-1\"}".to_vec())
+        .await
+        .unwrap();
+    let settler = Settler::new(&sqs, &store, "redriver");
+    let mut plan = Plan::new();
+    let entries: Vec<ActionId> = ["payloads/p1", "payloads/gone"]
+        .iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let pointer = Pointer {
+                bucket: resq_testing::MEMORY_BUCKET.into(),
+                key: (*key).into(),
+            };
+            let message = OriginalMessage {
+                message_id: format!("m{i}"),
+                body: pointer.body(),
+                message_attributes: MessageAttributes::new(),
+                attributes: BTreeMap::new(),
+                raw_record: None,
+            };
+            plan.push(Action::Archive(Box::new(ArchiveEntry::new(
+                ArchiveReason::TtlExpired,
+                DLQ,
+                message,
+                None,
+            ))))
+        })
+        .collect();
+    // WHEN they are archived
+    let report = settler.settle(&plan, later(), &Unpaced).await;
+    // THEN each entry keeps the pointer, and the payload or why it is not there
+    let entry = |id| match report.get(id) {
+        Confirmation::Confirmed(Some(key)) => {
+            let bytes = futures::executor::block_on(store.get(key))
+                .unwrap()
+                .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap()["originalMessage"].clone()
+        }
+        other => panic!("{other:?}"),
+    };
+    let (kept, gone) = (entry(entries[0]), entry(entries[1]));
+    assert!(Pointer::parse(kept["body"].as_str().unwrap()).is_some());
+    assert_eq!(kept["payload"], "{\"orderId\":\"o-1\"}");
+    assert!(gone["payload"].is_null());
+    assert!(
+        gone["payloadUnread"]
+            .as_str()
+            .unwrap()
+            .contains("no such object"),
+        "{gone}"
+    );
+}

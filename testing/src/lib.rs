@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 
 use resq::error::AwsError;
 use resq::mapping::{EventSourceMappings, Mapping, MappingState};
+use resq::payload::{Payload, Pointer};
 use resq::sqs::MAX_VISIBILITY_TIMEOUT;
 use resq::sqs::{OutgoingMessage, Queues, ReceivedMessage};
-use resq::payload::{Payload, Pointer};
 use resq::store::{ObjectStore, PutOutcome};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
