@@ -153,6 +153,7 @@ pub fn permissions() -> Vec<resq::iam::Permission> {
         engine::PERMISSIONS,
         order::PERMISSIONS,
         resq::archive::PERMISSIONS,
+        resq::payload::PERMISSIONS,
     ])
 }
 
@@ -164,5 +165,6 @@ pub fn engine_permissions() -> Vec<resq::iam::Permission> {
         lambda::PERMISSIONS,
         engine::PERMISSIONS,
         resq::archive::PERMISSIONS,
+        resq::payload::PERMISSIONS,
     ])
 }

@@ -111,5 +111,6 @@ pub fn permissions() -> Vec<resq::iam::Permission> {
         resq::keep::PERMISSIONS,
         resq::state::PERMISSIONS,
         resq::mapping::PERMISSIONS,
+        resq::payload::PERMISSIONS,
     ])
 }

@@ -210,7 +210,7 @@ proptest! {
                 prop_assert_eq!(copy.size(), message_size(&copy.body, &copy.attributes));
                 // as it travels: whole, or (too large for SQS) as a pointer to its stored body
                 let bucket = "b".repeat(63);
-                let (body, attrs) = resq::payload::offload(&copy.body, &copy.attributes, &bucket)
+                let (body, attrs) = resq::payload::offload(&copy.body, &copy.attributes, &bucket, chrono::Utc::now())
                     .map_or((copy.body.clone(), copy.attributes.clone()), |(_, b, a)| (b, a));
                 prop_assert!(attrs.len() <= MAX_MESSAGE_ATTRIBUTES);
                 prop_assert!(message_size(&body, &attrs) <= MAX_MESSAGE_BYTES, "a copy of {} bytes", message_size(&body, &attrs));

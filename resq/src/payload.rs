@@ -4,6 +4,7 @@
 //! not fit in an SQS message stores its body under [`PREFIX`] in the archive bucket and travels
 //! as a pointer itself ([`offload`], carried out by the settle executor).
 
+use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use crate::attributes::{
@@ -109,7 +110,7 @@ pub fn fits(body: &str, attrs: &MessageAttributes) -> Result<(), Unfit> {
     }
     let pointer = Pointer {
         bucket: "b".repeat(63),
-        key: key_of(body),
+        key: key_of(body, Utc::now()),
     };
     let (body, attrs) = pointer_copy(&pointer, body, attrs);
     match attributes::message_size(&body, &attrs) <= MAX_MESSAGE_BYTES {
@@ -118,28 +119,32 @@ pub fn fits(body: &str, attrs: &MessageAttributes) -> Result<(), Unfit> {
     }
 }
 
-/// The key a body too large for SQS is stored under: named by its content, so a retried copy
-/// writes the same object (a conditional put that finds it is done).
-pub fn key_of(body: &str) -> String {
+/// The key a body too large for SQS is stored under on day `at`: named by its content, so a
+/// retried copy writes the same object (a conditional put that finds it is done), and by the
+/// day, so an object found is never older than the day it is reused (the bucket's lifecycle
+/// expires `payloads/` with the order records, counted from each object's creation).
+pub fn key_of(body: &str, at: DateTime<Utc>) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(body.as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{PREFIX}{hex}")
+    format!("{PREFIX}{}/{hex}", at.format("%Y/%m/%d"))
 }
 
-/// A copy that does not fit in SQS, as it travels: its body stored at `(bucket, key_of(body))`
-/// and replaced by the pointer, with `ExtendedPayloadSize`; `None` when it fits as it is.
+/// A copy that does not fit in SQS, as it travels on day `at`: its body stored at
+/// `(bucket, key_of(body, at))` and replaced by the pointer, with `ExtendedPayloadSize`; `None`
+/// when it fits as it is.
 pub fn offload(
     body: &str,
     attrs: &MessageAttributes,
     bucket: &str,
+    at: DateTime<Utc>,
 ) -> Option<(Pointer, String, MessageAttributes)> {
     if attributes::message_size(body, attrs) <= MAX_MESSAGE_BYTES {
         return None;
     }
     let pointer = Pointer {
         bucket: bucket.to_owned(),
-        key: key_of(body),
+        key: key_of(body, at),
     };
     let (pointer_body, attrs) = pointer_copy(&pointer, body, attrs);
     Some((pointer, pointer_body, attrs))
@@ -157,6 +162,15 @@ fn pointer_copy(
     );
     (pointer.body(), attrs)
 }
+
+/// What storing and reading payloads needs (both functions copy and archive): objects under
+/// [`PREFIX`] in the archive bucket, and, when the stack names one, the producers' payload
+/// bucket (`ProducerPayloadBucket`), read only.
+pub const PERMISSIONS: &[crate::iam::Permission] = &[
+    crate::iam::Permission::new("s3:PutObject", "ArchiveBucket/payloads/*"),
+    crate::iam::Permission::new("s3:GetObject", "ArchiveBucket/payloads/*"),
+    crate::iam::Permission::new("s3:GetObject", "ProducerPayloadBucket/*"),
+];
 
 #[cfg(test)]
 mod tests {
@@ -192,9 +206,14 @@ mod tests {
         let mut attrs = MessageAttributes::new();
         attrs.insert("x-failure-reason".into(), AttributeValue::string("R"));
         assert_eq!(fits(&body, &attrs), Ok(()));
-        let (pointer, sent, sent_attrs) = offload(&body, &attrs, "archive").expect("offloaded");
-        assert_eq!(pointer.key, key_of(&body));
-        assert!(pointer.key.starts_with(PREFIX));
+        let at = Utc::now();
+        let (pointer, sent, sent_attrs) = offload(&body, &attrs, "archive", at).expect("offloaded");
+        assert_eq!(pointer.key, key_of(&body, at));
+        assert!(
+            pointer
+                .key
+                .starts_with(&format!("{PREFIX}{}/", at.format("%Y/%m/%d")))
+        );
         assert_eq!(Pointer::parse(&sent), Some(pointer));
         assert_eq!(
             sent_attrs[EXTENDED_PAYLOAD_SIZE].string_value.as_deref(),
@@ -202,7 +221,7 @@ mod tests {
         );
         assert!(attributes::message_size(&sent, &sent_attrs) <= MAX_MESSAGE_BYTES);
         // what fits is sent as it is
-        assert_eq!(offload("{}", &attrs, "archive"), None);
+        assert_eq!(offload("{}", &attrs, "archive", at), None);
     }
 
     #[test]

@@ -507,9 +507,12 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
         by: Instant,
     ) -> Result<Cow<'m, OutgoingMessage>, Confirmation> {
         let store = self.archiver.store();
-        let Some((pointer, body, attributes)) =
-            crate::payload::offload(&message.body, &message.attributes, store.bucket())
-        else {
+        let Some((pointer, body, attributes)) = crate::payload::offload(
+            &message.body,
+            &message.attributes,
+            store.bucket(),
+            chrono::Utc::now(),
+        ) else {
             return Ok(Cow::Borrowed(message));
         };
         let put = async {

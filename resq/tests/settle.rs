@@ -547,7 +547,7 @@ async fn a_copy_too_large_for_sqs_is_stored_first_and_sent_as_a_pointer() {
         (pointer.bucket.as_str(), pointer.key.as_str()),
         (
             resq_testing::MEMORY_BUCKET,
-            resq::payload::key_of(&big).as_str()
+            resq::payload::key_of(&big, chrono::Utc::now()).as_str()
         )
     );
     assert_eq!(store.keys("payloads/"), vec![pointer.key.clone()]);

@@ -376,6 +376,10 @@ fn function_resource_name(r: &Value) -> String {
         };
     }
     match &r["Fn::Sub"] {
+        // a bucket the stack is given by name (a parameter)
+        Value::String(s) if s.starts_with("arn:${AWS::Partition}:s3:::${") => s
+            .trim_start_matches("arn:${AWS::Partition}:s3:::${")
+            .replacen('}', "", 1),
         Value::String(s) => {
             let (reference, tail) = s
                 .strip_prefix("${")
@@ -402,9 +406,17 @@ fn function_yaml_grants_what_the_engine_calls_and_the_handler_brings_its_own() {
     let key = "arn:aws:kms:us-east-1:123456789012:key/k";
     let policy = "arn:aws:iam::123456789012:policy/settle-payments-ledger";
     for (params, with_key, with_policy) in [
-        (vec![], false, false),
         (
-            vec![("EncryptionKeyArn", key), ("HandlerPolicyArns", policy)],
+            vec![("ProducerPayloadBucket", "producer-payloads")],
+            false,
+            false,
+        ),
+        (
+            vec![
+                ("EncryptionKeyArn", key),
+                ("HandlerPolicyArns", policy),
+                ("ProducerPayloadBucket", "producer-payloads"),
+            ],
             true,
             true,
         ),

@@ -29,7 +29,11 @@ fn stack<'a>(t: &'a Value, encryption: &'a str) -> Resolver<'a> {
     Resolver::new(
         t,
         "stk",
-        &[("Encryption", encryption), ("CreateOrdersTopic", topic)],
+        &[
+            ("Encryption", encryption),
+            ("CreateOrdersTopic", topic),
+            ("ProducerPayloadBucket", "producer-payloads"),
+        ],
     )
 }
 
@@ -78,6 +82,9 @@ fn resource_name(r: &Value, condition: &Value) -> String {
             .unwrap_or_else(|| panic!("not one of this stack's resources: {r}"));
         if let Some((_, alarm)) = sub.split_once(":alarm:${AWS::StackName}-") {
             format!("alarm:{alarm}")
+        } else if let Some(bucket) = sub.strip_prefix("arn:${AWS::Partition}:s3:::${") {
+            // a bucket the stack is given by name (a parameter)
+            bucket.replacen('}', "", 1)
         } else {
             let (reference, tail) = sub
                 .strip_prefix("${")
