@@ -13,6 +13,8 @@ use crate::attributes::{
 
 /// The class name the extended clients put first in a pointer body.
 pub const POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
+/// The class name of the Java extended client's first versions (read, never written).
+pub const LEGACY_POINTER_CLASS: &str = "com.amazon.sqs.javamessaging.MessageS3Pointer";
 /// The attribute an extended client sets on a pointer message: the payload's size in bytes.
 pub const EXTENDED_PAYLOAD_SIZE: &str = "ExtendedPayloadSize";
 /// Where resq stores the bodies of copies too large for SQS, in the archive bucket.
@@ -35,14 +37,15 @@ impl Pointer {
     /// `["software.amazon.payloadoffloading.PayloadS3Pointer", {"s3BucketName": …, "s3Key": …}]`.
     pub fn parse(body: &str) -> Option<Self> {
         // a cheap test first: most bodies are orders, not pointers
-        if !body.trim_start().starts_with('[') || !body.contains(POINTER_CLASS) {
+        let class_named = body.contains(POINTER_CLASS) || body.contains(LEGACY_POINTER_CLASS);
+        if !body.trim_start().starts_with('[') || !class_named {
             return None;
         }
         let value: serde_json::Value = serde_json::from_str(body).ok()?;
         let [class, fields] = value.as_array()?.as_slice() else {
             return None;
         };
-        if class.as_str()? != POINTER_CLASS {
+        if ![POINTER_CLASS, LEGACY_POINTER_CLASS].contains(&class.as_str()?) {
             return None;
         }
         let field = |name: &str| fields.get(name)?.as_str().map(str::to_owned);
@@ -184,7 +187,9 @@ mod tests {
         let p = Pointer::parse(JAVA).expect("a pointer");
         assert_eq!(p.bucket, "orders-payloads");
         assert_eq!(p.key, "4b0b8a0e-5d2c-4a2e-9a38-2f0c1e0d7b11");
-        assert_eq!(Pointer::parse(&p.body()), Some(p));
+        assert_eq!(Pointer::parse(&p.body()), Some(p.clone()));
+        let legacy = JAVA.replace(POINTER_CLASS, LEGACY_POINTER_CLASS);
+        assert_eq!(Pointer::parse(&legacy), Some(p));
     }
 
     #[test]

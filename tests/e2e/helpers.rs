@@ -72,9 +72,9 @@ pub const NO_BACKOFF: [(&str, &str); 2] =
 
 /// One invocation as Lambda does it: event from the received messages, call, then delete the
 /// records not reported in `batchItemFailures`.
-pub async fn invoke(
+pub async fn invoke<H: MessageHandler>(
     stack: &Stack,
-    consumer: &StackConsumer,
+    consumer: &Consumer<H, aws_sdk_sqs::Client, S3Store>,
     queue: &Queue,
     messages: &[Message],
 ) -> SqsBatchResponse {

@@ -15,6 +15,7 @@ mod levels;
 mod live;
 mod ops;
 mod own_function;
+mod payloads;
 mod redriver;
 mod security;
 mod soak;

@@ -246,16 +246,21 @@ impl Stack {
 
     /// The JSON object at `key` in `bucket` (one of the test's own).
     pub async fn json_object_in(&self, bucket: &str, key: &str) -> serde_json::Value {
-        let out = self
-            .s3
-            .get_object()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-            .expect("get object");
-        let bytes = out.body.collect().await.expect("read object").into_bytes();
+        let bytes = self.object_in(bucket, key).await;
         serde_json::from_slice(&bytes).expect("object is JSON")
+    }
+
+    /// The object at `key` in the stack's bucket.
+    pub async fn object(&self, key: &str) -> Vec<u8> {
+        self.object_in(&self.bucket, key).await
+    }
+
+    /// The object at `key` in `bucket` (one of the test's own).
+    pub async fn object_in(&self, bucket: &str, key: &str) -> Vec<u8> {
+        let out = self.s3.get_object().bucket(bucket).key(key).send().await;
+        let out = out.expect("get object");
+        let bytes = out.body.collect().await.expect("read object").into_bytes();
+        bytes.to_vec()
     }
 }
 
