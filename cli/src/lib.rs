@@ -1,6 +1,7 @@
 //! resq's operator tool, the `resq` binary (`cargo install resq-ops`): send orders, show queue
 //! and alarm state, peek and redrive the DLQ, list, show and restore the archive, pause and
-//! resume the consumer by hand, check a parameter set before deploy. Works against AWS, or a local emulator through
+//! resume the consumer by hand, check a parameter set before deploy, check any function's queue
+//! and trigger against AWS's wiring guidance. Works against AWS, or a local emulator through
 //! `--endpoint-url`; the local pipeline itself lives in the `local` crate (`resq-local`).
 //!
 //! The library is what the binary runs, one module per command, for tools and tests that drive
@@ -20,6 +21,7 @@
 
 pub mod archive;
 pub mod canary;
+pub mod check;
 pub mod consumer;
 pub mod context;
 pub mod deployed;
@@ -263,6 +265,27 @@ pub enum CliError {
         /// CloudFormation would refuse some value itself (the rules were not evaluated).
         by_cloudformation: bool,
     },
+    /// `resq check --function`: the function's queue and trigger go against AWS's guidance
+    /// (the rules broken are listed above). Exit status 1.
+    #[error(
+        "the wiring of {function} goes against AWS's guidance: {} (above); change them as said and check again",
+        settings.join(", ")
+    )]
+    Miswired {
+        /// The function.
+        function: String,
+        /// The settings in conflict, each once.
+        settings: Vec<String>,
+    },
+    /// `resq check --function`: Lambda knows no function of this name (in this region and
+    /// account). Exit status 2.
+    #[error(
+        "no function named {function} in this region and account: check the name (or ARN) and the region (--region or AWS_REGION); `aws lambda list-functions` lists them"
+    )]
+    NoSuchFunction {
+        /// The name given.
+        function: String,
+    },
 }
 
 fn not_seen(order_id: &str, unseen: usize) -> String {
@@ -328,7 +351,8 @@ impl CliError {
             | Self::Usage(_)
             | Self::NoSuchStack { .. }
             | Self::MissingFromStack { .. }
-            | Self::NoConsumerBreaker { .. } => 2,
+            | Self::NoConsumerBreaker { .. }
+            | Self::NoSuchFunction { .. } => 2,
             Self::Nowhere { .. } => 3,
             Self::NotSeen { .. } => 4,
             Self::CanaryStopped { .. } => 5,
@@ -345,7 +369,8 @@ impl CliError {
             | Self::NoSuchMapping { .. }
             | Self::MappingBusy { .. }
             | Self::BreakerInAlarm { .. }
-            | Self::Refused { .. } => 1,
+            | Self::Refused { .. }
+            | Self::Miswired { .. } => 1,
         }
     }
 }

@@ -10,7 +10,7 @@ use clap::{ArgGroup, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, S
 use resq_ops::context::{Context, Endpoint};
 use resq_ops::deployed::{self, Deployed, FromStack, Typed};
 use resq_ops::{
-    CliError, archive, canary, consumer, dlq, find, orders, render, shadow, stack, status,
+    CliError, archive, canary, check, consumer, dlq, find, orders, render, shadow, stack, status,
 };
 use resq_redriver::config::PermanentAction;
 
@@ -87,6 +87,14 @@ enum Command {
     /// Check a parameter set against the template before deploy (`make deploy` runs it).
     #[command(subcommand)]
     Stack(StackCommand),
+    /// Check a deployed function's queues and triggers against AWS's wiring guidance (the
+    /// rules `resq stack check` applies), read-only, any function, resq's or not: exit 1
+    /// naming what is wrong and what to change, 2 when no function has that name.
+    Check {
+        /// The function (name or ARN).
+        #[arg(long, value_name = "NAME")]
+        function: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -518,6 +526,11 @@ async fn run(cli: Cli, typed: Typed) -> Result<(), CliError> {
         }
         Command::Archive(ArchiveCommand::Restore(args)) => {
             restore(&ctx, &config, args, &from_stack, json).await
+        }
+        Command::Check { function } => {
+            let found = check::read(&ctx.lambda, &ctx.sqs, &function).await?;
+            print!("{}", render::function_check(&found));
+            found.failure().map_or(Ok(()), Err)
         }
         Command::Stack(_) => unreachable!("handled before the context is built"),
     }

@@ -975,20 +975,47 @@ pub fn stack_check(report: &Report, template: &std::path::Path) -> String {
         );
     }
     for v in &report.verdicts {
-        out.push_str(&match v {
-            Verdict::Holds { rule, figures } => format!("ok        {}: {figures}\n", rule.name()),
-            Verdict::Warning { rule, figures } => {
-                format!("warning   {}: {figures}\n", rule.name())
-            }
-            Verdict::Conflict(c) => format!(
-                "conflict  {} (could {}): {}: {}: {}\n",
-                c.rule.name(),
-                c.risk.word(),
-                c.parameters.join(", "),
-                c.figures,
-                c.consequence
-            ),
-        });
+        out.push_str(&verdict(v));
+    }
+    out
+}
+
+/// One rule's verdict, a line (`resq stack check` and `resq check --function`).
+fn verdict(v: &Verdict) -> String {
+    match v {
+        Verdict::Holds { rule, figures } => format!("ok        {}: {figures}\n", rule.name()),
+        Verdict::Warning { rule, figures } => format!("warning   {}: {figures}\n", rule.name()),
+        Verdict::Conflict(c) => format!(
+            "conflict  {} (could {}): {}: {}: {}\n",
+            c.rule.name(),
+            c.risk.word(),
+            c.parameters.join(", "),
+            c.figures,
+            c.consequence
+        ),
+    }
+}
+
+/// `resq check --function`: the function, then each event source mapping with its verdicts.
+pub fn function_check(check: &crate::check::FunctionCheck) -> String {
+    let mut out = format!(
+        "resq check --function {}: timeout {} s, {} event source mapping{}\n",
+        check.function,
+        crate::stack::figure(check.timeout),
+        check.sources.len(),
+        if check.sources.len() == 1 { "" } else { "s" }
+    );
+    for source in &check.sources {
+        out.push_str(&format!(
+            "mapping {} ({}) reads {}\n",
+            source.mapping, source.state, source.source_arn
+        ));
+        if source.verdicts.is_empty() {
+            out.push_str("  not an SQS queue: not checked\n");
+        }
+        for v in &source.verdicts {
+            out.push_str(&verdict(v));
+        }
     }
     out
 }

@@ -24,10 +24,16 @@ pub mod names {
     pub const MAX_RECEIVE_COUNT: &str = "MaxReceiveCount";
     /// Full-jitter backoff ceiling (`BACKOFF_MAX_SECONDS`).
     pub const BACKOFF_MAX_SECONDS: &str = "BackoffMaxSeconds";
-    /// The consumer's timeout; the main queue's visibility timeout is six times it.
+    /// The consumer's timeout; the main queue's visibility timeout is seven times it.
     pub const CONSUMER_TIMEOUT: &str = "ConsumerTimeout";
     /// Lambda's batching window of the consumer's event source.
     pub const CONSUMER_BATCHING_WINDOW_SECONDS: &str = "ConsumerBatchingWindowSeconds";
+    /// Concurrent consumer invocations (on-demand pollers' `ScalingConfig.MaximumConcurrency`).
+    pub const CONSUMER_MAXIMUM_CONCURRENCY: &str = "ConsumerMaximumConcurrency";
+    /// Provisioned pollers kept ready; 0: provisioned mode off.
+    pub const CONSUMER_MINIMUM_POLLERS: &str = "ConsumerMinimumPollers";
+    /// Provisioned pollers at most.
+    pub const CONSUMER_MAXIMUM_POLLERS: &str = "ConsumerMaximumPollers";
     /// Records per consumer invocation.
     pub const CONSUMER_BATCH_SIZE: &str = "ConsumerBatchSize";
     /// Records in flight within one invocation (`CONSUMER_CONCURRENCY`).
@@ -60,8 +66,16 @@ use names::*;
 /// SQS hides a message for at most 12 hours: no backoff is longer.
 const LONGEST_BACKOFF_SECONDS: f64 = resq::sqs::MAX_VISIBILITY_TIMEOUT.as_secs() as f64;
 /// The main queue's visibility timeout is this many consumer timeouts (the template's
-/// `ConsumerTimeouts` mapping).
-pub const VISIBILITY_PER_TIMEOUT: f64 = 6.0;
+/// `ConsumerTimeouts` mapping): AWS's six ([`LAMBDA_VISIBILITY_TIMEOUTS`]) and one more, room
+/// for a batching window up to one timeout.
+pub const VISIBILITY_PER_TIMEOUT: f64 = 7.0;
+/// AWS's guidance: a queue hides a message for at least this many of its function's timeouts,
+/// plus the batching window (Lambda retries a throttled batch within that time, and its poller
+/// holds the records through the window).
+pub const LAMBDA_VISIBILITY_TIMEOUTS: f64 = 6.0;
+/// AWS's guidance: a source queue's `maxReceiveCount` is at least this (at 1, a single
+/// throttled or failed receive dead-letters a message).
+pub const LEAST_MAX_RECEIVE_COUNT: f64 = 2.0;
 /// The period of the replays-failing alarm, in seconds (its threshold counts per period).
 pub const ALARM_PERIOD_SECONDS: f64 = 60.0;
 /// The per-record time assumed when none is given (`--record-ms`).
@@ -436,6 +450,14 @@ impl ParameterSet {
             .and_then(|(_, v)| v.value.as_deref())
     }
 
+    /// Where the value of `name` came from.
+    pub fn source(&self, name: &str) -> Option<Source> {
+        self.values
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.source)
+    }
+
     /// The values given rather than defaulted or kept from the deployed stack (which `sam
     /// deploy` keeps by itself), in the template's order.
     pub fn given(&self) -> impl Iterator<Item = (&str, &str, Source)> {
@@ -649,6 +671,11 @@ pub struct Settings {
     pub batching_window_seconds: f64,
     /// `ConsumerBatchSize`.
     pub batch_size: f64,
+    /// `ConsumerMaximumConcurrency` when given (not the template's default): the template
+    /// leaves it out in provisioned mode.
+    pub maximum_concurrency: Option<f64>,
+    /// `ConsumerMinimumPollers` and `ConsumerMaximumPollers`; `None`: provisioned mode off (0).
+    pub pollers: Option<(f64, f64)>,
     /// `ConsumerConcurrency`.
     pub concurrency: Concurrency,
     /// `DeadlineMarginMs`.
@@ -705,6 +732,14 @@ impl Settings {
             consumer_timeout: num(CONSUMER_TIMEOUT)?,
             batching_window_seconds: num(CONSUMER_BATCHING_WINDOW_SECONDS)?,
             batch_size: num(CONSUMER_BATCH_SIZE)?,
+            maximum_concurrency: match set.source(CONSUMER_MAXIMUM_CONCURRENCY) {
+                Some(Source::Default) => None,
+                _ => Some(num(CONSUMER_MAXIMUM_CONCURRENCY)?),
+            },
+            pollers: match num(CONSUMER_MINIMUM_POLLERS)? {
+                least if least > 0.0 => Some((least, num(CONSUMER_MAXIMUM_POLLERS)?)),
+                _ => None,
+            },
             concurrency: text(CONSUMER_CONCURRENCY)?.parse().map_err(|e| {
                 StackError::Unusable(format!("{CONSUMER_CONCURRENCY}: expected {e}"))
             })?,
@@ -759,6 +794,21 @@ pub enum Rule {
     BatchDeadline,
     /// `MaxMessagesPerRun=auto` and the schedule: the drain rate (a warning, never a refusal).
     ScheduledDrain,
+    /// The redriver's timeout within its schedule's period.
+    RedriverPeriod,
+    /// The queue's visibility against 6 × the function's timeout + the batching window.
+    Visibility,
+    /// The source queue has a `RedrivePolicy`.
+    DeadLetterQueue,
+    /// `maxReceiveCount` at least 2.
+    ReceivesPerTrip,
+    /// The DLQ keeps messages longer than the source queue.
+    DeadLetterRetention,
+    /// Provisioned pollers without `MaximumConcurrency`, at least 2, the maximum at least the
+    /// minimum.
+    ProvisionedPollers,
+    /// The mapping reports batch item failures (a warning).
+    BatchItemFailures,
 }
 
 impl Rule {
@@ -774,6 +824,13 @@ impl Rule {
             Self::DeadlineMargin => "deadline margin",
             Self::BatchDeadline => "batch before the deadline",
             Self::ScheduledDrain => "scheduled drain",
+            Self::RedriverPeriod => "redriver run within its period",
+            Self::Visibility => "visibility",
+            Self::DeadLetterQueue => "dead-letter queue",
+            Self::ReceivesPerTrip => "receives before the DLQ",
+            Self::DeadLetterRetention => "dead-letter retention",
+            Self::ProvisionedPollers => "provisioned pollers",
+            Self::BatchItemFailures => "partial batch responses",
         }
     }
 }
@@ -787,6 +844,10 @@ pub enum Risk {
     Double,
     /// Messages could stop moving (a breaker that never trips, records that never start).
     Stall,
+    /// A message could reach the DLQ without having run (a throttle, a single failure).
+    DeadLetter,
+    /// The function could run more at once than the operator capped.
+    Overrun,
 }
 
 impl Risk {
@@ -796,6 +857,8 @@ impl Risk {
             Self::Lose => "lose",
             Self::Double => "double",
             Self::Stall => "stall",
+            Self::DeadLetter => "dead-letter unrun",
+            Self::Overrun => "overrun its cap",
         }
     }
 }
@@ -832,7 +895,7 @@ pub struct Conflict {
     pub parameters: Vec<&'static str>,
     /// What was compared, with the numbers.
     pub figures: String,
-    /// What would go wrong.
+    /// What would go wrong (and what to change).
     pub consequence: String,
 }
 
@@ -842,6 +905,8 @@ pub fn evaluate(s: &Settings, a: &Assumptions) -> Vec<Verdict> {
     out.extend(breaker(s));
     out.extend(batch_deadline(s, a));
     out.extend(scheduled_drain(s));
+    out.extend(redriver_period(s));
+    out.extend(wiring(&Wiring::of_template(s), &TEMPLATE_NAMES));
     out
 }
 
@@ -858,7 +923,7 @@ pub fn conflicts(s: &Settings, a: &Assumptions) -> Vec<Conflict> {
 
 /// Lose: a message's retries must all fit in the main queue's retention. The longest delivery
 /// interval is the longer of the backoff's ceiling (at most SQS's 12 h) and the visibility
-/// timeout (6 × `ConsumerTimeout`: after an invocation that crashed or timed out), plus the
+/// timeout (7 × `ConsumerTimeout`: after an invocation that crashed or timed out), plus the
 /// batching window (none for FIFO); the horizon is `MaxReceiveCount` of them.
 fn retry_horizon(s: &Settings) -> Verdict {
     let backoff = s.backoff_max_seconds.min(LONGEST_BACKOFF_SECONDS);
@@ -877,7 +942,8 @@ fn retry_horizon(s: &Settings) -> Verdict {
         (
             CONSUMER_TIMEOUT,
             format!(
-                "a visibility of 6 × ConsumerTimeout {} s = {} s",
+                "a visibility of {} × ConsumerTimeout {} s = {} s",
+                figure(VISIBILITY_PER_TIMEOUT),
                 figure(s.consumer_timeout),
                 figure(visibility)
             ),
@@ -1276,6 +1342,319 @@ fn scheduled_drain(s: &Settings) -> Option<Verdict> {
     })
 }
 
+/// Stall: the redriver runs one at a time (reserved concurrency 1), so a run longer than the
+/// schedule's period has the next scheduled run throttled (EventBridge retries it for hours, the
+/// redriver's throttle alarm stays up). A cron schedule has no one period: nothing is said here
+/// (the scheduled drain warns).
+fn redriver_period(s: &Settings) -> Option<Verdict> {
+    let period = schedule_period_seconds(&s.schedule)?;
+    let figures = |cmp: &str| {
+        format!(
+            "RedriverTimeout {} s {cmp} RedriverSchedule {} = {} s",
+            figure(s.redriver_timeout),
+            s.schedule,
+            figure(period)
+        )
+    };
+    let rule = Rule::RedriverPeriod;
+    Some(if s.redriver_timeout <= period {
+        Verdict::Holds {
+            rule,
+            figures: figures("≤"),
+        }
+    } else {
+        Verdict::Conflict(Conflict {
+            rule,
+            risk: Risk::Stall,
+            parameters: vec![REDRIVER_TIMEOUT, REDRIVER_SCHEDULE],
+            figures: figures(">"),
+            consequence: format!(
+                "the redriver runs one at a time: a run that outlasts the period has the next scheduled one throttled, EventBridge retries it for hours and the throttle alarm stays up; set RedriverTimeout to at most {} s, or a longer RedriverSchedule",
+                figure(period)
+            ),
+        })
+    })
+}
+
+/// A queue and the event source mapping that feeds a function from it, as AWS's wiring
+/// guidance reads them: the template's under a parameter set ([`Wiring::of_template`]), or a
+/// deployed function's (`resq check --function`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Wiring {
+    /// The function's timeout, seconds.
+    pub timeout: f64,
+    /// The mapping's batching window, seconds (0 for a FIFO queue: it has none).
+    pub window: f64,
+    /// The queue's visibility timeout, seconds.
+    pub visibility: f64,
+    /// The `maxReceiveCount` of the queue's `RedrivePolicy`; `None`: the queue has no DLQ.
+    pub max_receive_count: Option<f64>,
+    /// The queue's retention, seconds.
+    pub retention: f64,
+    /// The DLQ's retention, seconds (`None`: no DLQ, or it could not be read).
+    pub dlq_retention: Option<f64>,
+    /// `ScalingConfig.MaximumConcurrency`, when set.
+    pub maximum_concurrency: Option<f64>,
+    /// `ProvisionedPollerConfig` (minimum, maximum); `None`: on-demand pollers.
+    pub pollers: Option<(f64, f64)>,
+    /// `FunctionResponseTypes` holds `ReportBatchItemFailures`.
+    pub reports_batch_item_failures: bool,
+}
+
+impl Wiring {
+    /// The template's queue and consumer under `s` (its visibility is
+    /// [`VISIBILITY_PER_TIMEOUT`] timeouts, its DLQ keeps messages 14 days, its mapping
+    /// reports batch item failures).
+    pub fn of_template(s: &Settings) -> Self {
+        Self {
+            timeout: s.consumer_timeout,
+            window: if s.fifo {
+                0.0
+            } else {
+                s.batching_window_seconds
+            },
+            visibility: VISIBILITY_PER_TIMEOUT * s.consumer_timeout,
+            max_receive_count: Some(s.max_receive_count),
+            retention: s.orders_retention_seconds,
+            dlq_retention: Some(DLQ_RETENTION_SECONDS),
+            maximum_concurrency: s.maximum_concurrency,
+            pollers: s.pollers,
+            reports_batch_item_failures: true,
+        }
+    }
+}
+
+/// What the wiring rules call each value they compare, and name when it is in conflict: the
+/// template's parameters ([`TEMPLATE_NAMES`]) or a deployed function's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct WiringNames {
+    /// The function's timeout.
+    pub timeout: &'static str,
+    /// The batching window.
+    pub window: &'static str,
+    /// The queue's visibility timeout; `None`: [`VISIBILITY_PER_TIMEOUT`] × the timeout.
+    pub visibility: Option<&'static str>,
+    /// The queue's `maxReceiveCount` (and its `RedrivePolicy`).
+    pub max_receive_count: &'static str,
+    /// The queue's retention.
+    pub retention: &'static str,
+    /// The DLQ's retention; `None`: fixed (the template's 14 days).
+    pub dlq_retention: Option<&'static str>,
+    /// `ScalingConfig.MaximumConcurrency`.
+    pub maximum_concurrency: &'static str,
+    /// `ProvisionedPollerConfig`.
+    pub pollers: &'static str,
+}
+
+/// The template's parameters, as the wiring rules name them.
+pub const TEMPLATE_NAMES: WiringNames = WiringNames {
+    timeout: CONSUMER_TIMEOUT,
+    window: CONSUMER_BATCHING_WINDOW_SECONDS,
+    visibility: None,
+    max_receive_count: MAX_RECEIVE_COUNT,
+    retention: ORDERS_RETENTION_SECONDS,
+    dlq_retention: None,
+    maximum_concurrency: CONSUMER_MAXIMUM_CONCURRENCY,
+    pollers: CONSUMER_MINIMUM_POLLERS,
+};
+
+/// AWS's guidance on a queue and its trigger, one home for `resq stack check` and `resq check
+/// --function`: the visibility covers six timeouts and the window, the queue has a DLQ reached
+/// after at least 2 receives and keeping messages longer than the queue, provisioned pollers
+/// come without `MaximumConcurrency`, and the mapping reports batch item failures (a warning).
+pub fn wiring(w: &Wiring, n: &WiringNames) -> Vec<Verdict> {
+    let mut out = vec![visibility(w, n)];
+    out.extend(dead_letter(w, n));
+    out.extend(provisioned(w, n));
+    out.push(batch_item_failures(w));
+    out
+}
+
+/// Double: Lambda retries a throttled batch within six timeouts and its poller holds the
+/// records through the batching window, so the queue must hide them that long.
+fn visibility(w: &Wiring, n: &WiringNames) -> Verdict {
+    let needed = LAMBDA_VISIBILITY_TIMEOUTS * w.timeout + w.window;
+    let visibility = match n.visibility {
+        Some(name) => format!("{name} {} s", figure(w.visibility)),
+        None => format!(
+            "the main queue's visibility {} × {} {} s = {} s",
+            figure(VISIBILITY_PER_TIMEOUT),
+            n.timeout,
+            figure(w.timeout),
+            figure(w.visibility)
+        ),
+    };
+    let window = if w.window > 0.0 {
+        format!(" + {} {} s", n.window, figure(w.window))
+    } else {
+        String::new()
+    };
+    let figures = |cmp: &str| {
+        format!(
+            "{visibility} {cmp} {} × {} {} s{window} = {} s",
+            figure(LAMBDA_VISIBILITY_TIMEOUTS),
+            n.timeout,
+            figure(w.timeout),
+            figure(needed)
+        )
+    };
+    if w.visibility >= needed {
+        return Verdict::Holds {
+            rule: Rule::Visibility,
+            figures: figures("≥"),
+        };
+    }
+    let mut fixes = vec![match n.visibility {
+        Some(name) => format!("raise {name} to at least {} s", figure(needed)),
+        None => format!(
+            "raise {} to at least {} s (the visibility is {} times it)",
+            n.timeout,
+            figure(w.window / (VISIBILITY_PER_TIMEOUT - LAMBDA_VISIBILITY_TIMEOUTS)),
+            figure(VISIBILITY_PER_TIMEOUT)
+        ),
+    }];
+    let room = w.visibility - LAMBDA_VISIBILITY_TIMEOUTS * w.timeout;
+    if w.window > 0.0 && room >= 0.0 {
+        fixes.push(format!("lower {} to at most {} s", n.window, figure(room)));
+    }
+    let mut parameters: Vec<&'static str> = n.visibility.into_iter().collect();
+    parameters.push(n.timeout);
+    if w.window > 0.0 {
+        parameters.push(n.window);
+    }
+    Verdict::Conflict(Conflict {
+        rule: Rule::Visibility,
+        risk: Risk::Double,
+        parameters,
+        figures: figures("<"),
+        consequence: format!(
+            "a message becomes visible again while its batch is still gathered or running: it is received twice, and its receives run out until SQS dead-letters it without a reason; {}",
+            fixes.join(", or ")
+        ),
+    })
+}
+
+/// Lose: a queue without a DLQ retries a poison message until its retention ends, then SQS
+/// deletes it; dead-letter: at `maxReceiveCount` 1 a single throttled or failed receive moves a
+/// message to the DLQ; lose: a standard queue's dead letter keeps its original enqueue time,
+/// so a DLQ that keeps messages no longer than the queue deletes them early.
+fn dead_letter(w: &Wiring, n: &WiringNames) -> Vec<Verdict> {
+    let Some(count) = w.max_receive_count else {
+        return vec![Verdict::Conflict(Conflict {
+            rule: Rule::DeadLetterQueue,
+            risk: Risk::Lose,
+            parameters: vec![n.max_receive_count],
+            figures: "the queue has no RedrivePolicy".into(),
+            consequence: "a message that keeps failing is received again and again until the queue's retention ends, then SQS deletes it: give the queue a RedrivePolicy (a deadLetterTargetArn and a maxReceiveCount of 5, say)".into(),
+        })];
+    };
+    let receives = if count >= LEAST_MAX_RECEIVE_COUNT {
+        Verdict::Holds {
+            rule: Rule::ReceivesPerTrip,
+            figures: format!(
+                "{} {} ≥ {}",
+                n.max_receive_count,
+                figure(count),
+                figure(LEAST_MAX_RECEIVE_COUNT)
+            ),
+        }
+    } else {
+        Verdict::Conflict(Conflict {
+            rule: Rule::ReceivesPerTrip,
+            risk: Risk::DeadLetter,
+            parameters: vec![n.max_receive_count],
+            figures: format!(
+                "{} {} < {} (AWS: never 1)",
+                n.max_receive_count,
+                figure(count),
+                figure(LEAST_MAX_RECEIVE_COUNT)
+            ),
+            consequence: format!(
+                "a single throttled invocation or failed receive moves a message to the DLQ, without a reason and without a retry; set {} to at least {} (5, say)",
+                n.max_receive_count,
+                figure(LEAST_MAX_RECEIVE_COUNT)
+            ),
+        })
+    };
+    let Some(dlq) = w.dlq_retention else {
+        return vec![receives];
+    };
+    let dlq_name = n.dlq_retention.unwrap_or("the DLQ's retention");
+    let figures = |cmp: &str| {
+        format!(
+            "{dlq_name} {} s {cmp} {} {} s",
+            figure(dlq),
+            n.retention,
+            figure(w.retention)
+        )
+    };
+    let retention = if dlq > w.retention {
+        Verdict::Holds {
+            rule: Rule::DeadLetterRetention,
+            figures: figures(">"),
+        }
+    } else {
+        Verdict::Conflict(Conflict {
+            rule: Rule::DeadLetterRetention,
+            risk: Risk::Lose,
+            parameters: n.dlq_retention.into_iter().chain([n.retention]).collect(),
+            figures: figures("≤"),
+            consequence: format!(
+                "a dead letter keeps its original enqueue time (standard queues), so SQS deletes it from the DLQ as soon as it would have left the queue, before anyone replays it; make {dlq_name} longer than {} (14 days at most)",
+                n.retention
+            ),
+        })
+    };
+    vec![receives, retention]
+}
+
+/// Overrun: Lambda takes no `MaximumConcurrency` with provisioned pollers (the template drops
+/// it): a cap set beside them does not hold. Nothing is said of on-demand pollers.
+fn provisioned(w: &Wiring, n: &WiringNames) -> Option<Verdict> {
+    let (least, most) = w.pollers?;
+    let pollers = format!(
+        "{} {} to {} pollers",
+        n.pollers,
+        figure(least),
+        figure(most)
+    );
+    Some(match w.maximum_concurrency {
+        None => Verdict::Holds {
+            rule: Rule::ProvisionedPollers,
+            figures: format!("{pollers}, no {}", n.maximum_concurrency),
+        },
+        Some(cap) => Verdict::Conflict(Conflict {
+            rule: Rule::ProvisionedPollers,
+            risk: Risk::Overrun,
+            parameters: vec![n.maximum_concurrency, n.pollers],
+            figures: format!("{pollers} with {} {}", n.maximum_concurrency, figure(cap)),
+            consequence: format!(
+                "Lambda takes no MaximumConcurrency in provisioned mode: the cap of {} does not hold, the pollers set the concurrency; leave {} out, or turn provisioned mode off",
+                figure(cap),
+                n.maximum_concurrency
+            ),
+        }),
+    })
+}
+
+/// A warning: without `ReportBatchItemFailures`, the `batchItemFailures` a function returns are
+/// ignored (the whole batch is deleted, its failed records with it), and a function that fails
+/// its invocation instead has every record of the batch received again.
+fn batch_item_failures(w: &Wiring) -> Verdict {
+    let rule = Rule::BatchItemFailures;
+    if w.reports_batch_item_failures {
+        Verdict::Holds {
+            rule,
+            figures: "FunctionResponseTypes has ReportBatchItemFailures".into(),
+        }
+    } else {
+        Verdict::Warning {
+            rule,
+            figures: "FunctionResponseTypes lacks ReportBatchItemFailures: Lambda ignores the batchItemFailures a function returns and deletes the whole batch, its failed records with it; a function that fails the invocation instead has every record of the batch received again (those that succeeded too, and one poison record uses up its batch's receives). Add ReportBatchItemFailures and return the failed records' ids".into(),
+        }
+    }
+}
+
 /// A number for a person: digits grouped by thousands, at most two decimals.
 pub fn figure(x: f64) -> String {
     if !x.is_finite() {
@@ -1552,8 +1931,29 @@ mod tests {
                 Rule::ReplayRun,
                 Rule::DeadlineMargin,
                 Rule::BatchDeadline,
-                Rule::ScheduledDrain
+                Rule::ScheduledDrain,
+                Rule::RedriverPeriod,
+                Rule::Visibility,
+                Rule::ReceivesPerTrip,
+                Rule::DeadLetterRetention,
+                Rule::BatchItemFailures
             ]
+        );
+        // AWS's visibility rule, which the template's defaults used to miss by a second
+        let visibility = report
+            .verdicts
+            .iter()
+            .find_map(|v| match v {
+                Verdict::Holds {
+                    rule: Rule::Visibility,
+                    figures,
+                } => Some(figures.as_str()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            visibility,
+            "the main queue's visibility 7 × ConsumerTimeout 30 s = 210 s ≥ 6 × ConsumerTimeout 30 s + ConsumerBatchingWindowSeconds 1 s = 181 s"
         );
         let Verdict::Holds { figures, .. } = &report.verdicts[0] else {
             unreachable!()
@@ -1585,7 +1985,7 @@ mod tests {
         let count = t.parameter(MAX_RECEIVE_COUNT).unwrap();
         assert_eq!(
             (count.default.as_deref(), count.min_value, count.max_value),
-            (Some("5"), Some(1.0), Some(1000.0))
+            (Some("5"), Some(2.0), Some(1000.0))
         );
         assert_eq!(
             t.parameter("CreateOrdersTopic").unwrap().default.as_deref(),
@@ -1671,19 +2071,19 @@ mod tests {
 
     #[test]
     fn a_visibility_longer_than_the_backoff_sets_the_interval_and_is_named() {
-        // ConsumerTimeout 600: a visibility of 3,600 s; no batching window
+        // ConsumerTimeout 600: a visibility of 4,200 s; no batching window
         let base = [
             (CONSUMER_TIMEOUT, "600"),
             (CONSUMER_BATCHING_WINDOW_SECONDS, "0"),
-            (MAX_RECEIVE_COUNT, "1"),
+            (MAX_RECEIVE_COUNT, "2"),
         ];
         let with = |retention: &'static str| {
             let mut o = base.to_vec();
             o.push((ORDERS_RETENTION_SECONDS, retention));
             o
         };
-        assert_eq!(rules_in_conflict(&with("3600")), vec![]);
-        let c = only(&with("3599"), Rule::RetryHorizon);
+        assert_eq!(rules_in_conflict(&with("8400")), vec![]);
+        let c = only(&with("4199"), Rule::RetryHorizon);
         // one interval alone is too long: MaxReceiveCount is not in conflict
         assert_eq!(c.parameters, [CONSUMER_TIMEOUT, ORDERS_RETENTION_SECONDS]);
         assert!(
@@ -1694,16 +2094,16 @@ mod tests {
 
     #[test]
     fn the_backoff_counts_at_most_sqs_twelve_hours() {
-        // a ceiling past 12 h is cut to 12 h: 43,200 + 1 against 43,201
+        // a ceiling past 12 h is cut to 12 h: 2 × (43,200 + 1) against 86,402
         let at = |backoff: &'static str, retention: &'static str| {
             rules_in_conflict(&[
-                (MAX_RECEIVE_COUNT, "1"),
+                (MAX_RECEIVE_COUNT, "2"),
                 (BACKOFF_MAX_SECONDS, backoff),
                 (ORDERS_RETENTION_SECONDS, retention),
             ])
         };
-        assert_eq!(at("100000", "43201"), vec![]);
-        assert_eq!(at("100000", "43200"), vec![Rule::RetryHorizon]);
+        assert_eq!(at("100000", "86402"), vec![]);
+        assert_eq!(at("100000", "86401"), vec![Rule::RetryHorizon]);
     }
 
     #[test]
@@ -1718,7 +2118,8 @@ mod tests {
             ])
         };
         assert_eq!(with("fifo"), vec![]);
-        assert_eq!(with("standard"), vec![Rule::RetryHorizon]);
+        // (a window of 300 s is also past the visibility's room: 7 × 30 s < 6 × 30 s + 300 s)
+        assert_eq!(with("standard"), vec![Rule::RetryHorizon, Rule::Visibility]);
     }
 
     #[test]
@@ -1738,7 +2139,7 @@ mod tests {
             "{}",
             c.figures
         );
-        // a 900 s consumer timeout hides a message 5,400 s, longer than the 1 h retention
+        // a 900 s consumer timeout hides a message 6,300 s, longer than the 1 h retention
         let c = only(
             &[
                 (CONSUMER_TIMEOUT, "900"),
@@ -1755,10 +2156,202 @@ mod tests {
             ]
         );
         assert!(
-            c.figures.contains("6 × ConsumerTimeout 900 s = 5,400 s"),
+            c.figures.contains("7 × ConsumerTimeout 900 s = 6,300 s"),
             "{}",
             c.figures
         );
+    }
+
+    // ---- AWS's wiring guidance (the template's, and any deployed pipeline's)
+
+    #[test]
+    fn the_issues_wiring_mistakes_are_refused_naming_the_parameters() {
+        // GIVEN a 5 s consumer that gathers records for a minute
+        let c = only(
+            &[
+                (CONSUMER_TIMEOUT, "5"),
+                (CONSUMER_BATCHING_WINDOW_SECONDS, "60"),
+            ],
+            Rule::Visibility,
+        );
+        // THEN the visibility rule names both, with each side's number and what to change
+        assert_eq!(c.risk, Risk::Double);
+        assert_eq!(
+            c.parameters,
+            [CONSUMER_TIMEOUT, CONSUMER_BATCHING_WINDOW_SECONDS]
+        );
+        assert_eq!(
+            c.figures,
+            "the main queue's visibility 7 × ConsumerTimeout 5 s = 35 s < 6 × ConsumerTimeout 5 s + ConsumerBatchingWindowSeconds 60 s = 90 s"
+        );
+        assert!(
+            c.consequence.ends_with(
+                "raise ConsumerTimeout to at least 60 s (the visibility is 7 times it), or lower ConsumerBatchingWindowSeconds to at most 5 s"
+            ),
+            "{}",
+            c.consequence
+        );
+        // a window as long as the timeout fits, a second more does not
+        let window = |w: &'static str| {
+            rules_in_conflict(&[
+                (CONSUMER_TIMEOUT, "30"),
+                (CONSUMER_BATCHING_WINDOW_SECONDS, w),
+            ])
+        };
+        assert_eq!(window("30"), vec![]);
+        assert_eq!(window("31"), vec![Rule::Visibility]);
+        // a FIFO queue has no window
+        assert_eq!(
+            rules_in_conflict(&[
+                (QUEUE_TYPE, "fifo"),
+                (CONSUMER_TIMEOUT, "5"),
+                (CONSUMER_BATCHING_WINDOW_SECONDS, "60")
+            ]),
+            vec![]
+        );
+
+        // GIVEN a single receive before the DLQ (past the template's own minimum)
+        let c = only(&[(MAX_RECEIVE_COUNT, "1")], Rule::ReceivesPerTrip);
+        assert_eq!(
+            (c.risk, c.parameters.as_slice(), c.figures.as_str()),
+            (
+                Risk::DeadLetter,
+                [MAX_RECEIVE_COUNT].as_slice(),
+                "MaxReceiveCount 1 < 2 (AWS: never 1)"
+            )
+        );
+
+        // GIVEN a 10-minute redriver on the 5-minute schedule
+        let c = only(&[(REDRIVER_TIMEOUT, "600")], Rule::RedriverPeriod);
+        assert_eq!(c.parameters, [REDRIVER_TIMEOUT, REDRIVER_SCHEDULE]);
+        assert_eq!(
+            c.figures,
+            "RedriverTimeout 600 s > RedriverSchedule rate(5 minutes) = 300 s"
+        );
+        assert!(c.consequence.contains("at most 300 s"), "{}", c.consequence);
+        // the same timeout on a 10-minute schedule fits (a cron schedule: nothing to compare)
+        let period = |schedule: &'static str| {
+            rules_in_conflict(&[(REDRIVER_TIMEOUT, "600"), (REDRIVER_SCHEDULE, schedule)])
+        };
+        assert_eq!(period("rate(10 minutes)"), vec![]);
+        assert_eq!(period("cron(0/5 * * * ? *)"), vec![]);
+    }
+
+    #[test]
+    fn provisioned_pollers_refuse_a_maximum_concurrency_given_beside_them() {
+        let provisioned = [
+            (CONSUMER_MINIMUM_POLLERS, "2"),
+            (CONSUMER_MAXIMUM_POLLERS, "20"),
+        ];
+        // GIVEN provisioned mode alone THEN it holds (the template leaves its default cap out)
+        let held: Vec<Verdict> = evaluate(&settings(&provisioned), &Assumptions::default())
+            .into_iter()
+            .filter(|v| {
+                matches!(
+                    v,
+                    Verdict::Holds {
+                        rule: Rule::ProvisionedPollers,
+                        ..
+                    }
+                )
+            })
+            .collect();
+        assert_eq!(held.len(), 1, "{held:?}");
+        // GIVEN a cap given beside them THEN refused, naming both
+        let mut both = provisioned.to_vec();
+        both.push((CONSUMER_MAXIMUM_CONCURRENCY, "10"));
+        let c = only(&both, Rule::ProvisionedPollers);
+        assert_eq!(c.risk, Risk::Overrun);
+        assert_eq!(
+            c.parameters,
+            [CONSUMER_MAXIMUM_CONCURRENCY, CONSUMER_MINIMUM_POLLERS]
+        );
+        // AND on-demand pollers take a cap (nothing said of them)
+        assert_eq!(
+            rules_in_conflict(&[(CONSUMER_MAXIMUM_CONCURRENCY, "50")]),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn a_deployed_pipeline_is_held_to_the_same_rules_under_its_own_names() {
+        const DEPLOYED: WiringNames = WiringNames {
+            timeout: "Timeout",
+            window: "MaximumBatchingWindowInSeconds",
+            visibility: Some("VisibilityTimeout"),
+            max_receive_count: "maxReceiveCount",
+            retention: "MessageRetentionPeriod",
+            dlq_retention: Some("the DLQ's MessageRetentionPeriod"),
+            maximum_concurrency: "MaximumConcurrency",
+            pollers: "ProvisionedPollerConfig",
+        };
+        let sound = Wiring {
+            timeout: 5.0,
+            window: 60.0,
+            visibility: 90.0,
+            max_receive_count: Some(5.0),
+            retention: 345_600.0,
+            dlq_retention: Some(1_209_600.0),
+            maximum_concurrency: Some(10.0),
+            pollers: None,
+            reports_batch_item_failures: true,
+        };
+        let found = |w: &Wiring| -> Vec<(Rule, &'static str)> {
+            wiring(w, &DEPLOYED)
+                .into_iter()
+                .map(|v| match v {
+                    Verdict::Holds { rule, .. } => (rule, "ok"),
+                    Verdict::Warning { rule, .. } => (rule, "warning"),
+                    Verdict::Conflict(c) => (c.rule, "conflict"),
+                })
+                .collect()
+        };
+        assert!(found(&sound).iter().all(|(_, v)| *v == "ok"));
+        // a visibility a second short: its own setting is named, with the number to raise it to
+        let short = Wiring {
+            visibility: 89.0,
+            ..sound.clone()
+        };
+        let Verdict::Conflict(c) = wiring(&short, &DEPLOYED).remove(0) else {
+            panic!("refused")
+        };
+        assert_eq!(
+            c.parameters,
+            [
+                "VisibilityTimeout",
+                "Timeout",
+                "MaximumBatchingWindowInSeconds"
+            ]
+        );
+        assert!(
+            c.consequence
+                .ends_with("raise VisibilityTimeout to at least 90 s, or lower MaximumBatchingWindowInSeconds to at most 59 s"),
+            "{}",
+            c.consequence
+        );
+        // no DLQ at all, a DLQ that keeps messages no longer than its source, no partial
+        // batch responses, provisioned pollers with a cap
+        let no_dlq = Wiring {
+            max_receive_count: None,
+            dlq_retention: None,
+            ..sound.clone()
+        };
+        assert!(found(&no_dlq).contains(&(Rule::DeadLetterQueue, "conflict")));
+        let short_dlq = Wiring {
+            dlq_retention: Some(345_600.0),
+            ..sound.clone()
+        };
+        assert!(found(&short_dlq).contains(&(Rule::DeadLetterRetention, "conflict")));
+        let whole_batches = Wiring {
+            reports_batch_item_failures: false,
+            ..sound.clone()
+        };
+        assert!(found(&whole_batches).contains(&(Rule::BatchItemFailures, "warning")));
+        let capped = Wiring {
+            pollers: Some((2.0, 20.0)),
+            ..sound
+        };
+        assert!(found(&capped).contains(&(Rule::ProvisionedPollers, "conflict")));
     }
 
     // ---- order-record lifetime (double)
@@ -2430,18 +3023,19 @@ CreateOrdersTopic = true
                 .map(|r| (r.parameter, r.why))
                 .collect()
         };
+        // AWS: never 1 (the template's ConstraintDescription says why)
         assert_eq!(
-            refused(&[(MAX_RECEIVE_COUNT, "0")]),
+            refused(&[(MAX_RECEIVE_COUNT, "1")]),
             vec![(
                 MAX_RECEIVE_COUNT.to_owned(),
-                "it must be at least 1".to_owned()
+                "2 to 1000 (AWS advises against 1: a single throttled or failed receive would move a message to the DLQ)".to_owned()
             )]
         );
         assert_eq!(
-            refused(&[(MAX_RECEIVE_COUNT, "1001")]),
+            refused(&[(CONSUMER_MAXIMUM_POLLERS, "1")]),
             vec![(
-                MAX_RECEIVE_COUNT.to_owned(),
-                "it must be at most 1,000".to_owned()
+                CONSUMER_MAXIMUM_POLLERS.to_owned(),
+                "it must be at least 2".to_owned()
             )]
         );
         assert_eq!(

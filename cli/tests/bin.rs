@@ -698,12 +698,15 @@ fn stack_check_passes_the_templates_defaults() {
         "ok        replay rate: RedriveRatePerSecond 10 × 60 s = 600 replays a period > ReplaysFailingThreshold 10",
         "ok        archive sweep: ArchiveAfterSeconds 86,400 s + ArchiveSweepSeconds 3,600 s + RedriverSchedule rate(5 minutes) = 300 s + RedriverTimeout 300 s = 90,600 s < the DLQ's retention 1,209,600 s (14 days)",
         "ok        batch before the deadline: ⌈ConsumerBatchSize 10 ÷ ConsumerConcurrency auto = 10⌉ = 1 round × 100 ms a record (assumed: --record-ms)",
+        "ok        visibility: the main queue's visibility 7 × ConsumerTimeout 30 s = 210 s ≥ 6 × ConsumerTimeout 30 s + ConsumerBatchingWindowSeconds 1 s = 181 s",
+        "ok        receives before the DLQ: MaxReceiveCount 5 ≥ 2",
+        "ok        redriver run within its period: RedriverTimeout 300 s ≤ RedriverSchedule rate(5 minutes) = 300 s",
     ] {
         assert!(out.contains(line), "{line}\n{out}");
     }
     assert_eq!(
         out.lines().filter(|l| l.starts_with("ok ")).count(),
-        9,
+        14,
         "{out}"
     );
     assert!(!out.contains("conflict"), "{out}");
@@ -738,6 +741,21 @@ fn stack_check_refuses_the_issues_examples_naming_the_parameters() {
             "DeadlineMarginMs, ConsumerTimeout (above)",
         ),
         (
+            "ConsumerTimeout=5 ConsumerBatchingWindowSeconds=60",
+            "conflict  visibility (could double): ConsumerTimeout, ConsumerBatchingWindowSeconds: the main queue's visibility 7 × ConsumerTimeout 5 s = 35 s < 6 × ConsumerTimeout 5 s + ConsumerBatchingWindowSeconds 60 s = 90 s: ",
+            "ConsumerTimeout, ConsumerBatchingWindowSeconds (above)",
+        ),
+        (
+            "RedriverTimeout=600",
+            "conflict  redriver run within its period (could stall): RedriverTimeout, RedriverSchedule: RedriverTimeout 600 s > RedriverSchedule rate(5 minutes) = 300 s: ",
+            "RedriverTimeout, RedriverSchedule (above)",
+        ),
+        (
+            "ConsumerMinimumPollers=2 ConsumerMaximumConcurrency=10",
+            "conflict  provisioned pollers (could overrun its cap): ConsumerMaximumConcurrency, ConsumerMinimumPollers: ",
+            "ConsumerMaximumConcurrency, ConsumerMinimumPollers (above)",
+        ),
+        (
             "ArchiveAfterSeconds=1123200 ArchiveSweepSeconds=43200 RedriverTimeout=900 RedriverSchedule=\"rate(12 hours)\"",
             "conflict  archive sweep (could lose): ArchiveSweepSeconds, ArchiveAfterSeconds, RedriverSchedule, RedriverTimeout: ",
             "ArchiveSweepSeconds, ArchiveAfterSeconds, RedriverSchedule, RedriverTimeout (above)",
@@ -765,6 +783,17 @@ fn stack_check_refuses_the_issues_examples_naming_the_parameters() {
 
 #[test]
 fn stack_check_names_values_cloudformation_would_refuse_and_unknown_parameters() {
+    // AWS: never a single receive before the DLQ (the template's own minimum says why)
+    let (code, out, err) = stack_check_workspace("MaxReceiveCount=1");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("refused   MaxReceiveCount=1 (--parameter-overrides): CloudFormation refuses it: 2 to 1000 (AWS advises against 1: a single throttled or failed receive would move a message to the DLQ)"),
+        "{out}"
+    );
+    assert!(
+        err.starts_with("resq: CloudFormation would refuse MaxReceiveCount (above)"),
+        "{err}"
+    );
     let (code, out, err) = stack_check_workspace("MaxMessagesPerRun=50");
     assert_eq!(code, 1, "{out}{err}");
     assert!(

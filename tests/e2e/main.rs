@@ -22,4 +22,5 @@ mod soak;
 mod template;
 mod tenants;
 mod third_party;
+mod wiring;
 mod workspace;

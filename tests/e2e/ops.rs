@@ -946,7 +946,7 @@ async fn a_patched_restore_repairs_the_message_and_records_who_when_and_the_patc
 }
 
 /// Runs the `resq` binary against the emulator; (exit status, stdout, stderr).
-fn resq(stack: &Stack, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+pub(crate) fn resq(stack: &Stack, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let mut command = std::process::Command::new(resq_e2e::function_binary("resq"));
     command
         .arg("--endpoint-url")

@@ -667,6 +667,8 @@ fn breaker_conflicts(t: &Value) -> Vec<String> {
         consumer_timeout: default("ConsumerTimeout"),
         batching_window_seconds: default("ConsumerBatchingWindowSeconds"),
         batch_size: default("ConsumerBatchSize"),
+        maximum_concurrency: None,
+        pollers: None,
         concurrency: p["ConsumerConcurrency"]["Default"]
             .as_str()
             .expect("ConsumerConcurrency's default is text: auto or a number")
@@ -1115,7 +1117,9 @@ fn functions_are_rust_on_arm64_with_json_logs_and_the_spec_environment() {
         esm["EventSourceArn"],
         json!({"Fn::GetAtt": ["OrdersQueue", "Arn"]})
     );
-    assert!(esm["ScalingConfig"]["MaximumConcurrency"].is_object());
+    // (ScalingConfig or ProvisionedPollerConfig, as the stack is deployed: see
+    // the_consumers_mapping_counts_its_events_and_takes_provisioned_pollers_or_a_cap_never_both)
+    assert!(esm["ScalingConfig"]["Fn::If"].is_array());
     assert!(esm["MaximumBatchingWindowInSeconds"].is_object());
 }
 
@@ -1394,7 +1398,8 @@ async fn the_stack_deploys_into_the_emulator_and_its_consumer_processes_an_order
             .unwrap()
             .ends_with("resq-test-orders-dlq")
     );
-    assert_eq!(attrs[&Q::VisibilityTimeout], "180");
+    // 7 × ConsumerTimeout 30 s: AWS's 6 × 30 s and room for the batching window
+    assert_eq!(attrs[&Q::VisibilityTimeout], "210");
     let dlq_attrs = sqs
         .get_queue_attributes()
         .queue_url(&outputs["DeadLetterQueueUrl"])
@@ -2498,5 +2503,43 @@ fn the_state_log_expires_after_30_days_as_do_its_old_versions() {
     assert_eq!(
         number(&tidy[0]["NoncurrentVersionExpiration"]["NoncurrentDays"]),
         30.0
+    );
+}
+
+#[test]
+fn the_consumers_mapping_counts_its_events_and_takes_provisioned_pollers_or_a_cap_never_both() {
+    let t = translated_template("resq-artifacts");
+    let esm = &t["Resources"]["ConsumerFunctionOrders"]["Properties"];
+    // the mapping's event counts (AWS/Lambda PolledEventCount, ...) under every parameter set
+    assert_eq!(esm["MetricsConfig"], json!({"Metrics": ["EventCount"]}));
+    let deployed = |params: &[(&str, &str)]| {
+        let r = resq_local::stack::Resolver::new(&t, "stk", params);
+        let cap = r
+            .decided(&esm["ScalingConfig"])
+            .and_then(|s| r.value(&s["MaximumConcurrency"]));
+        let pollers = r.decided(&esm["ProvisionedPollerConfig"]).map(|p| {
+            (
+                r.value(&p["MinimumPollers"]).unwrap(),
+                r.value(&p["MaximumPollers"]).unwrap(),
+            )
+        });
+        (cap, pollers)
+    };
+    // GIVEN the defaults THEN on-demand pollers, capped by ConsumerMaximumConcurrency
+    assert_eq!(deployed(&[]), (Some("10".to_owned()), None));
+    // GIVEN provisioned mode THEN the pollers, and no MaximumConcurrency (Lambda refuses both)
+    assert_eq!(
+        deployed(&[
+            ("ConsumerMinimumPollers", "2"),
+            ("ConsumerMaximumPollers", "20")
+        ]),
+        (None, Some(("2".to_owned(), "20".to_owned())))
+    );
+    // AND the redriver's memory is a parameter, 256 MB as before by default
+    let redriver = &t["Resources"]["RedriverFunction"]["Properties"];
+    assert_eq!(redriver["MemorySize"], json!({"Ref": "RedriverMemorySize"}));
+    assert_eq!(
+        number(&t["Parameters"]["RedriverMemorySize"]["Default"]),
+        256.0
     );
 }
