@@ -210,7 +210,7 @@ fn max_messages_per_run(
 /// once: more than 1 is refused. The redriver's rules are written for one run at a time (the
 /// template reserves it a concurrency of 1): one run's rate, its in-flight room and the keep
 /// lists are the stack's, and two runs at once would each take them whole. Refused at start-up,
-/// a capacity provider's deploy fails saying so, instead of runs doubling the rate.
+/// where an operator sees why, rather than run sequentially while Lambda counts on several.
 pub fn one_run_at_a_time(vars: &Vars<impl Fn(&str) -> Option<String>>) -> Result<(), ConfigError> {
     const VAR: &str = "AWS_LAMBDA_MAX_CONCURRENCY";
     match vars.get(VAR) {
