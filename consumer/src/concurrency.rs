@@ -7,6 +7,9 @@
 //! [`crate::downstream::Throttling`], which the HTTPS client ([`crate::downstream::Downstream`]) feeds with every response
 //! it reads: a throttled one (S3 `SlowDown`, HTTP 503 or 429, SQS's throttling errors) or one
 //! that went through. The same client holds at most [`Concurrency::cap`] connections per host.
+//!
+//! The cap holds per process too ([`InFlight`]): under Lambda Managed Instances one process
+//! runs several invocations at once, and their records together stay within it.
 
 use std::time::Instant;
 
@@ -91,6 +94,26 @@ impl std::str::FromStr for Concurrency {
                 "auto (as many as the batch has, up to {AUTO_CONCURRENCY_MAX}, adapted to throttling) or a whole number from 1 to {FIXED_CONCURRENCY_MAX}"
             )),
         }
+    }
+}
+
+/// The records in flight of the whole process, whatever the invocations at once (several under
+/// Lambda Managed Instances): at most [`Concurrency::cap`], one turn a lane. Each invocation's
+/// [`Limit`] still says how many of its own lanes run; the turns are handed out in the order
+/// asked for, so invocations at once share them.
+#[derive(Debug)]
+pub(crate) struct InFlight(tokio::sync::Semaphore);
+
+impl InFlight {
+    pub(crate) fn new(concurrency: Concurrency) -> Self {
+        Self(tokio::sync::Semaphore::new(concurrency.cap()))
+    }
+
+    /// A turn for one lane, held while it runs; waited for until `until` at most (the lane's
+    /// start-by time, after which its records are not started anyway): `None` then.
+    pub(crate) async fn turn(&self, until: Instant) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        let turn = tokio::time::timeout_at(until.into(), self.0.acquire()).await;
+        turn.ok()?.ok()
     }
 }
 

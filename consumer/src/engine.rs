@@ -15,7 +15,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::concurrency::Limit;
+use crate::concurrency::{InFlight, Limit};
 use crate::config::ConsumerConfig;
 use crate::downstream::Throttling;
 use crate::event::QueueArn;
@@ -90,6 +90,8 @@ pub struct Consumer<H, Q, S> {
     limits: Mutex<HashMap<QueueUrl, Known>>,
     /// What the execution environment ran in the last minute, kept between invocations.
     retry_budget: Mutex<RetryBudget>,
+    /// The process's records in flight, shared by the invocations it runs at once.
+    in_flight: InFlight,
     /// The downstream's answers, as the HTTPS client counts them (nothing counts into it
     /// unless [`Consumer::with_throttling`] shares the client's).
     throttling: Throttling,
@@ -111,6 +113,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
     pub fn new(handler: H, queues: Q, store: S, config: ConsumerConfig) -> Self {
         let in_flight = config.concurrency.settle_calls_in_flight();
         let retry_budget = Mutex::new(RetryBudget::new(config.retry_budget_percent));
+        let records = InFlight::new(config.concurrency);
         Self {
             handler,
             settler: Settler::new(queues, store, ARCHIVED_BY).with_calls_in_flight(in_flight),
@@ -118,6 +121,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             correlation: Telemetry::from_env_or_declared(H::NAMES).correlation,
             limits: Mutex::new(HashMap::new()),
             retry_budget,
+            in_flight: records,
             throttling: Throttling::default(),
         }
     }
@@ -308,7 +312,10 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         loop {
             while running.len() < limit.current() {
                 let Some(lane) = waiting.next() else { break };
-                running.push(self.run_lane(records, horizons, lane, phases, fifo));
+                running.push(async move {
+                    let _turn = self.in_flight.turn(phases.start_by).await;
+                    self.run_lane(records, horizons, lane, phases, fifo).await
+                });
             }
             let Some(done) = running.next().await else {
                 break;

@@ -4,9 +4,12 @@
 //! [`serve`].
 
 use crate::config::ConsumerConfig;
-use lambda_runtime::{Error, LambdaEvent, run, service_fn};
+use std::sync::Arc;
+
+use lambda_runtime::{Error, LambdaEvent, run_concurrent, service_fn};
 use resq::lambda::InvocationError;
-use resq::store::S3Store;
+use resq::sqs::Queues;
+use resq::store::{ObjectStore, S3Store};
 use tracing::Instrument;
 
 use crate::Consumer;
@@ -47,10 +50,9 @@ pub struct Resources {
 /// default when the profile does not set `panic`): a handler's panic must unwind to be caught
 /// and fail its record alone, where aborting would kill the function with its whole batch. The
 /// error says to set `[profile.release] panic = "unwind"`.
-pub async fn serve<H: MessageHandler>(
+pub async fn serve<H: MessageHandler + 'static>(
     make_handler: impl FnOnce(Resources) -> H,
 ) -> Result<(), Error> {
-    let () = Unwinding::<H>::REQUIRED;
     resq::telemetry::init(H::NAMES)?;
     let config = ConsumerConfig::from_env()?;
     resq::config::lambda_environment(&resq::config::process_env())?;
@@ -69,13 +71,32 @@ pub async fn serve<H: MessageHandler>(
     let consumer =
         Consumer::new(handler, sqs, store, config).with_throttling(downstream.throttling);
     consumer.read_main_queue_limits().await;
-    let consumer = &consumer;
-    // The runtime reads the payload's `Records` one record at a time into resq's own compact
-    // records (no JSON tree, no copy of the payload kept), so one that does not decode fails
-    // alone. A payload that is not an SQS event fails the invocation with "not an SQS event:
-    // …", naming the offending field.
-    run(service_fn(move |event: LambdaEvent<Invocation>| {
+    serve_consumer(consumer).await
+}
+
+/// Serves Lambda's invocations with `consumer` until the process ends: one at a time on
+/// Lambda's default compute, and under Lambda Managed Instances as many at once as
+/// `AWS_LAMBDA_MAX_CONCURRENCY` says (the runtime's concurrent mode, one poller each). Every
+/// invocation runs on the one consumer, so what holds per execution environment is the
+/// process's, not doubled by the invocations at once: the retry budget, the source queues'
+/// limits, the records in flight (`CONSUMER_CONCURRENCY`), the HTTPS client's connections (its
+/// gates) and the `ColdStart` metric.
+///
+/// The runtime reads the payload's `Records` one record at a time into resq's own compact
+/// records (no JSON tree, no copy of the payload kept), so one that does not decode fails
+/// alone. A payload that is not an SQS event fails the invocation with "not an SQS event: …",
+/// naming the offending field.
+pub async fn serve_consumer<H, Q, S>(consumer: Consumer<H, Q, S>) -> Result<(), Error>
+where
+    H: MessageHandler + 'static,
+    Q: Queues + 'static,
+    S: ObjectStore + 'static,
+{
+    let () = Unwinding::<H>::REQUIRED;
+    let consumer = Arc::new(consumer);
+    run_concurrent(service_fn(move |event: LambdaEvent<Invocation>| {
         let span = resq::lambda::invocation(&event.context);
+        let consumer = consumer.clone();
         async move {
             let deadline = resq::lambda::deadline_instant(event.context.deadline);
             let invocation = event.payload.0.map_err(invocation_error)?;
@@ -91,7 +112,8 @@ pub async fn serve<H: MessageHandler>(
     .await
 }
 
-/// The build-time check of [`serve`]: evaluated when a binary instantiates `serve::<H>` (a
+/// The build-time check of [`serve_consumer`] (and so of [`serve`]): evaluated when a binary
+/// instantiates `serve_consumer::<H, …>` (a
 /// post-monomorphization error), so the library itself still builds under `panic = "abort"`
 /// (fuzzing, tools that never run a handler) and only a function that would run one is refused.
 /// `cfg!(panic)` is the strategy this crate, and with it the whole build, is compiled with.

@@ -599,6 +599,42 @@ async fn a_throttled_downstream_halves_the_records_in_flight_and_calls_that_go_t
     assert_eq!(fixed[20..].iter().max(), Some(&20));
 }
 
+#[tokio::test(start_paused = true)]
+async fn invocations_at_once_share_the_records_in_flight_of_the_process() {
+    // GIVEN one consumer (one process) at 4 records in flight
+    let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+    let effect = Downstream::default();
+    let mut cfg = config("http://127.0.0.1/1/dlq");
+    cfg.concurrency = Concurrency::Fixed(4);
+    let consumer = Consumer::new(effect.clone(), &queues, &store, cfg);
+    let batch = |k: usize| {
+        let records: Vec<Value> = (0..10)
+            .map(|i| {
+                received(
+                    record(
+                        &format!("m{k}-{i}"),
+                        &order(&format!("o{k}-{i}")),
+                        None,
+                        None,
+                    ),
+                    1,
+                )
+            })
+            .collect();
+        json!({ "Records": records })
+    };
+    // WHEN it runs two invocations of 10 at once (Lambda Managed Instances)
+    let (a, b) = futures::join!(
+        consumer.process(batch(0), later()),
+        consumer.process(batch(1), later())
+    );
+    // THEN all 20 ran, never more than 4 at once: the limit is the process's, not 4 each
+    assert!(failed_ids(&a.unwrap().response).is_empty());
+    assert!(failed_ids(&b.unwrap().response).is_empty());
+    let starts = effect.0.in_flight_at_start.lock().unwrap().clone();
+    assert_eq!((starts.len(), starts.iter().max()), (20, Some(&4)));
+}
+
 #[tokio::test]
 async fn records_nearest_their_last_receive_start_first() {
     // GIVEN one record at a time and a deadline that leaves room for about two

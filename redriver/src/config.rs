@@ -206,10 +206,43 @@ fn max_messages_per_run(
     }
 }
 
+/// `AWS_LAMBDA_MAX_CONCURRENCY`, the invocations Lambda Managed Instances sends one process at
+/// once: more than 1 is refused. The redriver's rules are written for one run at a time (the
+/// template reserves it a concurrency of 1): one run's rate, its in-flight room and the keep
+/// lists are the stack's, and two runs at once would each take them whole. Refused at start-up,
+/// where an operator sees why, rather than run sequentially while Lambda counts on several.
+pub fn one_run_at_a_time(vars: &Vars<impl Fn(&str) -> Option<String>>) -> Result<(), ConfigError> {
+    const VAR: &str = "AWS_LAMBDA_MAX_CONCURRENCY";
+    match vars.get(VAR) {
+        Some(raw) if raw.trim().parse::<u32>().is_ok_and(|n| n > 1) => Err(ConfigError::Invalid {
+            var: VAR,
+            value: raw,
+            expected: "1: the redriver runs one run at a time (one rate, one in-flight room and the keep lists are the stack's); on Lambda Managed Instances set its PerExecutionEnvironmentMaxConcurrency to 1".into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use resq_testing::{REQUIRED_VARS as REQUIRED, vars};
+
+    #[test]
+    fn more_than_one_invocation_at_once_is_refused() {
+        for ok in [None, Some("1"), Some(" 1 ")] {
+            let v: Vec<_> = ok
+                .map(|n| ("AWS_LAMBDA_MAX_CONCURRENCY", n))
+                .into_iter()
+                .collect();
+            assert!(one_run_at_a_time(&vars(&v)).is_ok(), "{ok:?}");
+        }
+        let e = one_run_at_a_time(&vars(&[("AWS_LAMBDA_MAX_CONCURRENCY", "8")])).unwrap_err();
+        assert!(
+            e.to_string().starts_with("AWS_LAMBDA_MAX_CONCURRENCY=\"8\" is invalid: expected 1: the redriver runs one run at a time"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn permanent_action_reads_what_it_writes() {

@@ -25,6 +25,8 @@ fn main() -> ExitCode {
 async fn serve() -> Result<(), Error> {
     resq::telemetry::init(resq::telemetry::Names::ORDERS)?;
     let config = RedriverConfig::from_env()?;
+    // one run at a time: sequential on purpose, so a process that would be sent more is refused
+    resq_redriver::config::one_run_at_a_time(&resq::config::process_env())?;
     resq::config::lambda_environment(&resq::config::process_env())?;
     let aws = resq::aws::config_loader().load().await;
     let queues = aws_sdk_sqs::Client::new(&aws);

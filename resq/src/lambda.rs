@@ -61,10 +61,11 @@ pub(crate) fn deadline_from(deadline_epoch_ms: u64, now_epoch_ms: u64, now: Inst
     now + Duration::from_millis(deadline_epoch_ms - now_epoch_ms)
 }
 
-/// Removes `AWS_LAMBDA_MAX_CONCURRENCY` when it is `1`, as `cargo lambda watch` sets it: the
-/// functions handle one invocation at a time, which is what `1` asks for, and the Lambda runtime
-/// would otherwise warn on every start that it runs sequentially. Any other value stays (the
-/// warning is then right). Call it first thing in `main`, before the async runtime starts any
+/// Removes `AWS_LAMBDA_MAX_CONCURRENCY` when it is `1`, as `cargo lambda watch` sets it: `1`
+/// asks for one invocation at a time, which both functions then do, and the redriver's
+/// sequential runtime would otherwise warn on every start that it runs sequentially. Any other
+/// value stays: the consumer runs that many at once, the redriver refuses it
+/// (docs/deploy.md, "Lambda Managed Instances"). Call it first thing in `main`, before the async runtime starts any
 /// thread: changing the environment is only sound while a single thread runs.
 pub(crate) fn drop_sequential_concurrency_setting() {
     const NAME: &str = "AWS_LAMBDA_MAX_CONCURRENCY";

@@ -412,7 +412,13 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
         pacer: &impl Pacer,
         run: &str,
     ) -> Vec<Outcomes> {
-        let tasks = calls.into_iter().map(|c| self.execute(c, by, pacer, run));
+        // collected first: a future holding the `map` adapter over `Call<'_>` is not proven
+        // `Send` (rustc's higher-ranked lifetime limit), and the consumer's concurrent runtime
+        // needs it to be
+        let tasks: Vec<_> = calls
+            .into_iter()
+            .map(|c| self.execute(c, by, pacer, run))
+            .collect();
         futures::stream::iter(tasks)
             .buffer_unordered(in_flight)
             .collect()
