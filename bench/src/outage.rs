@@ -1877,9 +1877,9 @@ Outputs:
         // consumer: Processed, Retried, DeadLettered, Archived, RedriveReturned, ColdStart,
         // RetryBudgetExceeded, TransientFailurePercent; redriver: Redriven, RedriveSkipped,
         // RedriveFailed, RedrivePaused, Archived, DeadLetteredUnexplained,
-        // RedrivePausedTooLong, Kept, ConsumerPaused, ColdStart
-        assert_eq!(c.always, 8 + 10, "{c:?}");
+        // RedrivePausedTooLong, KeepListsUnread, Kept, ConsumerPaused, ColdStart
+        assert_eq!(c.always, 8 + 11, "{c:?}");
         assert_eq!(c.by_reason, 2 * resq::reason::ArchiveReason::ALL.len());
-        assert!(close(c.dollars(), 18.0 * 0.30));
+        assert!(close(c.dollars(), 19.0 * 0.30));
     }
 }

@@ -375,10 +375,13 @@ impl<Q: Queues, S: ObjectStore, A: Alarms, M: EventSourceMappings> Redriver<Q, S
         match tokio::time::timeout_at(by.into(), read).await {
             Ok(Ok(hidden)) => Some(hidden),
             Ok(Err(e)) => {
-                tracing::warn!(error_code = ErrorCode::KeepListUnreadable.code(), error_details = %e, "kept messages hidden by earlier runs stay hidden until their TTL; this run hides no more");
+                tracing::error!(error_code = ErrorCode::KeepListUnreadable.code(), error_details = %e, "the keep lists cannot be read: kept messages hidden by earlier runs stay hidden until their TTL; this run hides no more");
                 None
             }
-            Err(_) => None,
+            Err(_) => {
+                tracing::error!(error_code = ErrorCode::KeepListUnreadable.code(), error_details = %format!("not read within {} ms", crate::run::KEEP_LIST_WAIT.as_millis()), "the keep lists cannot be read: kept messages hidden by earlier runs stay hidden until their TTL; this run hides no more");
+                None
+            }
         }
     }
 

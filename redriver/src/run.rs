@@ -882,6 +882,7 @@ impl Run {
         let last = last_sweep.as_ref().map(|s| *s).map_err(String::as_str);
         self.sweep_due = sweep::due(last, self.sweep_every, now.epoch_ms);
         let count = hidden.as_ref().map(|h| h.len() as u64);
+        self.summary.keep_lists_unread = hidden.is_none();
         let unhide = match (&self.rules.reason, hidden) {
             (Some(reason), Some(hidden)) if !self.rules.paused => {
                 Plan::release(&self.queues.dlq, keep::handles(hidden, Some(reason)))
@@ -1985,9 +1986,13 @@ mod tests {
         let mut world = World::new(kept);
         world.kept_lists = None;
         let summary = world.drive(scheduled(&cfg, start()), start());
-        // THEN kept, but released at the end of the run, unlisted, visible for an operator
+        // THEN kept, but released at the end of the run, unlisted, visible for an operator;
+        // the summary says hiding stopped
         assert_eq!((summary.kept, summary.kept_in_flight), (3, None));
         assert_eq!((world.hidden.len(), world.visible.len()), (0, 3));
+        assert!(summary.keep_lists_unread);
+        let read = World::new(std::iter::empty()).drive(scheduled(&cfg, start()), start());
+        assert!(!read.keep_lists_unread);
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub const DEAD_LETTERED_UNEXPLAINED: &str = "DeadLetteredUnexplained";
 /// 1 for a redriver run whose replay has been paused longer than the pausing alarm's hold, or
 /// paused by an alarm it cannot read; else 0.
 pub const REDRIVE_PAUSED_TOO_LONG: &str = "RedrivePausedTooLong";
+/// 1 for a run that could not read the keep lists (in time): it hid no kept message, so the
+/// kept ones it received stay visible and are read again by later runs; else 0.
+pub const KEEP_LISTS_UNREAD: &str = "KeepListsUnread";
 
 /// 1 for a run that found the consumer's event source mapping disabled (paused by resq or by
 /// hand) or disabled it, else 0; only with a consumer breaker.
@@ -116,6 +119,10 @@ pub struct Summary {
     /// not be read (`RedrivePausedTooLong`).
     #[serde(default)]
     pub paused_too_long: bool,
+    /// The keep lists could not be read (in time): hiding stopped for this run
+    /// (`KeepListsUnread`).
+    #[serde(default)]
+    pub keep_lists_unread: bool,
     /// Wall time of the run.
     pub elapsed_ms: u64,
     /// The configured rate.
@@ -168,6 +175,7 @@ impl Summary {
             unexplained: 0,
             kept_in_flight: None,
             paused_too_long: false,
+            keep_lists_unread: false,
             elapsed_ms: 0,
             rate_per_second,
             achieved_rate_per_second: None,
@@ -213,6 +221,7 @@ impl Summary {
             unexplained = self.unexplained,
             kept_in_flight = self.kept_in_flight,
             paused_too_long = self.paused_too_long,
+            keep_lists_unread = self.keep_lists_unread,
             elapsed_ms = self.elapsed_ms,
             rate_per_second = self.rate_per_second,
             achieved_rate_per_second = self.achieved_rate_per_second,
@@ -236,6 +245,7 @@ impl Summary {
             metrics::ARCHIVED,
             DEAD_LETTERED_UNEXPLAINED,
             REDRIVE_PAUSED_TOO_LONG,
+            KEEP_LISTS_UNREAD,
         ];
         let mut m = Metrics::new(&names);
         m.add(REDRIVEN, self.redriven);
@@ -244,6 +254,7 @@ impl Summary {
         m.add(REDRIVE_PAUSED, u64::from(self.paused));
         m.add(DEAD_LETTERED_UNEXPLAINED, self.unexplained);
         m.add(REDRIVE_PAUSED_TOO_LONG, u64::from(self.paused_too_long));
+        m.add(KEEP_LISTS_UNREAD, u64::from(self.keep_lists_unread));
         if let Some(kept) = self.kept_in_flight {
             m.add(KEPT, kept);
         }
@@ -303,6 +314,7 @@ mod tests {
             unexplained: 6,
             kept_in_flight: Some(700),
             paused_too_long: true,
+            keep_lists_unread: true,
             elapsed_ms: 8_123,
             rate_per_second: 10.0,
             achieved_rate_per_second: Some(9.75),

@@ -645,3 +645,33 @@ async fn an_archived_pointer_keeps_its_payload_beside_it() {
         "{gone}"
     );
 }
+
+#[tokio::test]
+async fn a_day_of_keep_lists_reads_back_the_newest_entry_of_each_message() {
+    use chrono::{Duration as Days, Utc};
+    // GIVEN a run every minute for 14 hours, each hiding one message again (m0..m9 in turn),
+    // the newest list of each message the one that counts
+    let store = MemoryStore::default();
+    let now = Utc::now();
+    for minute in 0..14 * 60 {
+        let at = now - Days::minutes(minute);
+        let message = KeptMessage {
+            message_id: format!("m{}", minute % 10),
+            receipt_handle: format!("rh-{minute}"),
+            failure_reason: None,
+            first_sent_at: None,
+            hidden_until: (now + Days::hours(1)).timestamp_millis() as u64,
+            order_id: None,
+        };
+        let run = format!("run-{minute}");
+        resq::keep::write_list(&store, DLQ, &run, 0, at, &[message])
+            .await
+            .unwrap();
+    }
+    // WHEN a run reads them
+    let hidden = resq::keep::still_hidden(&store, DLQ, now).await.unwrap();
+    // THEN each message once, with its newest receipt handle (the list of the lowest minute)
+    let handles: Vec<&str> = hidden.iter().map(|k| k.receipt_handle.as_str()).collect();
+    let newest: Vec<String> = (0..10).map(|m| format!("rh-{m}")).collect();
+    assert_eq!(handles, newest);
+}
