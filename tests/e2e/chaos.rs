@@ -106,8 +106,14 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
         unexercised("consumer"),
         // the consumer archives only a count past the cap, which only a tool other than the
         // redriver produces (docs/design.md, "Record checks" step 1; tests/e2e/consumer.rs
-        // covers it)
-        [("s3:PutObject", "ArchiveBucket/archive/*")]
+        // covers it); no order of the run is a pointer or too large for a copy (both
+        // functions' payload calls: tests/e2e/payloads.rs)
+        [
+            ("s3:GetObject", "ArchiveBucket/payloads/*"),
+            ("s3:GetObject", "ProducerPayloadBucket/*"),
+            ("s3:PutObject", "ArchiveBucket/archive/*"),
+            ("s3:PutObject", "ArchiveBucket/payloads/*"),
+        ]
     );
     assert_eq!(
         unexercised("redriver"),
@@ -140,6 +146,9 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
                 "lambda:UpdateEventSourceMapping",
                 "ConsumerEventSourceMapping"
             ),
+            ("s3:GetObject", "ArchiveBucket/payloads/*"),
+            ("s3:GetObject", "ProducerPayloadBucket/*"),
+            ("s3:PutObject", "ArchiveBucket/payloads/*"),
             ("sqs:GetQueueAttributes", "OrdersQueue"),
             ("sqs:SendMessage", "DeadLetterQueue"),
         ]
