@@ -26,6 +26,7 @@ pub mod deployed;
 pub mod dlq;
 pub mod errors;
 pub mod find;
+pub mod hold;
 pub mod locate;
 pub mod orders;
 pub mod render;
@@ -245,6 +246,34 @@ pub enum CliError {
         /// The breaker's alarms in ALARM.
         alarms: Vec<String>,
     },
+    /// `resq dlq redrive` refused: an alarm of the breakers is in ALARM. Exit status 1.
+    #[error(
+        "not replayed: the breaker's alarm{} {} in ALARM (replays are failing again, or the consumer or its downstream fails): replayed now, these messages would spend their redrive count and come back, or be archived at the cap. Wait until {} ALARM (`resq status`), or replay anyway with --force",
+        plural(alarms.len(), "", "s"),
+        format!("{} {}", alarms.join(", "), plural(alarms.len(), "is", "are")),
+        plural(alarms.len(), "it leaves", "they leave")
+    )]
+    ReplayInAlarm {
+        /// The breakers' alarms in ALARM.
+        alarms: Vec<String>,
+    },
+    /// A redrive was interrupted (Ctrl-C, SIGTERM): it ended what was under way and released
+    /// what it held. Exit status 130.
+    #[error(
+        "interrupted: the redrive stopped (its summary is above); it released the {released} DLQ messages it held{}",
+        match left {
+            0 => String::new(),
+            n => format!(", but {n} could not be released: they come back by themselves within {back_within_seconds} s"),
+        }
+    )]
+    Interrupted {
+        /// DLQ messages released.
+        released: u64,
+        /// DLQ messages it could not release.
+        left: usize,
+        /// When the last of those comes back, in seconds from now.
+        back_within_seconds: u64,
+    },
     /// The stack named by `--stack` has no consumer breaker: its `ConsumerEventSourceMapping`
     /// output is empty. Exit status 2.
     #[error(
@@ -263,6 +292,10 @@ pub enum CliError {
         /// CloudFormation would refuse some value itself (the rules were not evaluated).
         by_cloudformation: bool,
     },
+}
+
+fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 { one } else { many }
 }
 
 fn not_seen(order_id: &str, unseen: usize) -> String {
@@ -332,6 +365,8 @@ impl CliError {
             Self::Nowhere { .. } => 3,
             Self::NotSeen { .. } => 4,
             Self::CanaryStopped { .. } => 5,
+            // as a shell reports a command ended by SIGINT
+            Self::Interrupted { .. } => 130,
             Self::Aws { .. }
             | Self::Read(_)
             | Self::NotAnArchiveEntry { .. }
@@ -345,6 +380,7 @@ impl CliError {
             | Self::NoSuchMapping { .. }
             | Self::MappingBusy { .. }
             | Self::BreakerInAlarm { .. }
+            | Self::ReplayInAlarm { .. }
             | Self::Refused { .. } => 1,
         }
     }

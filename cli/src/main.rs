@@ -274,7 +274,26 @@ struct RedriveArgs {
     /// Only this tenant: messages of this MessageGroupId (a fair queue's or a FIFO group).
     #[arg(long, value_parser = group)]
     group: Option<String>,
-    /// Replay at most this many messages (the run still archives what is due past them).
+    /// Replay anyway while an alarm of the breakers (the redriver's PAUSE_ON_ALARMS and the
+    /// consumer breaker's) is in ALARM, or while they cannot be read.
+    #[arg(long)]
+    force: bool,
+    /// The alarms a replay waits for [default: the stack's PAUSE_ON_ALARMS and
+    /// PAUSE_CONSUMER_ON_ALARMS, else resq-replays-failing, resq-consumer-errors,
+    /// resq-dead-letters-unexplained, resq-downstream-failing].
+    #[arg(
+        long,
+        env = "PAUSE_ON_ALARMS",
+        value_name = "NAMES",
+        value_delimiter = ','
+    )]
+    pause_on_alarms: Vec<String>,
+    /// Kept messages hidden in the DLQ at most, earlier runs' included (the stack's
+    /// KEPT_IN_FLIGHT_MAX) [default: the stack's KeptInFlightMax, else 50000].
+    #[arg(long, env = "KEPT_IN_FLIGHT_MAX", value_name = "N")]
+    kept_in_flight_max: Option<u64>,
+    /// Replay at most this many messages (past them the run reads on for 30 s, each message
+    /// it reads hidden a minute, to archive what is due).
     #[arg(long = "max-messages", alias = "max", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     max_messages: u32,
     /// Redriven messages per second.
@@ -450,6 +469,8 @@ fn typed_flags(matches: &ArgMatches) -> Typed {
         idempotency_window_seconds: typed("idempotency_window_seconds"),
         mapping: typed("mapping"),
         pause_consumer_on_alarms: typed("pause_consumer_on_alarms"),
+        kept_in_flight_max: typed("kept_in_flight_max"),
+        pause_on_alarms: typed("pause_on_alarms"),
     }
 }
 
@@ -724,6 +745,22 @@ async fn redrive(
     let cap = from_stack.max_redrive_attempts;
     let ttl = from_stack.archive_after_seconds;
     let permanent_action = from_stack.permanent_action.unwrap_or(args.permanent_action);
+    let kept_in_flight_max = from_stack
+        .kept_in_flight_max
+        .or(args.kept_in_flight_max)
+        .unwrap_or_else(|| {
+            eprintln!("{}", render::kept_limit_unknown());
+            resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX
+        });
+    if !matches!(mode, dlq::Mode::Shadow { .. }) {
+        // a flag typed, then the stack's, then PAUSE_ON_ALARMS, then the template's names
+        let given = (!args.pause_on_alarms.is_empty()).then_some(args.pause_on_alarms);
+        let alarms = (from_stack.pause_on_alarms.clone())
+            .or(given)
+            .unwrap_or_else(|| deployed::replay_breaker_alarms("resq-"));
+        let notes = dlq::check_breakers(ctx, &alarms, args.force, args.dry_run).await?;
+        notes.iter().for_each(|n| eprintln!("{n}"));
+    }
     let options = dlq::RedriveOptions {
         dry_run: args.dry_run,
         failure_reason: args.failure_reason,
@@ -734,13 +771,15 @@ async fn redrive(
         max_redrive_attempts: cap.unwrap_or(args.max_redrive_attempts),
         archive_after: Duration::from_secs(ttl.unwrap_or(args.archive_after_seconds)),
         permanent_action: dlq::permanent_action(permanent_action, args.archive_permanent),
+        kept_in_flight_max,
     };
     match mode {
         dlq::Mode::Replay => {
-            let summary = dlq::run_redrive(ctx, &options).await?;
-            print!("{}", render::redrive(&summary));
-            dlq::redrive_failure(&summary).map_or(Ok(()), Err)?;
-            eprint!("{}", render::redrive_notes(&summary, json));
+            let stop = resq_ops::hold::interrupted();
+            let done = dlq::run_redrive(ctx, &options, stop).await?;
+            print!("{}", render::redrive(&done.summary));
+            eprint!("{}", render::redrive_notes(&done, json));
+            done.failure().map_or(Ok(()), Err)?;
         }
         dlq::Mode::Shadow { to } => {
             let report = shadow::shadow(ctx, &options, &to).await?;

@@ -483,6 +483,7 @@ async fn a_shadow_replay_copies_to_staging_and_leaves_the_dlq_as_it_was() {
         max_redrive_attempts: 3,
         archive_after: Duration::from_secs(86_400),
         permanent_action: resq_redriver::config::PermanentAction::Keep,
+        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
     };
 
     // WHEN the DLQ is shadow-replayed to the staging queue
@@ -615,6 +616,7 @@ async fn a_shadow_replay_on_a_small_budget_leaves_every_kept_message_hidden() {
         max_redrive_attempts: 3,
         archive_after: Duration::from_secs(86_400),
         permanent_action: resq_redriver::config::PermanentAction::Keep,
+        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
     };
     let report = shadow::shadow(&ctx, &options, &staging).await.unwrap();
     // THEN one copy was made, and only as many kept messages as it could copy were made
@@ -676,6 +678,7 @@ fn canary_options(reason: &str) -> dlq::RedriveOptions {
         max_redrive_attempts: 3,
         archive_after: Duration::from_secs(86_400),
         permanent_action: resq_redriver::config::PermanentAction::Keep,
+        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
     }
 }
 

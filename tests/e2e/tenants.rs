@@ -156,6 +156,7 @@ async fn a_tenants_shadow_copy_keeps_its_group() {
         max_redrive_attempts: 3,
         archive_after: std::time::Duration::from_secs(86_400),
         permanent_action: resq_redriver::config::PermanentAction::Keep,
+        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
     };
     let report = shadow::shadow(&ctx, &options, &staging).await.unwrap();
     assert_eq!(report.copied, 1, "{report:?}");
