@@ -147,6 +147,15 @@ pub enum CliError {
         /// How old it is against the window, in words.
         why: String,
     },
+    /// Another restore claimed the archive entry (sent it, or is sending it): restored again,
+    /// its order could run twice. Exit status 1.
+    #[error("not restored: {key} {why}")]
+    Claimed {
+        /// The archive key.
+        key: String,
+        /// Who restored it, when, and what to do.
+        why: String,
+    },
     /// Receiving from the DLQ failed part-way through a redrive. Exit status 1.
     #[error(
         "receiving from the DLQ failed part-way (the error is logged above); what was not moved stays in the DLQ"
@@ -374,6 +383,7 @@ impl CliError {
             | Self::NotAccepted { .. }
             | Self::NotMoved { .. }
             | Self::PastIdempotencyWindow { .. }
+            | Self::Claimed { .. }
             | Self::ReceiveStopped
             | Self::NotCopied { .. }
             | Self::NotPatchable { .. }

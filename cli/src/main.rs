@@ -380,6 +380,11 @@ struct RestoreArgs {
     /// Restore even past the idempotency window.
     #[arg(long)]
     force: bool,
+    /// Restore an entry an earlier restore sent (on purpose: its order runs again), or whose
+    /// restore claimed it over 5 minutes ago and never recorded its send (check the main queue
+    /// first: `resq find ORDER_ID`).
+    #[arg(long)]
+    again: bool,
     /// Repair the message first: a JSON merge patch (RFC 7396) applied to its body; the
     /// patch, who and when are recorded in the entry (one key only).
     #[arg(long, value_name = "FILE")]
@@ -829,8 +834,9 @@ async fn restore(
         ttl: Duration::from_secs(ttl.unwrap_or(args.archive_after_seconds)),
     });
     let Some(path) = &args.patch else {
+        let by = archive::caller(config).await;
         for key in &args.keys {
-            let id = archive::restore(ctx, key, args.dry_run, window).await?;
+            let id = archive::restore(ctx, key, &by, args.dry_run, window, args.again).await?;
             print!("{}", render::restored(key, id.as_deref(), json));
         }
         return Ok(());
@@ -845,18 +851,19 @@ async fn restore(
     let patch = archive::read_patch(path)?;
     let (queue_url, bucket) = (ctx.main_queue()?, ctx.archive_bucket()?);
     let by = archive::caller(config).await;
-    let request = archive::PatchRequest {
+    let request = archive::RestoreRequest {
         key,
         bucket,
         queue_url,
-        patch: &patch,
+        patch: Some(&patch),
         by: &by,
         dry_run: args.dry_run,
         window,
+        again: args.again,
         now: chrono::Utc::now(),
         id: archive::restore_id(),
     };
-    let done = archive::restore_patched(&archive::AwsRestore(ctx), &request).await?;
+    let done = archive::restore_entry(&archive::AwsRestore(ctx), &request).await?;
     print!("{}", render::patched(&done, json));
     eprint!("{}", render::patched_notes(&done, json));
     Ok(())

@@ -858,13 +858,14 @@ async fn a_patched_restore_repairs_the_message_and_records_who_when_and_the_patc
         by.starts_with("arn:aws:"),
         "the emulator's STS answers: {by}"
     );
-    let request = |dry_run| archive::PatchRequest {
+    let request = |dry_run| archive::RestoreRequest {
         key: &key,
         bucket: &stack.bucket,
         queue_url: &stack.main.url,
-        patch: &patch,
+        patch: Some(&patch),
         by: &by,
         dry_run,
+        again: false,
         window: Some(archive::RestoreWindow {
             window: Duration::from_secs(resq_consumer::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
             ttl: Duration::from_secs(resq_redriver::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
@@ -874,15 +875,13 @@ async fn a_patched_restore_repairs_the_message_and_records_who_when_and_the_patc
     };
     let port = archive::AwsRestore(&ctx);
     // WHEN it is restored with the patch, after a dry run
-    let dry = archive::restore_patched(&port, &request(true))
-        .await
-        .unwrap();
+    let dry = archive::restore_entry(&port, &request(true)).await.unwrap();
     assert_eq!(dry.message_id, None);
     assert_eq!(
         (stack.depth(&stack.main).await, versions(&stack, &key).await),
         ((0, 0), 1)
     );
-    let done = archive::restore_patched(&port, &request(false))
+    let done = archive::restore_entry(&port, &request(false))
         .await
         .unwrap();
     // THEN the repaired order is in the main queue, and the consumer records it
@@ -931,9 +930,9 @@ async fn a_patched_restore_repairs_the_message_and_records_who_when_and_the_patc
         "{not json",
     )
     .await;
-    let refused = archive::restore_patched(
+    let refused = archive::restore_entry(
         &port,
-        &archive::PatchRequest {
+        &archive::RestoreRequest {
             key: &bad,
             ..request(false)
         },
