@@ -900,6 +900,10 @@ mod tests {
             "keep",
             "--mapping",
             "u",
+            "--kept-in-flight-max",
+            "100",
+            "--pause-on-alarms",
+            "a",
         ]);
         let status = typed_in(&["resq", "status", "--alarm-prefix", "x-"]);
         let resume = typed_in(&[
@@ -1060,6 +1064,8 @@ mod tests {
             idempotency_window_seconds: true,
             mapping: true,
             pause_consumer_on_alarms: true,
+            kept_in_flight_max: true,
+            pause_on_alarms: true,
         }
     }
 }

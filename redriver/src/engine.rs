@@ -73,6 +73,8 @@ impl EventSourceMappings for NoMapping {
 }
 
 /// What the shell woke up to.
+// a temporary, moved once per event: boxing the event would only add an allocation
+#[allow(clippy::large_enum_variant)]
 enum Woke {
     /// What was under way reported (`None`: nothing was under way).
     Next(Option<Event>),
