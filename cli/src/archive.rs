@@ -9,6 +9,7 @@ use resq::attributes::{X_FAILURE_CLASS, X_FAILURE_REASON, X_FIRST_SENT_AT, X_RED
 use resq::error::AwsError;
 use resq::settle::{Action, Confirmation, Plan, QueueUrl, SettleError};
 use resq::sqs::OutgoingMessage;
+use resq::store::{ObjectStore, PutOutcome};
 use serde_json::Value;
 
 use crate::CliError;
@@ -268,6 +269,13 @@ pub trait RestorePort {
     ) -> impl Future<Output = Result<String, CliError>>;
     /// The queue's retention.
     fn retention(&self, queue_url: &str) -> impl Future<Output = Result<Duration, CliError>>;
+    /// The first key under `prefix` in key order (a claim log's newest), with its bytes.
+    fn newest(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Option<(String, Vec<u8>)>, CliError>>;
+    /// Writes `body` at `key` unless an object is there (`If-None-Match: *`): whether it did.
+    fn write_new(&self, key: &str, body: Vec<u8>) -> impl Future<Output = Result<bool, CliError>>;
 }
 
 /// [`RestorePort`] on the context's S3 and SQS clients.
@@ -314,6 +322,26 @@ impl RestorePort for AwsRestore<'_> {
             what: format!("sending to {queue_url}"),
             source,
         })
+    }
+
+    async fn newest(&self, prefix: &str) -> Result<Option<(String, Vec<u8>)>, CliError> {
+        let store = self.0.store();
+        let Some(key) = store.first_key(prefix).await.map_err(CliError::Read)? else {
+            return Ok(None);
+        };
+        let bytes = store.get(&key).await.map_err(CliError::Read)?;
+        Ok(bytes.map(|b| (key, b)))
+    }
+
+    async fn write_new(&self, key: &str, body: Vec<u8>) -> Result<bool, CliError> {
+        let bucket = self.0.archive_bucket()?;
+        match self.0.store().put_if_absent(key, body).await {
+            Ok(outcome) => Ok(outcome == PutOutcome::Created),
+            Err(source) => Err(CliError::Aws {
+                what: format!("claiming s3://{bucket}/{key}"),
+                source,
+            }),
+        }
     }
 
     async fn retention(&self, queue_url: &str) -> Result<Duration, CliError> {
@@ -367,38 +395,144 @@ async fn check_window(
 }
 
 /// Sends an archived message back to the main queue for a fresh start (see
-/// [`restore_message`]). The entry stays in the archive as the record of what happened.
-/// Returns the new message id (`None`: a dry run). Refused past `window` (see
-/// [`within_idempotency_window`]); `None` restores whatever the age (`--force`).
+/// [`restore_message`]), under its claim ([`restore_entry`]), `by` whom. The entry stays in
+/// the archive as the record of what happened. Returns the new message id (`None`: a dry run).
+/// Refused past `window` (see [`within_idempotency_window`]); `None` restores whatever the
+/// age (`--force`).
 pub async fn restore(
     ctx: &Context,
     key: &str,
+    by: &str,
     dry_run: bool,
     window: Option<RestoreWindow>,
+    again: bool,
 ) -> Result<Option<String>, CliError> {
-    let queue_url = ctx.main_queue()?;
-    let bucket = ctx.archive_bucket()?;
-    let port = AwsRestore(ctx);
-    let (_, envelope) = entry(&port, bucket, key).await?;
-    check_window(&port, key, queue_url, &envelope, window, crate::now_ms()).await?;
-    let message =
-        restore_message(&envelope, queue_url, None).map_err(|why| CliError::NotPatchable {
-            key: key.to_owned(),
-            why,
-        })?;
-    if dry_run {
-        return Ok(None);
+    let request = RestoreRequest {
+        key,
+        bucket: ctx.archive_bucket()?,
+        queue_url: ctx.main_queue()?,
+        patch: None,
+        by,
+        dry_run,
+        window,
+        again,
+        now: chrono::Utc::now(),
+        id: restore_id(),
+    };
+    let done = restore_entry(&AwsRestore(ctx), &request).await?;
+    if let Audit::Incomplete(why) = &done.audit {
+        tracing::warn!(key, error = %why, "restored, but its claim still says sending: a later restore of it needs --again");
     }
-    port.send(queue_url, &message)
-        .await
-        .map(Some)
-        .map_err(|e| match e {
-            CliError::Aws { source, .. } => CliError::Aws {
-                what: format!("restoring {key} to {queue_url}"),
-                source,
-            },
-            other => other,
-        })
+    Ok(done.message_id)
+}
+
+/// Where the claims of the restores of the entry `key` are kept: a log of write-once keys,
+/// the newest first ([`claim_key`]).
+pub fn claim_prefix(key: &str) -> String {
+    format!("{CLAIM_PREFIX}{key}/")
+}
+
+/// Claims of restores live under this prefix of the archive bucket.
+pub const CLAIM_PREFIX: &str = "restores/";
+
+/// The key of a restore's `attempt`-th claim (from 1) under `prefix`: later ones sort first.
+pub fn claim_key(prefix: &str, attempt: u32) -> String {
+    format!("{prefix}{:010}.json", u32::MAX - attempt)
+}
+
+/// The attempt a claim key holds ([`claim_key`]'s inverse).
+fn claim_attempt(prefix: &str, key: &str) -> Option<u32> {
+    let n: u32 = key
+        .strip_prefix(prefix)?
+        .strip_suffix(".json")?
+        .parse()
+        .ok()?;
+    Some(u32::MAX - n)
+}
+
+/// A claim still `sending` this long after it was made is taken for a restore that died: a
+/// restore sends within a minute of its claim.
+pub const CLAIM_STALE: Duration = Duration::from_secs(300);
+
+/// Whether a restore may claim an entry whose newest claim is `current` (`again`: the
+/// operator asks to restore it once more): none, or one whose send failed, may be claimed;
+/// one sent only `again`; one being sent never before [`CLAIM_STALE`], then only `again` (it
+/// may have been sent before its restore died). `Err` says why not, and what to do.
+pub fn may_claim(current: Option<&RestoreRecord>, again: bool, now_ms: u64) -> Result<(), String> {
+    let Some(c) = current else {
+        return Ok(());
+    };
+    let at_ms = chrono::DateTime::parse_from_rfc3339(&c.at)
+        .map_or(0, |t| t.timestamp_millis().max(0) as u64);
+    let age = Duration::from_millis(now_ms.saturating_sub(at_ms));
+    match c.status {
+        RestoreStatus::Failed => Ok(()),
+        RestoreStatus::Sent if again => Ok(()),
+        RestoreStatus::Sent => Err(format!(
+            "was restored by {} at {} (message {}): restored again, its order would run twice; --again restores it once more on purpose",
+            c.by,
+            c.at,
+            c.message_id.as_deref().unwrap_or("unknown")
+        )),
+        RestoreStatus::Sending if age < CLAIM_STALE => Err(format!(
+            "is being restored by {} (claimed at {}): wait for that restore; a claim that never records its send may be taken over with --again {} s after it was made",
+            c.by,
+            c.at,
+            CLAIM_STALE.as_secs()
+        )),
+        RestoreStatus::Sending if again => Ok(()),
+        RestoreStatus::Sending => Err(format!(
+            "was claimed by {} at {}, whose restore never recorded its send (it may have died before or after sending): check whether its order reached the main queue or ran (`resq find ORDER_ID`), then restore with --again",
+            c.by, c.at
+        )),
+    }
+}
+
+/// The newest claim under `prefix`: its attempt and record.
+async fn newest_claim(
+    port: &impl RestorePort,
+    prefix: &str,
+) -> Result<Option<(u32, RestoreRecord)>, CliError> {
+    let Some((key, bytes)) = port.newest(prefix).await? else {
+        return Ok(None);
+    };
+    let record = serde_json::from_slice(&bytes).map_err(|e| {
+        CliError::Usage(format!(
+            "{key} is not a restore claim resq can read ({e}): look at it before restoring"
+        ))
+    })?;
+    Ok(Some((claim_attempt(prefix, &key).unwrap_or(0), record)))
+}
+
+/// Claims the entry `key` for `record` with a conditional write (two restores of it never both
+/// send): the claim's key, or why not ([`may_claim`]); with `dry_run`, the check only.
+async fn claim(
+    port: &impl RestorePort,
+    key: &str,
+    record: &RestoreRecord,
+    again: bool,
+    dry_run: bool,
+    now_ms: u64,
+) -> Result<String, CliError> {
+    let prefix = claim_prefix(key);
+    let refused = |why| CliError::Claimed {
+        key: key.to_owned(),
+        why,
+    };
+    let current = newest_claim(port, &prefix).await?;
+    may_claim(current.as_ref().map(|(_, r)| r), again, now_ms).map_err(refused)?;
+    let next = claim_key(&prefix, current.map_or(1, |(n, _)| n + 1));
+    let body = serde_json::to_vec(record).map_err(|e| CliError::Usage(e.to_string()))?;
+    if dry_run || port.write_new(&next, body).await? {
+        return Ok(next);
+    }
+    // another restore claimed it between the read and the write: it goes on, this one not
+    let theirs = newest_claim(port, &prefix).await?;
+    Err(refused(
+        may_claim(theirs.as_ref().map(|(_, r)| r), false, now_ms)
+            .err()
+            .unwrap_or_else(|| "was claimed by another restore meanwhile".to_owned()),
+    ))
 }
 
 /// Whether the audit record of a patched restore is complete.
@@ -406,10 +540,11 @@ pub async fn restore(
 pub enum Audit {
     /// A dry run: nothing written.
     NotWritten,
-    /// The entry records the restore: who, when, the patch, and the new message id.
+    /// The claim (and, patched, the entry) records the restore: who, when, the patch, and the
+    /// new message id.
     Complete,
-    /// The entry records who, when and the patch (written before the send), but the update
-    /// with the new message id could not be written: why.
+    /// The claim (and, patched, the entry) records who, when and the patch (written before
+    /// the send), but the update with the new message id could not be written: why.
     Incomplete(String),
 }
 
@@ -486,51 +621,56 @@ pub const AUDIT_ATTEMPTS: u32 = 3;
 
 /// The restore's inputs besides the port.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PatchRequest<'a> {
+pub struct RestoreRequest<'a> {
     /// The archive key.
     pub key: &'a str,
     /// The bucket (for messages).
     pub bucket: &'a str,
     /// The main queue.
     pub queue_url: &'a str,
-    /// The JSON merge patch.
-    pub patch: &'a Value,
+    /// The JSON merge patch (`--patch`), recorded in the entry; none: restored as archived.
+    pub patch: Option<&'a Value>,
     /// Who restores it (STS ARN, else the OS user).
     pub by: &'a str,
     /// Check and show; write and send nothing.
     pub dry_run: bool,
     /// The idempotency-window check (`None`: `--force`).
     pub window: Option<RestoreWindow>,
+    /// Restore it again, past an earlier restore's claim (`--again`, see [`may_claim`]).
+    pub again: bool,
     /// Now.
     pub now: chrono::DateTime<chrono::Utc>,
     /// This restore's id.
     pub id: String,
 }
 
-/// `resq archive restore KEY --patch FILE`: repairs the archived message with a JSON merge
-/// patch and sends it to the main queue, recording the patch, who and when in the entry.
+/// `resq archive restore KEY [--patch FILE]`: sends the archived message (repaired with a JSON
+/// merge patch, when given) to the main queue under a claim, so that two restores of one entry
+/// never both send it; a patched restore also records the patch, who and when in the entry.
 ///
-/// Nothing is sent before the entry is read, the patch applies (the body is JSON), the patched
-/// message fits and the idempotency window allows it, nor before the record of the restore
-/// (status `sending`) is written into the entry: an operator who may not write the entry
-/// restores nothing. After the send the record is completed (status `sent`, the new message
-/// id), tried [`AUDIT_ATTEMPTS`] times; if that still fails, the order is restored and the
-/// entry already says who restored it, when and with which patch: the restore is reported
-/// done with its audit incomplete ([`Audit::Incomplete`]), not as a failure, since running it
-/// again would restore the order twice. A send that fails is recorded as `failed` (best
-/// effort) and reported as the error.
-pub async fn restore_patched(
+/// Nothing is sent before the entry is read, the patch applies (the body is JSON), the message
+/// fits and the idempotency window allows it, nor before the restore has claimed the entry
+/// (its claim, status `sending`, written with `If-None-Match: *` under [`claim_prefix`]; see
+/// [`may_claim`] for what an earlier claim allows), nor, patched, before its record (status
+/// `sending`) is written into the entry: an operator who may not write restores nothing. After
+/// the send the claim (and the record) say `sent` and the new message id, tried
+/// [`AUDIT_ATTEMPTS`] times; if that still fails, the order is restored and the claim already
+/// says who restored it and when: the restore is reported done with its audit incomplete
+/// ([`Audit::Incomplete`]), not as a failure, since running it again would restore the order
+/// twice. A send that fails (or a record that cannot be written before it) marks the claim
+/// `failed`, so that a retry goes on, and is reported as the error.
+pub async fn restore_entry(
     port: &impl RestorePort,
-    request: &PatchRequest<'_>,
+    request: &RestoreRequest<'_>,
 ) -> Result<PatchedRestore, CliError> {
-    let PatchRequest {
+    let RestoreRequest {
         key,
         bucket,
         queue_url,
         ..
     } = *request;
     let (doc, envelope) = entry(port, bucket, key).await?;
-    let message = restore_message(&envelope, queue_url, Some(request.patch)).map_err(|why| {
+    let message = restore_message(&envelope, queue_url, request.patch).map_err(|why| {
         CliError::NotPatchable {
             key: key.to_owned(),
             why,
@@ -542,7 +682,7 @@ pub async fn restore_patched(
         id: request.id.clone(),
         at: resq::archive::timestamp(request.now),
         by: request.by.to_owned(),
-        patch: Some(request.patch.clone()),
+        patch: request.patch.cloned(),
         queue: queue_url.to_owned(),
         status: RestoreStatus::Sending,
         message_id: None,
@@ -555,22 +695,32 @@ pub async fn restore_patched(
         record: record.clone(),
         audit: Audit::NotWritten,
     };
+    let claimed = claim(port, key, &record, request.again, request.dry_run, now_ms).await?;
     if request.dry_run {
         return Ok(done);
     }
-    // the record first: no send that the entry could not say who made
-    let ahead = with_record(doc, &record).map_err(|why| CliError::NotAnArchiveEntry {
-        bucket: bucket.to_owned(),
-        key: key.to_owned(),
-        reason: why,
-    })?;
-    port.write(key, ahead.to_string().into_bytes()).await?;
-    match port.send(queue_url, &message).await {
+    // patched, the record first: no send that the entry could not say who made
+    let ahead = match request.patch {
+        Some(_) => match with_record(doc, &record) {
+            Ok(ahead) => port.write(key, ahead.to_string().into_bytes()).await,
+            Err(why) => Err(CliError::NotAnArchiveEntry {
+                bucket: bucket.to_owned(),
+                key: key.to_owned(),
+                reason: why,
+            }),
+        },
+        None => Ok(()),
+    };
+    let sent = match ahead {
+        Ok(()) => port.send(queue_url, &message).await,
+        Err(e) => Err(e),
+    };
+    match sent {
         Ok(id) => {
             record.status = RestoreStatus::Sent;
             record.message_id = Some(id.clone());
             done.message_id = Some(id);
-            done.audit = match record_restore(port, bucket, key, &record).await {
+            done.audit = match record_everywhere(port, bucket, key, &claimed, &record).await {
                 Ok(()) => Audit::Complete,
                 Err(why) => Audit::Incomplete(why),
             };
@@ -580,12 +730,42 @@ pub async fn restore_patched(
         Err(e) => {
             record.status = RestoreStatus::Failed;
             record.error = Some(e.to_string());
-            if let Err(why) = record_restore(port, bucket, key, &record).await {
-                tracing::warn!(key, error = %why, "the failed restore could not be recorded; the entry says it was being sent");
+            if let Err(why) = record_everywhere(port, bucket, key, &claimed, &record).await {
+                tracing::error!(key, error = %why, "nothing was sent, but the claim still says sending: a retry of this restore needs --again, 5 minutes from now");
             }
             Err(e)
         }
     }
+}
+
+/// Writes `record` over its claim, and, patched, into the entry, each tried
+/// [`AUDIT_ATTEMPTS`] times; why not.
+async fn record_everywhere(
+    port: &impl RestorePort,
+    bucket: &str,
+    key: &str,
+    claimed: &str,
+    record: &RestoreRecord,
+) -> Result<(), String> {
+    let body = serde_json::to_vec(record).map_err(|e| e.to_string())?;
+    let mut claim = Err(String::new());
+    for attempt in 0..AUDIT_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+        }
+        claim = port
+            .write(claimed, body.clone())
+            .await
+            .map_err(|e| e.to_string());
+        if claim.is_ok() {
+            break;
+        }
+    }
+    let entry = match &record.patch {
+        Some(_) => record_restore(port, bucket, key, record).await,
+        None => Ok(()),
+    };
+    claim.and(entry)
 }
 
 /// Who is restoring: the caller's AWS identity (STS `GetCallerIdentity`'s ARN), else the OS
@@ -767,6 +947,8 @@ mod tests {
         entry: std::sync::Mutex<Vec<u8>>,
         versions: std::sync::Mutex<Vec<Vec<u8>>>,
         sent: std::sync::Mutex<Vec<OutgoingMessage>>,
+        /// Claims, by key.
+        claims: std::sync::Mutex<std::collections::BTreeMap<String, Vec<u8>>>,
         /// Writes that succeed before the rest fail (`None`: all succeed).
         writes_ok: Option<usize>,
         send_fails: bool,
@@ -789,7 +971,11 @@ mod tests {
         async fn read(&self, _key: &str) -> Result<Vec<u8>, CliError> {
             Ok(self.entry.lock().unwrap().clone())
         }
-        async fn write(&self, _key: &str, body: Vec<u8>) -> Result<(), CliError> {
+        async fn write(&self, key: &str, body: Vec<u8>) -> Result<(), CliError> {
+            if key.starts_with(CLAIM_PREFIX) {
+                self.claims.lock().unwrap().insert(key.to_owned(), body);
+                return Ok(());
+            }
             let mut versions = self.versions.lock().unwrap();
             if self.writes_ok.is_some_and(|n| versions.len() >= n) {
                 return Err(CliError::Aws {
@@ -817,17 +1003,31 @@ mod tests {
         async fn retention(&self, _queue: &str) -> Result<Duration, CliError> {
             Ok(Duration::from_secs(345_600))
         }
+        async fn newest(&self, prefix: &str) -> Result<Option<(String, Vec<u8>)>, CliError> {
+            let claims = self.claims.lock().unwrap();
+            let mut under = claims.iter().filter(|(k, _)| k.starts_with(prefix));
+            Ok(under.next().map(|(k, v)| (k.clone(), v.clone())))
+        }
+        async fn write_new(&self, key: &str, body: Vec<u8>) -> Result<bool, CliError> {
+            let mut claims = self.claims.lock().unwrap();
+            let fresh = !claims.contains_key(key);
+            if fresh {
+                claims.insert(key.to_owned(), body);
+            }
+            Ok(fresh)
+        }
     }
 
-    fn request<'a>(patch: &'a Value, dry_run: bool) -> PatchRequest<'a> {
-        PatchRequest {
+    fn request<'a>(patch: &'a Value, dry_run: bool) -> RestoreRequest<'a> {
+        RestoreRequest {
             key: "archive/PERMANENT_FAILURE/2026/11/26/m.json",
             bucket: "b",
             queue_url: "http://q/1/orders",
-            patch,
+            patch: Some(patch),
             by: "arn:aws:iam::123456789012:user/ops",
             dry_run,
             window: None,
+            again: false,
             now: chrono::Utc::now(),
             id: "r-1".into(),
         }
@@ -845,9 +1045,7 @@ mod tests {
         let port = Memory::with(&invalid_order());
         let patch = serde_json::json!({"items": [{"productId": "p-1", "quantity": 2}]});
         // WHEN it is restored with the patch
-        let done = restore_patched(&port, &request(&patch, false))
-            .await
-            .unwrap();
+        let done = restore_entry(&port, &request(&patch, false)).await.unwrap();
         // THEN the patched body went to the queue, as the restore sends it
         let sent = port.sent.lock().unwrap().clone();
         assert_eq!(sent.len(), 1);
@@ -883,7 +1081,7 @@ mod tests {
         let mut malformed = entry(Some(1), None);
         malformed.original_message.body = "{not json".into();
         let port = Memory::with(&malformed);
-        let e = restore_patched(&port, &request(&patch, false))
+        let e = restore_entry(&port, &request(&patch, false))
             .await
             .unwrap_err();
         assert!(matches!(e, CliError::NotPatchable { .. }), "{e}");
@@ -892,12 +1090,12 @@ mod tests {
             writes_ok: Some(0),
             ..Memory::with(&invalid_order())
         };
-        let e = restore_patched(&unwritable, &request(&patch, false))
+        let e = restore_entry(&unwritable, &request(&patch, false))
             .await
             .unwrap_err();
         assert!(e.to_string().starts_with("writing s3://b/k"), "{e}");
         let dry = Memory::with(&invalid_order());
-        let done = restore_patched(&dry, &request(&patch, true)).await.unwrap();
+        let done = restore_entry(&dry, &request(&patch, true)).await.unwrap();
         assert_eq!((done.message_id, done.audit), (None, Audit::NotWritten));
         for port in [&port, &unwritable, &dry] {
             assert!(port.sent.lock().unwrap().is_empty());
@@ -914,9 +1112,7 @@ mod tests {
         };
         let patch = serde_json::json!({"items": [{"productId": "p-1", "quantity": 1}]});
         // WHEN the restore runs
-        let done = restore_patched(&port, &request(&patch, false))
-            .await
-            .unwrap();
+        let done = restore_entry(&port, &request(&patch, false)).await.unwrap();
         // THEN the order is restored, once, and the result says the audit is incomplete
         assert_eq!(port.sent.lock().unwrap().len(), 1);
         assert_eq!(done.message_id.as_deref(), Some("m-new"));
@@ -940,13 +1136,141 @@ mod tests {
             ..Memory::with(&invalid_order())
         };
         let patch = serde_json::json!({"userId": "u-2"});
-        let e = restore_patched(&port, &request(&patch, false))
+        let e = restore_entry(&port, &request(&patch, false))
             .await
             .unwrap_err();
         assert!(e.to_string().starts_with("sending to q"), "{e}");
         let r = &port.stored().metadata.restores[0];
         assert_eq!(r.status, RestoreStatus::Failed);
         assert!(r.error.as_deref().is_some_and(|e| e.contains("no")));
+    }
+
+    /// The claims the port holds: (attempt, status, by).
+    fn claims(port: &Memory) -> Vec<(u32, RestoreStatus, String)> {
+        let prefix = claim_prefix("archive/PERMANENT_FAILURE/2026/11/26/m.json");
+        let claims = port.claims.lock().unwrap();
+        claims
+            .iter()
+            .map(|(k, v)| {
+                let r: RestoreRecord = serde_json::from_slice(v).unwrap();
+                (claim_attempt(&prefix, k).unwrap(), r.status, r.by)
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_second_restore_of_an_entry_refuses_naming_the_first() {
+        // GIVEN an entry restored once, by ops
+        let port = Memory::with(&invalid_order());
+        let unpatched = RestoreRequest {
+            patch: None,
+            ..request(&Value::Null, false)
+        };
+        restore_entry(&port, &unpatched).await.unwrap();
+        // WHEN another operator restores it
+        let other = RestoreRequest {
+            by: "arn:aws:iam::123456789012:user/other",
+            ..unpatched.clone()
+        };
+        let e = restore_entry(&port, &other).await.unwrap_err();
+        // THEN refused, naming who restored it, when and the message; nothing sent twice
+        assert!(matches!(e, CliError::Claimed { .. }), "{e}");
+        let said = e.to_string();
+        assert!(
+            said.contains("was restored by arn:aws:iam::123456789012:user/ops at")
+                && said.contains("(message m-new)")
+                && said.contains("--again"),
+            "{said}"
+        );
+        assert_eq!(port.sent.lock().unwrap().len(), 1);
+        // AND a dry run says so too
+        let dry = RestoreRequest {
+            dry_run: true,
+            ..other.clone()
+        };
+        assert!(restore_entry(&port, &dry).await.is_err());
+        // AND --again restores it once more, under a claim of its own
+        let again = RestoreRequest {
+            again: true,
+            ..other
+        };
+        restore_entry(&port, &again).await.unwrap();
+        assert_eq!(port.sent.lock().unwrap().len(), 2);
+        let who = |s: &str| s.to_owned();
+        assert_eq!(
+            claims(&port),
+            [
+                (
+                    2,
+                    RestoreStatus::Sent,
+                    who("arn:aws:iam::123456789012:user/other")
+                ),
+                (
+                    1,
+                    RestoreStatus::Sent,
+                    who("arn:aws:iam::123456789012:user/ops")
+                )
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_restore_whose_send_failed_can_be_retried() {
+        // GIVEN a restore whose send failed
+        let failing = Memory {
+            send_fails: true,
+            ..Memory::with(&invalid_order())
+        };
+        let unpatched = RestoreRequest {
+            patch: None,
+            ..request(&Value::Null, false)
+        };
+        assert!(restore_entry(&failing, &unpatched).await.is_err());
+        assert_eq!(claims(&failing)[0].1, RestoreStatus::Failed);
+        // WHEN it is retried once SQS takes it
+        let port = Memory {
+            send_fails: false,
+            claims: std::sync::Mutex::new(failing.claims.lock().unwrap().clone()),
+            ..Memory::with(&invalid_order())
+        };
+        let done = restore_entry(&port, &unpatched).await.unwrap();
+        // THEN it goes on: sent once, its claim the second
+        assert_eq!(done.message_id.as_deref(), Some("m-new"));
+        assert_eq!(claims(&port)[0].0, 2);
+        assert_eq!(port.sent.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_claim_being_sent_blocks_until_it_is_stale_then_only_again() {
+        let at = chrono::Utc::now();
+        let claim = |status| RestoreRecord {
+            id: "r".into(),
+            at: resq::archive::timestamp(at),
+            by: "os-user:alice".into(),
+            patch: None,
+            queue: "q".into(),
+            status,
+            message_id: None,
+            error: None,
+        };
+        let sending = claim(RestoreStatus::Sending);
+        let now = at.timestamp_millis() as u64;
+        let stale = now + CLAIM_STALE.as_millis() as u64;
+        // fresh: refused, --again or not (a restore is sending it now)
+        for again in [false, true] {
+            let e = may_claim(Some(&sending), again, now + 1000).unwrap_err();
+            assert!(e.starts_with("is being restored by os-user:alice"), "{e}");
+        }
+        // stale: refused, telling to check the main queue, then --again takes it over
+        let e = may_claim(Some(&sending), false, stale).unwrap_err();
+        assert!(
+            e.contains("never recorded its send") && e.contains("resq find"),
+            "{e}"
+        );
+        assert!(may_claim(Some(&sending), true, stale).is_ok());
+        // none, or a failed send: go on
+        assert!(may_claim(None, false, now).is_ok());
+        assert!(may_claim(Some(&claim(RestoreStatus::Failed)), false, now).is_ok());
     }
 
     #[test]

@@ -481,6 +481,7 @@ mod tests {
             max_redrive_attempts: 3,
             archive_after: Duration::from_secs(86_400),
             permanent_action: resq_redriver::config::PermanentAction::Keep,
+            kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
         }
     }
 

@@ -337,10 +337,12 @@ pub struct AlarmReading {
 }
 
 /// Reads the states of the alarms `names` (metric or composite), through the redriver's
-/// CloudWatch adapter: the states its breaker reads.
+/// CloudWatch adapter: the states its breaker reads. `refused` says, when they cannot be read,
+/// what is refused then.
 pub async fn read_alarms(
     cloudwatch: &aws_sdk_cloudwatch::Client,
     names: &[String],
+    refused: &str,
 ) -> Result<AlarmReading, CliError> {
     use resq_redriver::ports::{Alarms, CloudWatchAlarms};
     if names.is_empty() {
@@ -351,7 +353,7 @@ pub async fn read_alarms(
         .await
         .map_err(|source| CliError::Aws {
             what: format!(
-                "reading the consumer breaker's alarms {} (a resume is refused while they cannot be read; --force resumes anyway)",
+                "reading the breaker's alarms {} ({refused})",
                 names.join(", ")
             ),
             source,
@@ -503,7 +505,8 @@ pub async fn resume_in(
         who,
         now_ms: crate::now_ms(),
     };
-    let reading = read_alarms(&ctx.cloudwatch, alarms).await;
+    let refused = "a resume is refused while they cannot be read; --force resumes anyway";
+    let reading = read_alarms(&ctx.cloudwatch, alarms, refused).await;
     resume(&mappings(ctx), &ctx.store(), reading, &request).await
 }
 

@@ -37,6 +37,8 @@ pub mod keys {
     pub const MAX_REDRIVE_ATTEMPTS: &str = "MaxRedriveAttempts";
     /// Parameter: `PERMANENT_ACTION`.
     pub const PERMANENT_ACTION: &str = "PermanentAction";
+    /// Parameter: `KEPT_IN_FLIGHT_MAX`.
+    pub const KEPT_IN_FLIGHT_MAX: &str = "KeptInFlightMax";
     /// Output and parameter: `RESQ_CORRELATION_KEY`, the business id's log key.
     pub const CORRELATION_KEY: &str = "CorrelationKey";
     /// Output and parameter: `RESQ_CORRELATION_FIELD`, the body's field holding the business
@@ -56,6 +58,27 @@ pub fn consumer_breaker_alarms(prefix: &str) -> Vec<String> {
         format!("{prefix}downstream-failing"),
         format!("{prefix}consumer-errors"),
     ]
+}
+
+/// The redriver's breaker's alarms under an alarm prefix: its `PAUSE_ON_ALARMS` as the
+/// template sets it (`{prefix}replays-failing`, `{prefix}consumer-errors`,
+/// `{prefix}dead-letters-unexplained`), then the consumer breaker's
+/// ([`consumer_breaker_alarms`]): `resq dlq redrive` refuses to replay while one is in ALARM.
+pub fn replay_breaker_alarms(prefix: &str) -> Vec<String> {
+    let mut alarms: Vec<String> = [
+        "replays-failing",
+        "consumer-errors",
+        "dead-letters-unexplained",
+    ]
+    .iter()
+    .map(|a| format!("{prefix}{a}"))
+    .collect();
+    for a in consumer_breaker_alarms(prefix) {
+        if !alarms.contains(&a) {
+            alarms.push(a);
+        }
+    }
+    alarms
 }
 
 /// A deployed stack's outputs and parameters.
@@ -161,6 +184,25 @@ impl Deployed {
         self.parameter(keys::PERMANENT_ACTION)
     }
 
+    /// The `KeptInFlightMax` parameter (the redriver's `KEPT_IN_FLIGHT_MAX`).
+    pub fn kept_in_flight_max(&self) -> Option<u64> {
+        self.parameter(keys::KEPT_IN_FLIGHT_MAX)
+    }
+
+    /// The breakers' alarms a replay waits for ([`replay_breaker_alarms`] under
+    /// [`Deployed::alarm_prefix`], the downstream-failing one by its output when the stack has
+    /// it).
+    pub fn replay_breaker_alarms(&self) -> Vec<String> {
+        let mut alarms = replay_breaker_alarms(&self.alarm_prefix());
+        let under_prefix = consumer_breaker_alarms(&self.alarm_prefix());
+        for (named, default) in self.consumer_breaker_alarms().into_iter().zip(under_prefix) {
+            if let Some(a) = alarms.iter_mut().find(|a| **a == default) {
+                *a = named;
+            }
+        }
+        alarms
+    }
+
     /// `CorrelationKey` (output, else parameter): the business id's log key.
     pub fn correlation_key(&self) -> Option<String> {
         self.output_or_parameter(keys::CORRELATION_KEY)
@@ -254,6 +296,10 @@ pub struct Typed {
     pub mapping: bool,
     /// `--pause-consumer-on-alarms` (`resq consumer resume`).
     pub pause_consumer_on_alarms: bool,
+    /// `--kept-in-flight-max` (`resq dlq redrive`).
+    pub kept_in_flight_max: bool,
+    /// `--pause-on-alarms` (`resq dlq redrive`).
+    pub pause_on_alarms: bool,
 }
 
 /// The settings a command takes from the deployed stack instead of its flags: each value the
@@ -282,6 +328,10 @@ pub struct FromStack {
     pub mapping: Option<String>,
     /// [`Deployed::consumer_breaker_alarms`].
     pub pause_consumer_on_alarms: Option<Vec<String>>,
+    /// `KeptInFlightMax`.
+    pub kept_in_flight_max: Option<u64>,
+    /// [`Deployed::replay_breaker_alarms`].
+    pub pause_on_alarms: Option<Vec<String>>,
 }
 
 impl FromStack {
@@ -312,6 +362,8 @@ impl FromStack {
                 typed.pause_consumer_on_alarms || typed.alarm_prefix,
                 Some(d.consumer_breaker_alarms()),
             ),
+            kept_in_flight_max: unless(typed.kept_in_flight_max, d.kept_in_flight_max()),
+            pause_on_alarms: unless(typed.pause_on_alarms, Some(d.replay_breaker_alarms())),
         }
     }
 }
@@ -405,6 +457,19 @@ mod tests {
         assert_eq!(d.archive_after_seconds(), Some(3600));
         assert_eq!(d.max_redrive_attempts(), Some(5));
         assert_eq!(d.permanent_action(), Some(PermanentAction::Archive));
+        assert_eq!(d.kept_in_flight_max(), None, "an older stack");
+        let kept = deployed(&[], &[("KeptInFlightMax", "20000")]);
+        assert_eq!(kept.kept_in_flight_max(), Some(20_000));
+        // the breakers' alarms a replay waits for: the redriver's, then the consumer's
+        assert_eq!(
+            d.replay_breaker_alarms(),
+            [
+                "resq-prod-replays-failing",
+                "resq-prod-consumer-errors",
+                "resq-prod-dead-letters-unexplained",
+                "resq-prod-downstream-failing"
+            ]
+        );
     }
 
     #[test]

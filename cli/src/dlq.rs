@@ -1,6 +1,7 @@
 //! `resq dlq peek` and `resq dlq redrive`.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use resq::config::CommonConfig;
@@ -15,6 +16,7 @@ use resq_redriver::{Redriver, StopReason, Summary, fair};
 
 use crate::CliError;
 use crate::context::Context;
+use crate::hold::Holding;
 
 /// A peek filter.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -119,11 +121,13 @@ impl Counts {
     }
 }
 
-/// Whether a peek receives again, after a batch that brought `new` messages not seen yet
-/// (none: the end of the DLQ, or only messages whose hide ran out), with `shown` of `limit`
-/// shown and `read` messages read: until both what it shows and what it counts are full.
-pub fn peek_on(new: usize, shown: usize, limit: usize, read: usize) -> bool {
-    new > 0 && (shown < limit || read < COUNTS_READ)
+/// Whether a peek receives again, after a batch of `got` messages of which `new` were not
+/// seen yet, with `shown` of `limit` shown and `read` messages read: until both what it shows
+/// and what it counts are full, or it has been once through the DLQ: a batch empty, or with a
+/// message it read before (its hide ran out: the DLQ came around), ends it, so that a rare
+/// filter makes one pass, not one per hide.
+pub fn peek_on(got: usize, new: usize, shown: usize, limit: usize, read: usize) -> bool {
+    new > 0 && new == got && (shown < limit || read < COUNTS_READ)
 }
 
 /// One DLQ message as shown.
@@ -292,7 +296,7 @@ pub async fn peek_counted(ctx: &Context, filter: &Filter) -> Result<Peek, CliErr
                 );
             }
         };
-        let mut new = 0;
+        let (got, mut new) = (batch.len(), 0);
         for m in batch {
             handles.push(m.receipt_handle.clone());
             if !ids.insert(m.message_id.clone()) {
@@ -307,7 +311,7 @@ pub async fn peek_counted(ctx: &Context, filter: &Filter) -> Result<Peek, CliErr
             }
             matching.push(m);
         }
-        if !peek_on(new, shown.len(), filter.limit, ids.len()) {
+        if !peek_on(got, new, shown.len(), filter.limit, ids.len()) {
             break (Ok(()), new > 0);
         }
     };
@@ -331,6 +335,63 @@ pub async fn ready_to_redrive(ctx: &Context) -> Result<(), CliError> {
     ctx.main_queue()?;
     ctx.archive_bucket()?;
     reach(ctx).await.map(|_| ())
+}
+
+/// Whether a replay may go while the breakers' alarms read as `reading` (SPEC §9): refused,
+/// naming them, while one is in ALARM or they cannot be read (the scheduled redriver pauses
+/// then too), unless `force`; a dry run is never refused. The notes to print either way.
+pub fn replay_verdict(
+    reading: Result<crate::consumer::AlarmReading, CliError>,
+    force: bool,
+    dry_run: bool,
+) -> Result<Vec<String>, CliError> {
+    let mut notes = Vec::new();
+    let r = match (reading, force || dry_run) {
+        (Ok(r), _) => r,
+        (Err(e), true) => {
+            let then = if dry_run {
+                "a replay would be refused"
+            } else {
+                "replaying anyway (--force)"
+            };
+            notes.push(format!(
+                "the breaker's alarms could not be read ({e}): {then}"
+            ));
+            return Ok(notes);
+        }
+        (Err(e), false) => return Err(e),
+    };
+    if !r.missing.is_empty() {
+        notes.push(format!(
+            "the breaker's alarms {} do not exist: not checked",
+            r.missing.join(", ")
+        ));
+    }
+    match (r.in_alarm.is_empty(), dry_run, force) {
+        (true, _, _) => {}
+        (false, true, _) => notes.push(format!(
+            "{} in ALARM: a replay would be refused (--force replays anyway)",
+            r.in_alarm.join(", ")
+        )),
+        (false, false, true) => notes.push(format!(
+            "replaying although {} in ALARM (--force)",
+            r.in_alarm.join(", ")
+        )),
+        (false, false, false) => return Err(CliError::ReplayInAlarm { alarms: r.in_alarm }),
+    }
+    Ok(notes)
+}
+
+/// [`replay_verdict`] on the states of `alarms` as CloudWatch has them.
+pub async fn check_breakers(
+    ctx: &Context,
+    alarms: &[String],
+    force: bool,
+    dry_run: bool,
+) -> Result<Vec<String>, CliError> {
+    let refused = "a replay is refused while they cannot be read; --force replays anyway";
+    let reading = crate::consumer::read_alarms(&ctx.cloudwatch, alarms, refused).await;
+    replay_verdict(reading, force, dry_run)
 }
 
 /// Why a redrive's result is a failure, if it is: messages not moved, or a DLQ that stopped
@@ -368,6 +429,8 @@ pub struct RedriveOptions {
     pub archive_after: Duration,
     /// What to do with permanent failures.
     pub permanent_action: PermanentAction,
+    /// The stack's `KEPT_IN_FLIGHT_MAX`: kept messages hidden at most, earlier runs' included.
+    pub kept_in_flight_max: u64,
 }
 
 impl RedriveOptions {
@@ -475,18 +538,43 @@ pub fn permanent_action(chosen: PermanentAction, archive_permanent: bool) -> Per
     }
 }
 
-/// `resq dlq redrive`: checks what the redrive needs, then runs it. A run that could not
-/// move everything still returns its summary; [`redrive_failure`] says whether it failed.
-pub async fn run_redrive(ctx: &Context, options: &RedriveOptions) -> Result<Summary, CliError> {
+/// What `resq dlq redrive` did: the run's summary and what it held at its end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Redriven {
+    /// The run's summary.
+    pub summary: Summary,
+    /// The DLQ messages it held, released or left.
+    pub held: crate::hold::Released,
+}
+
+impl Redriven {
+    /// Why it is a failure, if it is: interrupted (saying what it released), or as
+    /// [`redrive_failure`] says.
+    pub fn failure(&self) -> Option<CliError> {
+        match self.summary.stopped_by {
+            StopReason::Interrupted => Some(CliError::Interrupted {
+                released: self.held.released,
+                left: self.held.left,
+                back_within_seconds: self.held.back_within.map_or(0, |d| d.as_secs()),
+            }),
+            _ => redrive_failure(&self.summary),
+        }
+    }
+}
+
+/// `resq dlq redrive`: checks what the redrive needs, then runs it until it ends or `stop`
+/// completes (Ctrl-C: see [`crate::hold::interrupted`]); then releases whatever it still holds
+/// (an error, a lost connection, a run cut short), within [`crate::hold::RELEASE_WITHIN`]. A
+/// run that could not move everything still returns its summary; [`Redriven::failure`] says
+/// whether it failed.
+pub async fn run_redrive(
+    ctx: &Context,
+    options: &RedriveOptions,
+    stop: impl Future<Output = ()>,
+) -> Result<Redriven, CliError> {
     ready_to_redrive(ctx).await?;
-    Ok(redrive(
-        ctx,
-        options.run_request(),
-        options.max_redrive_attempts,
-        options.archive_after,
-        options.permanent_action,
-    )
-    .await)
+    let (summary, _, held) = held_run(ctx, options, false, stop).await;
+    Ok(Redriven { summary, held })
 }
 
 /// Redrives the DLQ through the redriver engine (same rules, rate limit and summary as the
@@ -499,9 +587,21 @@ pub async fn redrive(
     archive_after: Duration,
     permanent_action: PermanentAction,
 ) -> Summary {
-    redriver(ctx, &request, cap, archive_after, permanent_action)
-        .run(&request, Instant::now() + RUN_WITHIN)
+    let options = RedriveOptions {
+        dry_run: request.dry_run,
+        failure_reason: request.reason,
+        older_than: request.older_than,
+        group: request.group,
+        max_messages: request.max_messages.unwrap_or(u32::MAX),
+        rate_per_second: request.rate_per_second,
+        max_redrive_attempts: cap,
+        archive_after,
+        permanent_action,
+        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
+    };
+    held_run(ctx, &options, false, std::future::pending())
         .await
+        .0
 }
 
 /// [`redrive`] as `options` ask, with the replays it confirmed.
@@ -509,55 +609,74 @@ pub(crate) async fn redrive_listed(
     ctx: &Context,
     options: &RedriveOptions,
 ) -> (Summary, Vec<Replayed>) {
+    let (summary, listed, _) = held_run(ctx, options, true, std::future::pending()).await;
+    (summary, listed)
+}
+
+/// One operator's run through a [`Holding`], cut short when `stop` completes; then what it
+/// still holds released.
+async fn held_run(
+    ctx: &Context,
+    options: &RedriveOptions,
+    list: bool,
+    stop: impl Future<Output = ()>,
+) -> (Summary, Vec<Replayed>, crate::hold::Released) {
+    let holding = Holding::new(ctx.sqs.clone(), &ctx.dlq_url);
     let request = options.run_request();
-    let (cap, ttl) = (options.max_redrive_attempts, options.archive_after);
-    redriver(ctx, &request, cap, ttl, options.permanent_action)
-        .run_listed(&request, Instant::now() + RUN_WITHIN, true)
-        .await
+    let deadline = Instant::now() + RUN_WITHIN;
+    let (summary, listed) = redriver(ctx, &holding, options)
+        .run_until(&request, deadline, list, stop, crate::hold::GRACE)
+        .await;
+    let held = holding
+        .release_all(&ctx.store(), crate::hold::RELEASE_WITHIN)
+        .await;
+    (summary, listed, held)
 }
 
 /// How long an operator's redrive may run: it has no Lambda deadline, an hour bounds it.
 const RUN_WITHIN: Duration = Duration::from_secs(3600);
 
-/// The redriver engine as an operator runs it: the scheduled function's configuration for
-/// `request`, without a breaker, a receive wait or metrics.
-fn redriver(
+/// How long an operator's run hides what it reads past its `--max-messages` (to archive what
+/// is due): it reads on for half of it, and what it strands if killed is back within it.
+pub const READ_ON_HOLD: Duration = Duration::from_secs(60);
+
+/// The redriver engine as an operator runs it over `queues`: the scheduled function's
+/// configuration for `options`, without a breaker (the command checks the alarms first), a
+/// receive wait or metrics.
+fn redriver<Q: Queues>(
     ctx: &Context,
-    request: &RunRequest,
-    cap: u32,
-    archive_after: Duration,
-    permanent_action: PermanentAction,
-) -> Redriver<aws_sdk_sqs::Client, S3Store, CloudWatchAlarms> {
+    queues: Q,
+    options: &RedriveOptions,
+) -> Redriver<Q, S3Store, CloudWatchAlarms> {
     let config = RedriverConfig {
         common: CommonConfig {
             main_queue_url: ctx.main_queue_url.clone(),
             dlq_url: ctx.dlq_url.clone(),
             archive_bucket: ctx.bucket.clone(),
-            max_redrive_attempts: cap,
+            max_redrive_attempts: options.max_redrive_attempts,
             deadline_margin: Duration::from_secs(1),
         },
-        rate_per_second: request.rate_per_second,
-        max_messages_per_run: request.max_messages,
-        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
-        archive_after,
-        permanent_action,
+        rate_per_second: options.rate_per_second,
+        max_messages_per_run: Some(options.max_messages),
+        kept_in_flight_max: options.kept_in_flight_max,
+        archive_after: options.archive_after,
+        permanent_action: options.permanent_action,
         pause_on_alarms: Vec::new(),
         // the operator's run leaves the consumer to the stack's redriver
         pause_consumer_on_alarms: Vec::new(),
         consumer_mapping: None,
-        rate_max: request.rate_per_second,
+        rate_max: options.rate_per_second,
         archive_sweep: Duration::from_secs(resq_redriver::config::DEFAULT_ARCHIVE_SWEEP_SECONDS),
     };
     let alarms = CloudWatchAlarms::new(ctx.cloudwatch.clone());
     // an operator's run holds about what it replays (twice its --max-messages, up to the
     // scheduled run's 1,000): an interrupted one leaves little hidden
-    let candidates = request.max_messages.map_or(fair::MAX_CANDIDATES, |n| {
-        (n as usize)
-            .saturating_mul(2)
-            .clamp(resq::sqs::MAX_BATCH, fair::MAX_CANDIDATES)
-    });
-    Redriver::new(ctx.sqs.clone(), ctx.store(), alarms, config)
+    let candidates = (options.max_messages as usize)
+        .saturating_mul(2)
+        .clamp(resq::sqs::MAX_BATCH, fair::MAX_CANDIDATES);
+    Redriver::new(queues, ctx.store(), alarms, config)
         .with_candidates_max(candidates)
+        .with_read_on_hold(READ_ON_HOLD)
         .with_receive_wait(0)
         // an operator's run prints its summary; EMF lines on a terminal reach no CloudWatch
         .with_metrics(false)
@@ -579,6 +698,7 @@ mod tests {
             max_redrive_attempts: 3,
             archive_after: Duration::from_secs(86_400),
             permanent_action: PermanentAction::Keep,
+            kept_in_flight_max: 50_000,
         };
         assert_eq!(
             options.run_request(),
@@ -710,14 +830,105 @@ mod tests {
     fn a_peek_reads_until_it_has_shown_and_counted_enough_or_the_dlq_ends() {
         // GIVEN a batch that brought new messages
         // WHEN fewer are shown than asked, or fewer read than counted at most: on
-        assert!(peek_on(10, 5, 20, 5));
-        assert!(peek_on(10, 20, 20, 20), "shown enough, but not counted");
-        assert!(peek_on(10, 5, 20, COUNTS_READ), "counted, but not shown");
+        assert!(peek_on(10, 10, 5, 20, 5));
+        assert!(peek_on(10, 10, 20, 20, 20), "shown enough, but not counted");
+        assert!(
+            peek_on(10, 10, 5, 20, COUNTS_READ),
+            "counted, but not shown"
+        );
         // THEN both full: stop (the counts say there may be more)
-        assert!(!peek_on(10, 20, 20, COUNTS_READ));
-        assert!(!peek_on(10, 0, 0, COUNTS_READ), "--limit 0 counts only");
-        // AND a batch with nothing new is the end of the DLQ (or of its hide)
-        assert!(!peek_on(0, 0, 20, 3));
+        assert!(!peek_on(10, 10, 20, 20, COUNTS_READ));
+        assert!(!peek_on(10, 10, 0, 0, COUNTS_READ), "--limit 0 counts only");
+        // AND an empty batch is the end of the DLQ
+        assert!(!peek_on(0, 0, 0, 20, 3));
+        // AND so is one with a message read before (its hide ran out): one pass, however
+        // rare the filter and however little shown
+        assert!(!peek_on(10, 9, 0, 20, 5_000));
+    }
+
+    #[test]
+    fn a_replay_waits_for_the_breakers_alarms_unless_forced_and_a_dry_run_is_told() {
+        use crate::consumer::AlarmReading;
+        let reading = |in_alarm: &[&str], missing: &[&str]| {
+            let names = |n: &[&str]| n.iter().map(|a| (*a).to_owned()).collect();
+            Ok(AlarmReading {
+                in_alarm: names(in_alarm),
+                missing: names(missing),
+            })
+        };
+        let unread = || {
+            Err(CliError::Aws {
+                what: "reading the breaker's alarms a, b".into(),
+                source: resq::error::AwsError::service("AccessDenied", "no"),
+            })
+        };
+        // GIVEN an alarm in ALARM: refused, naming it, exit 1
+        let e = replay_verdict(reading(&["resq-replays-failing"], &[]), false, false).unwrap_err();
+        assert_eq!(e.exit_code(), 1);
+        assert!(
+            e.to_string()
+                .starts_with("not replayed: the breaker's alarm resq-replays-failing is in ALARM")
+                && e.to_string().contains("--force"),
+            "{e}"
+        );
+        // AND --force replays, saying so; a dry run is not refused, and told
+        let forced = replay_verdict(reading(&["x"], &[]), true, false).unwrap();
+        assert_eq!(forced, ["replaying although x in ALARM (--force)"]);
+        let dry = replay_verdict(reading(&["x"], &[]), false, true).unwrap();
+        assert!(dry[0].contains("a replay would be refused"), "{dry:?}");
+        // WHEN the alarms cannot be read: refused too, unless forced (or a dry run)
+        assert!(matches!(
+            replay_verdict(unread(), false, false),
+            Err(CliError::Aws { .. })
+        ));
+        let forced = replay_verdict(unread(), true, false).unwrap();
+        assert!(
+            forced[0].starts_with("the breaker's alarms could not be read"),
+            "{forced:?}"
+        );
+        // AND all OK goes on; an alarm that does not exist is said not checked
+        assert!(
+            replay_verdict(reading(&[], &[]), false, false)
+                .unwrap()
+                .is_empty()
+        );
+        let missing = replay_verdict(reading(&[], &["y"]), false, false).unwrap();
+        assert_eq!(
+            missing,
+            ["the breaker's alarms y do not exist: not checked"]
+        );
+    }
+
+    #[test]
+    fn an_interrupted_redrive_says_what_it_released_and_exits_130() {
+        let done = |left| Redriven {
+            summary: summary(0, "interrupted"),
+            held: crate::hold::Released {
+                released: 12,
+                left,
+                back_within: Some(Duration::from_secs(59)),
+            },
+        };
+        let e = done(0).failure().unwrap();
+        assert_eq!(e.exit_code(), 130);
+        assert!(
+            e.to_string()
+                .ends_with("it released the 12 DLQ messages it held"),
+            "{e}"
+        );
+        let e = done(3).failure().unwrap().to_string();
+        assert!(
+            e.ends_with("but 3 could not be released: they come back by themselves within 59 s"),
+            "{e}"
+        );
+        assert!(
+            Redriven {
+                summary: summary(0, "empty"),
+                ..done(0)
+            }
+            .failure()
+            .is_none()
+        );
     }
 
     fn summary(failed: u64, stopped_by: &str) -> Summary {

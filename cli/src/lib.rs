@@ -28,6 +28,7 @@ pub mod deployed;
 pub mod dlq;
 pub mod errors;
 pub mod find;
+pub mod hold;
 pub mod locate;
 pub mod orders;
 pub mod render;
@@ -148,6 +149,15 @@ pub enum CliError {
         /// How old it is against the window, in words.
         why: String,
     },
+    /// Another restore claimed the archive entry (sent it, or is sending it): restored again,
+    /// its order could run twice. Exit status 1.
+    #[error("not restored: {key} {why}")]
+    Claimed {
+        /// The archive key.
+        key: String,
+        /// Who restored it, when, and what to do.
+        why: String,
+    },
     /// Receiving from the DLQ failed part-way through a redrive. Exit status 1.
     #[error(
         "receiving from the DLQ failed part-way (the error is logged above); what was not moved stays in the DLQ"
@@ -247,6 +257,34 @@ pub enum CliError {
         /// The breaker's alarms in ALARM.
         alarms: Vec<String>,
     },
+    /// `resq dlq redrive` refused: an alarm of the breakers is in ALARM. Exit status 1.
+    #[error(
+        "not replayed: the breaker's alarm{} {} in ALARM (replays are failing again, or the consumer or its downstream fails): replayed now, these messages would spend their redrive count and come back, or be archived at the cap. Wait until {} ALARM (`resq status`), or replay anyway with --force",
+        plural(alarms.len(), "", "s"),
+        format!("{} {}", alarms.join(", "), plural(alarms.len(), "is", "are")),
+        plural(alarms.len(), "it leaves", "they leave")
+    )]
+    ReplayInAlarm {
+        /// The breakers' alarms in ALARM.
+        alarms: Vec<String>,
+    },
+    /// A redrive was interrupted (Ctrl-C, SIGTERM): it ended what was under way and released
+    /// what it held. Exit status 130.
+    #[error(
+        "interrupted: the redrive stopped (its summary is above); it released the {released} DLQ messages it held{}",
+        match left {
+            0 => String::new(),
+            n => format!(", but {n} could not be released: they come back by themselves within {back_within_seconds} s"),
+        }
+    )]
+    Interrupted {
+        /// DLQ messages released.
+        released: u64,
+        /// DLQ messages it could not release.
+        left: usize,
+        /// When the last of those comes back, in seconds from now.
+        back_within_seconds: u64,
+    },
     /// The stack named by `--stack` has no consumer breaker: its `ConsumerEventSourceMapping`
     /// output is empty. Exit status 2.
     #[error(
@@ -286,6 +324,10 @@ pub enum CliError {
         /// The name given.
         function: String,
     },
+}
+
+fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 { one } else { many }
 }
 
 fn not_seen(order_id: &str, unseen: usize) -> String {
@@ -356,6 +398,8 @@ impl CliError {
             Self::Nowhere { .. } => 3,
             Self::NotSeen { .. } => 4,
             Self::CanaryStopped { .. } => 5,
+            // as a shell reports a command ended by SIGINT
+            Self::Interrupted { .. } => 130,
             Self::Aws { .. }
             | Self::Read(_)
             | Self::NotAnArchiveEntry { .. }
@@ -363,12 +407,14 @@ impl CliError {
             | Self::NotAccepted { .. }
             | Self::NotMoved { .. }
             | Self::PastIdempotencyWindow { .. }
+            | Self::Claimed { .. }
             | Self::ReceiveStopped
             | Self::NotCopied { .. }
             | Self::NotPatchable { .. }
             | Self::NoSuchMapping { .. }
             | Self::MappingBusy { .. }
             | Self::BreakerInAlarm { .. }
+            | Self::ReplayInAlarm { .. }
             | Self::Refused { .. }
             | Self::Miswired { .. } => 1,
         }

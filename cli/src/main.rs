@@ -282,7 +282,26 @@ struct RedriveArgs {
     /// Only this tenant: messages of this MessageGroupId (a fair queue's or a FIFO group).
     #[arg(long, value_parser = group)]
     group: Option<String>,
-    /// Replay at most this many messages (the run still archives what is due past them).
+    /// Replay anyway while an alarm of the breakers (the redriver's PAUSE_ON_ALARMS and the
+    /// consumer breaker's) is in ALARM, or while they cannot be read.
+    #[arg(long)]
+    force: bool,
+    /// The alarms a replay waits for [default: the stack's PAUSE_ON_ALARMS and
+    /// PAUSE_CONSUMER_ON_ALARMS, else resq-replays-failing, resq-consumer-errors,
+    /// resq-dead-letters-unexplained, resq-downstream-failing].
+    #[arg(
+        long,
+        env = "PAUSE_ON_ALARMS",
+        value_name = "NAMES",
+        value_delimiter = ','
+    )]
+    pause_on_alarms: Vec<String>,
+    /// Kept messages hidden in the DLQ at most, earlier runs' included (the stack's
+    /// KEPT_IN_FLIGHT_MAX) [default: the stack's KeptInFlightMax, else 50000].
+    #[arg(long, env = "KEPT_IN_FLIGHT_MAX", value_name = "N")]
+    kept_in_flight_max: Option<u64>,
+    /// Replay at most this many messages (past them the run reads on for 30 s, each message
+    /// it reads hidden a minute, to archive what is due).
     #[arg(long = "max-messages", alias = "max", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     max_messages: u32,
     /// Redriven messages per second.
@@ -369,6 +388,11 @@ struct RestoreArgs {
     /// Restore even past the idempotency window.
     #[arg(long)]
     force: bool,
+    /// Restore an entry an earlier restore sent (on purpose: its order runs again), or whose
+    /// restore claimed it over 5 minutes ago and never recorded its send (check the main queue
+    /// first: `resq find ORDER_ID`).
+    #[arg(long)]
+    again: bool,
     /// Repair the message first: a JSON merge patch (RFC 7396) applied to its body; the
     /// patch, who and when are recorded in the entry (one key only).
     #[arg(long, value_name = "FILE")]
@@ -458,6 +482,8 @@ fn typed_flags(matches: &ArgMatches) -> Typed {
         idempotency_window_seconds: typed("idempotency_window_seconds"),
         mapping: typed("mapping"),
         pause_consumer_on_alarms: typed("pause_consumer_on_alarms"),
+        kept_in_flight_max: typed("kept_in_flight_max"),
+        pause_on_alarms: typed("pause_on_alarms"),
     }
 }
 
@@ -737,6 +763,22 @@ async fn redrive(
     let cap = from_stack.max_redrive_attempts;
     let ttl = from_stack.archive_after_seconds;
     let permanent_action = from_stack.permanent_action.unwrap_or(args.permanent_action);
+    let kept_in_flight_max = from_stack
+        .kept_in_flight_max
+        .or(args.kept_in_flight_max)
+        .unwrap_or_else(|| {
+            eprintln!("{}", render::kept_limit_unknown());
+            resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX
+        });
+    if !matches!(mode, dlq::Mode::Shadow { .. }) {
+        // a flag typed, then the stack's, then PAUSE_ON_ALARMS, then the template's names
+        let given = (!args.pause_on_alarms.is_empty()).then_some(args.pause_on_alarms);
+        let alarms = (from_stack.pause_on_alarms.clone())
+            .or(given)
+            .unwrap_or_else(|| deployed::replay_breaker_alarms("resq-"));
+        let notes = dlq::check_breakers(ctx, &alarms, args.force, args.dry_run).await?;
+        notes.iter().for_each(|n| eprintln!("{n}"));
+    }
     let options = dlq::RedriveOptions {
         dry_run: args.dry_run,
         failure_reason: args.failure_reason,
@@ -747,13 +789,15 @@ async fn redrive(
         max_redrive_attempts: cap.unwrap_or(args.max_redrive_attempts),
         archive_after: Duration::from_secs(ttl.unwrap_or(args.archive_after_seconds)),
         permanent_action: dlq::permanent_action(permanent_action, args.archive_permanent),
+        kept_in_flight_max,
     };
     match mode {
         dlq::Mode::Replay => {
-            let summary = dlq::run_redrive(ctx, &options).await?;
-            print!("{}", render::redrive(&summary));
-            dlq::redrive_failure(&summary).map_or(Ok(()), Err)?;
-            eprint!("{}", render::redrive_notes(&summary, json));
+            let stop = resq_ops::hold::interrupted();
+            let done = dlq::run_redrive(ctx, &options, stop).await?;
+            print!("{}", render::redrive(&done.summary));
+            eprint!("{}", render::redrive_notes(&done, json));
+            done.failure().map_or(Ok(()), Err)?;
         }
         dlq::Mode::Shadow { to } => {
             let report = shadow::shadow(ctx, &options, &to).await?;
@@ -803,8 +847,9 @@ async fn restore(
         ttl: Duration::from_secs(ttl.unwrap_or(args.archive_after_seconds)),
     });
     let Some(path) = &args.patch else {
+        let by = archive::caller(config).await;
         for key in &args.keys {
-            let id = archive::restore(ctx, key, args.dry_run, window).await?;
+            let id = archive::restore(ctx, key, &by, args.dry_run, window, args.again).await?;
             print!("{}", render::restored(key, id.as_deref(), json));
         }
         return Ok(());
@@ -819,18 +864,19 @@ async fn restore(
     let patch = archive::read_patch(path)?;
     let (queue_url, bucket) = (ctx.main_queue()?, ctx.archive_bucket()?);
     let by = archive::caller(config).await;
-    let request = archive::PatchRequest {
+    let request = archive::RestoreRequest {
         key,
         bucket,
         queue_url,
-        patch: &patch,
+        patch: Some(&patch),
         by: &by,
         dry_run: args.dry_run,
         window,
+        again: args.again,
         now: chrono::Utc::now(),
         id: archive::restore_id(),
     };
-    let done = archive::restore_patched(&archive::AwsRestore(ctx), &request).await?;
+    let done = archive::restore_entry(&archive::AwsRestore(ctx), &request).await?;
     print!("{}", render::patched(&done, json));
     eprint!("{}", render::patched_notes(&done, json));
     Ok(())
@@ -867,6 +913,10 @@ mod tests {
             "keep",
             "--mapping",
             "u",
+            "--kept-in-flight-max",
+            "100",
+            "--pause-on-alarms",
+            "a",
         ]);
         let status = typed_in(&["resq", "status", "--alarm-prefix", "x-"]);
         let resume = typed_in(&[
@@ -1027,6 +1077,8 @@ mod tests {
             idempotency_window_seconds: true,
             mapping: true,
             pause_consumer_on_alarms: true,
+            kept_in_flight_max: true,
+            pause_on_alarms: true,
         }
     }
 }

@@ -535,13 +535,31 @@ pub fn redrive(summary: &Summary) -> String {
     )
 }
 
-/// `resq dlq redrive --dry-run`'s note on stderr (none with `--json`).
-pub fn redrive_notes(summary: &Summary, as_json: bool) -> String {
-    if summary.dry_run && !as_json {
-        "dry run: nothing was changed; run again without --dry-run to redrive\n".to_owned()
-    } else {
-        String::new()
+/// `resq dlq redrive`'s notes on stderr: a dry run's (none with `--json`), and, whatever the
+/// output, the DLQ messages an ended run could not release (an interrupted run's error says
+/// what it released).
+pub fn redrive_notes(done: &crate::dlq::Redriven, as_json: bool) -> String {
+    let mut out = String::new();
+    if done.summary.dry_run && !as_json {
+        out.push_str("dry run: nothing was changed; run again without --dry-run to redrive\n");
     }
+    let interrupted = done.summary.stopped_by == resq_redriver::StopReason::Interrupted;
+    if done.held.left > 0 && !interrupted {
+        out.push_str(&format!(
+            "{} DLQ messages this run held could not be released (the error is above): they come back by themselves within {} s\n",
+            done.held.left,
+            done.held.back_within.map_or(0, |d| d.as_secs())
+        ));
+    }
+    out
+}
+
+/// The note when the stack's `KEPT_IN_FLIGHT_MAX` is not known.
+pub fn kept_limit_unknown() -> String {
+    format!(
+        "KEPT_IN_FLIGHT_MAX not known (no --stack with a KeptInFlightMax parameter, no --kept-in-flight-max): the run hides at most the default {} kept messages",
+        resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX
+    )
 }
 
 /// `resq dlq redrive --to … --keep-source`: what the shadow replay did (JSON either way, like
@@ -1534,12 +1552,25 @@ mod tests {
             (&json!(true), &json!(3), &json!(1), &json!("empty"))
         );
         assert!(text.lines().count() > 1, "pretty-printed: {text}");
+        let done = |s: Summary, left: usize| crate::dlq::Redriven {
+            summary: s,
+            held: crate::hold::Released {
+                released: 3,
+                left,
+                back_within: Some(std::time::Duration::from_secs(42)),
+            },
+        };
         assert_eq!(
-            redrive_notes(&summary(true), false),
+            redrive_notes(&done(summary(true), 0), false),
             "dry run: nothing was changed; run again without --dry-run to redrive\n"
         );
-        assert_eq!(redrive_notes(&summary(true), true), "");
-        assert_eq!(redrive_notes(&summary(false), false), "");
+        assert_eq!(redrive_notes(&done(summary(true), 0), true), "");
+        assert_eq!(redrive_notes(&done(summary(false), 0), false), "");
+        // what it could not release is said, whatever the output
+        assert_eq!(
+            redrive_notes(&done(summary(false), 2), true),
+            "2 DLQ messages this run held could not be released (the error is above): they come back by themselves within 42 s\n"
+        );
     }
 
     #[test]

@@ -690,6 +690,7 @@ mod tests {
             max_redrive_attempts: 3,
             archive_after: Duration::from_secs(86_400),
             permanent_action: PermanentAction::Keep,
+            kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
         };
         let rules = Copying::new(&options, STAGING).rules;
         assert_eq!(rules.group.as_deref(), Some("tenant-b"));

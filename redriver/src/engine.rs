@@ -72,6 +72,20 @@ impl EventSourceMappings for NoMapping {
     }
 }
 
+/// What the shell woke up to.
+// a temporary, moved once per event: boxing the event would only add an allocation
+#[allow(clippy::large_enum_variant)]
+enum Woke {
+    /// What was under way reported (`None`: nothing was under way).
+    Next(Option<Event>),
+    /// The run's next wake-up came.
+    Timer,
+    /// The operator interrupted the run.
+    Stop,
+    /// The interrupted run's grace ran out.
+    CutOff,
+}
+
 /// What the shell reports back to the run.
 enum Event {
     Breaker(Result<Vec<AlarmState>, String>, Option<ConsumerView>),
@@ -144,6 +158,13 @@ impl<Q: Queues, S: ObjectStore, A: Alarms, M: EventSourceMappings> Redriver<Q, S
         self
     }
 
+    /// What a run reads once no replay is left is hidden `hold`, and it reads on for half of
+    /// it ([`Tuning::read_on_hold`]): an operator's run.
+    pub fn with_read_on_hold(mut self, hold: std::time::Duration) -> Self {
+        self.tuning.read_on_hold = Some(hold);
+        self
+    }
+
     /// Whether runs print their EMF metric lines (on in Lambda; a local runner may turn it off).
     pub fn with_metrics(mut self, emit: bool) -> Self {
         self.emit_metrics = emit;
@@ -171,12 +192,31 @@ impl<Q: Queues, S: ObjectStore, A: Alarms, M: EventSourceMappings> Redriver<Q, S
         deadline: Instant,
         list: bool,
     ) -> (Summary, Vec<Replayed>) {
+        let never = std::future::pending();
+        self.run_until(request, deadline, list, never, std::time::Duration::ZERO)
+            .await
+    }
+
+    /// [`Redriver::run_listed`], cut short when `stop` completes (an operator's Ctrl-C): the
+    /// run then starts nothing new, ends what is under way and releases what it holds, all
+    /// within `grace` ([`Run::interrupt`]); what is still under way then is left (it comes
+    /// back by itself at its visibility timeout) and the summary says so far.
+    pub async fn run_until(
+        &self,
+        request: &RunRequest,
+        deadline: Instant,
+        list: bool,
+        stop: impl std::future::Future<Output = ()>,
+        grace: std::time::Duration,
+    ) -> (Summary, Vec<Replayed>) {
         let mut run = Run::new(request, &self.config, self.tuning, deadline, now());
         if list {
             run.list_replays();
         }
         let pacer = ReplayPace::new(request.rate_per_second, &self.config.common.main_queue_url);
         let mut under_way: FuturesUnordered<LocalBoxFuture<'_, Event>> = FuturesUnordered::new();
+        let mut stop = std::pin::pin!(stop);
+        let mut cut_off: Option<Instant> = None;
         loop {
             while let Some(command) = run.poll(now()) {
                 match command {
@@ -185,22 +225,47 @@ impl<Q: Queues, S: ObjectStore, A: Alarms, M: EventSourceMappings> Redriver<Q, S
                     command => under_way.push(self.carry_out(command, &pacer)),
                 }
             }
-            let next = match run.poll_timeout() {
-                // nothing under way: only the time (a probe's end) can move the run on
-                Some(at) if under_way.is_empty() => {
-                    tokio::time::sleep_until(at.into()).await;
-                    continue;
+            let at = run.poll_timeout();
+            let next = async {
+                match at {
+                    // nothing under way: only the time (a probe's end) can move the run on
+                    Some(at) if under_way.is_empty() => {
+                        tokio::time::sleep_until(at.into()).await;
+                        Woke::Timer
+                    }
+                    Some(at) => match tokio::time::timeout_at(at.into(), under_way.next()).await {
+                        Ok(next) => Woke::Next(next),
+                        // the breaker's next reading is due: poll again
+                        Err(_) => Woke::Timer,
+                    },
+                    None => Woke::Next(under_way.next().await),
                 }
-                Some(at) => tokio::time::timeout_at(at.into(), under_way.next()).await,
-                None => Ok(under_way.next().await),
             };
-            match next {
-                Ok(Some(event)) => deliver(&mut run, event),
-                // the breaker's next reading is due: poll again
-                Err(_) => {}
+            let woke = tokio::select! {
+                biased;
+                () = &mut stop, if cut_off.is_none() => Woke::Stop,
+                () = tokio::time::sleep_until(cut_off.unwrap_or(deadline).into()), if cut_off.is_some() => Woke::CutOff,
+                woke = next => woke,
+            };
+            match woke {
+                Woke::Next(Some(event)) => deliver(&mut run, event),
+                Woke::Timer => {}
+                Woke::Stop => {
+                    tracing::warn!(
+                        "interrupted: the run ends what is under way and releases what it holds"
+                    );
+                    run.interrupt(now(), grace);
+                    cut_off = Some(Instant::now() + grace);
+                }
+                Woke::CutOff => {
+                    tracing::error!(
+                        "the interrupted run did not end within its grace: what it still holds comes back at its visibility timeout"
+                    );
+                    return self.finish(run);
+                }
                 // nothing under way and nothing to do: a run never gets here (what it holds
                 // comes back by itself after the deadline), but a summary beats a loop
-                Ok(None) => {
+                Woke::Next(None) => {
                     tracing::error!("the run waits for nothing under way; it ends here");
                     debug_assert!(false, "a run that waits for nothing: {run:?}");
                     return self.finish(run);

@@ -100,6 +100,11 @@ pub struct Tuning {
     /// ([`fair::MAX_CANDIDATES`]; 0 replays in the order received, the design before fair
     /// replay).
     pub candidates_max: usize,
+    /// What the run reads once no replay is left (its budget spent, or paused) is hidden this
+    /// long, not until the deadline, and the run reads on for half of it (`None`: to the
+    /// deadline, as a scheduled run does): an operator's run, which has an hour, holds
+    /// little past its `--max-messages`, and what it strands when killed comes back soon.
+    pub read_on_hold: Option<Duration>,
 }
 
 impl Default for Tuning {
@@ -110,6 +115,7 @@ impl Default for Tuning {
             in_flight_max: IN_FLIGHT_MAX,
             max_cycles: plan::MAX_CYCLES_IN_FLIGHT,
             candidates_max: fair::MAX_CANDIDATES,
+            read_on_hold: None,
         }
     }
 }
@@ -441,6 +447,8 @@ pub struct Run {
     gathered: usize,
     /// The groups this run's replays were of.
     served: Served,
+    /// When the run began reading on with no replay left, under [`Tuning::read_on_hold`].
+    read_on_since: Option<Instant>,
 }
 
 impl Run {
@@ -525,7 +533,18 @@ impl Run {
             gathered: 0,
             dealing: false,
             served: Served::default(),
+            read_on_since: None,
         }
+    }
+
+    /// Cuts the run short at `now` (an operator's Ctrl-C): nothing new starts, what is under
+    /// way ends, and the candidates held are released with the rest of what the run holds,
+    /// all within `grace`.
+    pub fn interrupt(&mut self, now: Now, grace: Duration) {
+        self.window.stopped = Some(StopReason::Interrupted);
+        self.summary.stopped_by = StopReason::Interrupted;
+        self.deadline = self.deadline.min(now.instant + grace);
+        self.by = Deadlines::before(self.deadline, grace, 4, now.instant);
     }
 
     /// Lists every replay this run confirms ([`Run::finish`] hands them over): an operator's
@@ -1115,12 +1134,31 @@ impl Run {
             .saturating_duration_since(now.instant)
             .as_secs();
         let until_deadline = self.deadline.saturating_duration_since(now.instant);
+        let visibility_seconds = match self.read_on_hold(now) {
+            Some(hold) => {
+                hold.as_secs()
+                    .clamp(1, resq::sqs::MAX_VISIBILITY_TIMEOUT.as_secs()) as i32
+            }
+            None => plan::receive_visibility(until_deadline, HOLD_PAST_DEADLINE),
+        };
         Some(Receive {
             at: now.instant,
-            visibility_seconds: plan::receive_visibility(until_deadline, HOLD_PAST_DEADLINE),
+            visibility_seconds,
             wait_seconds: (self.tuning.receive_wait_seconds.max(0) as u64).min(left) as i32,
             by: self.by.move_by,
         })
+    }
+
+    /// How long a receive's messages are hidden when the run reads on with no replay left,
+    /// under [`Tuning::read_on_hold`] (from the first such receive on); `None`: until the
+    /// deadline.
+    fn read_on_hold(&mut self, now: Now) -> Option<Duration> {
+        let hold = self.tuning.read_on_hold?;
+        if !self.rules.paused && self.replay_budget() > 0 {
+            return None;
+        }
+        self.read_on_since.get_or_insert(now.instant);
+        Some(hold)
     }
 
     /// Whether a receive may bring more candidates: fewer than `candidates_max` are held
@@ -1168,6 +1206,13 @@ impl Run {
         // a run paused or past its budget when no archive sweep is due
         let spent = self.rules.paused || self.replay_budget() == 0;
         if spent && (self.summary.dry_run || !self.sweep_due) {
+            return Some(StopReason::MaxMessages);
+        }
+        // what it read on holds hidden only briefly: it reads no more once half of that hold
+        // is gone, so nothing it read comes around to it again
+        if let (Some(hold), Some(since)) = (self.tuning.read_on_hold, self.read_on_since)
+            && now.instant >= since + hold / 2
+        {
             return Some(StopReason::MaxMessages);
         }
         let in_hand = self.hidden() + (self.window.cycles * MAX_BATCH) as u64;
@@ -1909,6 +1954,92 @@ mod tests {
         assert_eq!(summary.archived.get(&ArchiveReason::TtlExpired), Some(&30));
         assert_eq!((world.visible.len(), world.in_flight.len()), (15, 0));
         assert_eq!(summary.stopped_by, StopReason::Empty);
+    }
+
+    /// Drives `run` from `now`, the clock a second on per round of commands, `interrupt`ing
+    /// it at that round when given; every receive's time and visibility, the summary.
+    fn drive_by_rounds(
+        world: &mut World,
+        mut run: Run,
+        mut now: Now,
+        interrupt: Option<usize>,
+    ) -> (Vec<(Instant, i32)>, Summary) {
+        let mut receives = Vec::new();
+        for round in 0.. {
+            if interrupt == Some(round) {
+                run.interrupt(now, Duration::from_secs(5));
+            }
+            let commands: Vec<Command> = std::iter::from_fn(|| run.poll(now)).collect();
+            for command in commands {
+                match command {
+                    Command::Finish => return (receives, run.finish(now).0),
+                    Command::Receive(r) => {
+                        receives.push((now.instant, r.visibility_seconds));
+                        world.answer(&mut run, Command::Receive(r), now);
+                    }
+                    command => world.answer(&mut run, command, now),
+                }
+            }
+            now = now.after(Duration::from_secs(1));
+        }
+        unreachable!()
+    }
+
+    #[test]
+    fn an_operators_run_hides_what_it_reads_past_its_budget_briefly() {
+        // GIVEN 20,000 replayable messages, a budget of 5, an hour to the deadline, and a hold
+        // of 60 s for what is read past the budget (an operator's run)
+        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "5")]);
+        let tuning = Tuning {
+            candidates_max: 10,
+            read_on_hold: Some(Duration::from_secs(60)),
+            ..Tuning::default()
+        };
+        let mut world = World::new(fresh(20_000, "m"));
+        let deadline = start().instant + Duration::from_secs(3600);
+        let run = Run::new(&RunRequest::defaults(&cfg), &cfg, tuning, deadline, start());
+        // WHEN it runs, a second passing per round
+        let (receives, summary) = drive_by_rounds(&mut world, run, start(), None);
+        // THEN it replayed 5; what it read for them was hidden until the deadline
+        assert_eq!(summary.redriven, 5, "{summary:?}");
+        let (before, past): (Vec<_>, Vec<_>) = receives.iter().partition(|(_, v)| *v > 60);
+        assert!(!before.is_empty() && before.iter().all(|(_, v)| *v >= 3600));
+        // AND it read on hiding each batch 60 s, for 30 s, then stopped with the DLQ unread
+        assert!(past.iter().all(|(_, v)| *v == 60), "{past:?}");
+        let (first, last) = (past[0].0, past[past.len() - 1].0);
+        assert!(last.duration_since(first) < Duration::from_secs(30));
+        assert_eq!(summary.stopped_by, StopReason::MaxMessages);
+        assert!(!world.visible.is_empty());
+        // AND it released all it held at its end
+        assert!(world.in_flight.is_empty());
+        assert_eq!(world.visible.len() + world.main.len(), 20_000);
+    }
+
+    #[test]
+    fn an_interrupted_run_starts_nothing_new_and_releases_what_it_holds() {
+        // GIVEN a run of 2,000 replays under way, holding candidates
+        let cfg = config(&[("MAX_MESSAGES_PER_RUN", "2000")]);
+        let mut world = World::new(fresh(2000, "m"));
+        let deadline = start().instant + Duration::from_secs(3600);
+        let run = Run::new(
+            &RunRequest::defaults(&cfg),
+            &cfg,
+            Tuning::default(),
+            deadline,
+            start(),
+        );
+        // WHEN it is interrupted at its third round
+        let (receives, summary) = drive_by_rounds(&mut world, run, start(), Some(3));
+        // THEN it received nothing after, replayed part, and released all the rest
+        assert!(
+            receives
+                .iter()
+                .all(|(at, _)| *at < start().instant + Duration::from_secs(3))
+        );
+        assert_eq!(summary.stopped_by, StopReason::Interrupted);
+        assert!(summary.redriven < 2000, "{summary:?}");
+        assert!(world.in_flight.is_empty());
+        assert_eq!(world.visible.len() + world.main.len(), 2000);
     }
 
     #[test]

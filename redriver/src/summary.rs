@@ -39,7 +39,8 @@ pub const CONSUMER_PAUSED: &str = "ConsumerPaused";
 pub enum StopReason {
     /// The DLQ had nothing more to receive.
     Empty,
-    /// A dry run's `maxMessages` were counted (a run that changes things reads on, to archive).
+    /// A dry run's `maxMessages` were counted (a run that changes things reads on, to archive,
+    /// as long as a sweep is due and, for an operator's run, its brief hold allows).
     MaxMessages,
     /// The Lambda deadline margin was reached.
     Deadline,
@@ -48,6 +49,9 @@ pub enum StopReason {
     /// The messages the run holds hidden (with the kept ones) reached its in-flight limit:
     /// SQS hands out nothing past its in-flight quota, so the run stops receiving before it.
     InFlightLimit,
+    /// An operator interrupted the run (Ctrl-C, SIGTERM): it ended what was under way and
+    /// released what it held.
+    Interrupted,
 }
 
 impl StopReason {
@@ -59,6 +63,7 @@ impl StopReason {
             StopReason::Deadline => "deadline",
             StopReason::ReceiveError => "receiveError",
             StopReason::InFlightLimit => "inFlightLimit",
+            StopReason::Interrupted => "interrupted",
         }
     }
 }
@@ -418,6 +423,7 @@ mod tests {
             StopReason::Deadline,
             StopReason::ReceiveError,
             StopReason::InFlightLimit,
+            StopReason::Interrupted,
         ] {
             assert_eq!(
                 serde_json::to_value(stopped_by).unwrap(),

@@ -411,7 +411,7 @@ async fn archive_ls_show_and_restore() {
     assert!(archive::show(&ctx, "archive/nope.json").await.is_err());
 
     assert_eq!(
-        archive::restore(&ctx, &capped[0], true, Some(WINDOW))
+        archive::restore(&ctx, &capped[0], "ops", true, Some(WINDOW), false)
             .await
             .unwrap(),
         None
@@ -427,7 +427,7 @@ async fn archive_ls_show_and_restore() {
         window: Duration::from_secs(4 * 86_400),
         ..WINDOW
     };
-    let refused = archive::restore(&ctx, &capped[0], false, Some(four_days))
+    let refused = archive::restore(&ctx, &capped[0], "ops", false, Some(four_days), false)
         .await
         .unwrap_err();
     assert!(
@@ -436,7 +436,7 @@ async fn archive_ls_show_and_restore() {
     );
     assert!(refused.to_string().contains("--force"), "{refused}");
     assert_eq!(stack.depth(&stack.main).await, (0, 0), "nothing was sent");
-    let id = archive::restore(&ctx, &capped[0], false, Some(WINDOW))
+    let id = archive::restore(&ctx, &capped[0], "ops", false, Some(WINDOW), false)
         .await
         .unwrap()
         .expect("message id");
@@ -478,6 +478,68 @@ async fn archive_ls_show_and_restore() {
         (1, 0),
         "{summary:?}"
     );
+}
+
+#[tokio::test]
+async fn two_restores_of_one_entry_send_it_once_and_a_failed_one_may_be_retried() {
+    // GIVEN an archived order
+    let stack = Stack::start(StackOptions::default()).await;
+    let ctx = context(&stack).await;
+    let archiver = Archiver::new(
+        resq::store::S3Store::new(stack.s3.clone(), &stack.bucket),
+        "consumer",
+    );
+    let message = OriginalMessage {
+        message_id: "m-1".into(),
+        body: order_body("o-1"),
+        message_attributes: MessageAttributes::new(),
+        attributes: Default::default(),
+        raw_record: None,
+    };
+    let facts = ArchiveFacts {
+        source_queue: stack.main.url.clone(),
+        redrive_count: Some(3),
+        receive_count: Some(1),
+        first_sent_at: Some(now_ms()),
+        last_error: None,
+    };
+    let entry = ArchiveEntry {
+        reason: ArchiveReason::RedriveCap,
+        message,
+        facts,
+    };
+    archiver.write(&entry, chrono::Utc::now()).await.unwrap();
+    let key = archive::list(&ctx, None, None).await.unwrap().remove(0);
+    // WHEN alice's restore cannot send (a queue that does not exist)
+    let gone = resq_ops::context::Context {
+        main_queue_url: format!("{}-gone", stack.main.url),
+        ..ctx.clone()
+    };
+    let failed = archive::restore(&gone, &key, "alice", false, None, false).await;
+    assert!(
+        matches!(failed, Err(resq_ops::CliError::Aws { .. })),
+        "{failed:?}"
+    );
+    // THEN her retry goes on, and sends it
+    let id = archive::restore(&ctx, &key, "alice", false, Some(WINDOW), false)
+        .await
+        .unwrap()
+        .expect("sent");
+    // AND bob's restore of the same entry is refused, naming her, and sends nothing
+    let refused = archive::restore(&ctx, &key, "bob", false, Some(WINDOW), false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, resq_ops::CliError::Claimed { .. })
+            && refused.to_string().contains("was restored by alice at")
+            && refused.to_string().contains(&id),
+        "{refused}"
+    );
+    let main = stack.receive_n(&stack.main, 1).await;
+    assert_eq!(main[0].message_id(), Some(id.as_str()));
+    assert_eq!(stack.depth(&stack.main).await, (0, 1), "sent once");
+    // AND the claims say so, in S3: the failed one, then the sent one
+    assert_eq!(stack.keys(&archive::claim_prefix(&key)).await.len(), 2);
 }
 
 #[tokio::test]

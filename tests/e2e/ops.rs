@@ -483,6 +483,7 @@ async fn a_shadow_replay_copies_to_staging_and_leaves_the_dlq_as_it_was() {
         max_redrive_attempts: 3,
         archive_after: Duration::from_secs(86_400),
         permanent_action: resq_redriver::config::PermanentAction::Keep,
+        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
     };
 
     // WHEN the DLQ is shadow-replayed to the staging queue
@@ -615,6 +616,7 @@ async fn a_shadow_replay_on_a_small_budget_leaves_every_kept_message_hidden() {
         max_redrive_attempts: 3,
         archive_after: Duration::from_secs(86_400),
         permanent_action: resq_redriver::config::PermanentAction::Keep,
+        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
     };
     let report = shadow::shadow(&ctx, &options, &staging).await.unwrap();
     // THEN one copy was made, and only as many kept messages as it could copy were made
@@ -676,6 +678,7 @@ fn canary_options(reason: &str) -> dlq::RedriveOptions {
         max_redrive_attempts: 3,
         archive_after: Duration::from_secs(86_400),
         permanent_action: resq_redriver::config::PermanentAction::Keep,
+        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
     }
 }
 
@@ -855,13 +858,14 @@ async fn a_patched_restore_repairs_the_message_and_records_who_when_and_the_patc
         by.starts_with("arn:aws:"),
         "the emulator's STS answers: {by}"
     );
-    let request = |dry_run| archive::PatchRequest {
+    let request = |dry_run| archive::RestoreRequest {
         key: &key,
         bucket: &stack.bucket,
         queue_url: &stack.main.url,
-        patch: &patch,
+        patch: Some(&patch),
         by: &by,
         dry_run,
+        again: false,
         window: Some(archive::RestoreWindow {
             window: Duration::from_secs(resq_consumer::config::DEFAULT_IDEMPOTENCY_WINDOW_SECONDS),
             ttl: Duration::from_secs(resq_redriver::config::DEFAULT_ARCHIVE_AFTER_SECONDS),
@@ -871,15 +875,13 @@ async fn a_patched_restore_repairs_the_message_and_records_who_when_and_the_patc
     };
     let port = archive::AwsRestore(&ctx);
     // WHEN it is restored with the patch, after a dry run
-    let dry = archive::restore_patched(&port, &request(true))
-        .await
-        .unwrap();
+    let dry = archive::restore_entry(&port, &request(true)).await.unwrap();
     assert_eq!(dry.message_id, None);
     assert_eq!(
         (stack.depth(&stack.main).await, versions(&stack, &key).await),
         ((0, 0), 1)
     );
-    let done = archive::restore_patched(&port, &request(false))
+    let done = archive::restore_entry(&port, &request(false))
         .await
         .unwrap();
     // THEN the repaired order is in the main queue, and the consumer records it
@@ -928,9 +930,9 @@ async fn a_patched_restore_repairs_the_message_and_records_who_when_and_the_patc
         "{not json",
     )
     .await;
-    let refused = archive::restore_patched(
+    let refused = archive::restore_entry(
         &port,
-        &archive::PatchRequest {
+        &archive::RestoreRequest {
             key: &bad,
             ..request(false)
         },
@@ -947,6 +949,16 @@ async fn a_patched_restore_repairs_the_message_and_records_who_when_and_the_patc
 
 /// Runs the `resq` binary against the emulator; (exit status, stdout, stderr).
 pub(crate) fn resq(stack: &Stack, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = resq_command(stack, args, env).output().expect("run resq");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The `resq` binary against the emulator, its environment cleared of the stack's settings.
+fn resq_command(stack: &Stack, args: &[&str], env: &[(&str, &str)]) -> std::process::Command {
     let mut command = std::process::Command::new(resq_e2e::function_binary("resq"));
     command
         .arg("--endpoint-url")
@@ -963,6 +975,8 @@ pub(crate) fn resq(stack: &Stack, args: &[&str], env: &[(&str, &str)]) -> (i32, 
         "MAX_REDRIVE_ATTEMPTS",
         "CONSUMER_EVENT_SOURCE_MAPPING",
         "PAUSE_CONSUMER_ON_ALARMS",
+        "PAUSE_ON_ALARMS",
+        "KEPT_IN_FLIGHT_MAX",
     ] {
         command.env_remove(var);
     }
@@ -978,12 +992,182 @@ pub(crate) fn resq(stack: &Stack, args: &[&str], env: &[(&str, &str)]) -> (i32, 
     for (k, v) in env {
         command.env(k, v);
     }
-    let out = command.output().expect("run resq");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    command
+}
+
+/// Fills the DLQ with `n` transient dead letters, ten to a call.
+async fn fill_dlq(stack: &Stack, n: usize) {
+    let attrs: std::collections::HashMap<String, _> = transient()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    for chunk in 0..n.div_ceil(10) {
+        let entries = (0..10.min(n - chunk * 10))
+            .map(|i| {
+                aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                    .id(format!("e{i}"))
+                    .message_body(order_body(&format!("o-{chunk}-{i}")))
+                    .set_message_attributes(Some(attrs.clone()))
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        stack
+            .sqs
+            .send_message_batch()
+            .queue_url(&stack.dlq.url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// The flags that name the stack's queues and bucket.
+fn names(stack: &Stack) -> Vec<String> {
+    [
+        ("--main-queue-url", &stack.main.url),
+        ("--dlq-url", &stack.dlq.url),
+        ("--archive-bucket", &stack.bucket),
+    ]
+    .iter()
+    .flat_map(|(f, v)| [f.to_string(), v.to_string()])
+    .collect()
+}
+
+#[tokio::test]
+async fn a_redrive_interrupted_while_it_reads_on_leaves_nothing_hidden() {
+    // GIVEN 600 dead letters to replay
+    let stack = Stack::start(StackOptions::default()).await;
+    fill_dlq(&stack, 600).await;
+    // WHEN `resq dlq redrive --max-messages 5` runs: it replays 5, then reads on (a fresh
+    // bucket: an archive sweep is due) to archive what is due
+    let mut args = names(&stack);
+    args.extend(
+        [
+            "dlq",
+            "redrive",
+            "--max-messages",
+            "5",
+            "--rate-per-second",
+            "5",
+        ]
+        .map(String::from),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = resq_command(&stack, &args, &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start resq");
+    // (its 5 replays are in the main queue, and it holds more of the DLQ hidden than it did
+    // then: it is reading on)
+    let mut at_budget = None;
+    let reading_on = loop {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before it read on"
+        );
+        let (_, hidden) = stack.depth(&stack.dlq).await;
+        match (stack.depth(&stack.main).await.0, at_budget) {
+            (5, None) => at_budget = Some(hidden),
+            (5, Some(then)) if hidden > then + 10 => break hidden,
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // AND the operator presses Ctrl-C while it reads on
+    let pid = child.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status();
+    assert!(sent.unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    // THEN it ends at once, saying it was interrupted and what it released
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted: the redrive stopped") && err.contains("it released the"),
+        "{err}"
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (summary["stoppedBy"].as_str(), summary["redriven"].as_u64()),
+        (Some("interrupted"), Some(5))
+    );
+    // AND nothing of the DLQ is hidden any more (it held {reading_on} when interrupted, each
+    // for a minute or more): every message can be received now
+    assert_eq!(
+        stack.depth(&stack.dlq).await,
+        (595, 0),
+        "it held {reading_on}"
+    );
+    assert_eq!(
+        receive_until(&stack.sqs, &stack.dlq.url, 595).await.len(),
+        595
+    );
+}
+
+#[tokio::test]
+async fn a_redrive_waits_for_the_breakers_alarms_unless_forced() {
+    // GIVEN two dead letters, and the replays-failing alarm in ALARM
+    let stack = Stack::start(StackOptions::default()).await;
+    fill_dlq(&stack, 2).await;
+    let alarm = "resq-replays-failing";
+    stack
+        .cloudwatch
+        .put_metric_alarm()
+        .alarm_name(alarm)
+        .namespace("resq")
+        .metric_name("RedriveReturned")
+        .statistic(aws_sdk_cloudwatch::types::Statistic::Sum)
+        .period(60)
+        .evaluation_periods(1)
+        .threshold(5.0)
+        .comparison_operator(aws_sdk_cloudwatch::types::ComparisonOperator::GreaterThanThreshold)
+        .send()
+        .await
+        .unwrap();
+    stack
+        .cloudwatch
+        .set_alarm_state()
+        .alarm_name(alarm)
+        .state_value(aws_sdk_cloudwatch::types::StateValue::Alarm)
+        .state_reason("test")
+        .send()
+        .await
+        .unwrap();
+    let redrive = |extra: &[&str]| {
+        let mut args = names(&stack);
+        args.extend(["dlq", "redrive"].map(String::from));
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        resq(&stack, &args, &[])
+    };
+    // WHEN an operator redrives: refused, naming the alarm, nothing replayed
+    let (code, _, err) = redrive(&[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("not replayed: the breaker's alarm resq-replays-failing is in ALARM")
+            && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(stack.depth(&stack.main).await, (0, 0));
+    // AND a dry run is not refused: it says a replay would be
+    let (code, _, err) = redrive(&["--dry-run"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("resq-replays-failing in ALARM: a replay would be refused"),
+        "{err}"
+    );
+    // AND --force replays, saying past which alarm
+    let (code, _, err) = redrive(&["--force"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("replaying although resq-replays-failing in ALARM (--force)"),
+        "{err}"
+    );
+    assert_eq!(stack.depth(&stack.main).await, (2, 0));
 }
 
 #[tokio::test]

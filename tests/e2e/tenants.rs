@@ -125,7 +125,9 @@ async fn a_tenants_restored_archive_entry_keeps_its_group() {
     let keys = stack.keys("archive/REDRIVE_CAP/").await;
     // WHEN an operator restores it
     let ctx = context(&stack).await;
-    let id = archive::restore(&ctx, &keys[0], false, None).await.unwrap();
+    let id = archive::restore(&ctx, &keys[0], "ops", false, None, false)
+        .await
+        .unwrap();
     // THEN the main queue has it back, the tenant's
     let main = stack.receive_n(&stack.main, 1).await;
     assert_eq!(main[0].message_id(), id.as_deref());
@@ -156,6 +158,7 @@ async fn a_tenants_shadow_copy_keeps_its_group() {
         max_redrive_attempts: 3,
         archive_after: std::time::Duration::from_secs(86_400),
         permanent_action: resq_redriver::config::PermanentAction::Keep,
+        kept_in_flight_max: resq_redriver::config::DEFAULT_KEPT_IN_FLIGHT_MAX,
     };
     let report = shadow::shadow(&ctx, &options, &staging).await.unwrap();
     assert_eq!(report.copied, 1, "{report:?}");

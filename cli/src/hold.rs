@@ -1,0 +1,224 @@
+//! What an operator's command holds hidden in the DLQ, and its release (SPEC §9: the CLI's
+//! state-changing commands release what they hold when interrupted, by Ctrl-C or an error).
+//!
+//! [`Holding`] stands between a run and SQS: it notes every DLQ message received and forgets
+//! it once deleted or its visibility changed (released, or a kept message hidden on purpose),
+//! so that whatever ended the run (its end, an error, a lost connection, Ctrl-C) what is still
+//! hidden is known exactly, released, and what could not be released is counted, with when it
+//! comes back by itself.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use resq::error::AwsError;
+use resq::settle::{Deadlines, Plan, QueueUrl, Settler, Unpaced};
+use resq::sqs::{OutgoingMessage, QueueLimits, Queues, ReceivedMessage};
+use resq::store::ObjectStore;
+
+/// How long an interrupted run may take to end what is under way and release what it holds.
+pub const GRACE: Duration = Duration::from_secs(5);
+/// How long the last release of what a run left hidden may take.
+pub const RELEASE_WITHIN: Duration = Duration::from_secs(5);
+
+/// SQS's calls on the DLQ, noting the receipt handles received and not yet deleted nor
+/// released (each with when it comes back by itself).
+pub struct Holding<Q> {
+    inner: Q,
+    dlq: String,
+    held: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    until: HashMap<String, Instant>,
+    released: u64,
+}
+
+/// What a command held when it ended, and what became of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Released {
+    /// DLQ messages made visible again (by the run, or after it).
+    pub released: u64,
+    /// DLQ messages that could not be released: they come back by themselves.
+    pub left: usize,
+    /// When the last of those comes back, from now.
+    pub back_within: Option<Duration>,
+}
+
+impl<Q: Queues> Holding<Q> {
+    /// `inner`, noting what is received from `dlq`.
+    pub fn new(inner: Q, dlq: &str) -> Self {
+        Self {
+            inner,
+            dlq: dlq.to_owned(),
+            held: Mutex::new(Held::default()),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets the handles whose call `results` confirmed; `released` when made visible.
+    fn forget(&self, handles: &[&str], results: &[Result<(), AwsError>], released: &[bool]) {
+        let mut held = self.held();
+        for ((handle, result), released) in handles.iter().zip(results).zip(released) {
+            if result.is_ok() && held.until.remove(*handle).is_some() && *released {
+                held.released += 1;
+            }
+        }
+    }
+
+    /// Makes visible again whatever is still held, through resq's settle executor, within
+    /// `within`; what it released and what it could not.
+    pub async fn release_all(&self, store: &impl ObjectStore, within: Duration) -> Released {
+        let handles: Vec<String> = self.held().until.keys().cloned().collect();
+        if !handles.is_empty() {
+            let plan = Plan::release(&QueueUrl::from(self.dlq.as_str()), handles);
+            let by = Deadlines::all_by(Instant::now() + within);
+            Settler::new(self, store, "resq")
+                .settle(&plan, by, &Unpaced)
+                .await;
+        }
+        let held = self.held();
+        let now = Instant::now();
+        Released {
+            released: held.released,
+            left: held.until.len(),
+            back_within: held
+                .until
+                .values()
+                .max()
+                .map(|at| at.saturating_duration_since(now)),
+        }
+    }
+}
+
+impl<Q: Queues> Queues for Holding<Q> {
+    async fn receive(
+        &self,
+        queue: &str,
+        max: i32,
+        visibility: Option<i32>,
+        wait_seconds: i32,
+    ) -> Result<Vec<ReceivedMessage>, AwsError> {
+        let at = Instant::now();
+        let got = self
+            .inner
+            .receive(queue, max, visibility, wait_seconds)
+            .await?;
+        if queue == self.dlq {
+            // without a visibility of its own, SQS's default of 30 s (the queue's is not read)
+            let until = at + Duration::from_secs(visibility.unwrap_or(30).max(0) as u64);
+            let mut held = self.held();
+            for m in &got {
+                held.until.insert(m.receipt_handle.clone(), until);
+            }
+        }
+        Ok(got)
+    }
+
+    async fn send(
+        &self,
+        queue: &str,
+        messages: &[&OutgoingMessage],
+    ) -> Result<Vec<Result<String, AwsError>>, AwsError> {
+        self.inner.send(queue, messages).await
+    }
+
+    async fn delete(
+        &self,
+        queue: &str,
+        receipt_handles: &[&str],
+    ) -> Result<Vec<Result<(), AwsError>>, AwsError> {
+        let results = self.inner.delete(queue, receipt_handles).await?;
+        if queue == self.dlq {
+            self.forget(receipt_handles, &results, &vec![false; results.len()]);
+        }
+        Ok(results)
+    }
+
+    async fn change_visibility(
+        &self,
+        queue: &str,
+        changes: &[(&str, i32)],
+    ) -> Result<Vec<Result<(), AwsError>>, AwsError> {
+        let results = self.inner.change_visibility(queue, changes).await?;
+        if queue == self.dlq {
+            let handles: Vec<&str> = changes.iter().map(|(h, _)| *h).collect();
+            let released: Vec<bool> = changes.iter().map(|(_, s)| *s == 0).collect();
+            self.forget(&handles, &results, &released);
+        }
+        Ok(results)
+    }
+
+    async fn limits(&self, queue: &str) -> Result<QueueLimits, AwsError> {
+        self.inner.limits(queue).await
+    }
+}
+
+/// Completes on the first SIGINT (Ctrl-C) or SIGTERM; never when neither can be listened to.
+pub async fn interrupted() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use resq_testing::{Call, MemorySqs, MemoryStore};
+
+    #[tokio::test]
+    async fn what_is_held_is_known_until_deleted_released_or_hidden_and_the_rest_released() {
+        // GIVEN a DLQ of 30 messages, 30 received through a Holding
+        let sqs = MemorySqs::default();
+        for i in 0..30 {
+            sqs.push(
+                "dlq",
+                resq_testing::received(&format!("m{i}"), "{}", 0, &[]),
+            );
+        }
+        let holding = Holding::new(&sqs, "dlq");
+        let mut handles = Vec::new();
+        for _ in 0..3 {
+            let batch = holding.receive("dlq", 10, Some(3600), 0).await.unwrap();
+            handles.extend(batch.into_iter().map(|m| m.receipt_handle));
+        }
+        assert_eq!(handles.len(), 30);
+        // WHEN 5 are deleted, 5 released, 5 hidden on purpose (kept)
+        let h: Vec<&str> = handles.iter().map(String::as_str).collect();
+        holding.delete("dlq", &h[..5]).await.unwrap();
+        let release: Vec<(&str, i32)> = h[5..10].iter().map(|h| (*h, 0)).collect();
+        holding.change_visibility("dlq", &release).await.unwrap();
+        let hide: Vec<(&str, i32)> = h[10..15].iter().map(|h| (*h, 600)).collect();
+        holding.change_visibility("dlq", &hide).await.unwrap();
+        // AND the release of the rest fails at first
+        sqs.fail_calls(Call::ChangeVisibility, true);
+        let store = MemoryStore::default();
+        let r = holding.release_all(&store, RELEASE_WITHIN).await;
+        // THEN the 15 are said to be left, back within the hour they were hidden for
+        assert_eq!((r.released, r.left), (5, 15));
+        let back = r.back_within.unwrap();
+        assert!(back > Duration::from_secs(3500) && back <= Duration::from_secs(3600));
+        // AND once SQS answers they are released, 20 in all, none left
+        sqs.fail_calls(Call::ChangeVisibility, false);
+        let r = holding.release_all(&store, RELEASE_WITHIN).await;
+        let all = Released {
+            released: 20,
+            left: 0,
+            back_within: None,
+        };
+        assert_eq!(r, all);
+        assert_eq!((sqs.len("dlq"), sqs.visible("dlq")), (25, 20));
+    }
+}
