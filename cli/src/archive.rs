@@ -202,6 +202,9 @@ pub fn restore_message(
     patch: Option<&Value>,
 ) -> Result<OutgoingMessage, String> {
     let original = &envelope.original_message;
+    if patch.is_some() && resq::payload::Pointer::parse(&original.body).is_some() {
+        return Err("its body is an SQS extended client's pointer, not the order: a patch would replace it; restore it unpatched, or send the fixed order (its payload is in the entry's originalMessage.payload)".to_owned());
+    }
     let body = match patch {
         Some(p) => patch_body(&original.body, p)?,
         None => original.body.clone(),
@@ -727,6 +730,12 @@ pub async fn restore_entry(
             done.record = record;
             Ok(done)
         }
+        // a call that broke or timed out may have been taken by SQS: the claim stays
+        // `sending`, so that no plain retry sends the message twice
+        Err(e @ CliError::Aws { .. }) if maybe_sent(&e) => {
+            tracing::error!(key, error = %e, "the send was not answered and may have been taken: check the main queue (resq find) before restoring again with --again, 5 minutes from now");
+            Err(e)
+        }
         Err(e) => {
             record.status = RestoreStatus::Failed;
             record.error = Some(e.to_string());
@@ -736,6 +745,13 @@ pub async fn restore_entry(
             Err(e)
         }
     }
+}
+
+/// A send that failed without SQS's own answer (it timed out, its connection broke): SQS may
+/// have taken it. Refused by SQS, or never sent (no credentials), it was not.
+fn maybe_sent(e: &CliError) -> bool {
+    use resq::error::AwsErrorKind::{Credentials, Service};
+    matches!(e, CliError::Aws { source, .. } if !matches!(source.kind, Service | Credentials))
 }
 
 /// Writes `record` over its claim, and, patched, into the entry, each tried
@@ -952,6 +968,8 @@ mod tests {
         /// Writes that succeed before the rest fail (`None`: all succeed).
         writes_ok: Option<usize>,
         send_fails: bool,
+        /// The send's call times out (SQS may have taken it).
+        send_times_out: bool,
     }
 
     impl Memory {
@@ -996,6 +1014,12 @@ mod tests {
                     what: "sending to q".into(),
                     source: resq::error::AwsError::service("AccessDenied", "no"),
                 });
+            }
+            if self.send_times_out {
+                let mut source = resq::error::AwsError::local("operation timed out");
+                source.kind = resq::error::AwsErrorKind::Timeout;
+                let what = "sending to q".into();
+                return Err(CliError::Aws { what, source });
             }
             self.sent.lock().unwrap().push(message.clone());
             Ok("m-new".into())
@@ -1238,6 +1262,28 @@ mod tests {
         assert_eq!(done.message_id.as_deref(), Some("m-new"));
         assert_eq!(claims(&port)[0].0, 2);
         assert_eq!(port.sent.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_restore_whose_send_was_not_answered_is_not_sent_again_by_a_plain_retry() {
+        // GIVEN a restore whose send timed out: SQS may have taken it
+        let port = Memory {
+            send_times_out: true,
+            ..Memory::with(&invalid_order())
+        };
+        let unpatched = RestoreRequest {
+            patch: None,
+            ..request(&Value::Null, false)
+        };
+        assert!(restore_entry(&port, &unpatched).await.is_err());
+        // THEN its claim still says sending, and a plain retry is refused
+        assert_eq!(claims(&port)[0].1, RestoreStatus::Sending);
+        let retry = Memory {
+            claims: std::sync::Mutex::new(port.claims.lock().unwrap().clone()),
+            ..Memory::with(&invalid_order())
+        };
+        assert!(restore_entry(&retry, &unpatched).await.is_err());
+        assert!(retry.sent.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -158,18 +158,21 @@ impl<Q: Queues> Queues for Holding<Q> {
     }
 }
 
-/// Completes on the first SIGINT (Ctrl-C) or SIGTERM; never when neither can be listened to.
+/// Completes on the first SIGINT (Ctrl-C), SIGTERM or SIGHUP (a terminal or SSH session that
+/// went away); never when they cannot be listened to.
 pub async fn interrupted() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
     ) else {
         return std::future::pending().await;
     };
     tokio::select! {
         _ = int.recv() => {}
         _ = term.recv() => {}
+        _ = hup.recv() => {}
     }
 }
 

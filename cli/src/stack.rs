@@ -732,8 +732,10 @@ impl Settings {
             consumer_timeout: num(CONSUMER_TIMEOUT)?,
             batching_window_seconds: num(CONSUMER_BATCHING_WINDOW_SECONDS)?,
             batch_size: num(CONSUMER_BATCH_SIZE)?,
+            // a cap given now: one only deployed (DescribeStacks lists every parameter) is
+            // dropped by the template in provisioned mode, and `sam deploy` cannot leave it out
             maximum_concurrency: match set.source(CONSUMER_MAXIMUM_CONCURRENCY) {
-                Some(Source::Default) => None,
+                Some(Source::Default | Source::Deployed) => None,
                 _ => Some(num(CONSUMER_MAXIMUM_CONCURRENCY)?),
             },
             pollers: match num(CONSUMER_MINIMUM_POLLERS)? {

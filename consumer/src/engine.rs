@@ -396,14 +396,17 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         stop_by: Instant,
     ) -> Settling {
         let runs = decide::runs(record, &self.config, horizon.now_ms);
+        // a pointer's payload is read only once the retry budget admits the record: the read
+        // is a call to the downstream too
+        let delivery = Delivery::of(record);
         let pointer = record.body.as_deref().and_then(Pointer::parse);
-        let parsed = match (runs, pointer) {
-            (false, _) => None,
-            (true, None) => Some(self.parse(record.body.as_deref())),
-            (true, Some(pointer)) => Some(match self.payload(&pointer, stop_by).await {
-                Ok(payload) => self.parse(Some(&payload)),
-                Err(ran) => Err(ran),
-            }),
+        let admitted = (runs && pointer.is_some())
+            .then(|| self.retry_budget(|b| b.admit(delivery, decide::epoch_ms())));
+        let parsed = match (runs, pointer, admitted) {
+            (false, ..) => None,
+            (true, None, _) => Some(self.parse(record.body.as_deref())),
+            (true, Some(_), Some(false)) => Some(Err(Ran::OverBudget)),
+            (true, Some(pointer), _) => Some(self.payload(record, &pointer, stop_by).await),
         };
         let business_id = match &parsed {
             Some(Ok(message)) => {
@@ -425,17 +428,20 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         if !record.dropped_attributes.is_empty() {
             span.in_scope(|| tracing::warn!(dropped = %record.dropped_attributes.join(", "), "list-valued message attributes are not supported by SQS and are not copied"));
         }
+        let spend = |ran: Ran| {
+            if ran.failed() {
+                self.retry_budget(|b| b.failed(delivery, decide::epoch_ms()));
+            }
+            ran
+        };
         let ran = match parsed {
             None => Ran::NotRun,
+            Some(Err(ran)) if admitted == Some(true) => spend(ran),
             Some(Err(ran)) => ran,
             Some(Ok(message)) => {
-                let delivery = Delivery::of(record);
-                if self.retry_budget(|b| b.admit(delivery, decide::epoch_ms())) {
-                    let ran = self.effect(record, &message, &span, stop_by).await;
-                    if ran.failed() {
-                        self.retry_budget(|b| b.failed(delivery, decide::epoch_ms()));
-                    }
-                    ran
+                let admit = || self.retry_budget(|b| b.admit(delivery, decide::epoch_ms()));
+                if admitted.unwrap_or_else(admit) {
+                    spend(self.effect(record, &message, &span, stop_by).await)
                 } else {
                     Ran::OverBudget
                 }
@@ -468,22 +474,33 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         f(&mut self.retry_budget.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// The payload an extended-client pointer names, read by `stop_by`; or how the record
-    /// ends: no object (or one too large) is permanent, any other failure transient.
-    async fn payload(&self, pointer: &Pointer, stop_by: Instant) -> Result<String, Ran> {
+    /// The message an extended-client pointer's payload parses to, read by `stop_by` within the
+    /// process's read budget; or how the record ends: no object (or one too large) is
+    /// permanent, any other failure transient.
+    async fn payload(
+        &self,
+        record: &Record,
+        pointer: &Pointer,
+        stop_by: Instant,
+    ) -> Result<H::Message, Ran> {
         let at = format!("s3://{}/{}", pointer.bucket, pointer.key);
-        let read = self.settler.store().payload(pointer);
         let failed = |e| Err(Ran::Handled(Err(e)));
+        let read = async {
+            let _reserved = resq::payload::reserve(&record.message_attributes).await;
+            Ok::<_, resq::error::AwsError>(match self.settler.store().payload(pointer).await? {
+                Payload::Found(bytes) => self.parse(Some(&resq::payload::text(bytes))),
+                Payload::Missing => failed(HandlerError::permanent(
+                    FailureReason::PayloadNotFound.code(),
+                    format!("{at}: no such object"),
+                )),
+                Payload::TooLarge(size) => failed(HandlerError::permanent(
+                    FailureReason::PayloadTooLarge.code(),
+                    format!("{at}: {size} bytes, over the {MAX_PAYLOAD_BYTES} resq reads"),
+                )),
+            })
+        };
         match tokio::time::timeout_at(stop_by.into(), read).await {
-            Ok(Ok(Payload::Found(bytes))) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
-            Ok(Ok(Payload::Missing)) => failed(HandlerError::permanent(
-                FailureReason::PayloadNotFound.code(),
-                format!("{at}: no such object"),
-            )),
-            Ok(Ok(Payload::TooLarge(size))) => failed(HandlerError::permanent(
-                FailureReason::PayloadTooLarge.code(),
-                format!("{at}: {size} bytes, over the {MAX_PAYLOAD_BYTES} resq reads"),
-            )),
+            Ok(Ok(parsed)) => parsed,
             Ok(Err(e)) => failed(HandlerError::transient(
                 ErrorCode::PayloadUnreadable.code(),
                 e.to_string(),

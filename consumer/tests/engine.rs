@@ -1630,3 +1630,50 @@ async fn an_extended_client_pointer_runs_its_payload_and_travels_as_the_pointer(
         report.outcomes
     );
 }
+
+#[tokio::test]
+async fn a_pointer_is_read_only_once_the_retry_budget_admits_it_and_its_failures_spend_it() {
+    use resq::payload::Pointer;
+    // GIVEN redeliveries whose payloads cannot be read (the store fails): they spend the
+    // budget as failed redeliveries do
+    let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+    let consumer = Consumer::new(
+        Noting::default(),
+        &queues,
+        &store,
+        config("http://127.0.0.1/1/dlq"),
+    );
+    let pointer = |id: &str| {
+        let body = Pointer {
+            bucket: resq_testing::MEMORY_BUCKET.into(),
+            key: format!("gone/{id}"),
+        }
+        .body();
+        received(record(id, &body, None, None), 2)
+    };
+    store.set_failing(true);
+    let records: Vec<Value> = (0..10).map(|i| pointer(&format!("p{i}"))).collect();
+    let spent = consumer
+        .process(json!({ "Records": records }), later())
+        .await
+        .unwrap();
+    let unreadable = |o: &Outcome| matches!(o, Outcome::Failed(Failure::Transient { code, .. }) if code == "PAYLOAD_UNREADABLE");
+    assert!(
+        spent.outcomes.iter().all(unreadable),
+        "{:?}",
+        spent.outcomes
+    );
+    // WHEN one more arrives, its object gone (a read would find PAYLOAD_NOT_FOUND)
+    store.set_failing(false);
+    let report = consumer
+        .process(json!({ "Records": [pointer("q")] }), later())
+        .await
+        .unwrap();
+    // THEN it is held by the budget, unread
+    assert!(
+        matches!(&report.outcomes[0], Outcome::Failed(Failure::RetryBudget)),
+        "{:?}",
+        report.outcomes
+    );
+    assert_eq!(report.metrics.get(RETRY_BUDGET_EXCEEDED), 1);
+}

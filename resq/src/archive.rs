@@ -184,13 +184,18 @@ impl<S: ObjectStore> Archiver<S> {
 
     /// The payload a pointer body names, to keep beside the pointer (so the entry stays whole
     /// when the object is gone), or why it could not be kept; `(None, None)` for any other body.
-    async fn payload(&self, body: &str) -> (Option<String>, Option<String>) {
+    async fn payload(
+        &self,
+        body: &str,
+        attributes: &MessageAttributes,
+    ) -> (Option<String>, Option<String>) {
         let Some(pointer) = Pointer::parse(body) else {
             return (None, None);
         };
         let at = format!("s3://{}/{}", pointer.bucket, pointer.key);
+        let _reserved = crate::payload::reserve(attributes).await;
         match self.store.payload(&pointer).await {
-            Ok(Payload::Found(bytes)) => (Some(String::from_utf8_lossy(&bytes).into_owned()), None),
+            Ok(Payload::Found(bytes)) => (Some(crate::payload::text(bytes)), None),
             Ok(Payload::Missing) => (None, Some(format!("{at}: no such object"))),
             Ok(Payload::TooLarge(size)) => (
                 None,
@@ -231,7 +236,10 @@ impl<S: ObjectStore> Archiver<S> {
             .and_then(|ms| Utc.timestamp_millis_opt(ms).single())
             .unwrap_or(at);
         let key = archive_key(entry.reason, day, &entry.message.message_id);
-        let (payload, payload_unread) = self.payload(&entry.message.body).await;
+        let message = &entry.message;
+        let (payload, payload_unread) = self
+            .payload(&message.body, &message.message_attributes)
+            .await;
         let envelope = EnvelopeRef {
             original_message: OriginalRef {
                 message: &entry.message,

@@ -23,6 +23,36 @@ pub const PREFIX: &str = "payloads/";
 /// failure, `PAYLOAD_TOO_LARGE`): an invocation runs up to 64 records at once in 256 MB.
 pub const MAX_PAYLOAD_BYTES: u64 = 8 * 1_048_576;
 
+/// Payload bytes a process reads at once, at most ([`reserve`]): what a 256 MB function spares
+/// beside its records (four payloads of [`MAX_PAYLOAD_BYTES`]).
+pub const READ_BUDGET_BYTES: u64 = 4 * MAX_PAYLOAD_BYTES;
+
+static READ_BUDGET: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new((READ_BUDGET_BYTES / 1024) as usize);
+
+/// Waits until the process may read the payload of a pointer message with `attrs` (its
+/// `ExtendedPayloadSize`, or the most resq reads when it has none) and holds that share of
+/// [`READ_BUDGET_BYTES`] until the permit is dropped: several records and archive entries
+/// reading payloads at once cannot exhaust the function's memory.
+pub async fn reserve(attrs: &MessageAttributes) -> tokio::sync::SemaphorePermit<'static> {
+    let size = attrs
+        .get(EXTENDED_PAYLOAD_SIZE)
+        .and_then(|v| v.string_value.as_deref()?.trim().parse::<u64>().ok())
+        .unwrap_or(MAX_PAYLOAD_BYTES)
+        .clamp(1, MAX_PAYLOAD_BYTES);
+    let kib = size.div_ceil(1024) as u32;
+    READ_BUDGET
+        .acquire_many(kib)
+        .await
+        .expect("the read budget is never closed")
+}
+
+/// A payload's bytes as text (an order's body is text; bytes that are not UTF-8 are replaced,
+/// and its parsing refuses them).
+pub fn text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
 /// Where a pointer body says the payload is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pointer {
@@ -173,6 +203,9 @@ pub const PERMISSIONS: &[crate::iam::Permission] = &[
     crate::iam::Permission::new("s3:PutObject", "ArchiveBucket/payloads/*"),
     crate::iam::Permission::new("s3:GetObject", "ArchiveBucket/payloads/*"),
     crate::iam::Permission::new("s3:GetObject", "ProducerPayloadBucket/*"),
+    // without it S3 answers a missing key 403, not 404: `PAYLOAD_NOT_FOUND` needs to know
+    crate::iam::Permission::new("s3:ListBucket", "ArchiveBucket if s3:prefix=payloads/*"),
+    crate::iam::Permission::new("s3:ListBucket", "ProducerPayloadBucket"),
 ];
 
 #[cfg(test)]

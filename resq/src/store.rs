@@ -110,6 +110,15 @@ impl S3Store {
     }
 }
 
+impl S3Store {
+    /// Whether a listing shows the pointer's key (`None`: the listing failed).
+    async fn listed(&self, pointer: &Pointer) -> Option<bool> {
+        let out = self.client.list_objects_v2().bucket(&pointer.bucket);
+        let out = out.prefix(&pointer.key).max_keys(1).send().await.ok()?;
+        Some(out.contents().iter().any(|o| o.key() == Some(&pointer.key)))
+    }
+}
+
 impl ObjectStore for S3Store {
     fn bucket(&self) -> &str {
         &self.bucket
@@ -129,6 +138,14 @@ impl ObjectStore for S3Store {
             Err(err) if matches!(err.code(), Some("NoSuchKey" | "NoSuchBucket")) => {
                 return Ok(Payload::Missing);
             }
+            // S3 answers a missing key 403 to a reader that may not list the bucket: a listing
+            // of the key says whether it is there (a role that may not list keeps the 403)
+            Err(err) if err.code() == Some("AccessDenied") => {
+                return match self.listed(pointer).await {
+                    Some(false) => Ok(Payload::Missing),
+                    _ => Err(store_error(&err, at)),
+                };
+            }
             Err(err) => return Err(store_error(&err, at)),
         };
         let size = out.content_length().unwrap_or(0).max(0) as u64;
@@ -137,7 +154,7 @@ impl ObjectStore for S3Store {
         }
         let bytes = out.body.collect().await;
         let bytes = bytes.map_err(|e| AwsError::local(format!("{at}: {e}")))?;
-        Ok(Payload::Found(bytes.into_bytes().to_vec()))
+        Ok(Payload::Found(bytes.into_bytes().into()))
     }
 
     async fn first_key(&self, prefix: &str) -> Result<Option<String>, AwsError> {
@@ -281,5 +298,55 @@ impl<T: ObjectStore> ObjectStore for &T {
 
     fn payload(&self, pointer: &Pointer) -> impl Future<Output = Result<Payload, AwsError>> + Send {
         (**self).payload(pointer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_s3::Client;
+    use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output;
+    use aws_sdk_s3::types::Object;
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+    use aws_smithy_runtime_api::http::StatusCode;
+    use aws_smithy_types::body::SdkBody;
+
+    /// S3's answer to a GetObject of a missing key from a role that may not list the bucket
+    /// (moto answers 404 NoSuchKey whatever the role: only a stand-in can give this one).
+    fn denied() -> HttpResponse {
+        let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>";
+        HttpResponse::new(StatusCode::try_from(403).unwrap(), SdkBody::from(body))
+    }
+
+    #[tokio::test]
+    async fn a_payload_answered_403_is_missing_only_when_a_listing_says_it_is_not_there() {
+        let pointer = Pointer {
+            bucket: "producer-payloads".into(),
+            key: "k1".into(),
+        };
+        for (listed, missing) in [(None, true), (Some("k1"), false)] {
+            // GIVEN GetObject answers 403, and a listing of the key finds it or not
+            let get = mock!(Client::get_object).then_http_response(denied);
+            let list = mock!(Client::list_objects_v2).then_output(move || {
+                let found = listed.map(|k| Object::builder().key(k).build());
+                ListObjectsV2Output::builder()
+                    .set_contents(found.map(|o| vec![o]))
+                    .build()
+            });
+            let client = mock_client!(aws_sdk_s3, RuleMode::MatchAny, [&get, &list]);
+            // WHEN the payload is read
+            let read = S3Store::new(client, "archive").payload(&pointer).await;
+            // THEN no object is PAYLOAD_NOT_FOUND's Missing; one there keeps the 403 (a role
+            // that may not read it: transient)
+            match missing {
+                true => assert_eq!(read, Ok(Payload::Missing)),
+                false => {
+                    let e = read.unwrap_err();
+                    assert_eq!(e.code.as_deref(), Some("AccessDenied"), "{e}");
+                }
+            }
+            assert_eq!((get.num_calls(), list.num_calls()), (1, 1));
+        }
     }
 }

@@ -440,7 +440,9 @@ fn function_yaml_grants_what_the_engine_calls_and_the_handler_brings_its_own() {
                 key_statements.push(st);
                 continue;
             }
-            let resource = function_resource_name(&st["Resource"]);
+            let condition = st["Condition"]["StringLike"]["s3:prefix"].as_str();
+            let resource = function_resource_name(&st["Resource"])
+                + &condition.map_or(String::new(), |p| format!(" if s3:prefix={p}"));
             for a in actions {
                 assert!(!a.contains('*'), "{st}");
                 granted.insert((a.to_owned(), resource.clone()));
