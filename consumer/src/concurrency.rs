@@ -8,7 +8,7 @@
 //! it reads: a throttled one (S3 `SlowDown`, HTTP 503 or 429, SQS's throttling errors) or one
 //! that went through. The same client holds at most [`Concurrency::cap`] connections per host.
 //!
-//! The cap holds per process too ([`InFlight`]): under Lambda Managed Instances one process
+//! The cap holds per process too (`InFlight`): under Lambda Managed Instances one process
 //! runs several invocations at once, and their records together stay within it.
 
 use std::time::Instant;

@@ -37,7 +37,7 @@ pub struct Resources {
     /// included), and resq's timeouts on every call. Build the handler's own clients from it,
     /// e.g. `aws_sdk_dynamodb::Client::new(&resources.aws)`.
     pub aws: aws_config::SdkConfig,
-    /// The archive bucket (`ARCHIVE_BUCKET`) as an [`ObjectStore`](resq::store::ObjectStore):
+    /// The archive bucket (`ARCHIVE_BUCKET`) as an [`ObjectStore`]:
     /// where the reference handler records orders.
     pub store: S3Store,
 }

@@ -112,7 +112,7 @@ pub fn handles(hidden: Vec<KeptMessage>, reason: Option<&str>) -> impl Iterator<
 }
 
 /// Keep lists read at once.
-const LISTS_READ_AT_ONCE: usize = 32;
+pub const LISTS_READ_AT_ONCE: usize = 32;
 
 /// The messages of `queue_url` that keep lists say are hidden at `now`: the newest entry per
 /// message, from the lists of the last 13 hours (nothing stays hidden longer than 12 h). A
