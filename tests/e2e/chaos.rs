@@ -111,6 +111,8 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
         [
             ("s3:GetObject", "ArchiveBucket/payloads/*"),
             ("s3:GetObject", "ProducerPayloadBucket/*"),
+            ("s3:ListBucket", "ArchiveBucket if s3:prefix=payloads/*"),
+            ("s3:ListBucket", "ProducerPayloadBucket"),
             ("s3:PutObject", "ArchiveBucket/archive/*"),
             ("s3:PutObject", "ArchiveBucket/payloads/*"),
         ]
@@ -148,6 +150,8 @@ async fn chaos_with_500_orders_loses_nothing_and_doubles_nothing() {
             ),
             ("s3:GetObject", "ArchiveBucket/payloads/*"),
             ("s3:GetObject", "ProducerPayloadBucket/*"),
+            ("s3:ListBucket", "ArchiveBucket if s3:prefix=payloads/*"),
+            ("s3:ListBucket", "ProducerPayloadBucket"),
             ("s3:PutObject", "ArchiveBucket/payloads/*"),
             ("sqs:GetQueueAttributes", "OrdersQueue"),
             ("sqs:SendMessage", "DeadLetterQueue"),
