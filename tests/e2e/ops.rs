@@ -1112,6 +1112,24 @@ async fn a_redrive_waits_for_the_breakers_alarms_unless_forced() {
     let stack = Stack::start(StackOptions::default()).await;
     fill_dlq(&stack, 2).await;
     let alarm = "resq-replays-failing";
+    // really in breach: an emulator that evaluates alarms (LocalStack, as AWS does) moves a
+    // merely set state back to what its data say
+    stack
+        .cloudwatch
+        .put_metric_data()
+        .namespace("resq")
+        .metric_data(
+            aws_sdk_cloudwatch::types::MetricDatum::builder()
+                .metric_name("RedriveReturned")
+                .value(100.0)
+                .timestamp(aws_sdk_cloudwatch::primitives::DateTime::from_secs(
+                    chrono::Utc::now().timestamp() - 5,
+                ))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
     stack
         .cloudwatch
         .put_metric_alarm()
