@@ -703,6 +703,14 @@ impl CapturedLogs {
         telemetry: &resq::telemetry::Telemetry,
     ) -> (Self, tracing::subscriber::DefaultGuard) {
         use tracing_subscriber::prelude::*;
+        // tracing caches each callsite's interest process-wide, computed by the first thread to
+        // reach it: a test thread without a subscriber would cache `never` and blind every
+        // capture of that line. A global registry, which keeps nothing, holds every callsite
+        // open; each capturing thread still gets its own lines.
+        static CALLSITES_OPEN: std::sync::Once = std::sync::Once::new();
+        CALLSITES_OPEN.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+        });
         let logs = Self::default();
         let sink = logs.clone();
         let subscriber = tracing_subscriber::registry()
