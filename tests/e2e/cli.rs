@@ -64,24 +64,13 @@ async fn status_shows_depths_and_alarm_states() {
     }
     send(&stack, &stack.dlq, "{", &[], None).await;
     stack.receive(&stack.main, 1).await;
-    // an alarm really in breach (an emulator that evaluates alarms, LocalStack as AWS does,
-    // would move a merely set state back to what its data say)
-    stack
-        .cloudwatch
-        .put_metric_data()
-        .namespace("AWS/SQS")
-        .metric_data(
-            aws_sdk_cloudwatch::types::MetricDatum::builder()
-                .metric_name("ApproximateNumberOfMessagesVisible")
-                .value(100.0)
-                .timestamp(aws_sdk_cloudwatch::primitives::DateTime::from_secs(
-                    chrono::Utc::now().timestamp() - 5,
-                ))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    breach(
+        &stack,
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        100.0,
+    )
+    .await;
     stack
         .cloudwatch
         .put_metric_alarm()

@@ -371,3 +371,42 @@ pub fn transient() -> Vec<(&'static str, aws_sdk_sqs::types::MessageAttributeVal
         ("x-failure-reason", string_attr("DOWNSTREAM_UNAVAILABLE")),
     ]
 }
+
+/// Sends `count` transient dead letters (of the group `group`, if any), ten to a call.
+pub async fn dead_letters(stack: &Stack, group: Option<&str>, count: usize) {
+    for first in (0..count).step_by(10) {
+        let entries = (first..count.min(first + 10)).map(|i| {
+            let mut e = aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .message_body(order_body(&format!("{}-{i:03}", group.unwrap_or("dl"))))
+                .set_message_group_id(group.map(str::to_owned));
+            for (name, value) in transient() {
+                e = e.message_attributes(name, value);
+            }
+            e.build().unwrap()
+        });
+        let sent = stack
+            .sqs
+            .send_message_batch()
+            .queue_url(&stack.dlq.url)
+            .set_entries(Some(entries.collect()))
+            .send()
+            .await
+            .unwrap();
+        assert!(sent.failed().is_empty(), "{:?}", sent.failed());
+    }
+}
+
+/// Puts a datapoint of `value` for `metric` a few seconds ago: an alarm on it is really in
+/// breach (an emulator that evaluates alarms, LocalStack as AWS does, moves a merely set state
+/// back to what its data say).
+pub async fn breach(stack: &Stack, namespace: &str, metric: &str, value: f64) {
+    let at = chrono::Utc::now().timestamp() - 5;
+    let datum = aws_sdk_cloudwatch::types::MetricDatum::builder()
+        .metric_name(metric)
+        .value(value)
+        .timestamp(aws_sdk_cloudwatch::primitives::DateTime::from_secs(at))
+        .build();
+    let put = stack.cloudwatch.put_metric_data().namespace(namespace);
+    put.metric_data(datum).send().await.unwrap();
+}

@@ -995,34 +995,6 @@ fn resq_command(stack: &Stack, args: &[&str], env: &[(&str, &str)]) -> std::proc
     command
 }
 
-/// Fills the DLQ with `n` transient dead letters, ten to a call.
-async fn fill_dlq(stack: &Stack, n: usize) {
-    let attrs: std::collections::HashMap<String, _> = transient()
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-    for chunk in 0..n.div_ceil(10) {
-        let entries = (0..10.min(n - chunk * 10))
-            .map(|i| {
-                aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
-                    .id(format!("e{i}"))
-                    .message_body(order_body(&format!("o-{chunk}-{i}")))
-                    .set_message_attributes(Some(attrs.clone()))
-                    .build()
-                    .unwrap()
-            })
-            .collect();
-        stack
-            .sqs
-            .send_message_batch()
-            .queue_url(&stack.dlq.url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-            .unwrap();
-    }
-}
-
 /// The flags that name the stack's queues and bucket.
 fn names(stack: &Stack) -> Vec<String> {
     [
@@ -1039,7 +1011,7 @@ fn names(stack: &Stack) -> Vec<String> {
 async fn a_redrive_interrupted_while_it_reads_on_leaves_nothing_hidden() {
     // GIVEN 600 dead letters to replay
     let stack = Stack::start(StackOptions::default()).await;
-    fill_dlq(&stack, 600).await;
+    dead_letters(&stack, None, 600).await;
     // WHEN `resq dlq redrive --max-messages 5` runs: it replays 5, then reads on (a fresh
     // bucket: an archive sweep is due) to archive what is due
     let mut args = names(&stack);
@@ -1110,26 +1082,9 @@ async fn a_redrive_interrupted_while_it_reads_on_leaves_nothing_hidden() {
 async fn a_redrive_waits_for_the_breakers_alarms_unless_forced() {
     // GIVEN two dead letters, and the replays-failing alarm in ALARM
     let stack = Stack::start(StackOptions::default()).await;
-    fill_dlq(&stack, 2).await;
+    dead_letters(&stack, None, 2).await;
     let alarm = "resq-replays-failing";
-    // really in breach: an emulator that evaluates alarms (LocalStack, as AWS does) moves a
-    // merely set state back to what its data say
-    stack
-        .cloudwatch
-        .put_metric_data()
-        .namespace("resq")
-        .metric_data(
-            aws_sdk_cloudwatch::types::MetricDatum::builder()
-                .metric_name("RedriveReturned")
-                .value(100.0)
-                .timestamp(aws_sdk_cloudwatch::primitives::DateTime::from_secs(
-                    chrono::Utc::now().timestamp() - 5,
-                ))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    breach(&stack, "resq", "RedriveReturned", 100.0).await;
     stack
         .cloudwatch
         .put_metric_alarm()

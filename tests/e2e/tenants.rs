@@ -2,9 +2,7 @@
 //! `MessageGroupId` survives every copy resq makes, and a run shares a small replay budget
 //! between a quiet tenant's dead letters and another tenant's backlog.
 
-use aws_sdk_sqs::types::{
-    Message, MessageSystemAttributeName as Sys, SendMessageBatchRequestEntry,
-};
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName as Sys};
 use resq_e2e::{Stack, StackOptions};
 use resq_ops::{archive, dlq, shadow};
 
@@ -168,37 +166,12 @@ async fn a_tenants_shadow_copy_keeps_its_group() {
     assert_eq!(stack.depth(&stack.dlq).await, (1, 0), "the DLQ as it was");
 }
 
-/// Sends `count` dead letters of `tenant`, ten to a call.
-async fn dead_letters(stack: &Stack, tenant: &str, count: usize) {
-    for first in (0..count).step_by(10) {
-        let entries = (first..count.min(first + 10)).map(|i| {
-            let mut e = SendMessageBatchRequestEntry::builder()
-                .id(i.to_string())
-                .message_body(order_body(&format!("{tenant}-{i:03}")))
-                .message_group_id(tenant);
-            for (name, value) in transient() {
-                e = e.message_attributes(name, value);
-            }
-            e.build().unwrap()
-        });
-        let sent = stack
-            .sqs
-            .send_message_batch()
-            .queue_url(&stack.dlq.url)
-            .set_entries(Some(entries.collect()))
-            .send()
-            .await
-            .unwrap();
-        assert!(sent.failed().is_empty(), "{:?}", sent.failed());
-    }
-}
-
 #[tokio::test]
 async fn a_small_budget_replays_a_quiet_tenant_behind_another_tenants_backlog() {
     // GIVEN 600 dead letters of tenant A sent before 30 of tenant B
     let stack = Stack::start(StackOptions::default()).await;
-    dead_letters(&stack, "tenant-a", 600).await;
-    dead_letters(&stack, TENANT, 30).await;
+    dead_letters(&stack, Some("tenant-a"), 600).await;
+    dead_letters(&stack, Some(TENANT), 30).await;
     // WHEN one run goes with a budget of 60
     let payload = serde_json::json!({"maxMessages": 60, "ratePerSecond": 100});
     let run = redrive(&stack, &redriver(&stack, &[]), payload, &[]).await;
