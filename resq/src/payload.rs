@@ -141,9 +141,11 @@ pub fn fits(body: &str, attrs: &MessageAttributes) -> Result<(), Unfit> {
     if attrs.len() >= MAX_MESSAGE_ATTRIBUTES {
         return Err(Unfit::AttributeLimit { size });
     }
+    // the longest pointer: a bucket name's 63 characters, a key as long as `key_of`'s (no
+    // need to hash the body to know its length)
     let pointer = Pointer {
         bucket: "b".repeat(63),
-        key: key_of(body, Utc::now()),
+        key: format!("{PREFIX}yyyy/mm/dd/{}", "0".repeat(64)),
     };
     let (body, attrs) = pointer_copy(&pointer, body, attrs);
     match attributes::message_size(&body, &attrs) <= MAX_MESSAGE_BYTES {
@@ -247,6 +249,8 @@ mod tests {
         let at = Utc::now();
         let (pointer, sent, sent_attrs) = offload(&body, &attrs, "archive", at).expect("offloaded");
         assert_eq!(pointer.key, key_of(&body, at));
+        // `fits` sizes a pointer by a key of this length without hashing
+        assert_eq!(pointer.key.len(), PREFIX.len() + "yyyy/mm/dd/".len() + 64);
         assert!(
             pointer
                 .key
