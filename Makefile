@@ -259,7 +259,13 @@ doc:
 ## would upload them: their files (no tests, no fixtures), their manifests, and each one built
 ## alone from its package, the others through cargo's local registry overlay (offline). About
 ## 5 min of CPU after `make test` (each crate's own feature set recompiles the AWS SDK crates).
+## cargo takes a registry crate of an unchanged version as unchanged: it unpacks the overlay's
+## crates into $CARGO_HOME/registry/src/-HASH/ (HASH of the overlay's path) once, and keeps what
+## it built from them in target/debug. A later commit packaged at the same path would be
+## verified against an earlier commit's sources, so both go first (the five crates rebuild).
 package:
+	rm -rf $${CARGO_HOME:-$$HOME/.cargo}/registry/src/-*/resq-*
+	cargo clean --offline --profile dev $(LIBRARIES)
 	cargo package --offline --allow-dirty $(LIBRARIES) $(WORKSPACE_DEV_PROFILE)
 
 fmt:
