@@ -144,6 +144,16 @@ pub fn returned_replay(record: &Record, outcome: &Outcome) -> bool {
     replayed && (first_failure || reaches_the_dlq)
 }
 
+/// Whether an invocation went as it should, so its `batch done` line is routine (DEBUG) rather
+/// than worth an operator's eye (INFO): every one of its `records` processed (none retried,
+/// held back, dead-lettered or archived, so no replay returned either) and no call to the
+/// downstream throttled (`throttles`: the limit never had to come down). A healthy batch is
+/// most batches: at INFO its line would be most of a healthy consumer's log bill. Its metrics
+/// are written either way.
+pub fn is_healthy(records: usize, metrics: &Metrics, throttles: u64) -> bool {
+    metrics.get(PROCESSED) == records as u64 && throttles == 0
+}
+
 /// What one invocation did: the response for Lambda and the counts behind it.
 #[derive(Debug)]
 pub struct BatchReport {
@@ -271,6 +281,40 @@ mod tests {
         for c in [Some(&unanswered), None] {
             assert_eq!(code(outcome(&archive, c)).0, ErrorCode::SettleDeadline);
             assert_eq!(code(outcome(&dead_letter, c)).0, ErrorCode::SettleDeadline);
+        }
+    }
+
+    #[test]
+    fn a_batch_is_healthy_only_when_every_record_was_processed_and_nothing_throttled() {
+        let records = fifo_records(&["a", "b", "c"]);
+        let transient = Failure::Transient {
+            code: "DOWN".into(),
+            details: String::new(),
+        };
+        let report = |third: Outcome, tally: Tally| {
+            let outcomes = vec![Outcome::Processed, Outcome::Processed, third];
+            answer(&records, outcomes, &[Tally::Ran, Tally::Ran, tally]).metrics
+        };
+        // GIVEN every record processed and no throttled call: healthy (DEBUG)
+        let all_good = report(Outcome::Processed, Tally::Ran);
+        assert!(is_healthy(records.len(), &all_good, 0));
+        // a throttled call, even one the SDK's retry got through, is worth a look
+        assert!(!is_healthy(records.len(), &all_good, 1));
+        // every other fate of one record makes the line INFO
+        let others = [
+            (Outcome::Failed(transient), Tally::FailedTransiently),
+            (Outcome::Failed(Failure::GroupBlocked), Tally::NotRun),
+            (Outcome::Failed(Failure::RetryBudget), Tally::OverBudget),
+            (Outcome::Failed(Failure::NotStarted), Tally::NotRun),
+            (
+                Outcome::DeadLettered("MALFORMED_JSON".into()),
+                Tally::NotRun,
+            ),
+            (Outcome::Archived(ArchiveReason::SizeLimit), Tally::NotRun),
+        ];
+        for (third, tally) in others {
+            let m = report(third.clone(), tally);
+            assert!(!is_healthy(records.len(), &m, 0), "{third:?}");
         }
     }
 

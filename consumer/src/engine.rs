@@ -58,7 +58,7 @@ const LIMITS_RETRY_AFTER: Duration = Duration::from_secs(10);
 
 /// How long limits read are used before they are read again (a stack update that changes the
 /// queue's retention or `maxReceiveCount` does not recycle the consumer's containers).
-const LIMITS_REFRESH_AFTER: Duration = Duration::from_secs(600);
+pub const LIMITS_REFRESH_AFTER: Duration = Duration::from_secs(600);
 
 /// The longest an invocation waits for a queue's limits: a slow `GetQueueAttributes` must not
 /// keep the batch from starting (without them a record on its last receive is left to SQS).
@@ -178,18 +178,30 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         let tallies: Vec<Tally> = ran.iter().map(|s| s.tally).collect();
         let report = account::answer(&records, outcomes, &tallies);
         let m = &report.metrics;
-        tracing::info!(
-            records = records.len(),
-            processed = m.get(crate::account::PROCESSED),
-            retried = m.get(crate::account::RETRIED),
-            dead_lettered = m.get(crate::account::DEAD_LETTERED),
-            archived = m.get(metrics::ARCHIVED),
-            returned = m.get(crate::account::REDRIVE_RETURNED),
-            retry_budget_exceeded = m.get(crate::account::RETRY_BUDGET_EXCEEDED),
-            concurrency_lowest = limit.lowest(),
-            throttles = limit.throttles(),
-            "batch done"
-        );
+        // routine at DEBUG, worth a look at INFO (`account::is_healthy`); the metrics go out
+        // whatever the level
+        macro_rules! batch_done {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    records = records.len(),
+                    processed = m.get(crate::account::PROCESSED),
+                    retried = m.get(crate::account::RETRIED),
+                    dead_lettered = m.get(crate::account::DEAD_LETTERED),
+                    archived = m.get(metrics::ARCHIVED),
+                    returned = m.get(crate::account::REDRIVE_RETURNED),
+                    retry_budget_exceeded = m.get(crate::account::RETRY_BUDGET_EXCEEDED),
+                    concurrency_lowest = limit.lowest(),
+                    throttles = limit.throttles(),
+                    "batch done"
+                )
+            };
+        }
+        if account::is_healthy(records.len(), m, limit.throttles()) {
+            batch_done!(tracing::Level::DEBUG);
+        } else {
+            batch_done!(tracing::Level::INFO);
+        }
         Ok(report)
     }
 

@@ -109,8 +109,8 @@ impl Metrics {
         docs
     }
 
-    /// The EMF documents as log lines, each with a `level` and an RFC 3339 `timestamp` so that
-    /// Lambda's log-level filter files it under `level` (see `LogLevel::for_metrics`).
+    /// The EMF documents as log lines that Lambda's log-level filter files under `level` (see
+    /// `LogLevel::for_metrics`): above INFO each carries `level` and an RFC 3339 `timestamp`.
     pub fn to_lines(
         &self,
         t: &Telemetry,
@@ -127,10 +127,17 @@ impl Metrics {
     /// process's telemetry ([`crate::telemetry::current`]), at the level that survives the
     /// configured `AWS_LAMBDA_LOG_LEVEL`.
     pub fn emit(&self) {
-        let level = LogLevel::for_metrics(LogLevel::configured());
         let t = crate::telemetry::current();
+        self.write_lines(&mut std::io::stdout().lock(), t, LogLevel::configured());
+    }
+
+    /// Writes the EMF lines to `out` straight, not through the log subscriber: no log filter
+    /// (`RUST_LOG`, `POWERTOOLS_LOG_LEVEL`, the level a line is logged at) drops a metric;
+    /// only Lambda's own level (`configured`) sets the `level` each line carries.
+    fn write_lines(&self, out: &mut impl std::io::Write, t: &Telemetry, configured: LogLevel) {
+        let level = LogLevel::for_metrics(configured);
         for line in self.to_lines(t, chrono::Utc::now(), level) {
-            println!("{line}");
+            let _ = writeln!(out, "{line}");
         }
     }
 }
@@ -161,8 +168,13 @@ pub(crate) fn emit_cold_start(t: &Telemetry) {
     println!("{}", cold_start_line(t, chrono::Utc::now(), level));
 }
 
-/// An EMF document as a line Lambda's filter files under `level`.
+/// An EMF document as a line Lambda's filter files under `level`. At INFO or below it carries
+/// neither `level` nor `timestamp`, as Powertools' EMF lines: Lambda files a line without them
+/// as INFO, and the two keys are a tenth of a healthy consumer's log bytes.
 fn line(mut doc: Value, at: chrono::DateTime<chrono::Utc>, level: LogLevel) -> String {
+    if level <= LogLevel::Info {
+        return doc.to_string();
+    }
     if let Some(obj) = doc.as_object_mut() {
         obj.insert("level".into(), json!(level.as_str()));
         obj.insert(
@@ -295,6 +307,42 @@ mod tests {
     }
 
     #[test]
+    fn metric_lines_bypass_the_log_filter() {
+        use tracing_subscriber::prelude::*;
+        // GIVEN logging switched off as RUST_LOG=off or POWERTOOLS_LOG_LEVEL=SILENT leave it
+        let t = Telemetry::of(Names::ORDERS, "orders-consumer", None).unwrap();
+        let mut m = Metrics::new(&["Processed"]);
+        m.add("Processed", 10);
+        for filter in [
+            crate::telemetry::LogSettings::from_values(None, None, Some("SILENT"), None).filter,
+            crate::telemetry::LogSettings::from_values(None, Some("INFO"), None, Some("off"))
+                .filter,
+        ] {
+            let filter: tracing_subscriber::filter::Targets = filter.parse().unwrap();
+            let logs = tracing_subscriber::registry().with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::sink)
+                    .with_filter(filter),
+            );
+            // WHEN the invocation's metrics are written
+            let mut out = Vec::new();
+            tracing::subscriber::with_default(logs, || {
+                tracing::info!("dropped by the filter");
+                m.write_lines(&mut out, &t, LogLevel::Info);
+            });
+            // THEN every line is written, an EMF document Lambda keeps at INFO
+            let text = String::from_utf8(out).unwrap();
+            assert_eq!(text.lines().count(), 1, "{text}");
+            let doc: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+            assert_eq!(doc["Processed"], 10);
+            assert!(crate::lambda::application_log_kept(
+                text.trim(),
+                LogLevel::Info
+            ));
+        }
+    }
+
+    #[test]
     fn metric_lines_survive_every_lambda_log_level() {
         // GIVEN the metric lines a function prints under each application log level
         let t = Telemetry::of(Names::ORDERS, "orders-consumer", None).unwrap();
@@ -313,6 +361,10 @@ mod tests {
                 );
                 let doc: serde_json::Value = serde_json::from_str(line).unwrap();
                 assert_eq!(doc["_aws"]["Timestamp"], at.timestamp_millis());
+                // a level only where INFO would be dropped: at INFO the line needs none
+                let labelled = configured > LogLevel::Info;
+                assert_eq!(doc.get("level").is_some(), labelled, "{line}");
+                assert_eq!(doc.get("timestamp").is_some(), labelled, "{line}");
             }
         }
         // and without the level field Lambda would drop them above INFO
