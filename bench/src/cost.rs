@@ -44,7 +44,7 @@ pub const LOGS_INGESTION_PER_GB: f64 = 0.50;
 pub const CLOUDWATCH_REQUEST: f64 = 0.01 / 1000.0;
 /// Lambda's memory size with one full vCPU, MB: CPU time is billed at `1769 / 1024` GB-s per
 /// vCPU-second whatever the memory size (a smaller size gets a smaller share, for longer).
-pub const ONE_VCPU_MB: f64 = 1769.0;
+pub const ONE_VCPU_MB: f64 = crate::function::ONE_VCPU_MB as f64;
 /// The long poll that ends each resq redriver run on an empty DLQ (`receive_wait_seconds: 1`
 /// in `resq_redriver::engine::Redriver::new`), ms; the seed's receive does not wait.
 pub const RESQ_RECEIVE_WAIT_MS: f64 = 1000.0;
@@ -57,7 +57,8 @@ pub struct Measured {
     pub resq_batch_ms: f64,
     /// Powertools `BatchProcessor`'s wall time for that batch (sequential), ms.
     pub seed_batch_ms: f64,
-    /// resq's SQS requests per redriven message, counted at the proxy.
+    /// resq's SQS requests per redriven message on a DLQ with depth
+    /// (`redrive_requests_per_msg_depth`: the scale run's drain on the stand-in, counted).
     pub resq_requests_per_redrive: f64,
     /// The send-each-and-sleep redriver's SQS requests per redriven message.
     pub seed_requests_per_redrive: f64,
@@ -69,38 +70,39 @@ pub struct Measured {
 
 impl Measured {
     /// The latest `make bench` run's figures (bench/RESULTS.md, 2026-11-27 01:03 UTC): the
-    /// 10-record I/O-bound batch (resq at its default, `BatchProcessor`), the redrive run's
-    /// requests per message and wall time for 2,000 messages (16.11 s, 20.72 s).
+    /// 10-record I/O-bound batch (resq at its default, `BatchProcessor`), resq's requests per
+    /// message on the stand-in's drain (0.300), the seed's on moto, and the redrive run's wall
+    /// time for 2,000 messages (16.11 s, 20.72 s).
     pub const LATEST: Self = Self {
         resq_batch_ms: 21.4,
         seed_batch_ms: 202.0,
-        resq_requests_per_redrive: 0.832,
+        resq_requests_per_redrive: 0.300,
         seed_requests_per_redrive: 1.202,
         resq_redrive_ms: 16_110.0 / 2000.0,
         seed_redrive_ms: 20_720.0 / 2000.0,
     };
 }
 
-/// The defaults of `infra/template.yaml` the cost depends on.
+/// The defaults of `infra/template.yaml` the cost depends on ([`Template::deployed`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Template {
-    /// `ConsumerMemorySize` (256: the memory-size sweep's smallest within 5 %), MB; the seed's consumer gets
-    /// the same.
+    /// `ConsumerMemorySize`, MB; the seed's consumer gets the same.
     pub consumer_memory_mb: f64,
-    /// The redriver's `MemorySize` (256, not a parameter), MB; the seed's redriver too.
+    /// `RedriverMemorySize`, MB; the seed's redriver too.
     pub redriver_memory_mb: f64,
     /// `ConsumerBatchSize`.
     pub batch_size: f64,
     /// `MaxReceiveCount` (the main queue's `RedrivePolicy`).
     pub max_receive_count: f64,
-    /// `RedriverSchedule` (`rate(5 minutes)`), minutes; the seed's redriver runs on it too.
+    /// `RedriverSchedule`'s period, minutes; the seed's redriver runs on it too.
     pub redriver_schedule_minutes: f64,
     /// `RedriveRatePerSecond`: the seed's redriver sleeps 1/rate after each send.
     pub redrive_rate_per_second: f64,
     /// `ArchiveAfterSeconds`: the TTL after which a kept permanent failure is archived.
     pub archive_after_seconds: f64,
-    /// The main queue's visibility timeout at the default `ConsumerTimeout` (30 s: 180 s):
-    /// how long a failed record without backoff waits for its next receive.
+    /// The main queue's visibility timeout at `ConsumerTimeout` (the template's
+    /// `ConsumerTimeouts` mapping): how long a failed record without backoff waits for its
+    /// next receive.
     pub visibility_timeout_seconds: f64,
     /// `RedriverTimeout`: how long a redriver run may last, s.
     pub redriver_timeout_seconds: f64,
@@ -109,7 +111,9 @@ pub struct Template {
 }
 
 impl Template {
-    /// The template's defaults.
+    /// The tests' fixture: the template's defaults when their hand-computed figures were
+    /// written (the visibility timeout then 180 s). The bench reads [`Template::deployed`].
+    #[cfg(test)]
     pub const DEFAULT: Self = Self {
         consumer_memory_mb: 256.0,
         redriver_memory_mb: 256.0,
@@ -123,11 +127,43 @@ impl Template {
         replays_failing_hold_minutes: 15.0,
     };
 
-    /// The template's defaults with the consumer at `memory_mb`.
-    pub const fn with_consumer_memory(memory_mb: f64) -> Self {
-        let mut t = Self::DEFAULT;
-        t.consumer_memory_mb = memory_mb;
-        t
+    /// The defaults of the template the bench is built with (`infra/template.yaml`), read as
+    /// `resq check` reads them.
+    pub fn deployed() -> Result<Self, String> {
+        Self::of_template(crate::outage::TEMPLATE)
+    }
+
+    /// The defaults of a template in YAML.
+    pub fn of_template(yaml: &str) -> Result<Self, String> {
+        use resq_ops::stack;
+        let t = stack::Template::parse(yaml).map_err(|e| e.to_string())?;
+        let set = stack::resolve(&t, &[]).map_err(|e| e.to_string())?;
+        let s = stack::Settings::from_set(&set).map_err(|e| e.to_string())?;
+        let number = |name: &str| {
+            set.get(name)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .ok_or_else(|| format!("the template has no number {name}"))
+        };
+        let period = stack::schedule_period_seconds(&s.schedule)
+            .ok_or_else(|| format!("RedriverSchedule {}: no period", s.schedule))?;
+        Ok(Self {
+            consumer_memory_mb: number("ConsumerMemorySize")?,
+            redriver_memory_mb: number("RedriverMemorySize")?,
+            batch_size: s.batch_size,
+            max_receive_count: s.max_receive_count,
+            redriver_schedule_minutes: period / 60.0,
+            redrive_rate_per_second: s.rate_per_second,
+            archive_after_seconds: s.archive_after_seconds,
+            visibility_timeout_seconds: s.consumer_timeout * stack::VISIBILITY_PER_TIMEOUT,
+            redriver_timeout_seconds: s.redriver_timeout,
+            replays_failing_hold_minutes: number("ReplaysFailingHoldMinutes")?,
+        })
+    }
+
+    /// The same with the consumer at `memory_mb`.
+    pub const fn with_consumer_memory(mut self, memory_mb: f64) -> Self {
+        self.consumer_memory_mb = memory_mb;
+        self
     }
 }
 
@@ -334,8 +370,8 @@ pub fn per_million(
     let hides = (t.archive_after_seconds / max_hide).ceil().max(1.0);
     let visits = hides + 1.0; // each hide, then the archive
     // The measured requests less a SendMessageBatch and a DeleteMessageBatch per ten; every
-    // scheduled run also makes the receive that finds the DLQ empty (the measured share holds
-    // one per 500 messages of it already: a double count of 0.002 a message).
+    // scheduled run also makes the receive that finds the DLQ empty (the drain's share holds
+    // a few of them already: a double count of well under 0.001 a message).
     let receive_share = (m.resq_requests_per_redrive - 2.0 / entries).max(0.0);
     let lists_per_round = runs.min(p).max((p / MAX_ENTRIES_PER_LIST as f64).ceil());
     let resq = StackCost {
@@ -518,9 +554,9 @@ impl Traffic {
     };
 }
 
-/// How often the consumer re-reads its source queue's attributes (`LIMITS_REFRESH_AFTER` in
-/// `consumer/src/engine.rs`), minutes.
-pub const LIMITS_REFRESH_MINUTES: f64 = 10.0;
+/// How often the consumer re-reads its source queue's attributes, minutes.
+pub const LIMITS_REFRESH_MINUTES: f64 =
+    resq_consumer::engine::LIMITS_REFRESH_AFTER.as_secs_f64() / 60.0;
 
 /// resq's own cost per million healthy orders, beyond what any consumer pays, by item ($).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -528,7 +564,7 @@ pub struct OwnCost {
     /// Extra CPU per record, billed at the vCPU share of the memory size (as if none of it
     /// overlapped the effect's wait: an upper bound).
     pub cpu: f64,
-    /// `GetQueueAttributes` per environment: at start and every 10 minutes.
+    /// `GetQueueAttributes` per environment: at start and every [`LIMITS_REFRESH_MINUTES`].
     pub queue_attributes: f64,
     /// Log and EMF bytes per invocation at CloudWatch Logs ingestion.
     pub logs: f64,
@@ -696,7 +732,9 @@ impl UnitPrices {
             "".into(),
         );
         row(
-            "  GetQueueAttributes, per environment at start and every 10 min".into(),
+            format!(
+                "  GetQueueAttributes, per environment at start and every {LIMITS_REFRESH_MINUTES:.0} min"
+            ),
             usd(o.queue_attributes),
             "".into(),
         );
@@ -744,7 +782,7 @@ impl UnitPrices {
         [
             format!("- Prices: AWS list prices, us-east-1, no free tier: Lambda arm64 ${LAMBDA_GB_SECOND} per GB-s and $0.20 per million requests; SQS standard $0.40 per million requests; S3 PUT and LIST $0.005 per 1,000, GET $0.0004 per 1,000; CloudWatch Logs ingestion (Standard) ${LOGS_INGESTION_PER_GB:.2} per GB; CloudWatch API requests (DescribeAlarms) $0.01 per 1,000, GetMetricData $0.01 per 1,000 metrics. resq calls no PutMetricData (its metrics are EMF lines, in the log bytes); the custom metrics EMF creates are billed per metric and month, whatever the traffic."),
             format!("- Template defaults: consumer {:.0} MB, redriver {:.0} MB, batches of {:.0}, maxReceiveCount {:.0}, visibility timeout {:.0} s, a redriver run every {:.0} min of at most {:.0} s, {:.0} replays/s, replays-failing hold {:.0} min, TTL {:.0} h.", t.consumer_memory_mb, t.redriver_memory_mb, t.batch_size, t.max_receive_count, t.visibility_timeout_seconds, t.redriver_schedule_minutes, t.redriver_timeout_seconds, t.redrive_rate_per_second, t.replays_failing_hold_minutes, t.archive_after_seconds / 3600.0),
-            format!("- Own cost: what every SQS consumer pays (Lambda requests, the poller's receives and deletes, the effect's wait, the platform's START/END/REPORT lines) is left out. The extra CPU is billed as if it never overlapped the effect's wait (an upper bound): a CPU-second costs {:.4} GB-s at any memory size (1,769 MB is one vCPU). Environments: {:.0} alive, each recycled every {:.0} h (assumed), reading the queue's attributes at start and every 10 min. The redriver's empty runs (a request, a 1 s long poll at {:.0} MB, a ReceiveMessage, a DescribeAlarms) are amortised at {:.0} orders/s.", ONE_VCPU_MB / 1024.0, tr.containers, tr.container_hours, t.redriver_memory_mb, tr.orders_per_second),
+            format!("- Own cost: what every SQS consumer pays (Lambda requests, the poller's receives and deletes, the effect's wait, the platform's START/END/REPORT lines) is left out. The extra CPU is billed as if it never overlapped the effect's wait (an upper bound): a CPU-second costs {:.4} GB-s at any memory size (1,769 MB is one vCPU). Environments: {:.0} alive, each recycled every {:.0} h (assumed), reading the queue's attributes at start and every {LIMITS_REFRESH_MINUTES:.0} min. The redriver's empty runs (a request, a 1 s long poll at {:.0} MB, a ReceiveMessage, a DescribeAlarms) are amortised at {:.0} orders/s.", ONE_VCPU_MB / 1024.0, tr.containers, tr.container_hours, t.redriver_memory_mb, tr.orders_per_second),
             format!("- Per failure: the difference {:.0} % of orders failing makes to the per-million bill above (`per_million`), per failing order. The seed design's pass: maxReceiveCount − 1 visibility timeouts, then half a schedule period until its redriver replays it again; a replay is a new message, so its loop never ends.", self.share * 100.0),
             self.outage.statement(),
         ]
@@ -772,6 +810,43 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+    }
+
+    #[test]
+    fn the_templates_defaults_are_read_from_it() {
+        let t = Template::deployed().unwrap();
+        // the defaults the figures are stated at, as infra/template.yaml sets them
+        let yaml = crate::outage::TEMPLATE;
+        let default_of = |name: &str| {
+            let at = yaml.find(&format!("\n  {name}:\n")).unwrap();
+            let line = yaml[at..]
+                .lines()
+                .find(|l| l.trim().starts_with("Default:"))
+                .unwrap();
+            line.trim()["Default:".len()..]
+                .trim()
+                .trim_matches('"')
+                .to_owned()
+        };
+        assert_eq!(
+            t.consumer_memory_mb.to_string(),
+            default_of("ConsumerMemorySize")
+        );
+        assert_eq!(
+            t.redriver_memory_mb.to_string(),
+            default_of("RedriverMemorySize")
+        );
+        assert_eq!(t.batch_size.to_string(), default_of("ConsumerBatchSize"));
+        assert_eq!(
+            t.max_receive_count.to_string(),
+            default_of("MaxReceiveCount")
+        );
+        let timeout: f64 = default_of("ConsumerTimeout").parse().unwrap();
+        assert!(t.visibility_timeout_seconds >= 6.0 * timeout);
+        assert!(t.redriver_timeout_seconds <= t.redriver_schedule_minutes * 60.0);
+        assert!(t.replays_failing_hold_minutes > 0.0 && t.archive_after_seconds > 0.0);
+        // and a template without them is refused, not guessed
+        assert!(Template::of_template("Parameters: {}\n").is_err());
     }
 
     #[test]
@@ -816,7 +891,7 @@ mod tests {
         // 128 MB its consumer's GB-s halve and resq's archive PUTs weigh more
         let at_256 = per_million(
             &MEASURED,
-            &Template::with_consumer_memory(256.0),
+            &Template::DEFAULT.with_consumer_memory(256.0),
             &Assumptions::DEFAULT,
             0.01,
             0.05,

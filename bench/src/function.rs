@@ -255,6 +255,12 @@ impl Harness {
             .block_on(async { tokio::time::sleep(Duration::from_millis(200)).await });
         std::fs::metadata(&self.log).map_or(0, |m| m.len())
     }
+
+    /// The log output kept so far, from byte `from` on.
+    pub fn log_since(&self, from: u64) -> String {
+        let all = std::fs::read(&self.log).unwrap_or_default();
+        String::from_utf8_lossy(all.get(from as usize..).unwrap_or_default()).into_owned()
+    }
 }
 
 impl Drop for Harness {
@@ -466,25 +472,44 @@ pub fn memory_sizes(
 
 /// Bytes of log output per warm invocation of a healthy batch of `records` valid orders (the
 /// template's batch size), at INFO, as Lambda's pipeline keeps them: the mean over
-/// `invocations` warm invocations after a warm-up.
+/// `invocations` warm invocations after a warm-up; and the lines of the last. Each invocation
+/// must have written its metrics (an EMF document with `Processed` = `records`), whatever
+/// else its level let through.
 pub fn log_bytes_per_invocation(
     binary: &Path,
     records: usize,
     invocations: usize,
-) -> Result<f64, String> {
+) -> Result<(f64, String), String> {
     let event = serde_json::to_string(&crate::event::sqs_event(records, 0.0, 11).event)
         .map_err(|e| e.to_string())?;
     let mut h = Harness::start(binary, Duration::ZERO, None)?;
     h.invoke(&event)?;
     let before = h.log_bytes();
     let n = invocations.max(1);
-    for _ in 0..n {
+    let mut last = before;
+    for i in 0..n {
+        if i + 1 == n {
+            last = h.log_bytes();
+        }
         let out = h.invoke(&event)?;
         if out.failures != 0 {
             return Err(format!("a healthy batch failed records: {}", out.response));
         }
     }
-    Ok((h.log_bytes() - before) as f64 / n as f64)
+    let total = h.log_bytes();
+    let metrics = h
+        .log_since(before)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["_aws"].is_object() && v["Processed"] == records)
+        .count();
+    if metrics != n {
+        return Err(format!(
+            "{metrics} metric documents for {n} healthy invocations: {}",
+            h.log_since(last)
+        ));
+    }
+    Ok(((total - before) as f64 / n as f64, h.log_since(last)))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod chart;
 mod child;
 mod coldstart;
 mod cost;
@@ -15,6 +16,7 @@ mod function;
 mod measured;
 mod options;
 mod outage;
+mod pictures;
 mod proxy;
 mod queues;
 mod realio;
@@ -52,7 +54,7 @@ enum Cmd {
     Run(Box<RunArgs>),
     /// Only the redriver at scale (part of `run`): the pipelined and the sequential design on
     /// the stand-in SQS with latency per call, then drains on LocalStack; prints its rows and
-    /// figures, writes nothing.
+    /// figures, and draws its picture into `--work`.
     RedriveScale(Box<options::Options>),
     /// Child: one invocation of resq's consumer engine on an event file.
     Consumer { event: PathBuf },
@@ -65,7 +67,8 @@ enum Cmd {
     },
     /// Only the I/O-bound comparisons (part of `run`): the real-client one (the S3 stand-in,
     /// the release consumer and the Powertools peers) and the sleep-only one; prints their
-    /// tables and figures, writes nothing. `--io-real-only` skips the sleep-only rows.
+    /// tables and figures, and draws its picture into `--work`. `--io-real-only` skips the
+    /// sleep-only rows.
     Io {
         #[command(flatten)]
         options: Box<options::Options>,
@@ -118,9 +121,9 @@ enum Cmd {
         engine_rps: f64,
         #[arg(long)]
         bare_rps: f64,
-        /// The consumer's memory size, MB.
-        #[arg(long, default_value_t = cost::Template::DEFAULT.consumer_memory_mb)]
-        memory_mb: f64,
+        /// The consumer's memory size, MB (default: the template's).
+        #[arg(long)]
+        memory_mb: Option<f64>,
         /// The soak's outage profile (used when it exists).
         #[arg(long, default_value = outage::PROFILE_PATH)]
         outage_profile: PathBuf,
@@ -196,6 +199,9 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
                 localstack,
             };
             println!("{}", scale.table());
+            std::fs::create_dir_all(&o.work).map_err(|e| format!("{}: {e}", o.work.display()))?;
+            pictures::write_redrive(&o.work, &scale)?;
+            println!("picture: {}", o.work.join(pictures::REDRIVE_SVG).display());
             println!("{}", scale.summary());
         }
         Cmd::Io {
@@ -205,6 +211,10 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
             let started = std::time::Instant::now();
             let real = realio::real_io(&options)?;
             println!("{}", real.table());
+            let work = &options.work;
+            std::fs::create_dir_all(work).map_err(|e| format!("{}: {e}", work.display()))?;
+            pictures::write_io(work, &real)?;
+            println!("picture: {}", work.join(pictures::IO_SVG).display());
             if !io_real_only {
                 let rows = run::io(&options)?;
                 println!("{}", run::io_table(&rows));
@@ -247,12 +257,15 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
             memory_mb,
             outage_profile,
         } => {
-            let log_bytes = function::log_bytes_per_invocation(&binary, 10, 20)?;
+            let (log_bytes, lines) = function::log_bytes_per_invocation(&binary, 10, 20)?;
+            eprintln!("a healthy invocation's log lines:\n{lines}");
             let unit = cost::UnitMeasured {
                 extra_cpu_us_per_record: 1e6 / engine_rps - 1e6 / bare_rps,
                 log_bytes_per_invocation: log_bytes,
             };
-            let template = cost::Template::with_consumer_memory(memory_mb);
+            let template = cost::Template::deployed()?;
+            let template =
+                template.with_consumer_memory(memory_mb.unwrap_or(template.consumer_memory_mb));
             let profile = outage::OutageProfile::read(&outage_profile)?;
             let prices = cost::UnitPrices::new(
                 &cost::Measured::LATEST,
@@ -265,7 +278,7 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
         }
         Cmd::Outage { outage_profile } => {
             let profile = outage::OutageProfile::read(&outage_profile)?;
-            let (m, t) = (cost::Measured::LATEST, cost::Template::DEFAULT);
+            let (m, t) = (cost::Measured::LATEST, cost::Template::deployed()?);
             let s = outage::Scenario::DEFAULT;
             let bills = outage::Bills::new(&m, &t, &s, profile.as_ref());
             println!("| outage | resq | seed design |\n|---|---:|---:|");

@@ -53,7 +53,7 @@ pub const S3_LIST: f64 = S3_PUT;
 pub const GET_METRIC_DATA: f64 = 0.01 / 1000.0;
 /// How often a probe asks Lambda whether the mapping is enabled yet (`PROBE_POLL` in
 /// `redriver/src/engine.rs`), s.
-pub const PROBE_POLL_SECONDS: f64 = 0.5;
+pub const PROBE_POLL_SECONDS: f64 = resq_redriver::engine::PROBE_POLL.as_secs_f64();
 /// S3 LISTs of the keep lists a run makes: today's prefix, and yesterday's when the 13 h it
 /// looks back cross midnight (13 h of 24: `keep::still_hidden`).
 pub const KEEP_LIST_LISTS: f64 = 1.0 + 13.0 / 24.0;
@@ -1611,7 +1611,7 @@ mod tests {
         assert!(close(x.redriver_ms, 500.0 + dead / 10.0 * 1000.0 + 1000.0));
         assert!(close(
             x.get(Action::Receive),
-            dead * (0.832 - 0.2) + dead / 10.0
+            dead * (M.resq_requests_per_redrive - 0.2) + dead / 10.0
         ));
         assert!(close(x.get(Action::SendBatch), dead / 10.0));
         assert!(close(x.get(Action::Delete), 2.0 * dead / 10.0));

@@ -50,7 +50,7 @@ pub const NOFILE: u64 = 1024;
 pub const CONCURRENCY_CAP: usize = 900;
 
 /// resq's documented `auto` limit: at most this many records in flight (docs/design.md).
-pub const AUTO_LIMIT: usize = 64;
+pub const AUTO_LIMIT: usize = resq_consumer::concurrency::AUTO_CONCURRENCY_MAX;
 
 /// The bucket every side writes its order records to (resq's `ARCHIVE_BUCKET`).
 pub const BUCKET: &str = "resq-bench";

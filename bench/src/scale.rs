@@ -42,6 +42,9 @@ pub struct RunFigures {
     pub achieved: f64,
     /// SQS requests it made (counted).
     pub requests: usize,
+    /// CPU used over the run, s: the redriver child's (`getrusage` in the child) and the
+    /// stand-in's (the bench process, which serves it, over the child's run).
+    pub cpu_seconds: (f64, f64),
 }
 
 impl RunFigures {
@@ -52,6 +55,13 @@ impl RunFigures {
     /// (achieved − configured) / configured, %.
     pub fn error_pct(&self) -> f64 {
         (self.achieved - self.rate) / self.rate * 100.0
+    }
+    /// CPU used over the run, in cores: (redriver, stand-in).
+    pub fn cpu_cores(&self) -> (f64, f64) {
+        (
+            self.cpu_seconds.0 / self.seconds,
+            self.cpu_seconds.1 / self.seconds,
+        )
     }
 }
 
@@ -226,6 +236,16 @@ impl Scale {
         self.design(Design::Pipelined)
             .map_or(f64::NAN, DesignFigures::msgs_per_s)
     }
+    /// `redrive_requests_per_msg_depth`: the pipelined design's SQS requests per redriven
+    /// message on a DLQ with depth, its drain on the stand-in (filled up front); its runs at
+    /// each rate when there is no drain.
+    pub fn requests_per_msg_depth(&self) -> f64 {
+        self.design(Design::Pipelined)
+            .map_or(f64::NAN, |d| match &d.drain {
+                Some(r) => r.requests as f64 / r.messages as f64,
+                None => d.requests_per_msg(),
+            })
+    }
     /// The pipelined design's minutes for 1,000,000 messages on the stand-in.
     pub fn drain_1m_minutes(&self) -> f64 {
         self.design(Design::Pipelined)
@@ -259,9 +279,10 @@ impl Scale {
             .collect::<Vec<_>>()
             .join(" ");
         format!(
-            "redrive-scale: redrive_msgs_per_s={:.0} drain_1m_minutes={:.1} | {} | {} | {ls}",
+            "redrive-scale: redrive_msgs_per_s={:.0} drain_1m_minutes={:.1} redrive_requests_per_msg_depth={:.3} | {} | {} | {ls}",
             self.msgs_per_s(),
             self.drain_1m_minutes(),
+            self.requests_per_msg_depth(),
             of(Design::Pipelined),
             of(Design::Sequential)
         )
@@ -304,12 +325,31 @@ impl Scale {
         ]);
         rows.push([
             format!(
-                "redrive at scale ({on}): SQS requests per redriven message (counted, all runs)"
+                "redrive at scale ({on}): SQS requests per redriven message on a DLQ with depth (`redrive_requests_per_msg_depth`: resq's {}; alt: all its runs; counted)",
+                match &p.drain {
+                    Some(r) => format!("{}-message drain", r.messages),
+                    None => "runs".into(),
+                }
             ),
-            format!("{:.3}", p.requests_per_msg()),
+            format!("{:.3}", self.requests_per_msg_depth()),
             format!("{:.3}", s.requests_per_msg()),
             String::new(),
             "≤ 0.31".into(),
+        ]);
+        let cores = |r: Option<&RunFigures>| {
+            r.map_or("–".into(), |r| {
+                let (redriver, stand_in) = r.cpu_cores();
+                format!("{redriver:.2} / {stand_in:.2}")
+            })
+        };
+        rows.push([
+            format!(
+                "redrive at scale ({on}): CPU used over the run at {SCALE_RATE}/s above, in cores: redriver / stand-in (the bench process)"
+            ),
+            cores(pt),
+            cores(st),
+            String::new(),
+            String::new(),
         ]);
         rows.push([
             format!("redrive at scale ({on}): requests by action"),
@@ -436,7 +476,9 @@ fn stand_in_run(
     queues::seed_stand_in(sqs, &dlq, "scale", n);
     let mark = sqs.mark();
     let what = format!("{} at {rate}/s, {n} messages", design.name());
+    let own = crate::child::cpu_seconds();
     let out = child(&sqs.endpoint, &dlq, &main, rate, design)?;
+    let own = crate::child::cpu_seconds() - own;
     let (moved, left) = (sqs.depth(&main), sqs.depth(&dlq));
     sqs.purge(&main);
     sqs.purge(&dlq);
@@ -455,6 +497,7 @@ fn stand_in_run(
         seconds,
         achieved,
         requests: requests.iter().filter(|r| r.sqs).count(),
+        cpu_seconds: (out["cpu_seconds"].as_f64().unwrap_or(f64::NAN), own),
     };
     eprintln!(
         "  {what}: {:.1} s, {:.0} msg/s, achieved {:.1}/s ({:+.2} %), {:.3} requests/msg",
@@ -710,6 +753,7 @@ mod tests {
             seconds,
             achieved,
             requests,
+            cpu_seconds: (0.5, 0.25),
         }
     }
 
@@ -731,6 +775,25 @@ mod tests {
         assert!((pipelined.requests_per_msg() - 64_653.0 / 215_500.0).abs() < 1e-12);
         // the worst of the rate runs (the drain is not one): +1 %
         assert!((pipelined.worst_rate_error_pct() - 1.0).abs() < 1e-9);
+        // the depth figure is the drain's: 60,001 requests for 200,000 messages
+        let scale = Scale {
+            latency: Duration::from_millis(10),
+            designs: vec![pipelined.clone()],
+            localstack: Vec::new(),
+        };
+        assert!((scale.requests_per_msg_depth() - 60_001.0 / 200_000.0).abs() < 1e-12);
+        // without a drain, every run's
+        let no_drain = Scale {
+            designs: vec![DesignFigures {
+                drain: None,
+                ..pipelined.clone()
+            }],
+            ..scale
+        };
+        assert!((no_drain.requests_per_msg_depth() - 4_652.0 / 15_500.0).abs() < 1e-12);
+        // 0.5 s of the redriver's CPU over an 80 s drain
+        let drain = pipelined.drain.as_ref().unwrap();
+        assert!((drain.cpu_cores().0 - 0.5 / 80.0).abs() < 1e-12);
         let sequential = DesignFigures {
             design: Design::Sequential,
             drain: None,

@@ -74,7 +74,7 @@ impl Downstream {
 /// 768 requests at once), the settle phase's calls (up to 64 to S3 and 16 to SQS, after the
 /// records) and the process's own (standard streams, the runtime API, epoll, the log pipes:
 /// about 15). At 900 the bench saw 1,006 descriptors open at once.
-pub(crate) const CONNECTIONS_MAX: usize = 512;
+pub const CONNECTIONS_MAX: usize = 512;
 
 /// Idle connections a host keeps, at most: a batch's burst of connections is not kept open
 /// after it (a warm invocation opens again what it needs beyond these), and a handler that

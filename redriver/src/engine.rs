@@ -466,7 +466,7 @@ impl<Q: Queues, S: ObjectStore, A: Alarms, M: EventSourceMappings> Redriver<Q, S
 }
 
 /// How often a probe asks Lambda whether the mapping is enabled yet.
-const PROBE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+pub const PROBE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// `call`'s answer by `by`, its error or the lack of an answer in words.
 async fn within<T>(
