@@ -25,11 +25,11 @@ pub struct Chart {
 }
 
 /// The drawing's size and the plot area inside it, px.
-pub const WIDTH: f64 = 860.0;
+pub const WIDTH: f64 = 900.0;
 /// Height of the drawing.
 pub const HEIGHT: f64 = 420.0;
 const LEFT: f64 = 80.0;
-const RIGHT: f64 = 310.0; // the legend's column
+const RIGHT: f64 = 330.0; // the legend's column
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 60.0;
 

@@ -447,7 +447,7 @@ pub fn io_table(rows: &[IoRow]) -> String {
         }
     };
     let mut t = String::from(
-        "Sleep-only rows, an upper bound no real client reaches: each record's effect is a 20 ms timer in the process (`tokio::time::sleep`, `time.sleep`, `asyncio.sleep`), no socket, no connection pool, no descriptor; information only (their ratios come down to min(records, concurrency)):\n\n| records × effect | limit at the default concurrency, ms | resq, default concurrency, ms | resq, all at once, ms | Powertools BatchProcessor (FIFO: SqsFifoPartialProcessor), ms | Powertools AsyncBatchProcessor, ms | io_efficiency (≥ 0.9) | io_speedup (≥ 8) | io_vs_best_peer, all at once (≥ 1.0) | best peer ÷ resq at the default |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "Sleep-only rows, an upper bound no real client reaches: each record's effect is a 20 ms timer in the process (`tokio::time::sleep`, `time.sleep`, `asyncio.sleep`), no socket, no connection pool, no descriptor; information only (their ratios come down to min(records, concurrency)):\n\n| records × effect | limit at the default concurrency, ms | resq, default concurrency, ms | resq, all at once, ms | Powertools BatchProcessor (FIFO: SqsFifoPartialProcessor), ms | Powertools AsyncBatchProcessor, ms | io_efficiency | io_speedup | io_vs_best_peer, all at once | best peer ÷ resq at the default |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         t.push_str(&format!(
