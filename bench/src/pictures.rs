@@ -165,4 +165,33 @@ mod tests {
         assert!(c.title.contains("256 MB") && c.title.contains("20 ms"));
         assert!(roxmltree::Document::parse(&c.svg()).is_ok());
     }
+
+    #[test]
+    fn both_pictures_are_written_beside_the_results_and_linked_relative_to_them() {
+        let dir = std::env::temp_dir().join(format!("resq-pictures-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let real = RealIo {
+            latency: 0.02,
+            rows: Vec::new(),
+            throttle: None,
+            rounds: 1,
+        };
+        let scale = Scale {
+            latency: std::time::Duration::from_millis(10),
+            designs: Vec::new(),
+            localstack: Vec::new(),
+        };
+        let md = write(&dir, &real, &scale).unwrap();
+        assert_eq!(
+            md,
+            format!(
+                "![I/O-bound batch: wall time against batch size, one line per side]({IO_SVG})\n\n![The redriver's rate against SQS latency]({REDRIVE_SVG})\n\n"
+            )
+        );
+        for name in [IO_SVG, REDRIVE_SVG] {
+            let svg = std::fs::read_to_string(dir.join(name)).unwrap();
+            roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
