@@ -422,7 +422,7 @@ impl Scenario {
         retry_budget_percent: resq_consumer::config::DEFAULT_RETRY_BUDGET_PERCENT as f64,
         retry_floor_per_minute: resq_consumer::retry_budget::FLOOR_PER_MINUTE as f64,
         rate_max: 200.0,
-        archive_sweep_seconds: 3600.0,
+        archive_sweep_seconds: resq_redriver::config::DEFAULT_ARCHIVE_SWEEP_SECONDS as f64,
         mapping_enabling_seconds: 5.0,
         breaker_run_ms: 500.0,
         dlq_read_per_second: 2000.0,
