@@ -45,6 +45,8 @@ pub struct FleetRun {
     /// From the first invocation handed over to the last answer, s.
     pub seconds: f64,
     pub invocations: usize,
+    /// Records per invocation.
+    pub batch: usize,
     pub records: usize,
     /// `PUT`s answered, whatever the answer (the SDK's retries included).
     pub puts: usize,
@@ -96,8 +98,8 @@ impl Fleet {
         let b = self.before.as_ref();
         let of = |f: &dyn Fn(&FleetRun) -> String| b.map_or(String::new(), f);
         let head = format!(
-            "fleet: {PROCESSES} consumers at the defaults, back to back for {:.0} s, one bucket allowing {PREFIX_PUTS_PER_S:.0} PUT/s (503 SlowDown above; alt = the limit reset to min(batch, 64) at every invocation, eff7cab)",
-            s.seconds
+            "fleet: {PROCESSES} consumers (batches of {}, CONSUMER_CONCURRENCY unset), back to back for {:.0} s, one bucket allowing {PREFIX_PUTS_PER_S:.0} PUT/s (503 SlowDown above; alt = the limit reset to min(batch, 64) at every invocation, eff7cab)",
+            s.batch, s.seconds
         );
         let goodput = |r: &FleetRun| {
             format!(
@@ -243,6 +245,7 @@ pub fn run(o: &Options, binary: &Path, label: &str) -> Result<FleetRun, String> 
         label: label.to_owned(),
         seconds,
         invocations,
+        batch,
         records: invocations * batch,
         puts: window.puts_total(),
         puts_ok: window.count(200),
@@ -276,6 +279,7 @@ mod tests {
             label: "as shipped".into(),
             seconds,
             invocations: 0,
+            batch: 10,
             records: 0,
             puts: puts_ok + slow_downs,
             puts_ok,
