@@ -12,6 +12,7 @@ mod coldstart;
 mod cost;
 mod event;
 mod fakesqs;
+mod fleet;
 mod function;
 mod measured;
 mod options;
@@ -74,6 +75,16 @@ enum Cmd {
         options: Box<options::Options>,
         #[arg(long)]
         io_real_only: bool,
+    },
+    /// Only the fleet against one S3 prefix (part of `run`): ten consumers at the defaults,
+    /// one bucket allowing 3,500 PUT/s; prints its rows and figures, writes nothing.
+    Fleet {
+        #[command(flatten)]
+        options: Box<options::Options>,
+        /// A consumer binary of the base commit (its limit reset at every invocation), run
+        /// the same way for comparison.
+        #[arg(long)]
+        before: Option<PathBuf>,
     },
     /// The consumer function's peak memory on an event file, run as Lambda runs it; without
     /// an event, on the largest payload (6 MB) whose every record is rejected.
@@ -221,6 +232,18 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
             }
             println!("bench-io: {}", real.summary());
             eprintln!("io: {:.0} s", started.elapsed().as_secs_f64());
+        }
+        Cmd::Fleet { options, before } => {
+            let started = std::time::Instant::now();
+            let fleet = fleet::fleet(&options, before.as_deref())?;
+            println!(
+                "| measure | as shipped | limit reset per invocation | | target |\n|---|---:|---:|---|---|"
+            );
+            for row in fleet.rows() {
+                println!("| {} |", row.join(" | "));
+            }
+            println!("bench-fleet: {}", fleet.summary());
+            eprintln!("fleet: {:.0} s", started.elapsed().as_secs_f64());
         }
         Cmd::ConsumerWarm { event, invocations } => {
             let out = rt()?.block_on(child::consumer_warm(&event, invocations))?;

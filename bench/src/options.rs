@@ -112,4 +112,10 @@ pub struct Options {
     /// The throttling run's batch.
     #[arg(long, default_value_t = 1000)]
     pub io_throttle_records: usize,
+    /// The fleet against one S3 prefix: seconds each consumer is invoked back to back.
+    #[arg(long, default_value_t = 60.0)]
+    pub fleet_seconds: f64,
+    /// The fleet's batch per invocation (default: the template's `ConsumerBatchSize`).
+    #[arg(long)]
+    pub fleet_batch: Option<usize>,
 }

@@ -558,7 +558,7 @@ fn log_path(work: &Path, name: &str) -> PathBuf {
 
 /// resq's consumer function under the runtime API: SQS on `sqs`, S3 on `s3`, each by the SDK's
 /// service endpoint variable; `concurrency` sets `CONSUMER_CONCURRENCY` (unset when `None`).
-fn resq_function(
+pub(crate) fn resq_function(
     o: &Options,
     sqs: &FakeSqs,
     s3: &S3StandIn,

@@ -130,6 +130,8 @@ pub struct Report {
     pub io: Vec<IoRow>,
     /// The real-client I/O comparison (S3 stand-in, real clients, Lambda's descriptor limit).
     pub real_io: crate::realio::RealIo,
+    /// The fleet against one S3 prefix (`fleet_goodput_ratio`, the 503 share).
+    pub fleet: crate::fleet::Fleet,
     /// Records per second of the bare parse-and-validate loop, median of the rounds.
     pub bare_rps: f64,
     /// The consumer function run as Lambda runs it: on the consumer event, and on the largest
@@ -191,7 +193,7 @@ impl Report {
     pub fn summary_line(&self) -> String {
         let (_, base_rpm) = self.requests_per_msg();
         format!(
-            "bench: consumer_speedup={:.1} redrive_speedup={:.1} redrive_requests_per_msg_depth={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} {} engine_efficiency={:.2} unit_cost_per_m_healthy={:.4} rejected_6mb_rss_mb={:.1} rate_error_pct_localstack={:.2} redrive_msgs_per_s={:.0} drain_1m_minutes={:.1} outage_cost_ratio={:.2}",
+            "bench: consumer_speedup={:.1} redrive_speedup={:.1} redrive_requests_per_msg_depth={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} {} engine_efficiency={:.2} unit_cost_per_m_healthy={:.4} rejected_6mb_rss_mb={:.1} rate_error_pct_localstack={:.2} redrive_msgs_per_s={:.0} drain_1m_minutes={:.1} outage_cost_ratio={:.2} {}",
             self.consumer_speedup(),
             self.redrive_speedup(),
             self.scale.requests_per_msg_depth(),
@@ -210,6 +212,7 @@ impl Report {
             self.scale.msgs_per_s(),
             self.scale.drain_1m_minutes(),
             self.unit.outage_cost_ratio(),
+            self.fleet.summary(),
         )
     }
 
@@ -325,6 +328,9 @@ impl Report {
             );
         }
         for [m, a, b, r, target] in self.scale.rows() {
+            row(&m, a, b, r, &target);
+        }
+        for [m, a, b, r, target] in self.fleet.rows() {
             row(&m, a, b, r, &target);
         }
         row(
@@ -581,6 +587,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
     let figures = consumer(o)?;
     let io = io(o)?;
     let real_io = crate::realio::real_io(o)?;
+    let fleet = crate::fleet::fleet(o, None)?;
 
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let moto = resq_local::emulator::MotoServer::start(&o.moto).map_err(|e| e.to_string())?;
@@ -692,6 +699,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
         coldstart_runs: o.coldstart_runs,
         io,
         real_io,
+        fleet,
         bare_rps: figures.bare_rps,
         cost,
         function,

@@ -10,8 +10,13 @@
 //!
 //! The cap holds per process too (`InFlight`): under Lambda Managed Instances one process
 //! runs several invocations at once, and their records together stay within it.
+//!
+//! What the limit learned outlives the invocation ([`Carried`]): the next invocation of the
+//! execution environment resumes from where the last one left it, grown back toward the cap
+//! with the time since ([`Carried::resume`]), so under sustained throttling an invocation does
+//! not start with a burst the last one already learned S3 refuses.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::downstream::Seen;
 
@@ -23,6 +28,12 @@ pub(crate) const FIXED_CONCURRENCY_MAX: usize = 1000;
 
 /// The settle executor's calls in flight at most ([`Concurrency::settle_calls_in_flight`]).
 pub(crate) const SETTLE_CALLS_MAX: usize = 64;
+
+/// While no invocation runs, a carried `auto` limit doubles once per this much time
+/// ([`Carried::resume`]): no slower than calls going through raise it while one runs (one a
+/// round trip, tens of milliseconds to S3, so a round trip is worth more than idle time), and
+/// an environment idle for 6 s starts at the cap again (1 → 64).
+pub const RESUME_DOUBLING: Duration = Duration::from_secs(1);
 
 /// `CONSUMER_CONCURRENCY`: `auto`, or a number that fixes the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -117,15 +128,43 @@ impl InFlight {
     }
 }
 
+/// What an execution environment's `auto` limit had come to when an invocation ended, kept
+/// for the next ([`Limit::new`] resumes from it, [`Limit::carried`] leaves it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Carried {
+    /// The limit: where it ended, or where the invocation resumed from if higher and nothing
+    /// lowered it meanwhile (a small batch's start says nothing about S3).
+    pub limit: usize,
+    /// When the invocation ended.
+    pub at: Instant,
+}
+
+impl Carried {
+    /// The limit an invocation starting at `now` resumes from: the carried one doubled for
+    /// each whole [`RESUME_DOUBLING`] since it was carried, up to `cap`.
+    pub fn resume(self, cap: usize, now: Instant) -> usize {
+        let quiet = now.saturating_duration_since(self.at);
+        let doublings = quiet.as_nanos() / RESUME_DOUBLING.as_nanos();
+        let grown = match u32::try_from(doublings) {
+            Ok(d) if d < usize::BITS => self.limit.max(1).saturating_mul(1 << d),
+            _ => usize::MAX,
+        };
+        grown.min(cap).max(1)
+    }
+}
+
 /// The limit of one invocation: starts at [`Concurrency::initial`]; under `auto`, halved
 /// (floor 1) when a call sent since the last halving is throttled (calls already under way
 /// when it was halved say nothing new), and raised by one each time as many calls have gone
-/// through as the limit is, up to [`Concurrency::cap`]. A fixed number never moves.
+/// through as the limit is, up to [`Concurrency::cap`]. A fixed number never moves. Under
+/// `auto` an invocation after the first resumes from the last one's limit ([`Carried`]).
 #[derive(Debug, Clone)]
 pub struct Limit {
     current: usize,
     cap: usize,
     adapts: bool,
+    /// The environment's limit this invocation resumed from (before the batch's clamp).
+    resumed: usize,
     /// Calls that went through since the limit last moved.
     through: u64,
     lowered_at: Option<Instant>,
@@ -137,13 +176,27 @@ pub struct Limit {
 
 impl Limit {
     /// The limit of an invocation of `records` records, started at `now` with the downstream's
-    /// counts at `seen`.
-    pub fn new(concurrency: Concurrency, records: usize, seen: Seen, now: Instant) -> Self {
-        let current = concurrency.initial(records);
+    /// counts at `seen`; under `auto`, resumed from what the environment's last invocation
+    /// `carried` (none: the cap).
+    pub fn new(
+        concurrency: Concurrency,
+        records: usize,
+        carried: Option<Carried>,
+        seen: Seen,
+        now: Instant,
+    ) -> Self {
+        let cap = concurrency.cap();
+        let adapts = concurrency == Concurrency::Auto;
+        let resumed = match carried {
+            Some(c) if adapts => c.resume(cap, now),
+            _ => cap,
+        };
+        let current = concurrency.initial(records).min(resumed);
         Self {
             current,
-            cap: concurrency.cap(),
-            adapts: concurrency == Concurrency::Auto,
+            cap,
+            adapts,
+            resumed,
             through: 0,
             lowered_at: None,
             started: now,
@@ -166,6 +219,17 @@ impl Limit {
     /// Throttled responses seen in this invocation.
     pub fn throttles(&self) -> u64 {
         self.throttles
+    }
+
+    /// What this invocation, ending at `now`, leaves the next (`None` under a fixed number):
+    /// the limit where it ended, or, if nothing lowered it, where it resumed from when that
+    /// was higher.
+    pub fn carried(&self, now: Instant) -> Option<Carried> {
+        let limit = match self.lowered_at {
+            Some(_) => self.current,
+            None => self.current.max(self.resumed),
+        };
+        self.adapts.then_some(Carried { limit, at: now })
     }
 
     /// Takes in the downstream's counts at `now`.
@@ -268,7 +332,7 @@ mod tests {
     fn a_throttle_halves_the_limit_down_to_one() {
         let t0 = Instant::now();
         let mut seen = Seen::default();
-        let mut l = Limit::new(Concurrency::Auto, 1000, seen, t0);
+        let mut l = Limit::new(Concurrency::Auto, 1000, None, seen, t0);
         assert_eq!(l.current(), 64);
         let mut got = Vec::new();
         for i in 1..=8 {
@@ -285,7 +349,7 @@ mod tests {
     fn calls_sent_before_a_halving_do_not_halve_it_again() {
         let t0 = Instant::now();
         let mut seen = Seen::default();
-        let mut l = Limit::new(Concurrency::Auto, 64, seen, t0);
+        let mut l = Limit::new(Concurrency::Auto, 64, None, seen, t0);
         // 64 calls under way; the first throttled answer halves the limit at 20 ms
         seen = after(seen, 0, 1, Some(ms(t0, 1)));
         l.observe(seen, ms(t0, 20));
@@ -305,7 +369,7 @@ mod tests {
     fn the_limit_rises_by_one_for_each_limit_of_calls_that_go_through_up_to_the_cap() {
         let t0 = Instant::now();
         let mut seen = Seen::default();
-        let mut l = Limit::new(Concurrency::Auto, 1000, seen, t0);
+        let mut l = Limit::new(Concurrency::Auto, 1000, None, seen, t0);
         seen = after(seen, 0, 1, Some(ms(t0, 1)));
         l.observe(seen, ms(t0, 2));
         seen = after(seen, 0, 1, Some(ms(t0, 3)));
@@ -337,10 +401,10 @@ mod tests {
             throttled: 9,
             last_throttled_sent: Some(t0),
         };
-        let mut l = Limit::new(Concurrency::Auto, 10, before, ms(t0, 100));
+        let mut l = Limit::new(Concurrency::Auto, 10, None, before, ms(t0, 100));
         l.observe(after(before, 3, 0, None), ms(t0, 120));
         assert_eq!((l.current(), l.throttles()), (10, 0));
-        let mut f = Limit::new(Concurrency::Fixed(10), 1000, Seen::default(), t0);
+        let mut f = Limit::new(Concurrency::Fixed(10), 1000, None, Seen::default(), t0);
         let seen = after(Seen::default(), 50, 20, Some(ms(t0, 5)));
         f.observe(seen, ms(t0, 10));
         assert_eq!((f.current(), f.lowest(), f.throttles()), (10, 10, 20));
@@ -351,7 +415,7 @@ mod tests {
         // GIVEN a limit halved once by a first attempt's throttle
         let t0 = Instant::now();
         let signal = Throttling::default();
-        let mut l = Limit::new(Concurrency::Auto, 1000, signal.seen(), t0);
+        let mut l = Limit::new(Concurrency::Auto, 1000, None, signal.seen(), t0);
         signal.throttled(Instant::now());
         l.observe(signal.seen(), Instant::now());
         assert_eq!(l.current(), 32);
@@ -362,5 +426,73 @@ mod tests {
         l.observe(signal.seen(), Instant::now());
         // THEN they are counted and the limit holds
         assert_eq!((l.current(), l.throttles()), (32, 101));
+    }
+
+    #[test]
+    fn a_carried_limit_doubles_for_each_second_of_quiet_up_to_the_cap() {
+        let t0 = Instant::now();
+        let c = Carried { limit: 8, at: t0 };
+        let resume = |after_ms: u64| c.resume(64, ms(t0, after_ms));
+        assert_eq!(
+            [0, 999, 1000, 1999, 2000, 3000, 600_000].map(resume),
+            [8, 8, 16, 16, 32, 64, 64]
+        );
+        // a long-idle environment starts at the cap, whatever it carried; never below 1
+        let one = Carried { limit: 1, at: t0 };
+        assert_eq!(one.resume(64, ms(t0, 5_999)), 32);
+        assert_eq!(one.resume(64, ms(t0, 6_000)), 64);
+        assert_eq!(one.resume(64, t0 + Duration::from_secs(1 << 40)), 64);
+        assert_eq!(Carried { limit: 0, at: t0 }.resume(64, t0), 1);
+        // a clock that reads earlier than the carry counts as no quiet
+        assert_eq!(
+            Carried {
+                limit: 5,
+                at: ms(t0, 50)
+            }
+            .resume(64, t0),
+            5
+        );
+    }
+
+    #[test]
+    fn the_next_invocation_starts_where_the_last_one_left_the_limit() {
+        // GIVEN a first invocation throttled down to 16, then 16 calls through (17)
+        let t0 = Instant::now();
+        let mut seen = Seen::default();
+        let mut first = Limit::new(Concurrency::Auto, 1000, None, seen, t0);
+        for i in 1..=2 {
+            seen = after(seen, 0, 1, Some(ms(t0, 10 * i)));
+            first.observe(seen, ms(t0, 10 * i + 5));
+        }
+        seen = after(seen, 16, 0, None);
+        first.observe(seen, ms(t0, 40));
+        assert_eq!(first.current(), 17);
+        let carried = first.carried(ms(t0, 50)).unwrap();
+        assert_eq!(
+            carried,
+            Carried {
+                limit: 17,
+                at: ms(t0, 50)
+            }
+        );
+        // WHEN the next invocation starts 5 ms later (back to back)
+        let second = Limit::new(Concurrency::Auto, 1000, Some(carried), seen, ms(t0, 55));
+        // THEN it starts at 17, not at 64; a batch of 10 at 10
+        assert_eq!((second.current(), second.lowest()), (17, 17));
+        let small = Limit::new(Concurrency::Auto, 10, Some(carried), seen, ms(t0, 55));
+        assert_eq!(small.current(), 10);
+        // and a small batch nothing throttled leaves the 17 it resumed from, not its 10
+        assert_eq!(small.carried(ms(t0, 60)).unwrap().limit, 17);
+        // the first invocation of an environment starts as before
+        let fresh = Limit::new(Concurrency::Auto, 1000, None, seen, t0);
+        assert_eq!(fresh.current(), 64);
+    }
+
+    #[test]
+    fn a_fixed_number_carries_nothing_and_ignores_what_was_carried() {
+        let t0 = Instant::now();
+        let carried = Some(Carried { limit: 2, at: t0 });
+        let f = Limit::new(Concurrency::Fixed(30), 1000, carried, Seen::default(), t0);
+        assert_eq!((f.current(), f.carried(t0)), (30, None));
     }
 }

@@ -15,7 +15,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::concurrency::{InFlight, Limit};
+use crate::concurrency::{Carried, InFlight, Limit};
 use crate::config::ConsumerConfig;
 use crate::downstream::Throttling;
 use crate::event::QueueArn;
@@ -79,7 +79,7 @@ struct Source {
 }
 
 /// The consumer: one per process, reused across invocations (it keeps only the source queues'
-/// limits and the retry budget between them).
+/// limits, the retry budget and the records' limit between them).
 pub struct Consumer<H, Q, S> {
     handler: H,
     pub(crate) settler: Settler<Q, S>,
@@ -92,6 +92,8 @@ pub struct Consumer<H, Q, S> {
     retry_budget: Mutex<RetryBudget>,
     /// The process's records in flight, shared by the invocations it runs at once.
     in_flight: InFlight,
+    /// The records' limit the last invocation to end left (`auto`), the next one resumes from.
+    carried: Mutex<Option<Carried>>,
     /// The downstream's answers, as the HTTPS client counts them (nothing counts into it
     /// unless [`Consumer::with_throttling`] shares the client's).
     throttling: Throttling,
@@ -122,6 +124,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             limits: Mutex::new(HashMap::new()),
             retry_budget,
             in_flight: records,
+            carried: Mutex::new(None),
             throttling: Throttling::default(),
         }
     }
@@ -297,13 +300,18 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             .await;
     }
 
+    fn lock_carried(&self) -> std::sync::MutexGuard<'_, Option<Carried>> {
+        self.carried.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn lock_limits(&self) -> std::sync::MutexGuard<'_, HashMap<QueueUrl, Known>> {
         self.limits.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs every lane, in their order, as many at once as the invocation's [`Limit`] allows
     /// (`CONSUMER_CONCURRENCY`: under `auto` it follows the downstream's throttling, read
-    /// each time a lane ends); returns what ran and the limit as it ended.
+    /// each time a lane ends, resumed from where the last invocation left it); returns what
+    /// ran and the limit as it ended.
     async fn run(
         &self,
         records: &[Record],
@@ -315,6 +323,7 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
         let mut limit = Limit::new(
             self.config.concurrency,
             records.len(),
+            *self.lock_carried(),
             self.throttling.seen(),
             Instant::now(),
         );
@@ -334,6 +343,11 @@ impl<H: MessageHandler, Q: Queues, S: ObjectStore> Consumer<H, Q, S> {
             };
             ran.extend(done);
             limit.observe(self.throttling.seen(), Instant::now());
+        }
+        // invocations at once (Managed Instances) each halve on every throttle sent while they
+        // run (the process's one count of the downstream's answers): the last to end leaves its own
+        if let Some(carried) = limit.carried(Instant::now()) {
+            *self.lock_carried() = Some(carried);
         }
         ran.sort_by_key(|(i, _)| *i);
         (ran.into_iter().map(|(_, s)| s).collect(), limit)

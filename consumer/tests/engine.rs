@@ -600,6 +600,43 @@ async fn a_throttled_downstream_halves_the_records_in_flight_and_calls_that_go_t
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_next_invocation_resumes_the_limit_where_the_last_one_left_it() {
+    // GIVEN one consumer (one execution environment) whose first invocation of 600 had its
+    // first wave of 64 throttled (halved to 32, then raised as calls went through)
+    let (queues, store) = (MemorySqs::default(), MemoryStore::default());
+    let effect = Downstream(Arc::new(DownstreamState {
+        throttle_first: 64,
+        ..Default::default()
+    }));
+    let mut cfg = config("http://127.0.0.1/1/dlq");
+    cfg.concurrency = Concurrency::Auto;
+    let consumer = Consumer::new(effect.clone(), &queues, &store, cfg)
+        .with_throttling(effect.0.throttling.clone());
+    let batch = |k: &str, n: usize| {
+        let records: Vec<Value> = (0..n)
+            .map(|i| {
+                let id = format!("{k}-{i}");
+                received(record(&id, &order(&id), None, None), 1)
+            })
+            .collect();
+        json!({ "Records": records })
+    };
+    consumer.process(batch("a", 600), later()).await.unwrap();
+    // WHEN the next invocation, of 200, runs right after it, nothing throttled
+    consumer.process(batch("b", 200), later()).await.unwrap();
+    // THEN its first wave runs as many at once as the first left (over 32), not 64 again
+    let starts = effect.0.in_flight_at_start.lock().unwrap().clone();
+    eprintln!(
+        "{} {:?} {:?}",
+        starts.len(),
+        &starts[500..600],
+        &starts[600..700]
+    );
+    let wave = *starts[600..664].iter().max().unwrap();
+    assert!(wave > 32 && wave < 64, "{wave}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn invocations_at_once_share_the_records_in_flight_of_the_process() {
     // GIVEN one consumer (one process) at 4 records in flight
     let (queues, store) = (MemorySqs::default(), MemoryStore::default());
