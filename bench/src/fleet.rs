@@ -162,9 +162,10 @@ pub fn fleet(o: &Options, before: Option<&Path>) -> Result<Fleet, String> {
 
 /// [`PROCESSES`] functions of `binary` invoked back to back for `o.fleet_seconds`.
 pub fn run(o: &Options, binary: &Path, label: &str) -> Result<FleetRun, String> {
-    let batch = o
-        .fleet_batch
-        .unwrap_or(crate::cost::Template::DEFAULT.batch_size as usize);
+    let batch = match o.fleet_batch {
+        Some(batch) => batch,
+        None => crate::cost::Template::deployed()?.batch_size as usize,
+    };
     eprintln!(
         "bench: fleet ({label}), {PROCESSES} consumers, batches of {batch}, {:.0} s against {PREFIX_PUTS_PER_S} PUT/s",
         o.fleet_seconds
