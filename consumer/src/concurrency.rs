@@ -16,7 +16,7 @@ use std::time::Instant;
 use crate::downstream::Seen;
 
 /// `CONSUMER_CONCURRENCY=auto`: records in flight at most (and connections per host).
-pub(crate) const AUTO_CONCURRENCY_MAX: usize = 64;
+pub const AUTO_CONCURRENCY_MAX: usize = 64;
 
 /// The largest number `CONSUMER_CONCURRENCY` takes.
 pub(crate) const FIXED_CONCURRENCY_MAX: usize = 1000;
