@@ -543,6 +543,30 @@ mod tests {
         assert_eq!(CpuCgroup::quota_us(1), 1000);
     }
 
+    #[test]
+    fn the_wrapper_joins_the_group_then_runs_the_program_with_its_arguments() {
+        // GIVEN a group's directory (a plain one: cgroup.procs is then a plain file)
+        let dir = std::env::temp_dir().join(format!("resq-bench-wrapper-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let group = CpuCgroup {
+            dir: dir.clone(),
+            memory_mb: 256,
+        };
+        let script = dir.join("in-group.sh");
+        group.wrapper(&script, Path::new("/bin/echo")).unwrap();
+        // WHEN it runs with arguments
+        let out = std::process::Command::new(&script)
+            .args(["one", "two words"])
+            .output()
+            .unwrap();
+        // THEN it wrote its pid to cgroup.procs and the program got the arguments as given
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "one two words\n");
+        let pid = std::fs::read_to_string(group.procs()).unwrap();
+        assert!(pid.trim().parse::<u32>().is_ok(), "{pid:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     fn row(memory_mb: u64, wall_ms: Vec<f64>) -> SizeRow {
         SizeRow {
             memory_mb,

@@ -105,8 +105,9 @@ pub struct Options {
     #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
     pub io_real_batches: Vec<usize>,
     /// Warm rounds per side and batch size of the real-client comparison (after the cold
-    /// invocation), and per batch size of resq's curves.
-    #[arg(long, default_value_t = 3)]
+    /// invocation), and per batch size of resq's curves, from 100 records (ten times as many
+    /// at 10).
+    #[arg(long, default_value_t = 4)]
     pub io_real_rounds: usize,
     /// The largest batch Powertools' sequential `BatchProcessor` + boto3 runs (each record
     /// waits its put out: 5,000 would take about 2 minutes a round).

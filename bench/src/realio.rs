@@ -79,6 +79,13 @@ pub const LATENCY_SEED: u64 = 37;
 /// The batch sizes of resq's own curves ([`ResqCurve`]); one record gives the fixed cost.
 pub const CURVE_BATCHES: [usize; 4] = [1, 10, 100, 1000];
 
+/// Warm invocations at a batch of `records`, `base` at 100 records and more: ten times as many
+/// at 10 or fewer, where an invocation takes milliseconds and one slow draw of the log-normal
+/// moves the p50.
+pub fn rounds_at(base: usize, records: usize) -> usize {
+    base.max(1) * (100 / records.max(1)).clamp(1, 10)
+}
+
 /// The smallest batch the figures compare at: at one record each side makes one call, so the
 /// ratio is per-invocation overhead, not the concurrency design.
 pub const FIGURE_MIN_RECORDS: usize = 10;
@@ -349,7 +356,7 @@ pub struct RealIo {
     /// resq at its default alone, each quota × latency mode.
     pub curves: Vec<ResqCurve>,
     pub throttle: Option<ThrottleRun>,
-    /// Warm invocations per side and batch size (after the cold one).
+    /// Warm invocations per side at 100 records and more (after the cold one; [`rounds_at`]).
     pub rounds: usize,
     /// The comparison's wall time, s.
     pub seconds: f64,
@@ -477,10 +484,11 @@ impl RealIo {
     /// resq's curves; the throttling run.
     pub fn table(&self) -> String {
         let mut t = format!(
-            "Real clients against the loopback S3 stand-in over TLS (each `PUT` answered after a log-normal latency: median {:.0} ms, p99 about {:.0} ms, the same seeded draws for every side), every process under `RLIMIT_NOFILE` {NOFILE} and in a CPU cgroup of its own at a memory size's share of a vCPU; per batch size a fresh process: a cold invocation (its first, no connection open yet), then {} warm ones (p99 of so few is their slowest); CPU: the process's own (every thread's run time, `/proc/PID/task/*/schedstat`), median of the warm invocations ({:.0} s in all):\n\n",
+            "Real clients against the loopback S3 stand-in over TLS (each `PUT` answered after a log-normal latency: median {:.0} ms, p99 about {:.0} ms, the same seeded draws for every side), every process under `RLIMIT_NOFILE` {NOFILE} and in a CPU cgroup of its own at a memory size's share of a vCPU; per batch size a fresh process: a cold invocation (its first, no connection open yet), then {} warm ones ({} at 10 records; p99 of fewer than 100 is their slowest); CPU: the process's own (every thread's run time, `/proc/PID/task/*/schedstat`), median of the warm invocations ({:.0} s in all):\n\n",
             self.latency * 1000.0,
             self.latency * 1000.0 * P99_OVER_MEDIAN,
             self.rounds,
+            rounds_at(self.rounds, 10),
             self.seconds,
         );
         for q in &self.quotas {
@@ -538,8 +546,9 @@ impl RealIo {
         ));
         if !self.curves.is_empty() {
             t.push_str(&format!(
-                "resq at its default alone (one warm process per quota and latency mode, TLS, {} warm invocations per batch size): least time = ceil(R/{AUTO_LIMIT}) × {:.0} ms + the fixed cost (the one-record p50 less one call); io_limit_efficiency (≥ 0.9) is least ÷ p50 at the fixed latency and {ONE_VCPU_MB} MB, worst from {FIGURE_MIN_RECORDS} records = {:.2} (at the log-normal latency the same formula, with L its median, shows what the jitter costs):\n\n| MB | S3 latency | records | p50, ms | least, ms | least ÷ p50 | CPU per PUT, µs | CPU ÷ wall (the quota's share) |\n|---:|---|---:|---:|---:|---:|---:|---:|\n",
+                "resq at its default alone (one warm process per quota and latency mode, TLS, {} warm invocations per batch size, {} at 1 and 10 records): least time = ceil(R/{AUTO_LIMIT}) × {:.0} ms + the fixed cost (the one-record p50 less one call); io_limit_efficiency (≥ 0.9) is least ÷ p50 at the fixed latency and {ONE_VCPU_MB} MB, worst from {FIGURE_MIN_RECORDS} records = {:.2} (at the log-normal latency the same formula, with L its median, shows what the jitter costs):\n\n| MB | S3 latency | records | p50, ms | least, ms | least ÷ p50 | CPU per PUT, µs | CPU ÷ wall (the quota's share) |\n|---:|---|---:|---:|---:|---:|---:|---:|\n",
                 self.rounds,
+                rounds_at(self.rounds, 10),
                 self.latency * 1000.0,
                 self.io_limit_efficiency(),
             ));
@@ -1167,6 +1176,7 @@ fn quota_row<'a>(
         .into_iter()
         .filter(|s| *s != Side::Boto3 || n <= o.io_sync_max)
         .collect();
+    let rounds = rounds_at(rounds, n);
     eprintln!(
         "bench: real clients at {mb} MB, batch of {n} (TLS, log-normal latency, median {} ms; a cold invocation, {rounds} warm): {}",
         o.io_latency_ms,
@@ -1281,7 +1291,7 @@ fn resq_curve(
     let mut points = Vec::new();
     for n in CURVE_BATCHES {
         let (mut walls, mut cpu) = (Vec::new(), Vec::new());
-        for k in 0..rounds {
+        for k in 0..rounds_at(rounds, n) {
             let path = o.work.join(format!("sqs-real-io-{tag}-{n}-{k}.json"));
             write_event(&path, n, &format!("{tag}-{n}-{k}-"))?;
             let sample = measure(&mut runner, s3, &path, rt)?;
@@ -1446,6 +1456,16 @@ mod tests {
             rows,
             skipped: None,
         }
+    }
+
+    #[test]
+    fn small_batches_get_more_rounds() {
+        assert_eq!(rounds_at(4, 1), 40);
+        assert_eq!(rounds_at(4, 10), 40);
+        assert_eq!(rounds_at(4, 50), 8);
+        assert_eq!(rounds_at(4, 100), 4);
+        assert_eq!(rounds_at(4, 1000), 4);
+        assert_eq!(rounds_at(0, 1000), 1);
     }
 
     #[test]

@@ -92,6 +92,8 @@ pub struct Tls {
     /// The CA's certificate, PEM: what a client must trust.
     pub ca_pem: String,
     config: Arc<tokio_rustls::rustls::ServerConfig>,
+    #[cfg(test)]
+    ca_der: tokio_rustls::rustls::pki_types::CertificateDer<'static>,
 }
 
 impl Tls {
@@ -137,6 +139,8 @@ impl Tls {
         Ok(Self {
             ca_pem: ca_cert.pem(),
             config: Arc::new(config),
+            #[cfg(test)]
+            ca_der: ca_cert.der().clone(),
         })
     }
 
@@ -870,6 +874,67 @@ mod tests {
     }
 
     #[test]
+    fn over_tls_a_client_trusting_the_ca_puts_to_127_0_0_1() {
+        use tokio_rustls::rustls;
+        // GIVEN the stand-in over TLS, and a client that trusts only its CA
+        let tls = Tls::new().unwrap();
+        assert!(tls.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        let s3 = S3StandIn::start_with(Config::default(), Spread::Fixed, Some(&tls)).unwrap();
+        let addr = s3.endpoint.strip_prefix("https://").unwrap().to_owned();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(tls.ca_der.clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let answer = rt().block_on(async {
+            // WHEN it connects to the IP address (the certificate's IP SAN) and puts
+            let tcp = TcpStream::connect(&addr).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+            let mut conn = connector.connect(name, tcp).await.unwrap();
+            conn.write_all(put("k", "one", true).as_bytes())
+                .await
+                .unwrap();
+            conn.flush().await.unwrap();
+            let mut out = vec![0u8; 4096];
+            let n = conn.read(&mut out).await.unwrap();
+            String::from_utf8_lossy(&out[..n]).into_owned()
+        });
+        // THEN the handshake verified and the object was written
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert_eq!(s3.object("b", "k").unwrap(), b"one");
+    }
+
+    #[test]
+    fn log_normal_latencies_have_the_median_and_the_p99_asked_for() {
+        let median = Duration::from_millis(20);
+        let Spread::LogNormal { sigma, seed } = Spread::log_normal(7.5, 37) else {
+            unreachable!()
+        };
+        // the p99 of the normal maps to 150 ms, its median to 20 ms
+        let p99 = log_normal_latency(median, sigma, Z_P99);
+        assert!((p99.as_secs_f64() - 0.150).abs() < 1e-6, "{p99:?}");
+        assert_eq!(log_normal_latency(median, sigma, 0.0), median);
+        // seeded draws: the same sequence each time, their quantiles near the asked-for ones
+        let draws = |seed| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut v: Vec<f64> = (0..20_000)
+                .map(|_| log_normal_latency(median, sigma, standard_normal(&mut rng)).as_secs_f64())
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let v = draws(seed);
+        assert_eq!(v, draws(seed));
+        let (p50, p99) = (v[10_000], v[19_800]);
+        assert!((0.019..0.021).contains(&p50), "{p50}");
+        assert!((0.135..0.165).contains(&p99), "{p99}");
+    }
+
+    #[test]
     fn chunked_bodies_are_read_once_whole() {
         let body =
             b"5\r\nhello\r\n6;x=y\r\n world\r\n0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\nNEXT";
@@ -879,7 +944,7 @@ mod tests {
         // no trailers
         assert_eq!(
             chunked_body(b"2\r\nab\r\n0\r\n\r\n"),
-            Some((14, b"ab".to_vec()))
+            Some((12, b"ab".to_vec()))
         );
         // incomplete anywhere: not yet
         for cut in 1..body.len() - 4 {
