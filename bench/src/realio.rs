@@ -362,6 +362,9 @@ pub struct RealIo {
     pub seconds: f64,
 }
 
+/// A chart's title and its series: each a side's name and its (batch size, p50 ms) points.
+pub type Chart = (String, Vec<(String, Vec<(f64, f64)>)>);
+
 /// The worst (least) of `values` that are numbers (NaN when none is).
 fn worst(values: impl Iterator<Item = f64>) -> f64 {
     values
@@ -453,7 +456,7 @@ impl RealIo {
     /// What the I/O chart draws: per quota, a title and one series per side of (batch size,
     /// p50 wall time in ms) points.
     #[allow(dead_code)] // for the SVG chart's module
-    pub fn wall_charts(&self) -> Vec<(String, Vec<(String, Vec<(f64, f64)>)>)> {
+    pub fn wall_charts(&self) -> Vec<Chart> {
         self.quotas
             .iter()
             .filter(|q| q.skipped.is_none())
