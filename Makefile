@@ -9,6 +9,8 @@ VENV_DOCS := .venv-docs
 TOOLS := $(VENV)/.installed
 CHECKOV := $(VENV_CHECKOV)/.installed
 BENCH_TOOLS := $(VENV_BENCH)/.installed
+# the Node peer's packages (Powertools for TypeScript, the AWS SDK v3 S3 client), as pinned
+BENCH_NODE := bench/node/node_modules/.installed
 LOCALSTACK := $(VENV_LOCALSTACK)/.installed
 MDBOOK := $(VENV_DOCS)/.installed
 # LocalStack needs Python >= 3.12: pyenv's 3.13.0 (the machines' image has it), else a
@@ -94,6 +96,11 @@ $(BENCH_TOOLS): bench/requirements.txt
 	$(VENV_BENCH)/bin/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	touch $@
 
+$(BENCH_NODE): bench/node/package-lock.json
+	@echo "installing Powertools for TypeScript and the AWS SDK v3 S3 client into bench/node/node_modules"
+	cd bench/node && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 ## test: unit tests and the end-to-end tests against a moto server the tests start themselves,
 ## then the end-to-end tests again against LocalStack (the soak runs on LocalStack only), the
 ## library crates' doc examples, and `make package`
@@ -174,10 +181,10 @@ deploy: $(TOOLS) arm-target
 ## bench: resq against Powertools (consumer) and a boto3 redriver, the redriver at scale
 ## (pipelined against sequential: an in-memory SQS with 10 ms per call, then LocalStack), zip
 ## sizes, cold start; prints a table and the `bench:` line, and updates bench/RESULTS.md
-bench: $(TOOLS) $(BENCH_TOOLS) $(LOCALSTACK) arm-target
+bench: $(TOOLS) $(BENCH_TOOLS) $(BENCH_NODE) $(LOCALSTACK) arm-target
 	cargo lambda build --release --arm64 --output-format zip
 	cargo build --release -p resq-consumer -p resq-redriver -p resq-bench
-	./target/release/resq-bench run --localstack-python $(VENV_LOCALSTACK)/bin/python --versions "Alternatives: $$(grep -v '^#' bench/requirements.txt | tr '\n' ' ')"
+	./target/release/resq-bench run --localstack-python $(VENV_LOCALSTACK)/bin/python --versions "Alternatives: $$(grep -v '^#' bench/requirements.txt | tr '\n' ' ')$$(cd bench/node && node -p 'Object.entries(require("./package.json").dependencies).map(([k, v]) => k + "==" + v).join(" ")')"
 
 translate: $(TOOLS)
 	$(VENV)/bin/python infra/translate.py infra/template.yaml $(TRANSLATED)

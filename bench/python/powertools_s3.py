@@ -2,7 +2,8 @@
 Lambda (Python) whose record handler does what resq's reference handler does: parse the body,
 validate it (as `powertools_consumer.py` does), then record the order once with a conditional
 S3 put of `orders/{orderId}.json` (`IfNoneMatch="*"`; an existing object, 412, means already
-done, as resq treats it). S3 is the bench's loopback stand-in (`bench/src/s3standin.rs`).
+done, as resq treats it). S3 is the bench's loopback stand-in (`bench/src/s3standin.rs`), over
+TLS: its CA is trusted as a user's would be, through `AWS_CA_BUNDLE`, which the bench sets.
 
     powertools_s3.py async|sync ENDPOINT BUCKET POOL
 

@@ -21,6 +21,7 @@ use serde_json::Value;
 use crate::event;
 use crate::fakesqs::FakeSqs;
 use crate::options::Options;
+use crate::realio::Placement;
 use crate::s3standin::{self, S3StandIn};
 
 /// Consumer processes (execution environments) in the fleet.
@@ -184,8 +185,8 @@ pub fn run(o: &Options, binary: &Path, label: &str) -> Result<FleetRun, String> 
     };
     let mut functions = (0..PROCESSES)
         .map(|i| {
-            let log = o.work.join(format!("fleet-{i}.log"));
-            crate::realio::resq_function(&with_binary, &sqs, &s3, None, &log)
+            let tag = format!("fleet-{i}");
+            crate::realio::resq_function(&with_binary, &sqs, &s3, None, &tag, Placement::PLAIN)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let template = serde_json::to_string(&event::valid_orders(batch, MARK, 11).event)

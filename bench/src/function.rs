@@ -86,13 +86,29 @@ impl CpuCgroup {
     /// Creates `resq-bench-<size>-<pid>` under the CPU controller with the quota for
     /// `memory_mb`; an error (e.g. no cgroup v1, not root) says why.
     pub fn create(memory_mb: u64) -> Result<Self, String> {
+        Self::create_in(
+            memory_mb,
+            &format!("resq-bench-{memory_mb}-{}", std::process::id()),
+        )
+    }
+
+    /// As [`Self::create`], named `resq-bench-<name>-<size>-<pid>`: one group per process, so
+    /// each has the whole quota.
+    pub fn create_named(memory_mb: u64, name: &str) -> Result<Self, String> {
+        Self::create_in(
+            memory_mb,
+            &format!("resq-bench-{name}-{memory_mb}-{}", std::process::id()),
+        )
+    }
+
+    fn create_in(memory_mb: u64, name: &str) -> Result<Self, String> {
         let root = Path::new(CPU_CGROUP_ROOT);
         if !root.join("cpu.cfs_quota_us").exists() {
             return Err(format!(
                 "no cgroup v1 CPU controller at {CPU_CGROUP_ROOT} (cpu.cfs_quota_us)"
             ));
         }
-        let dir = root.join(format!("resq-bench-{memory_mb}-{}", std::process::id()));
+        let dir = root.join(name);
         std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
         let cgroup = Self { dir, memory_mb };
         cgroup.write("cpu.cfs_period_us", CFS_PERIOD_US)?;
@@ -108,6 +124,21 @@ impl CpuCgroup {
     /// `cgroup.procs`: a process writes its own pid there to join.
     pub fn procs(&self) -> PathBuf {
         self.dir.join("cgroup.procs")
+    }
+
+    /// Writes an executable script at `path` that joins this group (its own pid into
+    /// `cgroup.procs`), then `exec`s `program` with the script's arguments: the pid, and so
+    /// its memory and CPU time, are the program's.
+    pub fn wrapper(&self, path: &Path, program: &Path) -> Result<(), String> {
+        let script = format!(
+            "#!/bin/sh\necho $$ > '{}' || exit 97\nexec '{}' \"$@\"\n",
+            self.procs().display(),
+            program.display()
+        );
+        std::fs::write(path, script).map_err(|e| format!("{}: {e}", path.display()))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// Periods in which the group was throttled, from `cpu.stat`.
@@ -176,15 +207,7 @@ impl Harness {
             None => None,
             Some(c) => {
                 let path = std::env::temp_dir().join(format!("resq-bench-in-cgroup-{tag}.sh"));
-                let script = format!(
-                    "#!/bin/sh\necho $$ > '{}' || exit 97\nexec '{}'\n",
-                    c.procs().display(),
-                    binary.display()
-                );
-                std::fs::write(&path, script).map_err(|e| format!("{}: {e}", path.display()))?;
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                c.wrapper(&path, &binary)?;
                 Some(path)
             }
         };
@@ -543,6 +566,30 @@ mod tests {
         assert_eq!(CpuCgroup::quota_us(3538), 200_000);
         // never under the kernel's 1 ms minimum
         assert_eq!(CpuCgroup::quota_us(1), 1000);
+    }
+
+    #[test]
+    fn the_wrapper_joins_the_group_then_runs_the_program_with_its_arguments() {
+        // GIVEN a group's directory (a plain one: cgroup.procs is then a plain file)
+        let dir = std::env::temp_dir().join(format!("resq-bench-wrapper-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let group = CpuCgroup {
+            dir: dir.clone(),
+            memory_mb: 256,
+        };
+        let script = dir.join("in-group.sh");
+        group.wrapper(&script, Path::new("/bin/echo")).unwrap();
+        // WHEN it runs with arguments
+        let out = std::process::Command::new(&script)
+            .args(["one", "two words"])
+            .output()
+            .unwrap();
+        // THEN it wrote its pid to cgroup.procs and the program got the arguments as given
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "one two words\n");
+        let pid = std::fs::read_to_string(group.procs()).unwrap();
+        assert!(pid.trim().parse::<u32>().is_ok(), "{pid:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn row(memory_mb: u64, wall_ms: Vec<f64>) -> SizeRow {

@@ -224,7 +224,7 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
             println!("{}", real.table());
             let work = &options.work;
             std::fs::create_dir_all(work).map_err(|e| format!("{}: {e}", work.display()))?;
-            pictures::write_io(work, &real)?;
+            pictures::write_io(work, &real.wall_charts())?;
             println!("picture: {}", work.join(pictures::IO_SVG).display());
             if !io_real_only {
                 let rows = run::io(&options)?;

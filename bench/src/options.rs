@@ -12,6 +12,12 @@ pub struct Options {
     /// The baselines' scripts.
     #[arg(long, default_value = "bench/python")]
     pub scripts: PathBuf,
+    /// Node, for the Powertools for TypeScript peer.
+    #[arg(long, default_value = "node")]
+    pub node: PathBuf,
+    /// The Powertools for TypeScript peer (its packages in `node_modules` beside it: `npm ci`).
+    #[arg(long, default_value = "bench/node/peer.js")]
+    pub node_peer: PathBuf,
     /// moto_server.
     #[arg(long = "moto-server", default_value = ".venv/bin/moto_server")]
     pub moto: PathBuf,
@@ -96,10 +102,12 @@ pub struct Options {
     #[arg(long, value_delimiter = ',', default_value = "10,2")]
     pub io_fifo_groups: Vec<usize>,
     /// Batch sizes of the real-client I/O comparison (the S3 stand-in; each within 6 MB).
-    #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000,5000")]
+    #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
     pub io_real_batches: Vec<usize>,
-    /// Warm rounds per side and batch size of the real-client comparison (after one warm-up).
-    #[arg(long, default_value_t = 3)]
+    /// Warm rounds per side and batch size of the real-client comparison (after the cold
+    /// invocation), and per batch size of resq's curves, from 100 records (ten times as many
+    /// at 10).
+    #[arg(long, default_value_t = 4)]
     pub io_real_rounds: usize,
     /// The largest batch Powertools' sequential `BatchProcessor` + boto3 runs (each record
     /// waits its put out: 5,000 would take about 2 minutes a round).

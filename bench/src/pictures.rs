@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::chart::{self, Chart, Points};
-use crate::realio::{RealIo, Side};
+use crate::realio;
 use crate::scale::Scale;
 
 /// The I/O comparison's file, beside RESULTS.md.
@@ -13,42 +13,16 @@ pub const IO_SVG: &str = "io.svg";
 /// The redriver's file, beside RESULTS.md.
 pub const REDRIVE_SVG: &str = "redrive.svg";
 
-/// A side's name in a legend (the table's, shorter: the tuned sides follow the batch).
-fn name(side: Side) -> &'static str {
-    match side {
-        Side::ResqDefault => "resq, default",
-        Side::ResqTuned => "resq, concurrency = the batch",
-        Side::AioDefault => "Powertools async + aiobotocore, pool 10",
-        Side::AioTuned => "Powertools async + aiobotocore, pool = batch",
-        Side::Boto3 => "Powertools + boto3",
-    }
-}
-
-/// Wall time against batch size, one line per side, for the runs at one CPU quota (`quota`
-/// names it in the title).
-pub fn io_chart(real: &RealIo, quota: &str) -> Chart {
-    let series = Side::ALL
-        .iter()
-        .map(|&side| {
-            let points: Points = real
-                .rows
-                .iter()
-                .filter_map(|r| r.side(side).map(|s| (r.records as f64, s.wall * 1000.0)))
-                .collect();
-            (name(side).to_owned(), points)
-        })
-        .filter(|(_, p)| !p.is_empty())
-        .collect();
+/// Wall time against batch size, one line per side, for the runs at one CPU quota: what
+/// [`crate::realio::RealIo::wall_charts`] gives for it.
+pub fn io_chart((title, series): &realio::Chart) -> Chart {
     Chart {
-        title: format!(
-            "I/O-bound batch, real clients, {:.0} ms per PUT: {quota}",
-            real.latency * 1000.0
-        ),
+        title: title.clone(),
         x_label: "records in the batch".into(),
-        y_label: "wall time, ms (median of the warm rounds)".into(),
+        y_label: "wall time, ms (p50 of the warm invocations)".into(),
         x_log: true,
         y_log: true,
-        series,
+        series: series.clone(),
     }
 }
 
@@ -84,15 +58,15 @@ pub fn redrive_chart(scale: &Scale) -> Chart {
     }
 }
 
-/// Writes the I/O comparison's picture into `dir`; returns the Markdown that shows it (a link
-/// relative to `dir`).
-pub fn write_io(dir: &Path, real: &RealIo) -> Result<String, String> {
-    let svg = chart::stack(&[io_chart(real, "uncapped (2 shared cores)")]);
+/// Writes the I/O comparison's picture (a chart per CPU quota) into `dir`; returns the
+/// Markdown that shows it (a link relative to `dir`).
+pub fn write_io(dir: &Path, charts: &[realio::Chart]) -> Result<String, String> {
+    let charts: Vec<Chart> = charts.iter().map(io_chart).collect();
     save(
         dir,
         IO_SVG,
-        &svg,
-        "I/O-bound batch: wall time against batch size, one line per side",
+        &chart::stack(&charts),
+        "I/O-bound batch: wall time against batch size, one line per side, a chart per CPU quota",
     )
 }
 
@@ -108,8 +82,8 @@ pub fn write_redrive(dir: &Path, scale: &Scale) -> Result<String, String> {
 }
 
 /// Both pictures into `dir` (where RESULTS.md is), and the Markdown that shows them.
-pub fn write(dir: &Path, real: &RealIo, scale: &Scale) -> Result<String, String> {
-    Ok(write_io(dir, real)? + &write_redrive(dir, scale)?)
+pub fn write(dir: &Path, io: &[realio::Chart], scale: &Scale) -> Result<String, String> {
+    Ok(write_io(dir, io)? + &write_redrive(dir, scale)?)
 }
 
 fn save(dir: &Path, name: &str, svg: &str, alt: &str) -> Result<String, String> {
@@ -121,48 +95,19 @@ fn save(dir: &Path, name: &str, svg: &str, alt: &str) -> Result<String, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::realio::{RealRow, SideRun};
-
-    fn run(side: Side, wall: f64) -> SideRun {
-        SideRun {
-            side,
-            wall,
-            peak_fds: 0,
-            peak_connections: 0,
-            peak_puts_per_s: 0.0,
-            peak_rss_kb: 0,
-            failures: 0,
-            retries: None,
-        }
-    }
 
     #[test]
-    fn the_io_chart_has_a_line_per_side_measured_in_ms_by_records() {
-        let row = |records, sides| RealRow {
-            records,
-            payload_bytes: 0,
-            tuned: records,
-            sides,
-        };
-        let real = RealIo {
-            latency: 0.02,
-            rows: vec![
-                row(
-                    10,
-                    vec![run(Side::ResqDefault, 0.0235), run(Side::Boto3, 0.2278)],
-                ),
-                row(1000, vec![run(Side::ResqDefault, 0.3733)]),
+    fn the_io_chart_draws_the_quotas_series_by_records_in_ms() {
+        let quota: realio::Chart = (
+            "256 MB".into(),
+            vec![
+                ("resq".into(), vec![(10.0, 91.1), (1000.0, 1048.4)]),
+                ("boto3".into(), vec![(10.0, 344.7)]),
             ],
-            throttle: None,
-            rounds: 3,
-        };
-        let c = io_chart(&real, "256 MB");
-        // two sides measured: two lines, the sides never measured left out
-        assert_eq!(c.series.len(), 2);
-        assert_eq!(c.series[0].0, "resq, default");
-        assert_eq!(c.series[0].1, vec![(10.0, 23.5), (1000.0, 373.3)]);
-        assert_eq!(c.series[1].1, vec![(10.0, 227.8)]);
-        assert!(c.title.contains("256 MB") && c.title.contains("20 ms"));
+        );
+        let c = io_chart(&quota);
+        assert_eq!(c.series, quota.1);
+        assert!(c.x_log && c.y_log && c.title == "256 MB");
         assert!(roxmltree::Document::parse(&c.svg()).is_ok());
     }
 
@@ -170,22 +115,16 @@ mod tests {
     fn both_pictures_are_written_beside_the_results_and_linked_relative_to_them() {
         let dir = std::env::temp_dir().join(format!("resq-pictures-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let real = RealIo {
-            latency: 0.02,
-            rows: Vec::new(),
-            throttle: None,
-            rounds: 1,
-        };
         let scale = Scale {
             latency: std::time::Duration::from_millis(10),
             designs: Vec::new(),
             localstack: Vec::new(),
         };
-        let md = write(&dir, &real, &scale).unwrap();
+        let md = write(&dir, &[], &scale).unwrap();
         assert_eq!(
             md,
             format!(
-                "![I/O-bound batch: wall time against batch size, one line per side]({IO_SVG})\n\n![The redriver's rate against SQS latency]({REDRIVE_SVG})\n\n"
+                "![I/O-bound batch: wall time against batch size, one line per side, a chart per CPU quota]({IO_SVG})\n\n![The redriver's rate against SQS latency]({REDRIVE_SVG})\n\n"
             )
         );
         for name in [IO_SVG, REDRIVE_SVG] {

@@ -1181,7 +1181,7 @@ pub fn write_results(path: &Path, report: &Report, versions: &str) -> Result<(),
     const BEGIN: &str = "<!-- bench:begin (written by `make bench`) -->";
     const END: &str = "<!-- bench:end -->";
     let dir = path.parent().unwrap_or(Path::new("."));
-    let pictures = crate::pictures::write(dir, &report.real_io, &report.scale)?;
+    let pictures = crate::pictures::write(dir, &report.real_io.wall_charts(), &report.scale)?;
     let generated = format!(
         "{BEGIN}\n## Latest run\n\n{} on {}.\n{versions}\n\n{pictures}{}\n```\n{}\n```\n{END}",
         report.date,

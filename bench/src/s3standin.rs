@@ -9,7 +9,11 @@
 //! - `Expect: 100-continue` is answered `100 Continue` before the body is read.
 //!
 //! Every `PUT` and `GET` is answered `latency` after its request arrived (a timer per request:
-//! requests on other connections go on meanwhile; tokio's 1 ms timer makes 20 ms 20–21 ms).
+//! requests on other connections go on meanwhile; tokio's 1 ms timer makes 20 ms 20–21 ms), or,
+//! started with [`Spread::LogNormal`], after a latency drawn per `PUT` from a log-normal
+//! distribution whose median is `latency` (a seeded RNG: the same run draws the same latencies).
+//! Started with a [`Tls`], it speaks HTTPS with a server certificate for `127.0.0.1` signed by a
+//! CA made at run time, which the clients are told to trust as users would tell theirs.
 //! With a rate limit ([`Config::slow_down_above`]), a `PUT` arriving when the token bucket
 //! (that rate, a burst of a tenth of a second's worth) is empty is answered at once with
 //! `503 SlowDown`, as S3 answers a prefix's request rate above what it allows.
@@ -23,10 +27,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use rand::{Rng, SeedableRng};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use resq_local::http::{next_request_continuing, serve_on_thread};
+use resq_local::http::serve_on_thread;
 
 /// How the stand-in answers.
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +48,106 @@ impl Default for Config {
             latency: Duration::from_millis(20),
             slow_down_above: None,
         }
+    }
+}
+
+/// How each `PUT`'s latency is drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Spread {
+    /// Every answer [`Config::latency`] after its request.
+    Fixed,
+    /// `latency × e^(sigma·Z)`, Z standard normal from an RNG seeded with `seed`: a log-normal
+    /// whose median is [`Config::latency`].
+    LogNormal { sigma: f64, seed: u64 },
+}
+
+/// The standard normal's 99th percentile.
+pub const Z_P99: f64 = 2.326;
+
+impl Spread {
+    /// The log-normal whose p99 is `p99_over_median` × the median.
+    pub fn log_normal(p99_over_median: f64, seed: u64) -> Self {
+        Spread::LogNormal {
+            sigma: p99_over_median.ln() / Z_P99,
+            seed,
+        }
+    }
+}
+
+/// A latency of `median × e^(sigma·z)`.
+pub fn log_normal_latency(median: Duration, sigma: f64, z: f64) -> Duration {
+    median.mul_f64((sigma * z).exp())
+}
+
+/// A standard normal draw (Box–Muller).
+fn standard_normal(rng: &mut impl Rng) -> f64 {
+    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    let u2: f64 = rng.random();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+/// The stand-in's TLS identity: a CA made at run time and a certificate for `127.0.0.1` (an IP
+/// subject alternative name) and `localhost` it signed.
+pub struct Tls {
+    /// The CA's certificate, PEM: what a client must trust.
+    pub ca_pem: String,
+    config: Arc<tokio_rustls::rustls::ServerConfig>,
+    #[cfg(test)]
+    ca_der: tokio_rustls::rustls::pki_types::CertificateDer<'static>,
+}
+
+impl Tls {
+    /// A new CA and server certificate (ECDSA P-256).
+    pub fn new() -> Result<Self, String> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+            KeyUsagePurpose,
+        };
+        use tokio_rustls::rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+        let e = |e: rcgen::Error| format!("the stand-in's certificates: {e}");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "resq-bench stand-in CA");
+        ca.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_key = KeyPair::generate().map_err(e)?;
+        let ca_cert = ca.self_signed(&ca_key).map_err(e)?;
+        let mut server =
+            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+                .map_err(e)?;
+        server
+            .distinguished_name
+            .push(DnType::CommonName, "127.0.0.1");
+        server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        server.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        server.use_authority_key_identifier_extension = true;
+        let key = KeyPair::generate().map_err(e)?;
+        let cert = server.signed_by(&key, &ca_cert, &ca_key).map_err(e)?;
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .and_then(|b| {
+                b.with_no_client_auth()
+                    .with_single_cert(vec![cert.der().clone(), ca_cert.der().clone()], key)
+            })
+            .map_err(|e| format!("the stand-in's TLS configuration: {e}"))?;
+        Ok(Self {
+            ca_pem: ca_cert.pem(),
+            config: Arc::new(config),
+            #[cfg(test)]
+            ca_der: ca_cert.der().clone(),
+        })
+    }
+
+    /// Writes the CA's certificate to `path` (for `SSL_CERT_FILE`, `AWS_CA_BUNDLE`,
+    /// `NODE_EXTRA_CA_CERTS`).
+    pub fn write_ca(&self, path: &std::path::Path) -> Result<(), String> {
+        std::fs::write(path, &self.ca_pem).map_err(|e| format!("{}: {e}", path.display()))
     }
 }
 
@@ -180,6 +284,8 @@ impl TokenBucket {
 
 struct Shared {
     config: Config,
+    /// The log-normal's sigma and its RNG (`None`: fixed latency).
+    spread: Option<(f64, Mutex<rand::rngs::StdRng>)>,
     objects: Mutex<HashMap<String, Vec<u8>>>,
     recording: Mutex<Recording>,
     bucket: Option<Mutex<TokenBucket>>,
@@ -188,6 +294,20 @@ struct Shared {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    /// This `PUT`'s latency.
+    fn put_latency(&self) -> Duration {
+        match &self.spread {
+            None => self.config.latency,
+            Some((sigma, rng)) => log_normal_latency(
+                self.config.latency,
+                *sigma,
+                standard_normal(&mut *lock(rng)),
+            ),
+        }
+    }
 }
 
 /// The running stand-in; it stops with the process.
@@ -218,10 +338,22 @@ impl Drop for OpenConnection {
 }
 
 impl S3StandIn {
-    /// Starts it on a free loopback port.
+    /// Starts it on a free loopback port: plain HTTP, a fixed latency.
     pub fn start(config: Config) -> Result<Self, String> {
+        Self::start_with(config, Spread::Fixed, None)
+    }
+
+    /// Starts it on a free loopback port, each `PUT`'s latency drawn as `spread` says, over
+    /// HTTPS with `tls` (`https://127.0.0.1:{port}`), else plain HTTP.
+    pub fn start_with(config: Config, spread: Spread, tls: Option<&Tls>) -> Result<Self, String> {
         let shared = Arc::new(Shared {
             config,
+            spread: match spread {
+                Spread::Fixed => None,
+                Spread::LogNormal { sigma, seed } => {
+                    Some((sigma, Mutex::new(rand::rngs::StdRng::seed_from_u64(seed))))
+                }
+            },
             objects: Mutex::default(),
             recording: Mutex::default(),
             bucket: config
@@ -230,19 +362,32 @@ impl S3StandIn {
             requests: AtomicU64::new(0),
         });
         let s = shared.clone();
+        let acceptor = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let addr = serve_on_thread(move |conn| {
             let shared = s.clone();
+            let acceptor = acceptor.clone();
             async move {
                 let _open = OpenConnection::new(shared.clone());
-                if let Err(e) = serve(conn, &shared).await
-                    && e.kind() != std::io::ErrorKind::ConnectionReset
+                let served = match acceptor {
+                    None => serve(conn, &shared).await,
+                    Some(a) => match a.accept(conn).await {
+                        Ok(tls) => serve(tls, &shared).await,
+                        Err(e) => Err(e),
+                    },
+                };
+                if let Err(e) = served
+                    && !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
+                    )
                 {
                     eprintln!("stand-in S3: connection ended: {e}");
                 }
             }
         })?;
         Ok(Self {
-            endpoint: format!("http://{addr}"),
+            endpoint: format!("{scheme}://{addr}"),
             shared,
         })
     }
@@ -286,7 +431,111 @@ impl S3StandIn {
     }
 }
 
-/// One request's head, read off a connection.
+/// One request's head: its request line and headers.
+struct Head(String);
+
+impl Head {
+    /// A header's value (case-insensitive name).
+    fn header(&self, name: &str) -> Option<String> {
+        self.0.lines().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
+        })
+    }
+
+    /// The method and the target of the request line (`PUT`, `/bucket/key?x=1`).
+    fn method_and_target(&self) -> (&str, &str) {
+        let mut first = self.0.lines().next().unwrap_or_default().split_whitespace();
+        (
+            first.next().unwrap_or_default(),
+            first.next().unwrap_or_default(),
+        )
+    }
+}
+
+/// The next request off `conn` (`buf` holds what was read past the last one): its head and
+/// body, a `Content-Length` body or a `Transfer-Encoding: chunked` one (botocore sends its
+/// trailing checksums so over HTTPS), `Expect: 100-continue` answered before the body is
+/// read; `None` when the client closed the connection.
+async fn next_request<S>(
+    conn: &mut S,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<(Head, Vec<u8>)>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut chunk = [0u8; 16 * 1024];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = conn.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = Head(String::from_utf8_lossy(&buf[..head_end]).into_owned());
+    buf.drain(..head_end);
+    let chunked = head
+        .header("transfer-encoding")
+        .is_some_and(|v| v.contains("chunked"));
+    let len: usize = head
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let expects = head
+        .header("expect")
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    if expects && (chunked || buf.len() < len) {
+        conn.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        conn.flush().await?;
+    }
+    loop {
+        let whole = if chunked {
+            chunked_body(buf)
+        } else {
+            (buf.len() >= len).then(|| (len, buf[..len].to_vec()))
+        };
+        if let Some((end, body)) = whole {
+            buf.drain(..end);
+            return Ok(Some((head, body)));
+        }
+        let n = conn.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A whole `Transfer-Encoding: chunked` body at the start of `buf`: where it ends (its
+/// trailers included) and its data; `None` while it is incomplete.
+pub fn chunked_body(buf: &[u8]) -> Option<(usize, Vec<u8>)> {
+    let mut data = Vec::new();
+    let mut at = 0;
+    loop {
+        let eol = at + buf[at..].windows(2).position(|w| w == b"\r\n")?;
+        let line = std::str::from_utf8(&buf[at..eol]).ok()?;
+        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+        at = eol + 2;
+        if size == 0 {
+            // trailers, each a line, then an empty line
+            let rest = &buf[at..];
+            if rest.starts_with(b"\r\n") {
+                return Some((at + 2, data));
+            }
+            let end = rest.windows(4).position(|w| w == b"\r\n\r\n")?;
+            return Some((at + end + 4, data));
+        }
+        data.extend_from_slice(buf.get(at..at + size)?);
+        buf.get(at + size..at + size + 2)?;
+        at += size + 2;
+    }
+}
+
 /// An `aws-chunked` body's data: `hex-size[;extensions]\r\n data \r\n`, … up to a chunk of
 /// size 0, then trailers (checksums), which are dropped.
 pub fn decode_aws_chunked(body: &[u8]) -> Option<Vec<u8>> {
@@ -341,11 +590,12 @@ fn error(
     )
 }
 
-async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
+async fn serve<S>(mut conn: S, shared: &Shared) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let mut buf = Vec::with_capacity(16 * 1024);
-    while let Some(head) = next_request_continuing(&mut conn, &mut buf).await? {
-        let body = head.body(&buf).to_vec();
-        buf.drain(..head.end);
+    while let Some((head, body)) = next_request(&mut conn, &mut buf).await? {
         let arrived = Instant::now();
         let id = shared.requests.fetch_add(1, Ordering::Relaxed);
         let (method, target) = head.method_and_target();
@@ -372,9 +622,10 @@ async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
                     // window may end
                     record(shared, arrived, 503);
                     conn.write_all(&out).await?;
+                    conn.flush().await?;
                     continue;
                 }
-                tokio::time::sleep_until((arrived + shared.config.latency).into()).await;
+                tokio::time::sleep_until((arrived + shared.put_latency()).into()).await;
                 let data = match head.header("content-encoding") {
                     Some(e) if e.contains("aws-chunked") => {
                         decode_aws_chunked(&body).unwrap_or(body)
@@ -409,6 +660,7 @@ async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 };
                 record(shared, arrived, status);
                 conn.write_all(&out).await?;
+                conn.flush().await?;
                 continue;
             }
             "GET" | "HEAD" if has_key => {
@@ -442,6 +694,7 @@ async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
             ),
         };
         conn.write_all(&answer).await?;
+        conn.flush().await?;
     }
     Ok(())
 }
@@ -461,6 +714,7 @@ fn record(shared: &Shared, arrived: Instant, status: u16) {
 mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
+    use tokio::net::TcpStream;
 
     fn rt() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
@@ -617,6 +871,85 @@ mod tests {
         // 20 arrivals: at least one in any window, all of them at most
         let peak = window.peak_puts_per_s();
         assert!((10.0..=200.0).contains(&peak), "{peak}");
+    }
+
+    #[test]
+    fn over_tls_a_client_trusting_the_ca_puts_to_127_0_0_1() {
+        use tokio_rustls::rustls;
+        // GIVEN the stand-in over TLS, and a client that trusts only its CA
+        let tls = Tls::new().unwrap();
+        assert!(tls.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        let s3 = S3StandIn::start_with(Config::default(), Spread::Fixed, Some(&tls)).unwrap();
+        let addr = s3.endpoint.strip_prefix("https://").unwrap().to_owned();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(tls.ca_der.clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let answer = rt().block_on(async {
+            // WHEN it connects to the IP address (the certificate's IP SAN) and puts
+            let tcp = TcpStream::connect(&addr).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+            let mut conn = connector.connect(name, tcp).await.unwrap();
+            conn.write_all(put("k", "one", true).as_bytes())
+                .await
+                .unwrap();
+            conn.flush().await.unwrap();
+            let mut out = vec![0u8; 4096];
+            let n = conn.read(&mut out).await.unwrap();
+            String::from_utf8_lossy(&out[..n]).into_owned()
+        });
+        // THEN the handshake verified and the object was written
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert_eq!(s3.object("b", "k").unwrap(), b"one");
+    }
+
+    #[test]
+    fn log_normal_latencies_have_the_median_and_the_p99_asked_for() {
+        let median = Duration::from_millis(20);
+        let Spread::LogNormal { sigma, seed } = Spread::log_normal(7.5, 37) else {
+            unreachable!()
+        };
+        // the p99 of the normal maps to 150 ms, its median to 20 ms
+        let p99 = log_normal_latency(median, sigma, Z_P99);
+        assert!((p99.as_secs_f64() - 0.150).abs() < 1e-6, "{p99:?}");
+        assert_eq!(log_normal_latency(median, sigma, 0.0), median);
+        // seeded draws: the same sequence each time, their quantiles near the asked-for ones
+        let draws = |seed| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut v: Vec<f64> = (0..20_000)
+                .map(|_| log_normal_latency(median, sigma, standard_normal(&mut rng)).as_secs_f64())
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let v = draws(seed);
+        assert_eq!(v, draws(seed));
+        let (p50, p99) = (v[10_000], v[19_800]);
+        assert!((0.019..0.021).contains(&p50), "{p50}");
+        assert!((0.135..0.165).contains(&p99), "{p99}");
+    }
+
+    #[test]
+    fn chunked_bodies_are_read_once_whole() {
+        let body =
+            b"5\r\nhello\r\n6;x=y\r\n world\r\n0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\nNEXT";
+        let (end, data) = chunked_body(body).unwrap();
+        assert_eq!(data, b"hello world");
+        assert_eq!(&body[end..], b"NEXT");
+        // no trailers
+        assert_eq!(
+            chunked_body(b"2\r\nab\r\n0\r\n\r\n"),
+            Some((12, b"ab".to_vec()))
+        );
+        // incomplete anywhere: not yet
+        for cut in 1..body.len() - 4 {
+            assert_eq!(chunked_body(&body[..cut]), None, "{cut}");
+        }
     }
 
     #[test]
