@@ -21,6 +21,7 @@ mod realio;
 mod run;
 mod s3standin;
 mod scale;
+mod slowsqs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,6 +55,9 @@ enum Cmd {
     /// the stand-in SQS with latency per call, then drains on LocalStack; prints its rows and
     /// figures, writes nothing.
     RedriveScale(Box<options::Options>),
+    /// Only the redriver against an SQS slowing under load (part of `run`): its pipeline that
+    /// backs off beside the fixed one; prints its rows and figures, writes nothing.
+    RedriveSlowSqs(Box<options::Options>),
     /// Child: one invocation of resq's consumer engine on an event file.
     Consumer { event: PathBuf },
     /// Child: one invocation of resq's consumer engine with an effect that waits `latency_ms`.
@@ -143,6 +147,13 @@ enum Cmd {
         /// One batch in flight at a time (the design before pipelining), for comparison.
         #[arg(long)]
         sequential: bool,
+        /// The cycles in flight fixed at what the rate needs (the design before they backed
+        /// off), for comparison.
+        #[arg(long)]
+        fixed: bool,
+        /// Each SQS call but the receives times out after this many ms (a stand-in's time).
+        #[arg(long)]
+        call_timeout_ms: Option<u64>,
     },
     /// Writes the consumer's benchmark event.
     Event {
@@ -324,10 +335,13 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
             main_queue_url,
             rate,
             sequential,
+            fixed,
+            call_timeout_ms,
         } => {
-            let design = match sequential {
-                true => child::Design::Sequential,
-                false => child::Design::Pipelined,
+            let design = match (sequential, fixed) {
+                (true, _) => child::Design::Sequential,
+                (false, true) => child::Design::Fixed,
+                (false, false) => child::Design::Pipelined,
             };
             let out = rt()?.block_on(child::redrive(
                 &endpoint,
@@ -335,8 +349,23 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
                 &main_queue_url,
                 rate,
                 design,
+                call_timeout_ms.map(std::time::Duration::from_millis),
             ))?;
             println!("{out}");
+        }
+        Cmd::RedriveSlowSqs(o) => {
+            let s = slowsqs::measure(
+                o.slow_sqs_messages,
+                &o.slow_sqs_medians_ms,
+                o.slow_sqs_chart_messages,
+            )?;
+            println!("{}", s.table());
+            let (adaptive, fixed) = s.drain_rates();
+            println!(
+                "redrive_unconfirmed_per_1000={:.2} drain msgs/s: backs off {adaptive:.0}, fixed {fixed:.0}",
+                s.unconfirmed_per_1000()
+            );
+            println!("{:?}", s.series());
         }
         Cmd::Event { records, out } => {
             let e = event::sqs_event(records, 5.0, 42);
