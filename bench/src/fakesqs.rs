@@ -14,7 +14,8 @@
 //! A call is carried out when its wait ends, whether or not its caller still waits: one the
 //! caller timed out on has taken effect, and its answer is lost (as on moto).
 //!
-//! A `.fifo` queue keeps each message's `MessageGroupId` and hands out no message of a group
+//! A receive that waits (`WaitTimeSeconds`) and finds nothing looks again every 2 ms until a
+//! message comes or its wait ends, as SQS's long poll answers. A `.fifo` queue keeps each message's `MessageGroupId` and hands out no message of a group
 //! while another of that group is in flight, as SQS does. A visibility change to 0 makes a
 //! message visible again; a longer one keeps it hidden for the rest of the stand-in's life.
 
@@ -258,9 +259,19 @@ async fn serve(
         let body = request.body(&buf);
         let logged = classify(arrived, target, body);
         let input: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-        let (status, output) = {
-            let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
-            answer(&mut st, &logged.action, &input)
+        let wait = Duration::from_secs(input["WaitTimeSeconds"].as_u64().unwrap_or(0));
+        let until = Instant::now() + wait;
+        let (status, output) = loop {
+            let (status, output) = {
+                let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+                answer(&mut st, &logged.action, &input)
+            };
+            // a long poll that found nothing waits for a message, as SQS's does
+            let empty = output["Messages"].as_array().is_some_and(Vec::is_empty);
+            if !empty || Instant::now() >= until {
+                break (status, output);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
         };
         log.lock().unwrap_or_else(|e| e.into_inner()).push(logged);
         buf.drain(..request.end);

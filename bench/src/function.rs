@@ -110,6 +110,22 @@ impl CpuCgroup {
         self.dir.join("cgroup.procs")
     }
 
+    /// A script that joins this cgroup, then `exec`s `binary` (so the pid and its memory are
+    /// the binary's): what a function runs under the quota. `tag` names it apart.
+    pub fn wrapper(&self, binary: &Path, tag: &str) -> Result<PathBuf, String> {
+        let path = std::env::temp_dir().join(format!("resq-bench-in-cgroup-{tag}.sh"));
+        let script = format!(
+            "#!/bin/sh\necho $$ > '{}' || exit 97\nexec '{}'\n",
+            self.procs().display(),
+            binary.display()
+        );
+        std::fs::write(&path, script).map_err(|e| format!("{}: {e}", path.display()))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(path)
+    }
+
     /// Periods in which the group was throttled, from `cpu.stat`.
     pub fn throttled_periods(&self) -> u64 {
         std::fs::read_to_string(self.dir.join("cpu.stat"))
@@ -174,19 +190,7 @@ impl Harness {
             .map_err(|e| format!("{}: {e} (build it first)", binary.display()))?;
         let wrapper = match cgroup {
             None => None,
-            Some(c) => {
-                let path = std::env::temp_dir().join(format!("resq-bench-in-cgroup-{tag}.sh"));
-                let script = format!(
-                    "#!/bin/sh\necho $$ > '{}' || exit 97\nexec '{}'\n",
-                    c.procs().display(),
-                    binary.display()
-                );
-                std::fs::write(&path, script).map_err(|e| format!("{}: {e}", path.display()))?;
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-                Some(path)
-            }
+            Some(c) => Some(c.wrapper(&binary, &tag)?),
         };
         // the Lambda environment the cold-start runs use, pointed at the stand-in (later
         // entries win; the runtime API is the Function's own)

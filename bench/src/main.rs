@@ -9,6 +9,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod child;
 mod coldstart;
 mod cost;
+mod deployed;
 mod event;
 mod fakesqs;
 mod function;
@@ -58,6 +59,19 @@ enum Cmd {
     /// Only the redriver against an SQS slowing under load (part of `run`): its pipeline that
     /// backs off beside the fixed one; prints its rows and figures, writes nothing.
     RedriveSlowSqs(Box<options::Options>),
+    /// Only the redriver as deployed (part of `run`): the release binary under its memory
+    /// size's CPU quota; prints its rows and figures, writes nothing.
+    RedriveDeployed {
+        /// The redriver's release binary.
+        #[arg(long, default_value = "target/release/redriver")]
+        binary: PathBuf,
+        /// Memory sizes tried when the template's falls short, MB.
+        #[arg(long, value_delimiter = ',', default_value = "256,512,1024,1769")]
+        sizes: Vec<u64>,
+        /// Scales every DLQ's messages (a quick look).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+    },
     /// Child: one invocation of resq's consumer engine on an event file.
     Consumer { event: PathBuf },
     /// Child: one invocation of resq's consumer engine with an effect that waits `latency_ms`.
@@ -366,6 +380,21 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
                 s.unconfirmed_per_1000()
             );
             println!("{:?}", s.series());
+        }
+        Cmd::RedriveDeployed {
+            binary,
+            sizes,
+            scale,
+        } => {
+            let d = deployed::measure(&binary, &sizes, scale)?;
+            println!("{}", d.table());
+            let smallest = d.smallest_reaching_goal();
+            println!(
+                "redrive_msgs_per_s_deployed={:.0}; smallest size reaching {}: {smallest:?}, ${:.4} per million replays",
+                d.msgs_per_s(),
+                deployed::GOAL_MSGS_PER_S,
+                smallest.and_then(|mb| d.cost_per_million(mb)).unwrap_or(f64::NAN)
+            );
         }
         Cmd::Event { records, out } => {
             let e = event::sqs_event(records, 5.0, 42);
