@@ -41,8 +41,22 @@ pub const SQS_SIGMA: f64 = 0.4;
 pub const RATE: f64 = resq_redriver::config::MAX_RATE_PER_SECOND;
 /// `redrive_msgs_per_s_deployed`'s goal.
 pub const GOAL_MSGS_PER_S: f64 = 2_500.0;
+/// The template, read for its `RedriverMemorySize` default.
+const TEMPLATE: &str = include_str!("../../infra/template.yaml");
+
+/// A parameter's `Default` in `template` (the first `Default:` line after `Name:`), or none.
+fn template_default(template: &str, name: &str) -> Option<u64> {
+    let (_, rest) = template.split_once(&format!("\n  {name}:\n"))?;
+    rest.lines()
+        .take_while(|l| l.starts_with("    ") || l.trim().is_empty())
+        .find_map(|l| l.trim().strip_prefix("Default:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The template's `RedriverMemorySize` default, MB.
-pub const TEMPLATE_MEMORY_MB: u64 = crate::cost::Template::DEFAULT.redriver_memory_mb as u64;
+pub fn template_memory_mb() -> u64 {
+    template_default(TEMPLATE, "RedriverMemorySize").unwrap_or(256)
+}
 /// The template's `RedriverTimeout` default.
 const TIMEOUT: Duration =
     Duration::from_secs(crate::cost::Template::DEFAULT.redriver_timeout_seconds as u64);
@@ -145,7 +159,7 @@ impl Deployed {
     /// `redrive_msgs_per_s_deployed`: the headline's sustained rate at the template's default
     /// memory.
     pub fn msgs_per_s(&self) -> f64 {
-        self.headline(TEMPLATE_MEMORY_MB)
+        self.headline(template_memory_mb())
             .map_or(f64::NAN, |r| r.sustained)
     }
 
@@ -171,16 +185,23 @@ impl Deployed {
             return String::new();
         }
         let figure = format!(
-            "\n`redrive_msgs_per_s_deployed` = {:.0} at {TEMPLATE_MEMORY_MB} MB (goal ≥ {GOAL_MSGS_PER_S:.0}; the standard DLQ of 1 KB bodies, 10 % permanent).",
-            self.msgs_per_s()
+            "\n`redrive_msgs_per_s_deployed` = {:.0} at {} MB (goal ≥ {GOAL_MSGS_PER_S:.0}; the standard DLQ of 1 KB bodies, 10 % permanent).",
+            self.msgs_per_s(),
+            template_memory_mb()
         );
         let cost = |mb: u64| {
             self.cost_per_million(mb).map_or(String::new(), |c| {
-                format!(" A million replays cost ${c:.4} of Lambda time there (GB-s at ${}).", crate::cost::LAMBDA_GB_SECOND)
+                format!(
+                    " A million replays cost ${c:.4} of Lambda time there (GB-s at ${}).",
+                    crate::cost::LAMBDA_GB_SECOND
+                )
             })
         };
         match self.smallest_reaching_goal() {
-            Some(mb) => format!("{figure} The smallest memory size measured reaching it: {mb} MB.{}\n", cost(mb)),
+            Some(mb) => format!(
+                "{figure} The smallest memory size measured reaching it: {mb} MB.{}\n",
+                cost(mb)
+            ),
             None => format!("{figure} No memory size measured reached it.\n"),
         }
     }
@@ -320,7 +341,12 @@ fn cpu_seconds(pid: Option<u32>) -> f64 {
         .map_or("", |(_, rest)| rest)
         .split_whitespace()
         .collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     // SAFETY: sysconf only reads a constant.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     (ticks(11) + ticks(12)) / hz
@@ -395,9 +421,15 @@ impl Deployment {
     /// One invocation over a DLQ of `shape`; every replay must arrive.
     fn run(&mut self, shape: Shape, memory_mb: u64) -> Result<DeployedRun, String> {
         let (dlq, main) = (self.queue("resq-orders-dlq"), self.queue("resq-orders"));
-        seed(&self.sqs, &dlq, shape, &format!("d{}", rand::random::<u32>()));
+        seed(
+            &self.sqs,
+            &dlq,
+            shape,
+            &format!("d{}", rand::random::<u32>()),
+        );
         let event = json!({ "ratePerSecond": RATE }).to_string();
-        let (cpu_before, periods_before) = (cpu_seconds(self.function.pid()), periods(&self.cgroup));
+        let (cpu_before, periods_before) =
+            (cpu_seconds(self.function.pid()), periods(&self.cgroup));
         let mark = self.sqs.mark();
         let started = Instant::now();
         let ended = self
@@ -483,7 +515,7 @@ pub fn measure(binary: &Path, sizes: &[u64], scale: f64) -> Result<Deployed, Str
         "bench: the redriver as deployed (release binary, Lambda runtime API, cgroup CPU quota; SQS {SQS_MEDIAN_MS} ms log-normal)"
     );
     let mut out = Deployed::default();
-    if let Err(e) = CpuCgroup::create(TEMPLATE_MEMORY_MB) {
+    if let Err(e) = CpuCgroup::create(template_memory_mb()) {
         out.skipped = Some(e);
         return Ok(out);
     }
@@ -493,15 +525,15 @@ pub fn measure(binary: &Path, sizes: &[u64], scale: f64) -> Result<Deployed, Str
     };
     let shapes: Vec<Shape> = shapes().into_iter().map(scaled).collect();
     for fifo in [false, true] {
-        let mut d = Deployment::start(binary, TEMPLATE_MEMORY_MB, fifo)?;
-        warm(&mut d, TEMPLATE_MEMORY_MB)?;
+        let mut d = Deployment::start(binary, template_memory_mb(), fifo)?;
+        warm(&mut d, template_memory_mb())?;
         for shape in shapes.iter().filter(|s| s.fifo_groups.is_some() == fifo) {
-            out.runs.push(d.run(*shape, TEMPLATE_MEMORY_MB)?);
+            out.runs.push(d.run(*shape, template_memory_mb())?);
         }
     }
     let headline = scaled(HEADLINE);
-    for &mb in sizes.iter().filter(|mb| **mb != TEMPLATE_MEMORY_MB) {
-        if mb > TEMPLATE_MEMORY_MB && out.smallest_reaching_goal().is_some() {
+    for &mb in sizes.iter().filter(|mb| **mb != template_memory_mb()) {
+        if mb > template_memory_mb() && out.smallest_reaching_goal().is_some() {
             break;
         }
         let mut d = Deployment::start(binary, mb, false)?;
@@ -532,14 +564,33 @@ mod tests {
     fn the_figure_is_the_headline_at_the_template_memory_and_the_size_is_the_smallest_reaching_the_goal()
      {
         let d = Deployed {
-            runs: vec![run(256, 1300.0), run(512, 2400.0), run(1024, 2900.0), run(1769, 2950.0)],
+            runs: vec![
+                run(256, 1300.0),
+                run(512, 2400.0),
+                run(1024, 2900.0),
+                run(1769, 2950.0),
+            ],
             skipped: None,
         };
-        assert_eq!(d.msgs_per_s(), 1300.0);
+        assert_eq!(
+            d.msgs_per_s(),
+            d.headline(template_memory_mb()).unwrap().sustained
+        );
         assert_eq!(d.smallest_reaching_goal(), Some(1024));
         // 1e6 replays at 2,900/s: 344.8 s of 1 GB (1,024 MB / 1,024)
         let cost = d.cost_per_million(1024).unwrap();
-        assert!((cost - 344.83 * crate::cost::LAMBDA_GB_SECOND).abs() < 1e-6, "{cost}");
+        assert!(
+            (cost - 344.83 * crate::cost::LAMBDA_GB_SECOND).abs() < 1e-6,
+            "{cost}"
+        );
         assert_eq!(HEADLINE.replays(), 18_000);
+    }
+
+    #[test]
+    fn the_template_default_is_read_off_the_template() {
+        let t = "Parameters:\n  Other:\n    Default: 7\n  RedriverMemorySize:\n    Type: Number\n    # why\n    Default: 1024\n    MinValue: 128\n  Next:\n    Default: 3\n";
+        assert_eq!(template_default(t, "RedriverMemorySize"), Some(1024));
+        assert_eq!(template_default(t, "Missing"), None);
+        assert_eq!(template_memory_mb(), 1024);
     }
 }

@@ -393,7 +393,9 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
                 "redrive_msgs_per_s_deployed={:.0}; smallest size reaching {}: {smallest:?}, ${:.4} per million replays",
                 d.msgs_per_s(),
                 deployed::GOAL_MSGS_PER_S,
-                smallest.and_then(|mb| d.cost_per_million(mb)).unwrap_or(f64::NAN)
+                smallest
+                    .and_then(|mb| d.cost_per_million(mb))
+                    .unwrap_or(f64::NAN)
             );
         }
         Cmd::Event { records, out } => {

@@ -396,7 +396,9 @@ impl Report {
         t.push_str(&self.real_io.table());
         t.push('\n');
         t.push_str(&io_table(&self.io));
-        t.push_str("\nThe redriver against an SQS slowing under load (`bench/src/slowsqs.rs`):\n\n");
+        t.push_str(
+            "\nThe redriver against an SQS slowing under load (`bench/src/slowsqs.rs`):\n\n",
+        );
         t.push_str(&self.slow_sqs.table());
         for (series, points) in self.redrive_rate_vs_latency() {
             let points: Vec<String> = points

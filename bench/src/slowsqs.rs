@@ -120,9 +120,7 @@ impl SlowSqs {
 
     /// The table's rows.
     pub fn table(&self) -> String {
-        let mut out = format!(
-            "| SQS median (alone) | design | messages | s | msgs/s | unconfirmed | per 1,000 | landed in main |\n|---|---|---|---|---|---|---|---|\n"
-        );
+        let mut out = "| SQS median (alone) | design | messages | s | msgs/s | unconfirmed | per 1,000 | landed in main |\n|---|---|---|---|---|---|---|---|\n".to_owned();
         for r in &self.runs {
             out.push_str(&format!(
                 "| {} ms | {} | {} | {:.1} | {:.0} | {} | {:.2} | {} |\n",

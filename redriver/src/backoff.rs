@@ -173,12 +173,11 @@ mod tests {
         // GIVEN the limit of a run at 3,000/s (46 cycles) on a healthy SQS (15 ms, jittered)
         let t0 = Instant::now();
         let mut l = CycleLimit::new(46, true, t0);
-        let mut at = 0;
-        for i in 0..2_000u64 {
-            let latency = [12, 15, 18, 14, 30, 13][(i % 6) as usize];
+        // (a call sent each millisecond)
+        for at in 0..2_000u64 {
+            let latency = [12, 15, 18, 14, 30, 13][(at % 6) as usize];
             let (c, now) = call(t0, at, latency, Answer::Through);
             l.observe(c, now);
-            at += 1;
         }
         // THEN it never moved below nor above it
         assert_eq!((l.current(), l.lowest()), (46, 46));
