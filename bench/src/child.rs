@@ -249,8 +249,12 @@ pub async fn consumer_io(
 /// Which of the redriver's designs a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Design {
-    /// Several receive → settle cycles in flight under one token bucket (the default).
+    /// Several receive → settle cycles in flight under one token bucket, as many as SQS's
+    /// answers allow up to what the rate needs (the default).
     Pipelined,
+    /// The same pipeline with its cycles in flight fixed at what the rate needs, whatever SQS
+    /// answers (`with_back_off(false)`, the design before), for comparison.
+    Fixed,
     /// One batch in flight at a time (`with_max_cycles_in_flight(1)`, in the order received),
     /// for comparison.
     Sequential,
@@ -261,6 +265,7 @@ impl Design {
     pub fn name(self) -> &'static str {
         match self {
             Design::Pipelined => "pipelined",
+            Design::Fixed => "fixed",
             Design::Sequential => "sequential",
         }
     }
@@ -283,16 +288,26 @@ pub fn cpu_seconds() -> f64 {
 pub const RUN_DEADLINE: Duration = Duration::from_secs(900);
 
 /// One run of resq's redriver: DLQ → main queue at `rate`, `MAX_MESSAGES_PER_RUN=auto` (what
-/// the rate allows in the run's time), until the DLQ is empty.
+/// the rate allows in the run's time), until the DLQ is empty; with `call_timeout`, each SQS
+/// call (but the receives, which keep theirs) times out after it instead of resq's own (a
+/// stand-in's time scaled down).
 pub async fn redrive(
     endpoint: &str,
     dlq: &str,
     main: &str,
     rate: f64,
     design: Design,
+    call_timeout: Option<Duration>,
 ) -> Result<Value, String> {
     quiet_json_logs();
-    let sdk = resq_local::emulator::local_sdk_config(endpoint).await;
+    let mut sdk = resq_local::emulator::local_sdk_config(endpoint).await;
+    if let Some(t) = call_timeout {
+        let timeouts = aws_config::timeout::TimeoutConfig::builder()
+            .operation_attempt_timeout(t)
+            .operation_timeout(t * 3)
+            .build();
+        sdk = sdk.into_builder().timeout_config(timeouts).build();
+    }
     let config = RedriverConfig::from_vars(&vars(vec![
         ("MAIN_QUEUE_URL", main.into()),
         ("DLQ_URL", dlq.into()),
@@ -311,10 +326,14 @@ pub async fn redrive(
     .with_metrics(false)
     .with_receive_wait(0);
     let mut cycles = resq_redriver::plan::cycles_in_flight(rate);
-    if design == Design::Sequential {
+    match design {
         // one batch at a time, in the order received (no candidates held ahead)
-        engine = engine.with_max_cycles_in_flight(1).with_candidates_max(0);
-        cycles = 1;
+        Design::Sequential => {
+            engine = engine.with_max_cycles_in_flight(1).with_candidates_max(0);
+            cycles = 1;
+        }
+        Design::Fixed => engine = engine.with_back_off(false),
+        Design::Pipelined => {}
     }
     let (started, cpu_before) = (Instant::now(), cpu_seconds());
     let summary = engine.run(&request, Instant::now() + RUN_DEADLINE).await;

@@ -9,7 +9,15 @@
 //!
 //! [`FakeSqs::start_with_latency`] gives every call a fixed latency (the answer waits that
 //! long, a timer per connection, so calls on other connections go on meanwhile): SQS's own
-//! round trip, for the redriver's throughput rows.
+//! round trip, for the redriver's throughput rows. [`FakeSqs::start_with`] draws it from a
+//! seeded log-normal ([`Latency`]) and can make it rise with the calls in flight: a slow SQS.
+//! A call is carried out when its wait ends, whether or not its caller still waits: one the
+//! caller timed out on has taken effect, and its answer is lost (as on moto).
+//!
+//! A receive that waits (`WaitTimeSeconds`) and finds nothing looks again every 2 ms until a
+//! message comes or its wait ends, as SQS's long poll answers. A `.fifo` queue keeps each message's `MessageGroupId` and hands out no message of a group
+//! while another of that group is in flight, as SQS does. A visibility change to 0 makes a
+//! message visible again; a longer one keeps it hidden for the rest of the stand-in's life.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -27,6 +35,58 @@ struct Message {
     id: String,
     body: String,
     attributes: Value,
+    group: Option<String>,
+}
+
+/// How long the stand-in takes to answer a call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Latency {
+    /// The median latency of a call alone.
+    pub median: Duration,
+    /// The spread: the standard deviation of its logarithm (0: every call `median`).
+    pub sigma: f64,
+    /// With `Some(k)`, a call arriving with `n` calls in flight (its own included, and those
+    /// whose callers gave up) takes `1 + n / k` times as long: SQS slowing under load.
+    pub load: Option<f64>,
+    /// The random draws' seed.
+    pub seed: u64,
+}
+
+impl Latency {
+    /// Every call `d`, whatever the load.
+    pub fn fixed(d: Duration) -> Self {
+        Self {
+            median: d,
+            sigma: 0.0,
+            load: None,
+            seed: 0,
+        }
+    }
+
+    /// A call's latency, `z` a standard normal draw, with `in_flight` calls in flight.
+    pub fn of(&self, z: f64, in_flight: usize) -> Duration {
+        let load = self.load.map_or(1.0, |k| 1.0 + in_flight as f64 / k);
+        self.median.mul_f64((self.sigma * z).exp() * load)
+    }
+}
+
+/// The draws of [`Latency`]: standard normal (Box–Muller), seeded.
+struct Draws(rand::rngs::StdRng);
+
+impl Draws {
+    fn normal(&mut self) -> f64 {
+        use rand::Rng;
+        let u1: f64 = self.0.random_range(f64::EPSILON..1.0);
+        let u2: f64 = self.0.random();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+}
+
+/// What a call waits: the model, the draws, the calls in flight.
+struct Wait {
+    latency: Latency,
+    draws: Mutex<Draws>,
+    in_flight: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -61,14 +121,33 @@ impl FakeSqs {
     /// put) is answered `latency` after it arrived. Each connection is served by a task of its
     /// own, so a call waiting out its latency never holds up the others.
     pub fn start_with_latency(latency: Duration) -> Result<Self, String> {
+        Self::start_with(Latency::fixed(latency))
+    }
+
+    /// Starts it on a free loopback port; each call waits a latency drawn from `latency`
+    /// after it arrived, then is carried out and answered.
+    pub fn start_with(latency: Latency) -> Result<Self, String> {
+        use rand::SeedableRng;
         let log: Log = Arc::default();
         let state: Arc<Mutex<State>> = Arc::default();
+        let wait = Arc::new(Wait {
+            latency,
+            draws: Mutex::new(Draws(rand::rngs::StdRng::seed_from_u64(latency.seed))),
+            in_flight: Default::default(),
+        });
         let (l, s) = (log.clone(), state.clone());
         let addr = serve_on_thread(move |conn| {
-            let (log, state) = (l.clone(), s.clone());
+            let (log, state, wait) = (l.clone(), s.clone(), wait.clone());
             async move {
-                if let Err(e) = serve(conn, log, state, latency).await {
-                    eprintln!("stand-in SQS: connection ended: {e}");
+                match serve(conn, log, state, &wait).await {
+                    // a caller that gave up (its timeout) closed its connection
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                        ) => {}
+                    Err(e) => eprintln!("stand-in SQS: connection ended: {e}"),
+                    Ok(()) => {}
                 }
             }
         })?;
@@ -86,8 +165,18 @@ impl FakeSqs {
 
     /// Puts `bodies` in a queue, each with `attributes` (SQS JSON `MessageAttributes`).
     pub fn seed(&self, queue_url: &str, bodies: Vec<String>, attributes: &Value) {
+        let messages = bodies.into_iter().map(|b| (b, attributes.clone(), None));
+        self.seed_each(queue_url, messages);
+    }
+
+    /// Puts messages in a queue: each a body, its `MessageAttributes` and its group.
+    pub fn seed_each(
+        &self,
+        queue_url: &str,
+        messages: impl IntoIterator<Item = (String, Value, Option<String>)>,
+    ) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        for body in bodies {
+        for (body, attributes, group) in messages {
             let id = st.id();
             st.queues
                 .entry(queue_url.to_owned())
@@ -95,7 +184,8 @@ impl FakeSqs {
                 .push_back(Message {
                     id,
                     body,
-                    attributes: attributes.clone(),
+                    attributes,
+                    group,
                 });
         }
     }
@@ -132,17 +222,30 @@ async fn serve(
     mut conn: TcpStream,
     log: Log,
     state: Arc<Mutex<State>>,
-    latency: Duration,
+    wait: &Wait,
 ) -> std::io::Result<()> {
+    use std::sync::atomic::Ordering;
     let mut buf = Vec::with_capacity(16 * 1024);
     loop {
         let Some(request) = next_request(&mut conn, &mut buf).await? else {
             return Ok(());
         };
         let arrived = Instant::now();
+        let in_flight = wait.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        let z = match wait.latency.sigma {
+            0.0 => 0.0,
+            _ => wait
+                .draws
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .normal(),
+        };
+        let latency = wait.latency.of(z, in_flight);
         if !latency.is_zero() {
             tokio::time::sleep_until((arrived + latency).into()).await;
         }
+        // carried out now, whether or not its caller still waits for the answer
+        wait.in_flight.fetch_sub(1, Ordering::SeqCst);
         let target = request.header("x-amz-target");
         if target.is_none() && request.head.starts_with("PUT ") {
             // an S3 put (the consumer's order record, path-style): accepted, not kept
@@ -156,9 +259,19 @@ async fn serve(
         let body = request.body(&buf);
         let logged = classify(arrived, target, body);
         let input: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-        let (status, output) = {
-            let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
-            answer(&mut st, &logged.action, &input)
+        let wait = Duration::from_secs(input["WaitTimeSeconds"].as_u64().unwrap_or(0));
+        let until = Instant::now() + wait;
+        let (status, output) = loop {
+            let (status, output) = {
+                let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+                answer(&mut st, &logged.action, &input)
+            };
+            // a long poll that found nothing waits for a message, as SQS's does
+            let empty = output["Messages"].as_array().is_some_and(Vec::is_empty);
+            if !empty || Instant::now() >= until {
+                break (status, output);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
         };
         log.lock().unwrap_or_else(|e| e.into_inner()).push(logged);
         buf.drain(..request.end);
@@ -181,20 +294,22 @@ fn answer(st: &mut State, action: &str, input: &Value) -> (&'static str, Value) 
                 .unwrap_or(1)
                 .clamp(1, 10) as usize;
             let mut out = Vec::new();
-            for _ in 0..max {
-                let Some(m) = st.queues.get_mut(&queue).and_then(VecDeque::pop_front) else {
-                    break;
-                };
+            for m in take(st, &queue, max) {
                 let receipt = format!("rh-{}", st.id());
+                let mut attributes = json!({
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": chrono::Utc::now().timestamp_millis().to_string(),
+                });
+                if let Some(g) = &m.group {
+                    attributes["MessageGroupId"] = json!(g);
+                    attributes["MessageDeduplicationId"] = json!(m.id);
+                }
                 out.push(json!({
                     "MessageId": m.id,
                     "ReceiptHandle": receipt,
                     "MD5OfBody": "",
                     "Body": m.body,
-                    "Attributes": {
-                        "ApproximateReceiveCount": "1",
-                        "SentTimestamp": chrono::Utc::now().timestamp_millis().to_string(),
-                    },
+                    "Attributes": attributes,
                     "MessageAttributes": m.attributes,
                 }));
                 st.in_flight.insert(receipt, (queue.clone(), m));
@@ -207,6 +322,7 @@ fn answer(st: &mut State, action: &str, input: &Value) -> (&'static str, Value) 
                 id: id.clone(),
                 body: input["MessageBody"].as_str().unwrap_or("").to_owned(),
                 attributes: input["MessageAttributes"].clone(),
+                group: input["MessageGroupId"].as_str().map(str::to_owned),
             });
             ("200 OK", json!({ "MessageId": id, "MD5OfMessageBody": "" }))
         }
@@ -221,6 +337,7 @@ fn answer(st: &mut State, action: &str, input: &Value) -> (&'static str, Value) 
                         id: id.clone(),
                         body: e["MessageBody"].as_str().unwrap_or("").to_owned(),
                         attributes: e["MessageAttributes"].clone(),
+                        group: e["MessageGroupId"].as_str().map(str::to_owned),
                     });
                 ok.push(json!({ "Id": e["Id"], "MessageId": id, "MD5OfMessageBody": "" }));
             }
@@ -230,10 +347,16 @@ fn answer(st: &mut State, action: &str, input: &Value) -> (&'static str, Value) 
             let mut ok = Vec::new();
             for e in entries() {
                 let receipt = e["ReceiptHandle"].as_str().unwrap_or("");
-                if let Some((q, m)) = st.in_flight.remove(receipt)
-                    && action == "ChangeMessageVisibilityBatch"
-                {
-                    st.queues.entry(q).or_default().push_front(m);
+                let hide = e["VisibilityTimeout"].as_i64().unwrap_or(0) > 0;
+                match action {
+                    // hidden on: it stays in flight
+                    "ChangeMessageVisibilityBatch" if hide => {}
+                    "ChangeMessageVisibilityBatch" => {
+                        if let Some((q, m)) = st.in_flight.remove(receipt) {
+                            st.queues.entry(q).or_default().push_front(m);
+                        }
+                    }
+                    _ => _ = st.in_flight.remove(receipt),
                 }
                 ok.push(json!({ "Id": e["Id"] }));
             }
@@ -269,6 +392,37 @@ fn answer(st: &mut State, action: &str, input: &Value) -> (&'static str, Value) 
     }
 }
 
+/// Up to `max` messages off the front of `queue`; of a `.fifo` queue, none of a group with a
+/// message in flight (several of one group may go in one receive, in order).
+fn take(st: &mut State, queue: &str, max: usize) -> Vec<Message> {
+    let Some(q) = st.queues.get_mut(queue) else {
+        return Vec::new();
+    };
+    if !queue.ends_with(".fifo") {
+        let n = max.min(q.len());
+        return q.drain(..n).collect();
+    }
+    let locked: std::collections::HashSet<&str> = st
+        .in_flight
+        .values()
+        .filter(|(q, _)| q == queue)
+        .filter_map(|(_, m)| m.group.as_deref())
+        .collect();
+    // in queue order, so a group's messages go in order
+    let picked: Vec<usize> = (q.iter().enumerate())
+        .filter(|(_, m)| !locked.contains(m.group.as_deref().unwrap_or_default()))
+        .map(|(i, _)| i)
+        .take(max)
+        .collect();
+    let mut out: Vec<Message> = picked
+        .into_iter()
+        .rev()
+        .filter_map(|i| q.remove(i))
+        .collect();
+    out.reverse();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +447,7 @@ mod tests {
                 &main,
                 1000.0,
                 crate::child::Design::Pipelined,
+                None,
             ))
             .unwrap();
         // THEN every message moved, in three batches, and both logs saw the same requests

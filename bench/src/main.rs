@@ -10,6 +10,7 @@ mod chart;
 mod child;
 mod coldstart;
 mod cost;
+mod deployed;
 mod event;
 mod fakesqs;
 mod fleet;
@@ -24,6 +25,7 @@ mod realio;
 mod run;
 mod s3standin;
 mod scale;
+mod slowsqs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -57,6 +59,22 @@ enum Cmd {
     /// the stand-in SQS with latency per call, then drains on LocalStack; prints its rows and
     /// figures, and draws its picture into `--work`.
     RedriveScale(Box<options::Options>),
+    /// Only the redriver against an SQS slowing under load (part of `run`): its pipeline that
+    /// backs off beside the fixed one; prints its rows and figures, writes nothing.
+    RedriveSlowSqs(Box<options::Options>),
+    /// Only the redriver as deployed (part of `run`): the release binary under its memory
+    /// size's CPU quota; prints its rows and figures, writes nothing.
+    RedriveDeployed {
+        /// The redriver's release binary.
+        #[arg(long, default_value = "target/release/redriver")]
+        binary: PathBuf,
+        /// Memory sizes tried when the template's falls short, MB.
+        #[arg(long, value_delimiter = ',', default_value = "256,512,1024,1769")]
+        sizes: Vec<u64>,
+        /// Scales every DLQ's messages (a quick look).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+    },
     /// Child: one invocation of resq's consumer engine on an event file.
     Consumer { event: PathBuf },
     /// Child: one invocation of resq's consumer engine with an effect that waits `latency_ms`.
@@ -157,6 +175,13 @@ enum Cmd {
         /// One batch in flight at a time (the design before pipelining), for comparison.
         #[arg(long)]
         sequential: bool,
+        /// The cycles in flight fixed at what the rate needs (the design before they backed
+        /// off), for comparison.
+        #[arg(long)]
+        fixed: bool,
+        /// Each SQS call but the receives times out after this many ms (a stand-in's time).
+        #[arg(long)]
+        call_timeout_ms: Option<u64>,
     },
     /// Writes the consumer's benchmark event.
     Event {
@@ -210,9 +235,6 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
                 localstack,
             };
             println!("{}", scale.table());
-            std::fs::create_dir_all(&o.work).map_err(|e| format!("{}: {e}", o.work.display()))?;
-            pictures::write_redrive(&o.work, &scale)?;
-            println!("picture: {}", o.work.join(pictures::REDRIVE_SVG).display());
             println!("{}", scale.summary());
         }
         Cmd::Io {
@@ -360,10 +382,13 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
             main_queue_url,
             rate,
             sequential,
+            fixed,
+            call_timeout_ms,
         } => {
-            let design = match sequential {
-                true => child::Design::Sequential,
-                false => child::Design::Pipelined,
+            let design = match (sequential, fixed) {
+                (true, _) => child::Design::Sequential,
+                (false, true) => child::Design::Fixed,
+                (false, false) => child::Design::Pipelined,
             };
             let out = rt()?.block_on(child::redrive(
                 &endpoint,
@@ -371,8 +396,42 @@ fn dispatch(cmd: Cmd) -> Result<(), String> {
                 &main_queue_url,
                 rate,
                 design,
+                call_timeout_ms.map(std::time::Duration::from_millis),
             ))?;
             println!("{out}");
+        }
+        Cmd::RedriveSlowSqs(o) => {
+            let s = slowsqs::measure(
+                o.slow_sqs_messages,
+                &o.slow_sqs_medians_ms,
+                o.slow_sqs_chart_messages,
+            )?;
+            println!("{}", s.table());
+            let (adaptive, fixed) = s.drain_rates();
+            println!(
+                "redrive_unconfirmed_per_1000={:.2} drain msgs/s: backs off {adaptive:.0}, fixed {fixed:.0}",
+                s.unconfirmed_per_1000()
+            );
+            std::fs::create_dir_all(&o.work).map_err(|e| format!("{}: {e}", o.work.display()))?;
+            pictures::write_redrive(&o.work, &s.series())?;
+            println!("picture: {}", o.work.join(pictures::REDRIVE_SVG).display());
+        }
+        Cmd::RedriveDeployed {
+            binary,
+            sizes,
+            scale,
+        } => {
+            let d = deployed::measure(&binary, &sizes, scale)?;
+            println!("{}", d.table());
+            let smallest = d.smallest_reaching_goal();
+            println!(
+                "redrive_msgs_per_s_deployed={:.0}; smallest size reaching {}: {smallest:?}, ${:.4} per million replays",
+                d.msgs_per_s(),
+                deployed::GOAL_MSGS_PER_S,
+                smallest
+                    .and_then(|mb| d.cost_per_million(mb))
+                    .unwrap_or(f64::NAN)
+            );
         }
         Cmd::Event { records, out } => {
             let e = event::sqs_event(records, 5.0, 42);

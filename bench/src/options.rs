@@ -117,6 +117,16 @@ pub struct Options {
     /// throttling run).
     #[arg(long, default_value_t = 1000.0)]
     pub io_throttle_rate: f64,
+    /// The redriver against an SQS slowing under load (`slowsqs`): messages of the headline
+    /// runs (each design; 0: none).
+    #[arg(long, default_value_t = 20_000)]
+    pub slow_sqs_messages: usize,
+    /// The same: SQS's median latencies (alone) of the chart's points, ms.
+    #[arg(long, value_delimiter = ',', default_value = "5,15,50")]
+    pub slow_sqs_medians_ms: Vec<u64>,
+    /// The same: messages of each chart point's runs.
+    #[arg(long, default_value_t = 4_000)]
+    pub slow_sqs_chart_messages: usize,
     /// The throttling run's batch.
     #[arg(long, default_value_t = 1000)]
     pub io_throttle_records: usize,

@@ -6,7 +6,6 @@ use std::path::Path;
 
 use crate::chart::{self, Chart, Points};
 use crate::realio;
-use crate::scale::Scale;
 
 /// The I/O comparison's file, beside RESULTS.md.
 pub const IO_SVG: &str = "io.svg";
@@ -26,35 +25,19 @@ pub fn io_chart((title, series): &realio::Chart) -> Chart {
     }
 }
 
-/// Messages/s against SQS's latency per call, one line per design: the stand-in's injected
-/// latency and LocalStack's measured mean wait per call.
-pub fn redrive_chart(scale: &Scale) -> Chart {
-    let series = [
-        crate::child::Design::Pipelined,
-        crate::child::Design::Sequential,
-    ]
-    .into_iter()
-    .map(|design| {
-        let mut points: Points = Vec::new();
-        if let Some(d) = scale.design(design) {
-            points.push((scale.latency.as_secs_f64() * 1000.0, d.msgs_per_s()));
-        }
-        for ls in scale.localstack.iter().filter(|l| l.design == design) {
-            points.push((ls.cycle_ms() / 3.0, ls.msgs_per_s()));
-        }
-        (design.name().to_owned(), points)
-    })
-    .collect();
+/// Messages/s against SQS's median latency per call, one line per design, on an SQS that slows
+/// under load ([`crate::run::Report::redrive_rate_vs_latency`]).
+pub fn redrive_chart(series: &[(String, Points)]) -> Chart {
     Chart {
         title: format!(
-            "The redriver at {}/s: rate against SQS latency",
+            "The redriver at {}/s against an SQS that slows under load: rate against SQS latency",
             chart::label(crate::scale::SCALE_RATE)
         ),
-        x_label: "SQS latency per call, ms (stand-in: injected; LocalStack: mean wait)".into(),
+        x_label: "SQS latency per call alone, ms (median; more with the calls in flight)".into(),
         y_label: "messages/s".into(),
         x_log: true,
-        y_log: false,
-        series,
+        y_log: true,
+        series: series.to_vec(),
     }
 }
 
@@ -71,8 +54,8 @@ pub fn write_io(dir: &Path, charts: &[realio::Chart]) -> Result<String, String> 
 }
 
 /// Writes the redriver's picture into `dir`; returns the Markdown that shows it.
-pub fn write_redrive(dir: &Path, scale: &Scale) -> Result<String, String> {
-    let svg = redrive_chart(scale).svg();
+pub fn write_redrive(dir: &Path, series: &[(String, Points)]) -> Result<String, String> {
+    let svg = redrive_chart(series).svg();
     save(
         dir,
         REDRIVE_SVG,
@@ -82,8 +65,12 @@ pub fn write_redrive(dir: &Path, scale: &Scale) -> Result<String, String> {
 }
 
 /// Both pictures into `dir` (where RESULTS.md is), and the Markdown that shows them.
-pub fn write(dir: &Path, io: &[realio::Chart], scale: &Scale) -> Result<String, String> {
-    Ok(write_io(dir, io)? + &write_redrive(dir, scale)?)
+pub fn write(
+    dir: &Path,
+    io: &[realio::Chart],
+    redrive: &[(String, Points)],
+) -> Result<String, String> {
+    Ok(write_io(dir, io)? + &write_redrive(dir, redrive)?)
 }
 
 fn save(dir: &Path, name: &str, svg: &str, alt: &str) -> Result<String, String> {
@@ -115,12 +102,8 @@ mod tests {
     fn both_pictures_are_written_beside_the_results_and_linked_relative_to_them() {
         let dir = std::env::temp_dir().join(format!("resq-pictures-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let scale = Scale {
-            latency: std::time::Duration::from_millis(10),
-            designs: Vec::new(),
-            localstack: Vec::new(),
-        };
-        let md = write(&dir, &[], &scale).unwrap();
+        let redrive = vec![("backs off".to_owned(), vec![(5.0, 1713.0), (50.0, 160.0)])];
+        let md = write(&dir, &[], &redrive).unwrap();
         assert_eq!(
             md,
             format!(

@@ -118,6 +118,11 @@ pub struct Report {
     /// The redriver at scale: pipelined against sequential, on the stand-in SQS with latency
     /// and on LocalStack.
     pub scale: crate::scale::Scale,
+    /// The redriver against an SQS slowing under load: its pipeline that backs off beside the
+    /// fixed one.
+    pub slow_sqs: crate::slowsqs::SlowSqs,
+    /// The redriver as deployed: the release binary under its memory size's CPU quota.
+    pub deployed: crate::deployed::Deployed,
     /// Zip sizes in bytes: (consumer, redriver).
     pub zip_bytes: (u64, u64),
     /// Median init in ms, as deployed (`SSL_CERT_FILE` set): (consumer, redriver).
@@ -193,7 +198,7 @@ impl Report {
     pub fn summary_line(&self) -> String {
         let (_, base_rpm) = self.requests_per_msg();
         format!(
-            "bench: consumer_speedup={:.1} redrive_speedup={:.1} redrive_requests_per_msg_depth={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} {} engine_efficiency={:.2} unit_cost_per_m_healthy={:.4} rejected_6mb_rss_mb={:.1} rate_error_pct_localstack={:.2} redrive_msgs_per_s={:.0} drain_1m_minutes={:.1} outage_cost_ratio={:.2} {}",
+            "bench: consumer_speedup={:.1} redrive_speedup={:.1} redrive_requests_per_msg_depth={:.3} baseline_requests_per_msg={:.3} rate_error_pct={:.2} zip_kb_consumer={} zip_kb_redriver={} init_ms={:.1} {} engine_efficiency={:.2} unit_cost_per_m_healthy={:.4} rejected_6mb_rss_mb={:.1} rate_error_pct_localstack={:.2} redrive_msgs_per_s={:.0} drain_1m_minutes={:.1} outage_cost_ratio={:.2} {} redrive_msgs_per_s_deployed={:.0} redrive_unconfirmed_per_1000={:.2}",
             self.consumer_speedup(),
             self.redrive_speedup(),
             self.scale.requests_per_msg_depth(),
@@ -213,7 +218,15 @@ impl Report {
             self.scale.drain_1m_minutes(),
             self.unit.outage_cost_ratio(),
             self.fleet.summary(),
+            self.deployed.msgs_per_s(),
+            self.slow_sqs.unconfirmed_per_1000(),
         )
+    }
+
+    /// The redriver's rate against SQS's latency (the chart): one series per design, (median
+    /// latency of a call alone, ms; messages/s).
+    pub fn redrive_rate_vs_latency(&self) -> Vec<(String, Vec<(f64, f64)>)> {
+        self.slow_sqs.series()
     }
 
     /// The results as a Markdown table (also what stdout shows).
@@ -389,6 +402,21 @@ impl Report {
         t.push_str(&self.real_io.table());
         t.push('\n');
         t.push_str(&io_table(&self.io));
+        t.push_str(
+            "\nThe redriver against an SQS slowing under load (`bench/src/slowsqs.rs`):\n\n",
+        );
+        t.push_str(&self.slow_sqs.table());
+        for (series, points) in self.redrive_rate_vs_latency() {
+            let points: Vec<String> = points
+                .iter()
+                .map(|(ms, rate)| format!("{ms:.0} ms → {rate:.0}/s"))
+                .collect();
+            t.push_str(&format!("\n{series}: {}", points.join(", ")));
+        }
+        t.push('\n');
+        t.push_str("\nThe redriver as deployed (`bench/src/deployed.rs`):\n\n");
+        t.push_str(&self.deployed.table());
+        t.push_str(&self.deployed.statement());
         t.push_str(&format!(
             "\nCost per million orders at {:.0} % permanent and {:.0} % transient failures (`bench/src/cost.rs`):\n\n",
             PERMANENT_SHARE * 100.0,
@@ -625,6 +653,12 @@ pub fn run(o: &Options) -> Result<Report, String> {
         localstack: scale::localstack(o, &localstack, &rt)?,
     };
     drop(localstack);
+    let slow_sqs = crate::slowsqs::measure(
+        o.slow_sqs_messages,
+        &o.slow_sqs_medians_ms,
+        o.slow_sqs_chart_messages,
+    )?;
+    let deployed = crate::deployed::measure(&o.redriver_bin, &crate::deployed::SIZES_MB, 1.0)?;
 
     let zip = |f: &str| {
         let p = o.zips.join(f).join("bootstrap.zip");
@@ -694,6 +728,8 @@ pub fn run(o: &Options) -> Result<Report, String> {
         rates,
         rates_localstack,
         scale,
+        slow_sqs,
+        deployed,
         zip_bytes,
         init_ms: (consumer_init.1, redriver_init.1),
         coldstart_runs: o.coldstart_runs,
@@ -1181,7 +1217,11 @@ pub fn write_results(path: &Path, report: &Report, versions: &str) -> Result<(),
     const BEGIN: &str = "<!-- bench:begin (written by `make bench`) -->";
     const END: &str = "<!-- bench:end -->";
     let dir = path.parent().unwrap_or(Path::new("."));
-    let pictures = crate::pictures::write(dir, &report.real_io.wall_charts(), &report.scale)?;
+    let pictures = crate::pictures::write(
+        dir,
+        &report.real_io.wall_charts(),
+        &report.redrive_rate_vs_latency(),
+    )?;
     let generated = format!(
         "{BEGIN}\n## Latest run\n\n{} on {}.\n{versions}\n\n{pictures}{}\n```\n{}\n```\n{END}",
         report.date,

@@ -543,7 +543,7 @@ pub fn stand_in(o: &Options) -> Result<(Duration, Vec<DesignFigures>), String> {
         for i in order {
             let n = match designs[i] {
                 Design::Sequential => n.min(o.sequential_max_messages.max(20)),
-                Design::Pipelined => n,
+                Design::Pipelined | Design::Fixed => n,
             };
             let (run, log) = stand_in_run(&sqs, designs[i], rate, n)?;
             figures[i].rates.push(run);

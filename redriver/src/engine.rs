@@ -142,6 +142,14 @@ impl<Q: Queues, S: ObjectStore, A: Alarms, M: EventSourceMappings> Redriver<Q, S
         self
     }
 
+    /// Whether the cycles in flight adapt to SQS's answers (the default,
+    /// [`crate::backoff::CycleLimit`]); `false` keeps them at what the rate needs, the fixed
+    /// pipeline before it, for comparison.
+    pub fn with_back_off(mut self, adapts: bool) -> Self {
+        self.tuning.backs_off = adapts;
+        self
+    }
+
     /// The most replay candidates a run holds ahead to deal out by group (default
     /// [`crate::fair::MAX_CANDIDATES`]); 0 replays in the order received. An operator's run
     /// holds about what it replays.

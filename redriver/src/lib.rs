@@ -73,6 +73,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod backoff;
 pub mod breaker;
 pub mod classify;
 pub mod config;

@@ -11,6 +11,7 @@ use resq::reason::ArchiveReason;
 use resq::settle::{Action, ActionId, Confirmation, Plan, QueueUrl, Report, SettleError};
 use resq::sqs::ReceivedMessage;
 
+use crate::backoff::{Answer, Call};
 use crate::classify::{self, Rules, Verdict};
 
 /// The two queues of a run.
@@ -115,6 +116,46 @@ impl Cycle {
         (count(Fate::is_replay) as u64, count(kept) as u64)
     }
 
+    /// The SQS calls that carried its copies and deletes, once each, as [`CycleLimit`] takes
+    /// them in: a call answered (done or refused), throttled, or not answered (it timed out or
+    /// broke). A call cut off by the run's deadline, or not attempted, says nothing of SQS.
+    ///
+    /// [`CycleLimit`]: crate::backoff::CycleLimit
+    pub fn calls(&self, r: &Report) -> Vec<Call> {
+        let mut calls: Vec<Call> = Vec::new();
+        let ids = self.items.iter().flat_map(|(_, fate)| match *fate {
+            Fate::Redrive { copy, delete } | Fate::Explain { copy, delete } => vec![copy, delete],
+            Fate::Archive { delete, .. } | Fate::ReplayedBefore { delete } => vec![delete],
+            Fate::Kept(_) | Fate::Held(_) => vec![],
+        });
+        for id in ids {
+            let (Some(sent), Some(latency)) = (r.started_at(id), r.took(id)) else {
+                continue;
+            };
+            let answer = match r.get(id) {
+                Confirmation::Failed(SettleError::Refused(e)) if is_throttling(e) => {
+                    Answer::Throttled
+                }
+                Confirmation::Failed(SettleError::Unanswered(Some(_))) => Answer::Unanswered,
+                Confirmation::Failed(SettleError::Unanswered(None))
+                | Confirmation::NotAttempted(_) => continue,
+                Confirmation::Confirmed(_) | Confirmation::Failed(SettleError::Refused(_)) => {
+                    Answer::Through
+                }
+            };
+            let call = Call {
+                sent,
+                latency,
+                answer,
+            };
+            // the entries of one batch call share its start and its answer
+            if !calls.iter().any(|c| (c.sent, c.latency) == (sent, latency)) {
+                calls.push(call);
+            }
+        }
+        calls
+    }
+
     /// Its FIFO groups with a replay SQS refused.
     pub fn refused_groups(&self, r: &Report) -> HashSet<String> {
         let refused = |copy| matches!(r.get(copy), Confirmation::Failed(SettleError::Refused(_)));
@@ -124,6 +165,20 @@ impl Cycle {
             .filter_map(|(m, _)| m.group_id().map(str::to_owned))
             .collect()
     }
+}
+
+/// SQS said it is throttling: `RequestThrottled`, `ThrottlingException`, `ServiceUnavailable`
+/// (its HTTP 503), `RequestLimitExceeded`.
+fn is_throttling(e: &resq::error::AwsError) -> bool {
+    let code = e.code.as_deref().unwrap_or_default().to_ascii_lowercase();
+    [
+        "throttl",
+        "serviceunavailable",
+        "requestlimitexceeded",
+        "slowdown",
+    ]
+    .iter()
+    .any(|c| code.contains(c))
 }
 
 /// What a cycle may do.

@@ -35,6 +35,7 @@ use resq::reason::{ArchiveReason, ErrorCode};
 use resq::settle::{ActionId, Confirmation, Deadlines, Plan, Report, SettleError, Unattempted};
 use resq::sqs::{MAX_BATCH, ReceivedMessage};
 
+use crate::backoff::{Answer, Call, CycleLimit};
 use crate::breaker::{self, AlarmState, Breaker};
 use crate::classify::{self, Rules};
 use crate::consumer_breaker::{self as consumer, ConsumerView, Holder, Verdict};
@@ -96,6 +97,9 @@ pub struct Tuning {
     /// The most receive → settle cycles in flight ([`plan::MAX_CYCLES_IN_FLIGHT`]; 1 is the
     /// sequential design).
     pub max_cycles: usize,
+    /// The cycles in flight adapt to SQS's answers ([`CycleLimit`]); `false` keeps them at
+    /// what the rate needs, the fixed pipeline before it, for comparison.
+    pub backs_off: bool,
     /// The most replay candidates a run holds ahead to deal out by group
     /// ([`fair::MAX_CANDIDATES`]; 0 replays in the order received, the design before fair
     /// replay).
@@ -114,6 +118,7 @@ impl Default for Tuning {
             breaker_recheck: BREAKER_RECHECK,
             in_flight_max: IN_FLIGHT_MAX,
             max_cycles: plan::MAX_CYCLES_IN_FLIGHT,
+            backs_off: true,
             candidates_max: fair::MAX_CANDIDATES,
             read_on_hold: None,
         }
@@ -323,8 +328,11 @@ enum Purpose {
 /// The cycles in flight and what governs them.
 #[derive(Debug)]
 struct Window {
-    /// The most cycles in flight: enough for the rate ([`plan::cycles_in_flight`]).
+    /// The most cycles in flight: what [`CycleLimit`] allows now, within what the rate needs
+    /// ([`plan::cycles_in_flight`]).
     depth: usize,
+    /// The cycles in flight, adapted to SQS's answers.
+    limit: CycleLimit,
     /// The most replays planned ahead of the token bucket ([`plan::replays_ahead`]).
     ahead: u64,
     /// Cycles in flight now may number this many: it starts at 2 and doubles with each full
@@ -466,7 +474,12 @@ impl Run {
         let max_messages = request
             .max_messages
             .map_or_else(|| plan::auto_budget(rate, time), u64::from);
-        let depth = plan::cycles_in_flight(rate).min(tuning.max_cycles);
+        let limit = CycleLimit::new(
+            plan::cycles_in_flight(rate).min(tuning.max_cycles),
+            tuning.backs_off,
+            now.instant,
+        );
+        let depth = limit.current();
         Self {
             summary: Summary::new(request.dry_run, rate),
             rules: Rules::of(request, config),
@@ -479,6 +492,7 @@ impl Run {
             stage: Stage::Breaker(false),
             window: Window {
                 depth,
+                limit,
                 ahead: plan::replays_ahead(rate),
                 open: depth.min(2),
                 cycles: 0,
@@ -879,9 +893,11 @@ impl Run {
         }
         self.pace.rate = rate;
         self.pace.changes.push((now.instant, rate));
-        let depth = plan::cycles_in_flight(rate).min(self.tuning.max_cycles);
-        (self.window.depth, self.window.ahead) = (depth, plan::replays_ahead(rate));
-        self.window.open = self.window.open.min(depth);
+        let w = &mut self.window;
+        w.limit
+            .set_cap(plan::cycles_in_flight(rate).min(self.tuning.max_cycles));
+        w.ahead = plan::replays_ahead(rate);
+        self.resize();
         let peak = self.summary.ramped_to.unwrap_or(self.pace.base).max(rate);
         self.summary.ramped_to = (peak > self.pace.base).then_some(peak);
         tracing::info!(rate_per_second = rate, "replay rate");
@@ -948,6 +964,16 @@ impl Run {
         };
         // a short batch is common in a standard queue: only an empty one says drained
         w.drained = false;
+        // a receive that brought messages did not wait out its long poll: SQS's latency
+        let latency = now.instant.saturating_duration_since(receive.at);
+        let answer = Answer::Through;
+        let call = Call {
+            sent: receive.at,
+            latency,
+            answer,
+        };
+        w.limit.observe(call, now.instant);
+        self.resize();
         self.gathered += batch.len();
         if batch.len() == MAX_BATCH {
             self.window.open = (self.window.open * 2).min(self.receive_depth());
@@ -979,6 +1005,10 @@ impl Run {
                 let w = &mut self.window;
                 (w.cycles, w.probe) = (w.cycles - 1, true);
                 w.dealt -= usize::from(dealt);
+                for call in cycle.calls(&report) {
+                    w.limit.observe(call, now.instant);
+                }
+                self.resize();
                 // a copy that could not start or was not answered stops receiving only at the
                 // deadline margin: one call the SDK timed out earlier (its messages reappear
                 // by themselves after the run) ends nothing
@@ -1027,6 +1057,13 @@ impl Run {
         self.summary.elapsed_ms = elapsed.as_millis() as u64;
         self.summary.groups_served = self.served.count();
         (self.summary, self.listed.unwrap_or_default())
+    }
+
+    /// The window at what its limit allows now.
+    fn resize(&mut self) {
+        let w = &mut self.window;
+        w.depth = w.limit.current();
+        w.open = w.open.min(w.depth);
     }
 
     /// The cycles start, with `hidden` kept messages hidden by earlier runs (`None`: not
@@ -2676,6 +2713,43 @@ mod tests {
         let summary = world.drive(run, late);
         assert_eq!(summary.stopped_by, StopReason::Deadline, "{summary:?}");
         assert_eq!((summary.failed, world.in_flight.len()), (10, 10));
+    }
+
+    #[test]
+    fn a_send_that_times_out_halves_the_cycles_in_flight_and_stays_unconfirmed() {
+        // GIVEN a run at 3,000/s (46 cycles in flight) whose first cycle's send times out
+        let cfg = config(&[("REDRIVE_RATE_PER_SECOND", "3000")]);
+        let now = start();
+        let mut run = run_of(&RunRequest::defaults(&cfg), &cfg, in_order(), now);
+        assert_eq!(run.window.depth, plan::cycles_in_flight(3000.0));
+        let mut world = World::new(fresh(30, "m"));
+        let command = run.poll(now).unwrap();
+        world.answer(&mut run, command, now);
+        let Some(Command::Receive(r)) = run.poll(now) else {
+            panic!()
+        };
+        run.handle_received(r, Ok(world.receive()), now);
+        let Some(Command::Settle { id, plan, .. }) = run.poll(now) else {
+            panic!()
+        };
+        let timeout = resq::error::AwsError {
+            kind: resq::error::AwsErrorKind::Timeout,
+            ..resq::error::AwsError::local("operation attempt timed out")
+        };
+        let unanswered = Confirmation::Failed(SettleError::Unanswered(Some(timeout)));
+        let later = now.after(Duration::from_secs(1));
+        run.handle_settled(
+            id,
+            Report::of(&plan, now.instant, |_| unanswered.clone()),
+            later,
+        );
+        // THEN fewer cycles go at once, not more
+        assert_eq!(run.window.depth, plan::cycles_in_flight(3000.0) / 2);
+        // AND the rest goes as before, while the 10 unconfirmed are neither deleted, nor
+        // released, nor sent again by this run: they reappear after it, once each
+        let summary = world.drive(run, later);
+        assert_eq!((summary.redriven, summary.failed), (20, 10), "{summary:?}");
+        assert_eq!((world.main.len(), world.in_flight.len()), (20, 10));
     }
 
     #[test]

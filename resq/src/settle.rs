@@ -235,6 +235,8 @@ pub enum Unattempted {
 pub struct Report {
     results: Vec<Confirmation>,
     started: Vec<Option<Instant>>,
+    /// How long the call carrying each action took to be answered (its last attempt).
+    took: Vec<Option<Duration>>,
 }
 
 impl Report {
@@ -246,16 +248,23 @@ impl Report {
     pub fn of(plan: &Plan, at: Instant, mut answer: impl FnMut(&Action) -> Confirmation) -> Self {
         let mut results: Vec<Confirmation> = Vec::with_capacity(plan.len());
         let mut started = Vec::with_capacity(plan.len());
+        let mut took = Vec::with_capacity(plan.len());
         for (action, after) in &plan.steps {
             let blocked = after.is_some_and(|a| !results[a].is_confirmed());
             let result = match blocked {
                 true => Confirmation::NotAttempted(Unattempted::Blocked),
                 false => answer(action),
             };
-            started.push((!matches!(result, Confirmation::NotAttempted(_))).then_some(at));
+            let attempted = !matches!(result, Confirmation::NotAttempted(_));
+            started.push(attempted.then_some(at));
+            took.push(attempted.then_some(Duration::ZERO));
             results.push(result);
         }
-        Self { results, started }
+        Self {
+            results,
+            started,
+            took,
+        }
     }
 
     /// What became of action `id`.
@@ -266,6 +275,12 @@ impl Report {
     /// When the call carrying action `id` started (none if it was not attempted).
     pub fn started_at(&self, id: ActionId) -> Option<Instant> {
         self.started[id.0]
+    }
+
+    /// How long the call carrying action `id` waited for its answer (none if it was not
+    /// attempted): SQS's or S3's latency as the caller saw it.
+    pub fn took(&self, id: ActionId) -> Option<Duration> {
+        self.took[id.0]
     }
 
     /// Every action's confirmation, in plan order.
@@ -310,8 +325,9 @@ impl Call<'_> {
     }
 }
 
-/// What a call reports: per action, what became of it and when its call started.
-type Outcomes = Vec<(usize, Confirmation, Option<Instant>)>;
+/// What a call reports: per action, what became of it, and when its call started and was
+/// answered.
+type Outcomes = Vec<(usize, Confirmation, Option<(Instant, Instant)>)>;
 
 /// Carries out plans against SQS and S3.
 #[derive(Debug, Clone)]
@@ -355,6 +371,7 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
         let n = plan.len();
         let mut results: Vec<Option<Confirmation>> = vec![None; n];
         let mut started = vec![None; n];
+        let mut took = vec![None; n];
         let mut retried = vec![false; n];
         let mut part = 0;
         let run = format!("{:016x}", rand::random::<u64>());
@@ -377,7 +394,8 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
             let done = sqs_done.into_iter().chain(s3_done);
             let mut again = Vec::new();
             for (i, confirmation, at) in done.into_iter().flatten() {
-                started[i] = started[i].or(at);
+                started[i] = started[i].or(at.map(|(at, _)| at));
+                took[i] = at.map(|(at, answered)| answered.saturating_duration_since(at));
                 let refused_delete = matches!(plan.steps[i].0, Action::Delete { .. })
                     && matches!(confirmation, Confirmation::Failed(SettleError::Refused(_)));
                 if refused_delete && !retried[i] && Instant::now() < by.settle_by {
@@ -400,6 +418,7 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
                 .map(|r| r.unwrap_or(Confirmation::Failed(SettleError::Unanswered(None))))
                 .collect(),
             started,
+            took,
         }
     }
 
@@ -494,7 +513,7 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
         for &(i, message) in go {
             match self.offload(message, by.move_by).await {
                 Ok(copy) => sendable.push((i, copy)),
-                Err(failed) => out.push((i, failed, Some(Instant::now()))),
+                Err(failed) => out.push((i, failed, Some((Instant::now(), Instant::now())))),
             }
         }
         let (ids, messages): (Vec<usize>, Vec<Cow<'_, OutgoingMessage>>) =
@@ -570,11 +589,12 @@ async fn answered<T>(
         Ok(Err(e)) => vec![Confirmation::Failed(SettleError::Unanswered(Some(e))); ids.len()],
         Err(_) => vec![Confirmation::Failed(SettleError::Unanswered(None)); ids.len()],
     };
+    let answered = Instant::now();
     let missing = Confirmation::Failed(SettleError::Unanswered(None));
     let per_entry = per_entry.into_iter().chain(std::iter::repeat(missing));
     ids.into_iter()
         .zip(per_entry)
-        .map(|(i, c)| (i, c, Some(at)))
+        .map(|(i, c)| (i, c, Some((at, answered))))
         .collect()
 }
 

@@ -2535,11 +2535,12 @@ fn the_consumers_mapping_counts_its_events_and_takes_provisioned_pollers_or_a_ca
         ]),
         (None, Some(("2".to_owned(), "20".to_owned())))
     );
-    // AND the redriver's memory is a parameter, 256 MB as before by default
+    // AND the redriver's memory is a parameter, 1,024 MB by default (its CPU share drains at
+    // 2,500/s and more: bench/RESULTS.md)
     let redriver = &t["Resources"]["RedriverFunction"]["Properties"];
     assert_eq!(redriver["MemorySize"], json!({"Ref": "RedriverMemorySize"}));
     assert_eq!(
         number(&t["Parameters"]["RedriverMemorySize"]["Default"]),
-        256.0
+        1024.0
     );
 }
