@@ -626,12 +626,6 @@ async fn the_next_invocation_resumes_the_limit_where_the_last_one_left_it() {
     consumer.process(batch("b", 200), later()).await.unwrap();
     // THEN its first wave runs as many at once as the first left (over 32), not 64 again
     let starts = effect.0.in_flight_at_start.lock().unwrap().clone();
-    eprintln!(
-        "{} {:?} {:?}",
-        starts.len(),
-        &starts[500..600],
-        &starts[600..700]
-    );
     let wave = *starts[600..664].iter().max().unwrap();
     assert!(wave > 32 && wave < 64, "{wave}");
 }

@@ -19,9 +19,18 @@ pub const WARM: u32 = 8;
 pub const RISE: f64 = 3.0;
 /// The weight of each call in the smoothed latency (TCP's 1/8).
 const GAIN: f64 = 1.0 / 8.0;
+/// Each judged call lets the baseline rise by this share toward the smoothed latency: an SQS
+/// that stays slower even with few calls in flight (larger bodies, a farther region, a CPU
+/// share that stalls the run) is, after some tens of calls, the new normal, and the limit grows
+/// again instead of staying at its floor for the rest of the run (a 4× slower SQS is judged
+/// slow within about 10 calls, and normal again after about 75).
+const DRIFT: f64 = 1.0 / 256.0;
+/// A call counts in the smoothed latency for at most this many times the baseline: one outlier
+/// (a long poll, a stall) is not a trend.
+const OUTLIER: f64 = 2.0 * RISE;
 
-/// What a call's answer says about SQS.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a call's answer says about SQS, from the best to the worst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Answer {
     /// Answered (done or refused for its own reasons).
     Through,
@@ -60,6 +69,7 @@ pub struct CycleLimit {
     /// The lowest smoothed latency seen (once [`WARM`] calls were smoothed), s.
     baseline: Option<f64>,
     lowest: usize,
+    halvings: u64,
 }
 
 impl CycleLimit {
@@ -77,6 +87,7 @@ impl CycleLimit {
             samples: 0,
             baseline: None,
             lowest: cap,
+            halvings: 0,
         }
     }
 
@@ -88,6 +99,11 @@ impl CycleLimit {
     /// The lowest the limit went.
     pub fn lowest(&self) -> usize {
         self.lowest
+    }
+
+    /// How many times it was halved.
+    pub fn halvings(&self) -> u64 {
+        self.halvings
     }
 
     /// The rate changed: at most `cap` from now on (a fixed limit is `cap`); a raised cap is
@@ -108,22 +124,26 @@ impl CycleLimit {
             return;
         }
         let latency = call.latency.as_secs_f64();
+        let counted = self.baseline.map_or(latency, |b| latency.min(OUTLIER * b));
         let smoothed = match self.smoothed {
-            Some(s) => s + GAIN * (latency - s),
-            None => latency,
+            Some(s) => s + GAIN * (counted - s),
+            None => counted,
         };
         self.smoothed = Some(smoothed);
         self.samples = self.samples.saturating_add(1);
         let warm = self.samples >= WARM;
         if warm {
-            self.baseline = Some(self.baseline.map_or(smoothed, |b| b.min(smoothed)));
+            let drifted = |b: f64| smoothed.min(b * (1.0 + DRIFT));
+            self.baseline = Some(self.baseline.map_or(smoothed, drifted));
         }
         let slow = warm && self.baseline.is_some_and(|b| smoothed > RISE * b);
         if call.answer != Answer::Through || slow {
             self.current = (self.current / 2).max(1);
             self.lowest = self.lowest.min(self.current);
+            self.halvings += 1;
             self.lowered_at = Some(now);
-            (self.through, self.smoothed, self.samples) = (0, None, 0);
+            // judged again from the baseline, after WARM calls sent since
+            (self.through, self.smoothed, self.samples) = (0, self.baseline, 0);
             return;
         }
         // a slow call, not yet enough to halve, raises nothing
@@ -240,6 +260,38 @@ mod tests {
         // THEN enough fast calls bring it back to what the rate needs, and no further
         feed(&mut l, t0, at, 5_000, 15);
         assert_eq!((l.current(), l.lowest()), (46, 1));
+    }
+
+    #[test]
+    fn an_sqs_that_stays_slower_becomes_the_new_normal_and_the_limit_grows_again() {
+        // GIVEN a healthy SQS (15 ms), then one that answers in 60 ms for good (larger bodies)
+        let t0 = Instant::now();
+        let mut l = CycleLimit::new(46, true, t0);
+        let at = feed(&mut l, t0, 0, 50, 15);
+        let at = feed(&mut l, t0, at, 40, 60);
+        let low = l.current();
+        assert!(low < 46, "the slowdown halves it: {low}");
+        // WHEN it stays at 60 ms
+        feed(&mut l, t0, at, 5_000, 60);
+        // THEN the baseline re-learns it and the limit climbs back to what the rate needs
+        assert_eq!(l.current(), 46);
+    }
+
+    #[test]
+    fn one_outlier_after_a_halving_does_not_halve_it_again() {
+        // GIVEN a limit halved once by a timeout on a healthy SQS
+        let t0 = Instant::now();
+        let mut l = CycleLimit::new(46, true, t0);
+        let at = feed(&mut l, t0, 0, 50, 15);
+        let (c, now) = call(t0, at, 500, Answer::Unanswered);
+        l.observe(c, now);
+        assert_eq!(l.current(), 23);
+        // WHEN the first call after it waits out a 1 s long poll, the next ones are fast
+        let (c, now) = call(t0, at + 600, 1_000, Answer::Through);
+        l.observe(c, now);
+        feed(&mut l, t0, at + 1_700, WARM as u64, 15);
+        // THEN nothing more was halved
+        assert_eq!((l.current(), l.halvings()), (23, 1));
     }
 
     #[test]

@@ -143,14 +143,18 @@ impl Cycle {
                     Answer::Through
                 }
             };
-            let call = Call {
-                sent,
-                latency,
-                answer,
-            };
-            // the entries of one batch call share its start and its answer
-            if !calls.iter().any(|c| (c.sent, c.latency) == (sent, latency)) {
-                calls.push(call);
+            // the entries of one batch call share its start and latency: one call, whose
+            // answer is its worst entry's (a throttled entry is SQS throttling the call)
+            match calls
+                .iter_mut()
+                .find(|c| (c.sent, c.latency) == (sent, latency))
+            {
+                Some(c) => c.answer = c.answer.max(answer),
+                None => calls.push(Call {
+                    sent,
+                    latency,
+                    answer,
+                }),
             }
         }
         calls

@@ -964,16 +964,16 @@ impl Run {
         };
         // a short batch is common in a standard queue: only an empty one says drained
         w.drained = false;
-        // a receive that brought messages did not wait out its long poll: SQS's latency
-        let latency = now.instant.saturating_duration_since(receive.at);
-        let answer = Answer::Through;
-        let call = Call {
-            sent: receive.at,
-            latency,
-            answer,
-        };
-        w.limit.observe(call, now.instant);
-        self.resize();
+        // a full batch did not wait on its long poll for messages to arrive: SQS's latency
+        if batch.len() == MAX_BATCH {
+            let call = Call {
+                sent: receive.at,
+                latency: now.instant.saturating_duration_since(receive.at),
+                answer: Answer::Through,
+            };
+            w.limit.observe(call, now.instant);
+            self.resize();
+        }
         self.gathered += batch.len();
         if batch.len() == MAX_BATCH {
             self.window.open = (self.window.open * 2).min(self.receive_depth());
@@ -1056,6 +1056,8 @@ impl Run {
         let elapsed = now.instant.saturating_duration_since(self.started);
         self.summary.elapsed_ms = elapsed.as_millis() as u64;
         self.summary.groups_served = self.served.count();
+        let limit = &self.window.limit;
+        self.summary.cycles_in_flight_lowest = (limit.halvings() > 0).then(|| limit.lowest());
         (self.summary, self.listed.unwrap_or_default())
     }
 

@@ -157,6 +157,11 @@ pub struct Summary {
     /// `ARCHIVE_SWEEP_SECONDS` later).
     #[serde(default)]
     pub swept: bool,
+    /// The fewest cycles (receive, then copies and deletes) the run kept in flight, when SQS's
+    /// answers (timeouts, throttling, rising latency) lowered them below what the rate needs;
+    /// absent when they never did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles_in_flight_lowest: Option<usize>,
 }
 
 impl Summary {
@@ -190,6 +195,7 @@ impl Summary {
             consumer: None,
             ramped_to: None,
             swept: false,
+            cycles_in_flight_lowest: None,
         }
     }
 
@@ -236,6 +242,7 @@ impl Summary {
             consumer = self.consumer.as_deref(),
             ramped_to = self.ramped_to,
             swept = self.swept,
+            cycles_in_flight_lowest = self.cycles_in_flight_lowest,
             "redrive run done"
         );
     }
@@ -329,6 +336,7 @@ mod tests {
             consumer: Some("paused by resq (stk-downstream-failing)".into()),
             ramped_to: Some(120.0),
             swept: true,
+            cycles_in_flight_lowest: Some(5),
         }
     }
 

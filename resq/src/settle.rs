@@ -278,7 +278,8 @@ impl Report {
     }
 
     /// How long the call carrying action `id` waited for its answer (none if it was not
-    /// attempted): SQS's or S3's latency as the caller saw it.
+    /// attempted, or never left the process: a copy whose body could not be stored): SQS's or
+    /// S3's latency as the caller saw it.
     pub fn took(&self, id: ActionId) -> Option<Duration> {
         self.took[id.0]
     }
@@ -395,7 +396,10 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
             let mut again = Vec::new();
             for (i, confirmation, at) in done.into_iter().flatten() {
                 started[i] = started[i].or(at.map(|(at, _)| at));
-                took[i] = at.map(|(at, answered)| answered.saturating_duration_since(at));
+                // a copy whose body could not be stored never reached SQS: no latency of its
+                took[i] = at
+                    .filter(|(at, answered)| answered > at)
+                    .map(|(at, answered)| answered.saturating_duration_since(at));
                 let refused_delete = matches!(plan.steps[i].0, Action::Delete { .. })
                     && matches!(confirmation, Confirmation::Failed(SettleError::Refused(_)));
                 if refused_delete && !retried[i] && Instant::now() < by.settle_by {
@@ -513,7 +517,12 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
         for &(i, message) in go {
             match self.offload(message, by.move_by).await {
                 Ok(copy) => sendable.push((i, copy)),
-                Err(failed) => out.push((i, failed, Some((Instant::now(), Instant::now())))),
+                // started, so counted as attempted, but it never reached SQS: it took no
+                // time there (a call's latency is only ever SQS's or S3's own)
+                Err(failed) => {
+                    let at = Instant::now();
+                    out.push((i, failed, Some((at, at))));
+                }
             }
         }
         let (ids, messages): (Vec<usize>, Vec<Cow<'_, OutgoingMessage>>) =
