@@ -19,11 +19,11 @@ pub const WARM: u32 = 8;
 pub const RISE: f64 = 3.0;
 /// The weight of each call in the smoothed latency (TCP's 1/8).
 const GAIN: f64 = 1.0 / 8.0;
-/// Each judged call lets the baseline rise by this share toward the smoothed latency: an SQS
-/// that stays slower even with few calls in flight (larger bodies, a farther region, a CPU
-/// share that stalls the run) is, after some tens of calls, the new normal, and the limit grows
-/// again instead of staying at its floor for the rest of the run (a 4× slower SQS is judged
-/// slow within about 10 calls, and normal again after about 75).
+/// At its floor (one cycle), each judged call lets the baseline rise by this share toward the
+/// smoothed latency: an SQS that stays slower even then (larger bodies, a farther region, a
+/// CPU share that stalls the run) is, after some tens of calls, the new normal, and the limit
+/// grows again instead of staying at one for the rest of the run. Above the floor the baseline
+/// never rises: a baseline that followed a loaded SQS would let the load grow with it.
 const DRIFT: f64 = 1.0 / 256.0;
 /// A call counts in the smoothed latency for at most this many times the baseline: one outlier
 /// (a long poll, a stall) is not a trend.
@@ -133,7 +133,8 @@ impl CycleLimit {
         self.samples = self.samples.saturating_add(1);
         let warm = self.samples >= WARM;
         if warm {
-            let drifted = |b: f64| smoothed.min(b * (1.0 + DRIFT));
+            let rise = if self.current == 1 { 1.0 + DRIFT } else { 1.0 };
+            let drifted = |b: f64| smoothed.min(b * rise);
             self.baseline = Some(self.baseline.map_or(smoothed, drifted));
         }
         let slow = warm && self.baseline.is_some_and(|b| smoothed > RISE * b);
@@ -142,8 +143,8 @@ impl CycleLimit {
             self.lowest = self.lowest.min(self.current);
             self.halvings += 1;
             self.lowered_at = Some(now);
-            // judged again from the baseline, after WARM calls sent since
-            (self.through, self.smoothed, self.samples) = (0, self.baseline, 0);
+            // judged again after WARM calls sent since
+            (self.through, self.smoothed, self.samples) = (0, None, 0);
             return;
         }
         // a slow call, not yet enough to halve, raises nothing
