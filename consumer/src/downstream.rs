@@ -69,7 +69,7 @@ impl Downstream {
 /// Requests at once to all hosts together, at most (a request holds its turn until its
 /// answer's headers are read; a body the caller streams afterwards is not counted): Lambda
 /// allows a process 1,024 file descriptors. The other half is for the idle connections
-/// ([`IDLE_PER_HOST_MAX`] a host: the handler's hosts, S3, SQS), the connections being closed
+/// (`IDLE_PER_HOST_MAX` a host: the handler's hosts, S3, SQS), the connections being closed
 /// while a fixed limit above that closes and opens them as it goes (the bench saw about 130 at
 /// 768 requests at once), the settle phase's calls (up to 64 to S3 and 16 to SQS, after the
 /// records) and the process's own (standard streams, the runtime API, epoll, the log pipes:
