@@ -1240,15 +1240,17 @@ impl Bills {
 
     /// resq's outage bill ÷ the seed design's.
     pub fn ratio(&self) -> f64 {
-        self.resq.dollars(&self.template) / self.seed.dollars(&self.template)
+        self.resq.dollars(&self.template) / self.seed.dollars(&self.template.seed())
     }
 
     /// The table's rows: (label, resq, seed design).
     pub fn rows(&self) -> Vec<[String; 3]> {
         let (t, s, r, q) = (&self.template, &self.scenario, &self.model, &self.seed);
-        let usd = |x: &Tally| format!("${:.4}", x.dollars(t));
-        let none = |x: &Tally| match x.dollars(t) > 0.0 {
-            true => usd(x),
+        // the seed design's column at its own redriver's memory
+        let ts = &self.template.seed();
+        let usd = |x: &Tally, t: &Template| format!("${:.4}", x.dollars(t));
+        let none = |x: &Tally, t: &Template| match x.dollars(t) > 0.0 {
+            true => usd(x, t),
             false => "–".to_owned(),
         };
         let from = match &self.profile {
@@ -1270,7 +1272,7 @@ impl Bills {
                     self.ratio()
                 ),
                 format!("**${:.4}**", rt.dollars(t)),
-                format!("**${:.4}**", st.dollars(t)),
+                format!("**${:.4}**", st.dollars(ts)),
             ],
             [
                 format!(
@@ -1279,8 +1281,8 @@ impl Bills {
                     grouped(r.detection_orders),
                     t.max_receive_count
                 ),
-                usd(&self.resq.failing),
-                usd(&q.failing),
+                usd(&self.resq.failing, t),
+                usd(&q.failing, ts),
             ],
             [
                 format!(
@@ -1289,37 +1291,37 @@ impl Bills {
                     s.probe_window(),
                     grouped(s.consumer_records_per_second)
                 ),
-                usd(&self.resq.probes),
-                none(&q.probes),
+                usd(&self.resq.probes, t),
+                none(&q.probes, ts),
             ],
             [
                 format!(
                     "  redriver while paused: {:.0} scheduled runs (breaker reads, the probes' switching, {:.0} archive sweep(s)) and the alarm's 2 actions",
                     r.paused_runs, r.sweeps
                 ),
-                usd(&self.resq.runs),
-                none(&q.runs),
+                usd(&self.resq.runs, t),
+                none(&q.runs, ts),
             ],
             [
                 "  replays during the outage (they fail again)".into(),
-                none(&self.resq.replays_during),
-                usd(&q.replays_during),
+                none(&self.resq.replays_during, t),
+                usd(&q.replays_during, ts),
             ],
             [
                 format!(
                     "  the main queue's backlog after recovery (resumed {:.0} s after the fix), one successful delivery an order",
                     r.resumed_after
                 ),
-                usd(&self.resq.backlog),
-                none(&q.backlog),
+                usd(&self.resq.backlog, t),
+                none(&q.backlog, ts),
             ],
             [
                 format!(
                     "  the DLQ's drain (replays and their deliveries): resq in {:.0} run(s) at the climb to {:.0}/s; the seed at {:.0}/s",
                     r.drain_runs, s.rate_max, t.redrive_rate_per_second
                 ),
-                usd(&self.resq.drain),
-                usd(&q.drain),
+                usd(&self.resq.drain, t),
+                usd(&q.drain, ts),
             ],
             [
                 "  orders dead-lettered; replays; SQS requests billed; downstream attempts per order".into(),
