@@ -73,9 +73,19 @@ pub fn write(
     Ok(write_io(dir, io)? + &write_redrive(dir, redrive)?)
 }
 
+/// The book's sources, beside `dir` (bench/): docs/benchmarks.md includes RESULTS.md, whose
+/// links then resolve from docs/, so each picture is written to both.
+const BOOK: &str = "../docs";
+
 fn save(dir: &Path, name: &str, svg: &str, alt: &str) -> Result<String, String> {
-    let path = dir.join(name);
-    std::fs::write(&path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+    let book = dir.join(BOOK);
+    for dir in [dir]
+        .into_iter()
+        .chain(book.is_dir().then_some(book.as_path()))
+    {
+        let path = dir.join(name);
+        std::fs::write(&path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     Ok(format!("![{alt}]({name})\n\n"))
 }
 
@@ -99,9 +109,12 @@ mod tests {
     }
 
     #[test]
-    fn both_pictures_are_written_beside_the_results_and_linked_relative_to_them() {
-        let dir = std::env::temp_dir().join(format!("resq-pictures-{}", std::process::id()));
+    fn both_pictures_are_written_beside_the_results_and_the_book_and_linked_relative_to_them() {
+        // GIVEN the results' directory and the book's beside it
+        let root = std::env::temp_dir().join(format!("resq-pictures-{}", std::process::id()));
+        let (dir, book) = (root.join("bench"), root.join("docs"));
         std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&book).unwrap();
         let redrive = vec![("backs off".to_owned(), vec![(5.0, 1713.0), (50.0, 160.0)])];
         let md = write(&dir, &[], &redrive).unwrap();
         assert_eq!(
@@ -110,10 +123,12 @@ mod tests {
                 "![I/O-bound batch: wall time against batch size, one line per side, a chart per CPU quota]({IO_SVG})\n\n![The redriver's rate against SQS latency]({REDRIVE_SVG})\n\n"
             )
         );
+        // THEN each is in both, the same (the book includes RESULTS.md: its links resolve there)
         for name in [IO_SVG, REDRIVE_SVG] {
             let svg = std::fs::read_to_string(dir.join(name)).unwrap();
             roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(std::fs::read_to_string(book.join(name)).unwrap(), svg);
         }
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&root);
     }
 }
