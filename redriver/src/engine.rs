@@ -495,7 +495,7 @@ fn deliver(run: &mut Run, event: Event) {
         Event::Breaker(read, view) => run.handle_breaker(read, view, now),
         Event::Consumer(act, done) => run.handle_consumer(&act, done, now),
         Event::KeepLists(hidden, sweep) => run.handle_keep_lists(hidden, sweep, now),
-        Event::Noted => {}
+        Event::Noted => run.handle_noted(),
         Event::Received(r, got) => run.handle_received(r, got, now),
         Event::Settled(id, report) => run.handle_settled(id, report, now),
     }
@@ -580,6 +580,25 @@ mod tests {
         dlq.advance(Duration::from_secs(60));
         let fourth = scheduled(&dlq, &store, &alarms, &cfg).await;
         assert_eq!((fourth.received, fourth.kept), (2000, 2000));
+    }
+
+    #[tokio::test]
+    async fn a_run_that_reads_the_dlq_to_its_end_notes_it_before_it_ends() {
+        // GIVEN an empty DLQ: the run has nothing to keep or release after its sweep
+        let (dlq, store, alarms) = doubles();
+        let cfg = config(&[]);
+        // WHEN a scheduled run reads it to its end
+        let summary = scheduled(&dlq, &store, &alarms, &cfg).await;
+        assert_eq!(
+            (summary.stopped_by, summary.swept),
+            (StopReason::Empty, true)
+        );
+        // THEN its note is written (ended before it, every run would sweep the DLQ again)
+        let note: Option<SweepRecord> =
+            resq::state::latest(&store, &sweep::prefix(&cfg.common.dlq_url))
+                .await
+                .unwrap();
+        assert!(note.is_some(), "{summary:?}");
     }
 
     #[tokio::test]

@@ -164,8 +164,8 @@ pub enum Command {
     },
     /// Replay at this rate from now on (the token bucket's new rate; no answer).
     Pace(f64),
-    /// Note that the run read the DLQ to its end, or swept it, by `by` (no answer: a note
-    /// that is not written makes the next run sweep).
+    /// Note that the run read the DLQ to its end, or swept it, by `by`
+    /// ([`Run::handle_noted`]; a note that is not written makes the next run sweep).
     NoteSweep {
         /// The note.
         record: SweepRecord,
@@ -439,6 +439,8 @@ pub struct Run {
     auto_budget: bool,
     /// A sweep is due: a run paused or past its budget reads on through the DLQ to archive.
     sweep_due: bool,
+    /// Its sweep note is being written: the run ends after it ([`Run::handle_noted`]).
+    noting: bool,
     /// `ARCHIVE_SWEEP_SECONDS`.
     sweep_every: Duration,
     /// When the run started, epoch ms (its sweep note's time).
@@ -539,6 +541,7 @@ impl Run {
             },
             auto_budget: request.max_messages.is_none(),
             sweep_due: true,
+            noting: false,
             sweep_every: config.archive_sweep,
             started_ms: now.epoch_ms,
             breakers_only: request.alarm.is_some(),
@@ -619,7 +622,9 @@ impl Run {
                     }
                 }
                 // a probe under way ends first: the mapping is never left running for it
-                Stage::Done if self.consumer_busy() => return None,
+                // so does the sweep note: a run that ends before it is written sweeps again
+                // next time, and the time after
+                Stage::Done if self.consumer_busy() || self.noting => return None,
                 Stage::Done => {
                     self.stage = Stage::Finished;
                     return Some(Command::Finish);
@@ -686,12 +691,18 @@ impl Run {
             return None;
         }
         self.summary.swept = true;
+        self.noting = true;
         Some(Command::NoteSweep {
             record: SweepRecord {
                 at: self.started_ms,
             },
             by: self.by.settle_by,
         })
+    }
+
+    /// The sweep note was written, or not (a note not written makes the next run sweep).
+    pub fn handle_noted(&mut self) {
+        self.noting = false;
     }
 
     /// A consumer action or a probe under way.
@@ -1863,6 +1874,7 @@ mod tests {
                 Command::NoteSweep { record, .. } => {
                     self.commands.push("sweep note");
                     self.notes.push(record);
+                    run.handle_noted();
                 }
                 Command::ReadKeepLists { .. } => {
                     self.commands.push("keep lists");
