@@ -555,6 +555,7 @@ impl Redriven {
             StopReason::Interrupted => Some(CliError::Interrupted {
                 released: self.held.released,
                 left: self.held.left,
+                receives_cut_off: self.held.receives_cut_off,
                 back_within_seconds: self.held.back_within.map_or(0, |d| d.as_secs()),
             }),
             _ => redrive_failure(&self.summary),
@@ -906,6 +907,7 @@ mod tests {
             held: crate::hold::Released {
                 released: 12,
                 left,
+                receives_cut_off: 0,
                 back_within: Some(Duration::from_secs(59)),
             },
         };
@@ -919,6 +921,14 @@ mod tests {
         let e = done(3).failure().unwrap().to_string();
         assert!(
             e.ends_with("but 3 could not be released: they come back by themselves within 59 s"),
+            "{e}"
+        );
+        // a receive given up before its answer may have taken messages the run never saw
+        let mut cut = done(0);
+        cut.held.receives_cut_off = 2;
+        let e = cut.failure().unwrap().to_string();
+        assert!(
+            e.ends_with("but 2 receives given up before SQS answered may have taken up to 20 more: they come back by themselves within 59 s"),
             "{e}"
         );
         assert!(

@@ -33,6 +33,10 @@ pub struct Holding<Q> {
 struct Held {
     until: HashMap<String, Instant>,
     released: u64,
+    /// Receives given up before SQS answered (the run's cut-off, a deadline), and when what
+    /// they may have taken comes back at the latest.
+    cut_off: usize,
+    cut_off_until: Option<Instant>,
 }
 
 /// What a command held when it ended, and what became of it.
@@ -42,6 +46,9 @@ pub struct Released {
     pub released: u64,
     /// DLQ messages that could not be released: they come back by themselves.
     pub left: usize,
+    /// Receives given up before SQS answered: what each took (up to 10 messages, unknown to
+    /// the run) is hidden until it comes back by itself.
+    pub receives_cut_off: usize,
     /// When the last of those comes back, from now.
     pub back_within: Option<Duration>,
 }
@@ -86,9 +93,11 @@ impl<Q: Queues> Holding<Q> {
         Released {
             released: held.released,
             left: held.until.len(),
+            receives_cut_off: held.cut_off,
             back_within: held
                 .until
                 .values()
+                .chain(&held.cut_off_until)
                 .max()
                 .map(|at| at.saturating_duration_since(now)),
         }
@@ -103,14 +112,21 @@ impl<Q: Queues> Queues for Holding<Q> {
         visibility: Option<i32>,
         wait_seconds: i32,
     ) -> Result<Vec<ReceivedMessage>, AwsError> {
-        let at = Instant::now();
+        // without a visibility of its own, SQS's default of 30 s (the queue's is not read)
+        let until = Instant::now() + Duration::from_secs(visibility.unwrap_or(30).max(0) as u64);
+        // a receive dropped before its answer (the run cut off, a deadline) may still have
+        // taken messages: SQS answered a connection nobody reads
+        let pending = (queue == self.dlq).then(|| CutOff {
+            held: &self.held,
+            until,
+        });
         let got = self
             .inner
             .receive(queue, max, visibility, wait_seconds)
-            .await?;
+            .await;
+        std::mem::forget(pending);
+        let got = got?;
         if queue == self.dlq {
-            // without a visibility of its own, SQS's default of 30 s (the queue's is not read)
-            let until = at + Duration::from_secs(visibility.unwrap_or(30).max(0) as u64);
             let mut held = self.held();
             for m in &got {
                 held.until.insert(m.receipt_handle.clone(), until);
@@ -155,6 +171,20 @@ impl<Q: Queues> Queues for Holding<Q> {
 
     async fn limits(&self, queue: &str) -> Result<QueueLimits, AwsError> {
         self.inner.limits(queue).await
+    }
+}
+
+/// Counts its receive as cut off when dropped: forgotten once the answer came.
+struct CutOff<'a> {
+    held: &'a Mutex<Held>,
+    until: Instant,
+}
+
+impl Drop for CutOff<'_> {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.cut_off += 1;
+        held.cut_off_until = held.cut_off_until.max(Some(self.until));
     }
 }
 
@@ -219,9 +249,32 @@ mod tests {
         let all = Released {
             released: 20,
             left: 0,
+            receives_cut_off: 0,
             back_within: None,
         };
         assert_eq!(r, all);
         assert_eq!((sqs.len("dlq"), sqs.visible("dlq")), (25, 20));
+    }
+
+    #[tokio::test]
+    async fn a_receive_given_up_before_its_answer_is_counted_with_when_its_take_comes_back() {
+        // GIVEN a slow SQS, and a receive through a Holding given up after 10 ms
+        let sqs = MemorySqs::default();
+        sqs.push("dlq", resq_testing::received("m", "{}", 0, &[]));
+        sqs.set_delay(Duration::from_secs(1));
+        let holding = Holding::new(&sqs, "dlq");
+        let receive = holding.receive("dlq", 10, Some(60), 0);
+        let given_up = tokio::time::timeout(Duration::from_millis(10), receive).await;
+        assert!(given_up.is_err());
+        // AND one that got its answer
+        sqs.set_delay(Duration::ZERO);
+        holding.receive("dlq", 10, Some(60), 0).await.unwrap();
+        // THEN the release says one receive was cut off, its take back within its minute
+        let r = holding
+            .release_all(&MemoryStore::default(), RELEASE_WITHIN)
+            .await;
+        assert_eq!((r.released, r.left, r.receives_cut_off), (1, 0, 1));
+        let back = r.back_within.unwrap();
+        assert!(back > Duration::from_secs(50) && back <= Duration::from_secs(60));
     }
 }

@@ -272,16 +272,15 @@ pub enum CliError {
     /// what it held. Exit status 130.
     #[error(
         "interrupted: the redrive stopped (its summary is above); it released the {released} DLQ messages it held{}",
-        match left {
-            0 => String::new(),
-            n => format!(", but {n} could not be released: they come back by themselves within {back_within_seconds} s"),
-        }
+        not_released(*left, *receives_cut_off, *back_within_seconds)
     )]
     Interrupted {
         /// DLQ messages released.
         released: u64,
         /// DLQ messages it could not release.
         left: usize,
+        /// Receives given up before SQS answered (what they took is unknown to the run).
+        receives_cut_off: usize,
         /// When the last of those comes back, in seconds from now.
         back_within_seconds: u64,
     },
@@ -324,6 +323,33 @@ pub enum CliError {
         /// The name given.
         function: String,
     },
+}
+
+/// What an ended redrive could not release, and when it comes back: `left` messages it
+/// held, and what receives given up before SQS answered took (up to 10 each); empty if none.
+pub(crate) fn not_released(
+    left: usize,
+    receives_cut_off: usize,
+    back_within_seconds: u64,
+) -> String {
+    let mut parts = Vec::new();
+    if left > 0 {
+        parts.push(format!("{left} could not be released"));
+    }
+    if receives_cut_off > 0 {
+        parts.push(format!(
+            "{receives_cut_off} receive{} given up before SQS answered may have taken up to {} more",
+            plural(receives_cut_off, "", "s"),
+            receives_cut_off * resq::sqs::MAX_BATCH
+        ));
+    }
+    match parts.is_empty() {
+        true => String::new(),
+        false => format!(
+            ", but {}: they come back by themselves within {back_within_seconds} s",
+            parts.join(" and ")
+        ),
+    }
 }
 
 fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {

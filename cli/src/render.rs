@@ -544,11 +544,15 @@ pub fn redrive_notes(done: &crate::dlq::Redriven, as_json: bool) -> String {
         out.push_str("dry run: nothing was changed; run again without --dry-run to redrive\n");
     }
     let interrupted = done.summary.stopped_by == resq_redriver::StopReason::Interrupted;
-    if done.held.left > 0 && !interrupted {
+    let held = &done.held;
+    let not_released = crate::not_released(
+        held.left,
+        held.receives_cut_off,
+        held.back_within.map_or(0, |d| d.as_secs()),
+    );
+    if !not_released.is_empty() && !interrupted {
         out.push_str(&format!(
-            "{} DLQ messages this run held could not be released (the error is above): they come back by themselves within {} s\n",
-            done.held.left,
-            done.held.back_within.map_or(0, |d| d.as_secs())
+            "the run ended holding DLQ messages (the error is above){not_released}\n"
         ));
     }
     out
@@ -1557,6 +1561,7 @@ mod tests {
             held: crate::hold::Released {
                 released: 3,
                 left,
+                receives_cut_off: 0,
                 back_within: Some(std::time::Duration::from_secs(42)),
             },
         };
@@ -1569,7 +1574,7 @@ mod tests {
         // what it could not release is said, whatever the output
         assert_eq!(
             redrive_notes(&done(summary(false), 2), true),
-            "2 DLQ messages this run held could not be released (the error is above): they come back by themselves within 42 s\n"
+            "the run ended holding DLQ messages (the error is above), but 2 could not be released: they come back by themselves within 42 s\n"
         );
     }
 
