@@ -928,7 +928,7 @@ mod tests {
         cut.held.receives_cut_off = 2;
         let e = cut.failure().unwrap().to_string();
         assert!(
-            e.ends_with("but 2 receives given up before SQS answered may have taken up to 20 more: they come back by themselves within 59 s"),
+            e.ends_with("but 2 receives given up before SQS answered may have hidden up to 20 it never saw: they come back by themselves within 59 s"),
             "{e}"
         );
         assert!(

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use resq::error::AwsError;
+use resq::error::{AwsError, AwsErrorKind};
 use resq::settle::{Deadlines, Plan, QueueUrl, Settler, Unpaced};
 use resq::sqs::{OutgoingMessage, QueueLimits, Queues, ReceivedMessage};
 use resq::store::ObjectStore;
@@ -113,20 +113,27 @@ impl<Q: Queues> Queues for Holding<Q> {
         wait_seconds: i32,
     ) -> Result<Vec<ReceivedMessage>, AwsError> {
         // without a visibility of its own, SQS's default of 30 s (the queue's is not read)
-        let until = Instant::now() + Duration::from_secs(visibility.unwrap_or(30).max(0) as u64);
+        let hidden_for = Duration::from_secs(visibility.unwrap_or(30).max(0) as u64);
         // a receive dropped before its answer (the run cut off, a deadline) may still have
         // taken messages: SQS answered a connection nobody reads
-        let pending = (queue == self.dlq).then(|| CutOff {
+        let mut pending = (queue == self.dlq).then(|| CutOff {
             held: &self.held,
-            until,
+            hidden_for,
+            armed: true,
         });
         let got = self
             .inner
             .receive(queue, max, visibility, wait_seconds)
             .await;
-        std::mem::forget(pending);
+        // so may one that timed out or whose connection broke; any other answer hid nothing
+        // the run does not see
+        if let Some(p) = pending.as_mut() {
+            p.armed = matches!(&got, Err(e) if matches!(e.kind, AwsErrorKind::Timeout | AwsErrorKind::Unreachable));
+        }
+        drop(pending);
         let got = got?;
         if queue == self.dlq {
+            let until = Instant::now() + hidden_for;
             let mut held = self.held();
             for m in &got {
                 held.until.insert(m.receipt_handle.clone(), until);
@@ -174,17 +181,22 @@ impl<Q: Queues> Queues for Holding<Q> {
     }
 }
 
-/// Counts its receive as cut off when dropped: forgotten once the answer came.
+/// Counts its receive as cut off when dropped armed (disarmed once SQS answered): what it
+/// took is hidden for its visibility from when SQS handled it, at the latest now.
 struct CutOff<'a> {
     held: &'a Mutex<Held>,
-    until: Instant,
+    hidden_for: Duration,
+    armed: bool,
 }
 
 impl Drop for CutOff<'_> {
     fn drop(&mut self) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.cut_off += 1;
-        held.cut_off_until = held.cut_off_until.max(Some(self.until));
+        if self.armed {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            held.cut_off += 1;
+            let until = Instant::now() + self.hidden_for;
+            held.cut_off_until = held.cut_off_until.max(Some(until));
+        }
     }
 }
 
@@ -266,14 +278,20 @@ mod tests {
         let receive = holding.receive("dlq", 10, Some(60), 0);
         let given_up = tokio::time::timeout(Duration::from_millis(10), receive).await;
         assert!(given_up.is_err());
-        // AND one that got its answer
+        // AND one that timed out, one SQS refused, one that got its answer
         sqs.set_delay(Duration::ZERO);
+        sqs.time_out_calls(Call::Receive, 1);
+        assert!(holding.receive("dlq", 10, Some(60), 0).await.is_err());
+        sqs.fail_calls(Call::Receive, true);
+        assert!(holding.receive("dlq", 10, Some(60), 0).await.is_err());
+        sqs.fail_calls(Call::Receive, false);
         holding.receive("dlq", 10, Some(60), 0).await.unwrap();
-        // THEN the release says one receive was cut off, its take back within its minute
+        // THEN the release says two receives may have hidden what it never saw (the refused
+        // one hid nothing), back within their minute
         let r = holding
             .release_all(&MemoryStore::default(), RELEASE_WITHIN)
             .await;
-        assert_eq!((r.released, r.left, r.receives_cut_off), (1, 0, 1));
+        assert_eq!((r.released, r.left, r.receives_cut_off), (1, 0, 2));
         let back = r.back_within.unwrap();
         assert!(back > Duration::from_secs(50) && back <= Duration::from_secs(60));
     }

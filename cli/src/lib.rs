@@ -272,7 +272,10 @@ pub enum CliError {
     /// what it held. Exit status 130.
     #[error(
         "interrupted: the redrive stopped (its summary is above); it released the {released} DLQ messages it held{}",
-        not_released(*left, *receives_cut_off, *back_within_seconds)
+        match not_released(*left, *receives_cut_off, *back_within_seconds) {
+            n if n.is_empty() => n,
+            n => format!(", but {n}"),
+        }
     )]
     Interrupted {
         /// DLQ messages released.
@@ -338,7 +341,7 @@ pub(crate) fn not_released(
     }
     if receives_cut_off > 0 {
         parts.push(format!(
-            "{receives_cut_off} receive{} given up before SQS answered may have taken up to {} more",
+            "{receives_cut_off} receive{} given up before SQS answered may have hidden up to {} it never saw",
             plural(receives_cut_off, "", "s"),
             receives_cut_off * resq::sqs::MAX_BATCH
         ));
@@ -346,8 +349,8 @@ pub(crate) fn not_released(
     match parts.is_empty() {
         true => String::new(),
         false => format!(
-            ", but {}: they come back by themselves within {back_within_seconds} s",
-            parts.join(" and ")
+            "{}: they come back by themselves within {back_within_seconds} s",
+            parts.join(", and ")
         ),
     }
 }

@@ -552,7 +552,7 @@ pub fn redrive_notes(done: &crate::dlq::Redriven, as_json: bool) -> String {
     );
     if !not_released.is_empty() && !interrupted {
         out.push_str(&format!(
-            "the run ended holding DLQ messages (the error is above){not_released}\n"
+            "warning: of the DLQ messages this run held, {not_released}\n"
         ));
     }
     out
@@ -1574,7 +1574,7 @@ mod tests {
         // what it could not release is said, whatever the output
         assert_eq!(
             redrive_notes(&done(summary(false), 2), true),
-            "the run ended holding DLQ messages (the error is above), but 2 could not be released: they come back by themselves within 42 s\n"
+            "warning: of the DLQ messages this run held, 2 could not be released: they come back by themselves within 42 s\n"
         );
     }
 

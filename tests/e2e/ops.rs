@@ -1053,16 +1053,24 @@ async fn a_redrive_interrupted_while_it_reads_on_leaves_nothing_hidden() {
             (5, None) => at_budget = Some(hidden),
             (5, Some(then)) if hidden > then + 10 => {
                 signal("-STOP");
-                break stack.depth(&stack.dlq).await.1;
+                break hidden;
             }
             _ => {}
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    // AND the operator presses Ctrl-C while it reads on
+    // AND the operator presses Ctrl-C while it reads on (nothing in between can leave it frozen)
     signal("-INT");
     signal("-CONT");
-    let out = child.wait_with_output().unwrap();
+    // (it ends within its 5 s grace and 5 s of release; a hang fails here, not CI's clock)
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await
+    .expect("the interrupted run ended")
+    .unwrap()
+    .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     // THEN it ends at once, saying it was interrupted and what it released
     assert_eq!(out.status.code(), Some(130), "{err}");
@@ -1085,6 +1093,7 @@ async fn a_redrive_interrupted_while_it_reads_on_leaves_nothing_hidden() {
             .next()
             .and_then(|s| s.split(' ').next()?.parse::<u64>().ok())
             .unwrap_or_else(|| panic!("when they come back: {err}"));
+        assert!(back <= 60, "read on, held for a minute: {err}");
         tokio::time::sleep(Duration::from_secs(back + 1)).await;
     }
     assert_eq!(
