@@ -116,7 +116,7 @@ impl<Q: Queues> Queues for Holding<Q> {
         let hidden_for = Duration::from_secs(visibility.unwrap_or(30).max(0) as u64);
         // a receive dropped before its answer (the run cut off, a deadline) may still have
         // taken messages: SQS answered a connection nobody reads
-        let mut pending = (queue == self.dlq).then(|| CutOff {
+        let pending = (queue == self.dlq).then(|| CutOff {
             held: &self.held,
             hidden_for,
             armed: true,
@@ -127,10 +127,9 @@ impl<Q: Queues> Queues for Holding<Q> {
             .await;
         // so may one that timed out or whose connection broke; any other answer hid nothing
         // the run does not see
-        if let Some(p) = pending.as_mut() {
+        if let Some(mut p) = pending {
             p.armed = matches!(&got, Err(e) if matches!(e.kind, AwsErrorKind::Timeout | AwsErrorKind::Unreachable));
         }
-        drop(pending);
         let got = got?;
         if queue == self.dlq {
             let until = Instant::now() + hidden_for;

@@ -975,7 +975,8 @@ impl Run {
         };
         // a short batch is common in a standard queue: only an empty one says drained
         w.drained = false;
-        // a full batch did not wait on its long poll for messages to arrive: SQS's latency
+        // a full batch did not wait on its long poll for messages to arrive: SQS's latency;
+        // and more may follow, so the window opens wider
         if batch.len() == MAX_BATCH {
             let call = Call {
                 sent: receive.at,
@@ -984,11 +985,9 @@ impl Run {
             };
             w.limit.observe(call, now.instant);
             self.resize();
-        }
-        self.gathered += batch.len();
-        if batch.len() == MAX_BATCH {
             self.window.open = (self.window.open * 2).min(self.receive_depth());
         }
+        self.gathered += batch.len();
         let (plan, cycle) = self.plan(batch, now.epoch_ms, receive.at, Batch::Received);
         // nothing to settle (a dry run; a batch of candidates, all held)
         if self.summary.dry_run || plan.is_empty() {

@@ -327,8 +327,8 @@ impl Call<'_> {
 }
 
 /// What a call reports: per action, what became of it, and when its call started and was
-/// answered.
-type Outcomes = Vec<(usize, Confirmation, Option<(Instant, Instant)>)>;
+/// answered (none: it never reached SQS or S3, such as a copy whose body could not be stored).
+type Outcomes = Vec<(usize, Confirmation, Option<(Instant, Option<Instant>)>)>;
 
 /// Carries out plans against SQS and S3.
 #[derive(Debug, Clone)]
@@ -396,10 +396,8 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
             let mut again = Vec::new();
             for (i, confirmation, at) in done.into_iter().flatten() {
                 started[i] = started[i].or(at.map(|(at, _)| at));
-                // a copy whose body could not be stored never reached SQS: no latency of its
-                took[i] = at
-                    .filter(|(at, answered)| answered > at)
-                    .map(|(at, answered)| answered.saturating_duration_since(at));
+                took[i] =
+                    at.and_then(|(at, answered)| Some(answered?.saturating_duration_since(at)));
                 let refused_delete = matches!(plan.steps[i].0, Action::Delete { .. })
                     && matches!(confirmation, Confirmation::Failed(SettleError::Refused(_)));
                 if refused_delete && !retried[i] && Instant::now() < by.settle_by {
@@ -517,12 +515,8 @@ impl<Q: Queues, S: ObjectStore> Settler<Q, S> {
         for &(i, message) in go {
             match self.offload(message, by.move_by).await {
                 Ok(copy) => sendable.push((i, copy)),
-                // started, so counted as attempted, but it never reached SQS: it took no
-                // time there (a call's latency is only ever SQS's or S3's own)
-                Err(failed) => {
-                    let at = Instant::now();
-                    out.push((i, failed, Some((at, at))));
-                }
+                // started, so counted as attempted, but it never reached SQS: no latency
+                Err(failed) => out.push((i, failed, Some((Instant::now(), None)))),
             }
         }
         let (ids, messages): (Vec<usize>, Vec<Cow<'_, OutgoingMessage>>) =
@@ -603,7 +597,7 @@ async fn answered<T>(
     let per_entry = per_entry.into_iter().chain(std::iter::repeat(missing));
     ids.into_iter()
         .zip(per_entry)
-        .map(|(i, c)| (i, c, Some((at, answered))))
+        .map(|(i, c)| (i, c, Some((at, Some(answered)))))
         .collect()
 }
 
